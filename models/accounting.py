@@ -1,0 +1,300 @@
+"""Parameter counts and FLOP accounting (vectorized over configurations).
+
+The one FLOP convention of stepcast (models/MODEL.md, "FLOP convention"):
+
+    model_flops_per_token = 6 * matmul_params_active + 12 * n_layers * seq_len * (n_heads * head_dim)
+
+* ``matmul_params_active``: weights of every matrix multiply a token goes through - Q, K, V
+  and output projections, the dense MLP (2 matrices for 'gelu', 3 for 'swiglu'), for MoE
+  layers the top_k routed experts + the shared experts + the router, and the LM head
+  (counted even when tied to the input embedding, because the logits matmul is executed).
+  Biases and norm gains are not matmuls and are excluded; the embedding lookup is excluded.
+* attention core (Q K^T and attention-weighted V): 2 * 2 * s * (a * d_head) FLOPs per token
+  per layer forward, times 3 for forward + backward -> 12 * l * s * a * d_head. The FULL
+  (non-causal) square is counted, as in Narayanan et al. 2021 (eq. 3) and PaLM (Chowdhery
+  et al. 2022, App. B: 6N + 12 L H Q T), so MFU values are directly comparable with theirs.
+  GQA does not change it (the score matmuls still run per query head).
+* Hardware FLOPs (HFU numerator) add recomputation that is physically executed:
+  full recompute: + one forward of every transformer layer (2 * layer matmul params +
+  4 * l * s * a * d_head per token; the LM head is not recomputed);
+  selective recompute: + the forward attention core (4 * l * s * a * d_head per token).
+  With full recompute this reproduces Narayanan's 96 B s l h^2 (1 + s/6h + V/16lh) exactly
+  for a GPT with ffn = 4h (no biases in the FLOPs).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+ArrayDict = Mapping[str, np.ndarray]
+
+ARCH_COLUMNS = (
+    "n_layers",
+    "d_model",
+    "n_heads",
+    "n_kv_heads",
+    "head_dim",
+    "ffn_dim",
+    "vocab",
+    "activation",
+    "n_experts",
+    "top_k",
+    "expert_ffn_dim",
+    "n_shared_experts",
+    "n_dense_layers",
+    "tied_embeddings",
+)
+
+
+def _f(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64)
+
+
+def _get(a: ArrayDict, key: str, default: float, n: int | None = None) -> np.ndarray:
+    if key in a and a[key] is not None:
+        v = _f(a[key])
+        return np.where(np.isnan(v), default, v) if np.ndim(default) == 0 or True else v
+    return np.asarray(default, dtype=np.float64)
+
+
+def normalize_arch(a: ArrayDict) -> dict[str, np.ndarray]:
+    """Fill the documented defaults of the architecture columns (float arrays).
+
+    head_dim NaN -> d_model / n_heads; n_kv_heads NaN -> n_heads; n_experts NaN -> 0;
+    top_k NaN -> 0 for dense and 1 for MoE (numbers of routed experts per token must be
+    given for MoE models; 1 is the Switch default); expert_ffn_dim NaN -> ffn_dim;
+    n_shared_experts / n_dense_layers NaN -> 0; tied_embeddings NaN -> 0 (untied);
+    activation code: 0 = gelu, 1 = swiglu (see models.params.ACTIVATION_CODES).
+    """
+    L = _f(a["n_layers"])
+    h = _f(a["d_model"])
+    heads = _f(a["n_heads"])
+    kv = _get(a, "n_kv_heads", np.nan)
+    kv = np.where(np.isnan(kv), heads, kv)
+    hd = _get(a, "head_dim", np.nan)
+    hd = np.where(np.isnan(hd) | (hd <= 0), h / heads, hd)
+    ffn = _f(a["ffn_dim"])
+    E = _get(a, "n_experts", 0.0)
+    topk = _get(a, "top_k", np.nan)
+    topk = np.where(np.isnan(topk), np.where(E > 0, 1.0, 0.0), topk)
+    fe = _get(a, "expert_ffn_dim", np.nan)
+    fe = np.where(np.isnan(fe), ffn, fe)
+    ns = _get(a, "n_shared_experts", 0.0)
+    nd = _get(a, "n_dense_layers", 0.0)
+    tied = _get(a, "tied_embeddings", 0.0)
+    act = _get(a, "activation", 0.0)
+    return {
+        "n_layers": L,
+        "d_model": h,
+        "n_heads": heads,
+        "n_kv_heads": kv,
+        "head_dim": hd,
+        "ffn_dim": ffn,
+        "vocab": _f(a["vocab"]),
+        "activation": act,
+        "n_experts": E,
+        "top_k": topk,
+        "expert_ffn_dim": fe,
+        "n_shared_experts": ns,
+        "n_dense_layers": nd,
+        "tied_embeddings": tied,
+    }
+
+
+def layer_shapes(arch: ArrayDict) -> dict[str, np.ndarray]:
+    """Per-layer parameter groups of a normalized architecture.
+
+    Returns q_dim, kv_dim, attn_matmul (Q,K,V,O weights), attn_bias, mlp_mats (2 or 3),
+    dense_mlp_matmul, expert_matmul (one expert), router_matmul, n_moe_layers,
+    n_dense_mlp_layers, norm_params (per layer), has_bias (gelu = GPT-style biases +
+    LayerNorm with bias; swiglu = Llama-style, no biases, RMSNorm gain only).
+    """
+    h = arch["d_model"]
+    q = arch["n_heads"] * arch["head_dim"]
+    kvd = arch["n_kv_heads"] * arch["head_dim"]
+    gelu = arch["activation"] == 0
+    mats = np.where(gelu, 2.0, 3.0)
+    attn_matmul = h * q + 2.0 * h * kvd + q * h
+    has_bias = gelu.astype(np.float64)
+    attn_bias = has_bias * (q + 2.0 * kvd + h)
+    dense_mlp = mats * h * arch["ffn_dim"]
+    mlp_bias = has_bias * (arch["ffn_dim"] + h)
+    expert = mats * h * arch["expert_ffn_dim"]
+    expert_bias = has_bias * (arch["expert_ffn_dim"] + h)
+    moe = arch["n_experts"] > 0
+    L = arch["n_layers"]
+    n_moe = np.where(moe, np.maximum(L - arch["n_dense_layers"], 0.0), 0.0)
+    n_dense_mlp = L - n_moe
+    router = np.where(moe, h * arch["n_experts"], 0.0)
+    norm = np.where(gelu, 4.0 * h, 2.0 * h)
+    return {
+        "q_dim": q,
+        "kv_dim": kvd,
+        "attn_matmul": attn_matmul,
+        "attn_bias": attn_bias,
+        "mlp_mats": mats,
+        "dense_mlp_matmul": dense_mlp,
+        "mlp_bias": mlp_bias,
+        "expert_matmul": expert,
+        "expert_bias": expert_bias,
+        "router_matmul": router,
+        "n_moe_layers": n_moe,
+        "n_dense_mlp_layers": n_dense_mlp,
+        "norm_params": norm,
+        "has_bias": has_bias,
+    }
+
+
+def param_counts(a: ArrayDict) -> dict[str, np.ndarray]:
+    """Total and active parameter counts, and the matmul params used by the FLOP convention.
+
+    Shared experts are assumed to have ``expert_ffn_dim`` (DeepSeek-MoE convention).
+    Embeddings: V*h input; + V*h LM head when untied. Final norm: 2h (gelu) or h (swiglu).
+    Learned position embeddings (GPT-2/3, Megatron) are not modelled (s*h params, <0.3 %
+    for the models in the tests).
+    """
+    arch = a if "expert_matmul" in a else None
+    ar = normalize_arch(a)
+    sh = layer_shapes(ar)
+    h, V, L = ar["d_model"], ar["vocab"], ar["n_layers"]
+    E, k, ns = ar["n_experts"], ar["top_k"], ar["n_shared_experts"]
+    per_layer_common = sh["attn_matmul"] + sh["attn_bias"] + sh["norm_params"]
+    dense_mlp = sh["dense_mlp_matmul"] + sh["mlp_bias"]
+    expert = sh["expert_matmul"] + sh["expert_bias"]
+    final_norm = np.where(ar["activation"] == 0, 2.0 * h, h)
+    embed = V * h * (2.0 - np.clip(ar["tied_embeddings"], 0.0, 1.0))
+    total = (
+        L * per_layer_common
+        + sh["n_dense_mlp_layers"] * dense_mlp
+        + sh["n_moe_layers"] * ((E + ns) * expert + sh["router_matmul"])
+        + embed
+        + final_norm
+    )
+    active = (
+        L * per_layer_common
+        + sh["n_dense_mlp_layers"] * dense_mlp
+        + sh["n_moe_layers"] * ((k + ns) * expert + sh["router_matmul"])
+        + embed
+        + final_norm
+    )
+    matmul_layers_active = (
+        L * sh["attn_matmul"]
+        + sh["n_dense_mlp_layers"] * sh["dense_mlp_matmul"]
+        + sh["n_moe_layers"] * ((k + ns) * sh["expert_matmul"] + sh["router_matmul"])
+    )
+    lm_head = V * h
+    del arch
+    return {
+        "params": total,
+        "active_params": active,
+        "matmul_params_layers_active": matmul_layers_active,
+        "lm_head_params": lm_head,
+        "matmul_params_active": matmul_layers_active + lm_head,
+        "embedding_params": embed,
+    }
+
+
+def model_flops_per_token(a: ArrayDict, seq_len) -> np.ndarray:
+    """stepcast model FLOPs per token (forward + backward), see module docstring."""
+    ar = normalize_arch(a)
+    pc = param_counts(ar)
+    s = _f(seq_len)
+    q = ar["n_heads"] * ar["head_dim"]
+    return 6.0 * pc["matmul_params_active"] + 12.0 * ar["n_layers"] * s * q
+
+
+def recompute_flops_per_token(a: ArrayDict, seq_len, recompute) -> np.ndarray:
+    """Extra (hardware) FLOPs per token from recomputation. recompute: 0 none, 1 selective, 2 full."""
+    ar = normalize_arch(a)
+    pc = param_counts(ar)
+    s = _f(seq_len)
+    q = ar["n_heads"] * ar["head_dim"]
+    attn_fwd = 4.0 * ar["n_layers"] * s * q
+    rc = np.asarray(recompute)
+    return np.where(rc == 2, 2.0 * pc["matmul_params_layers_active"] + attn_fwd, np.where(rc == 1, attn_fwd, 0.0))
+
+
+def hardware_flops_per_token(a: ArrayDict, seq_len, recompute) -> np.ndarray:
+    return model_flops_per_token(a, seq_len) + recompute_flops_per_token(a, seq_len, recompute)
+
+
+# ---------------------------------------------------------------------------------------
+# Conventions used by the measured sources
+# ---------------------------------------------------------------------------------------
+def megatron_flops_per_iteration(batch_seqs, seq_len, n_layers, d_model, vocab) -> np.ndarray:
+    """Narayanan et al. 2021 eq. (3): 96 B s l h^2 (1 + s/6h + V/16lh).
+
+    Includes the full-recompute forward pass, so it is a *hardware* FLOP count (HFU).
+    """
+    B, s, l, h, V = (_f(x) for x in (batch_seqs, seq_len, n_layers, d_model, vocab))
+    return 96.0 * B * s * l * h**2 * (1.0 + s / (6.0 * h) + V / (16.0 * l * h))
+
+
+def korthikanti_model_flops_per_iteration(batch_seqs, seq_len, n_layers, d_model, vocab) -> np.ndarray:
+    """Korthikanti et al. 2022 model FLOPs: 72 B s l h^2 (1 + s/6h + V/12lh) (= stepcast for ffn=4h)."""
+    B, s, l, h, V = (_f(x) for x in (batch_seqs, seq_len, n_layers, d_model, vocab))
+    return 72.0 * B * s * l * h**2 * (1.0 + s / (6.0 * h) + V / (12.0 * l * h))
+
+
+def korthikanti_selective_hfu_flops_per_iteration(batch_seqs, seq_len, n_layers, d_model, vocab) -> np.ndarray:
+    """Korthikanti et al. 2022 hardware FLOPs with selective recompute: 72 B s l h^2 (1 + s/3h + V/12lh).
+
+    Note: this adds 12 B s^2 l h over the model FLOPs, three times the forward attention
+    core that is physically recomputed (stepcast's HFU adds 4 B s^2 l h).
+    """
+    B, s, l, h, V = (_f(x) for x in (batch_seqs, seq_len, n_layers, d_model, vocab))
+    return 72.0 * B * s * l * h**2 * (1.0 + s / (3.0 * h) + V / (12.0 * l * h))
+
+
+def palm_flops_per_token(n_params, n_layers, n_heads, head_dim, seq_len) -> np.ndarray:
+    """PaLM (Chowdhery et al. 2022, App. B): 6 N + 12 L H Q T, N = total parameters."""
+    return 6.0 * _f(n_params) + 12.0 * _f(n_layers) * _f(n_heads) * _f(head_dim) * _f(seq_len)
+
+
+CONVENTIONS = ("stepcast", "stepcast_hfu", "megatron", "korthikanti_selective_hfu", "palm", "6n", "6n_active")
+
+
+def flops_per_token(convention: str, a: ArrayDict, seq_len, recompute=0) -> np.ndarray:
+    """FLOPs per token of an architecture under a named convention.
+
+    stepcast            - the stepcast model-FLOP convention (MFU numerator)
+    stepcast_hfu        - stepcast + recompute of ``recompute`` (HFU numerator)
+    megatron            - Narayanan 2021 formula / tokens (HFU with full recompute; uses
+                          d_model and vocab only, i.e. assumes ffn = 4h, MHA)
+    korthikanti_selective_hfu - Korthikanti 2022 selective-recompute hardware FLOPs / tokens
+    palm                - 6 N_total + 12 L H Q T
+    6n                  - 6 N_total
+    6n_active           - 6 N_active (MoE: routed top_k + shared)
+    """
+    ar = normalize_arch(a)
+    s = _f(seq_len)
+    if convention == "stepcast":
+        return model_flops_per_token(ar, s)
+    if convention == "stepcast_hfu":
+        return hardware_flops_per_token(ar, s, recompute)
+    if convention == "megatron":
+        return megatron_flops_per_iteration(1.0, s, ar["n_layers"], ar["d_model"], ar["vocab"]) / s
+    if convention == "korthikanti_selective_hfu":
+        return korthikanti_selective_hfu_flops_per_iteration(1.0, s, ar["n_layers"], ar["d_model"], ar["vocab"]) / s
+    pc = param_counts(ar)
+    if convention == "palm":
+        return palm_flops_per_token(pc["params"], ar["n_layers"], ar["n_heads"], ar["head_dim"], s)
+    if convention == "6n":
+        return 6.0 * pc["params"]
+    if convention == "6n_active":
+        return 6.0 * pc["active_params"]
+    raise ValueError(f"unknown FLOP convention {convention!r}; expected one of {CONVENTIONS}")
+
+
+def convert_flops_convention(value, from_convention: str, to_convention: str, a: ArrayDict, seq_len, recompute=0):
+    """Convert a FLOP-proportional figure (TFLOP/s, MFU, HFU at the same wall time).
+
+    value * F_to / F_from, where F is the per-token FLOPs of each convention for the same
+    architecture and sequence length. E.g. a Megatron SC'21 "TFLOP/s per GPU" (recompute
+    included) -> stepcast model TFLOP/s: convert_flops_convention(x, 'megatron', 'stepcast', ...).
+    """
+    f_from = flops_per_token(from_convention, a, seq_len, recompute)
+    f_to = flops_per_token(to_convention, a, seq_len, recompute)
+    return _f(value) * f_to / f_from

@@ -1,0 +1,269 @@
+"""Hardware resolution: turn rows of ``measurements/hardware_specs.csv`` into model inputs.
+
+Pure functions: the caller reads the CSV (or the DuckDB ``hardware`` table) and passes a
+polars DataFrame; nothing here touches files.
+
+Rules (all documented in models/MODEL.md, section "Hardware"):
+
+* ``scaleup_size`` = ``gpus_per_node_typical``. Google TPUs are the exception: ICI spans the
+  whole pod, so the scale-up domain is the pod size printed in ``intra_node_link``
+  ("pod 4,096 chips"). Empty -> ``default_scaleup_size`` (8, the HGX/DGX and common
+  8-slot PCIe server size) and ``scaleup_size_fallback = True``.
+* ``inter_node_bw_gbps`` empty -> ``min(intra_node_bw_gbps, inter_node_fallback_gbps)``
+  with ``inter_node_bw_fallback = True``. The fallback (12.5 GB/s = one 100 Gb/s
+  EDR/100GbE NIC per accelerator) is the typical lowest-tier fabric in the table (DGX-1
+  P100/V100 have 6.25 GB/s per GPU, DGX A100 25); a NIC behind a PCIe slot can never
+  exceed the accelerator's PCIe link, hence the ``min``.
+* fp32-only parts (no tensor cores: GTX 580, GTX 1080 Ti, K80 - no BF16/TF32/FP8 peak and
+  ``peak_fp16 == peak_fp32``) run every dtype at the FP32 peak (``fp32_only = True``).
+* TPU v3/v4 list memory in GiB (DATA_CARD.md); converted to GB (x 1.073741824).
+* A value the model needs (memory_gb, memory_bw_gbps, intra_node_bw_gbps, at least one
+  peak) that is empty raises ``HardwareSpecError`` naming the id and column
+  (``strict=True``), or fills ``hardware_error`` for that row (``strict=False``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Mapping
+
+import numpy as np
+import polars as pl
+
+from models.params import DTYPE_CODES
+
+PEAK_COLUMNS = (
+    "peak_fp32_tflops",
+    "peak_tf32_tflops",
+    "peak_bf16_tflops",
+    "peak_fp16_tflops",
+    "peak_fp8_tflops",
+)
+NUMERIC_COLUMNS = PEAK_COLUMNS + (
+    "memory_gb",
+    "memory_bw_gbps",
+    "intra_node_bw_gbps",
+    "inter_node_bw_gbps",
+    "gpus_per_node_typical",
+)
+REQUIRED_COLUMNS = ("memory_gb", "memory_bw_gbps", "intra_node_bw_gbps")
+HW_MODEL_COLUMNS = PEAK_COLUMNS + (
+    "memory_gb",
+    "memory_bw_gbps",
+    "intra_node_bw_gbps",
+    "inter_node_bw_gbps",
+    "scaleup_size",
+)
+
+GIB_TO_GB = 1.073741824
+INTER_NODE_FALLBACK_GBPS = 12.5
+DEFAULT_SCALEUP_SIZE = 8
+
+_POD_RE = re.compile(r"pod\s+([\d,]+)\s+chips", re.IGNORECASE)
+
+
+class HardwareSpecError(ValueError):
+    """A hardware value the model needs is missing or invalid."""
+
+    def __init__(self, hw_id: str, column: str, message: str = "") -> None:
+        self.hw_id = hw_id
+        self.column = column
+        super().__init__(
+            f"hardware '{hw_id}': column '{column}' "
+            + (message or "is empty but required by the step-time model")
+        )
+
+
+def _pod_size(link: str | None) -> float | None:
+    if not link:
+        return None
+    m = _POD_RE.search(link)
+    return float(m.group(1).replace(",", "")) if m else None
+
+
+def _memory_in_gib(row: Mapping) -> bool:
+    mem = row.get("memory_gb")
+    if mem is None:
+        return False
+    text = " ".join(str(row.get(c) or "") for c in ("source_ref", "notes"))
+    for m in re.finditer(r"(\d+(?:\.\d+)?)\s*GiB", text):
+        if abs(float(m.group(1)) - float(mem)) < 1e-9:
+            return True
+    return False
+
+
+def resolve_hardware(
+    hw: pl.DataFrame,
+    *,
+    strict: bool = True,
+    inter_node_fallback_gbps: float = INTER_NODE_FALLBACK_GBPS,
+    default_scaleup_size: int = DEFAULT_SCALEUP_SIZE,
+) -> pl.DataFrame:
+    """Resolve hardware spec rows into the columns the step-time model consumes.
+
+    Input: rows with (at least) ``id`` and the numeric columns of hardware_specs.csv
+    (strings or numbers; empty string/null = missing). Output: the input columns (numeric
+    ones cast to Float64) plus ``scaleup_size``, ``scaleup_size_fallback``,
+    ``inter_node_bw_fallback``, ``fp32_only``, ``memory_in_gib_converted`` and
+    ``hardware_error`` (null when the row is usable).
+    """
+    df = hw
+    for c in NUMERIC_COLUMNS:
+        if c not in df.columns:
+            df = df.with_columns(pl.lit(None, dtype=pl.Float64).alias(c))
+        elif df.schema[c] == pl.Utf8:
+            df = df.with_columns(
+                pl.col(c).str.strip_chars().replace("", None).cast(pl.Float64, strict=False)
+            )
+        else:
+            df = df.with_columns(pl.col(c).cast(pl.Float64, strict=False))
+    for c in ("id", "intra_node_link", "source_ref", "notes", "vendor"):
+        if c not in df.columns:
+            df = df.with_columns(pl.lit(None, dtype=pl.Utf8).alias(c))
+
+    rows = df.to_dicts()
+    out_rows = []
+    for r in rows:
+        hw_id = r.get("id") or "<no id>"
+        err = None
+        # fp32-only parts
+        fp32_only = (
+            r["peak_fp32_tflops"] is not None
+            and r["peak_bf16_tflops"] is None
+            and r["peak_tf32_tflops"] is None
+            and r["peak_fp8_tflops"] is None
+            and (r["peak_fp16_tflops"] is None or r["peak_fp16_tflops"] == r["peak_fp32_tflops"])
+        )
+        if fp32_only:
+            for c in ("peak_tf32_tflops", "peak_bf16_tflops", "peak_fp16_tflops", "peak_fp8_tflops"):
+                r[c] = r["peak_fp32_tflops"]
+        # memory units
+        gib = _memory_in_gib(r)
+        if gib:
+            r["memory_gb"] = r["memory_gb"] * GIB_TO_GB
+        # scale-up domain
+        pod = _pod_size(r.get("intra_node_link"))
+        su_fallback = False
+        if pod is not None:
+            scaleup = pod
+        elif r["gpus_per_node_typical"] is not None and r["gpus_per_node_typical"] >= 1:
+            scaleup = r["gpus_per_node_typical"]
+        else:
+            scaleup = float(default_scaleup_size)
+            su_fallback = True
+        # scale-out
+        inter_fb = False
+        if r["inter_node_bw_gbps"] is None or not r["inter_node_bw_gbps"] > 0:
+            intra = r["intra_node_bw_gbps"]
+            r["inter_node_bw_gbps"] = (
+                min(intra, inter_node_fallback_gbps) if intra is not None else inter_node_fallback_gbps
+            )
+            inter_fb = True
+        # required values
+        for c in REQUIRED_COLUMNS:
+            v = r[c]
+            if v is None or not (v > 0):
+                err = HardwareSpecError(hw_id, c)
+                break
+        if err is None and all(r[c] is None for c in PEAK_COLUMNS):
+            err = HardwareSpecError(hw_id, "peak_bf16_tflops", "and every other peak column are empty")
+        if err is not None and strict:
+            raise err
+        r["scaleup_size"] = float(scaleup)
+        r["scaleup_size_fallback"] = su_fallback
+        r["inter_node_bw_fallback"] = inter_fb
+        r["fp32_only"] = fp32_only
+        r["memory_in_gib_converted"] = gib
+        r["hardware_error"] = None if err is None else str(err)
+        out_rows.append(r)
+
+    schema = dict(df.schema)
+    schema.update(
+        {
+            "scaleup_size": pl.Float64,
+            "scaleup_size_fallback": pl.Boolean,
+            "inter_node_bw_fallback": pl.Boolean,
+            "fp32_only": pl.Boolean,
+            "memory_in_gib_converted": pl.Boolean,
+            "hardware_error": pl.Utf8,
+        }
+    )
+    return pl.DataFrame(out_rows, schema=schema, orient="row")
+
+
+# ---------------------------------------------------------------------------------------
+# Peak selection by precision (vectorized)
+# ---------------------------------------------------------------------------------------
+def _nan(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64)
+
+
+def encode_dtype(dtype) -> np.ndarray:
+    """Map dtype strings (scalar or array) to DTYPE_CODES; unknown -> -1."""
+    arr = np.atleast_1d(np.asarray(dtype, dtype=object))
+    return np.array([DTYPE_CODES.get(str(x).lower(), -1) if x is not None else -1 for x in arr], dtype=np.int64)
+
+
+def peak_tflops_for(dtype, hw: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Dense peak TFLOP/s of the run's precision, and a flag when a fallback was used.
+
+    dtype: codes (int array, see DTYPE_CODES) or strings. hw: arrays of the PEAK_COLUMNS.
+    Selection (MODEL.md "Peak by precision"):
+      bf16 -> bf16, else fp16 (flag);  fp16 -> fp16, else bf16 (flag)
+      fp8 / fp8-cs / mxfp8 -> fp8, else bf16, else fp16 (flag)
+      nvfp4 -> fp8 peak, flagged: hardware_specs.csv has no FP4 column and NVFP4 recipes
+               keep part of the GEMMs (and all attention) in higher precision, so the
+               FP8 peak is the documented denominator; then bf16/fp16 (flag)
+      fp32 -> fp32 (NaN if unknown);  tf32 -> tf32, else fp32 (flag)
+    A result of NaN means the hardware has no usable peak for this dtype.
+    """
+    codes = np.asarray(dtype)
+    if codes.dtype.kind in "OUS":
+        codes = encode_dtype(codes)
+    codes = codes.astype(np.int64)
+    fp32 = _nan(hw["peak_fp32_tflops"])
+    tf32 = _nan(hw["peak_tf32_tflops"])
+    bf16 = _nan(hw["peak_bf16_tflops"])
+    fp16 = _nan(hw["peak_fp16_tflops"])
+    fp8 = _nan(hw["peak_fp8_tflops"])
+    shape = np.broadcast(codes, fp32).shape
+    codes = np.broadcast_to(codes, shape)
+
+    def first(*cands):
+        out = np.broadcast_to(cands[0], shape).copy()
+        fb = np.zeros(shape, dtype=bool)
+        for c in cands[1:]:
+            m = np.isnan(out)
+            if not m.any():
+                break
+            out = np.where(m, c, out)
+            fb |= m
+        return out, fb
+
+    p_bf16, f_bf16 = first(bf16, fp16)
+    p_fp16, f_fp16 = first(fp16, bf16)
+    p_fp8, f_fp8 = first(fp8, bf16, fp16)
+    p_fp4, f_fp4 = first(fp8, bf16, fp16)
+    f_fp4 = np.ones(shape, dtype=bool)
+    p_fp32, f_fp32 = first(fp32)
+    p_tf32, f_tf32 = first(tf32, fp32)
+
+    peak = np.full(shape, np.nan)
+    flag = np.zeros(shape, dtype=bool)
+    for code_set, p, f in (
+        ((0,), p_bf16, f_bf16),
+        ((1,), p_fp16, f_fp16),
+        ((2, 3, 4), p_fp8, f_fp8),
+        ((5,), p_fp4, f_fp4),
+        ((6,), p_fp32, f_fp32),
+        ((7,), p_tf32, f_tf32),
+    ):
+        m = np.isin(codes, code_set)
+        peak = np.where(m, p, peak)
+        flag = np.where(m, f, flag)
+    return peak, flag
+
+
+def hardware_arrays(hw: pl.DataFrame) -> dict[str, np.ndarray]:
+    """The model columns of a resolved hardware frame as float arrays (null -> NaN)."""
+    return {c: hw[c].cast(pl.Float64).fill_null(np.nan).to_numpy() for c in HW_MODEL_COLUMNS}

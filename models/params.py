@@ -1,0 +1,156 @@
+"""Physical parameters of the analytical step-time model and the categorical codes.
+
+Every default below names where it comes from. Three kinds of source are used:
+
+* ``derived``  - follows from arithmetic on the data layout of a known implementation
+  (e.g. bytes touched by an Adam update); the derivation is in the comment.
+* ``published`` - a figure printed in a paper, datasheet or benchmark README that is named.
+* ``prior``    - an engineering judgement. It is NOT a measured fact; it is the starting
+  value that calibration (``log(measured / analytical)`` fits) is expected to replace.
+  Priors are deliberately round numbers so nobody mistakes them for measurements.
+
+``PhysParams`` is frozen; ``to_dict``/``from_dict`` round-trip it so a calibration fit can
+store the values it fitted next to the fit version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Mapping
+
+# ---------------------------------------------------------------------------------------
+# Categorical codes used by the array-level API (``predict_arrays``). Strings are encoded
+# to these integers outside the hot path; -1 means "unknown / not in the vocabulary".
+# ---------------------------------------------------------------------------------------
+ACTIVATION_CODES: Mapping[str, int] = {"gelu": 0, "swiglu": 1}
+SHARDING_CODES: Mapping[str, int] = {
+    "none": 0,
+    "zero1": 1,
+    "zero2": 2,
+    "zero3": 3,
+    "fsdp": 4,
+    "hsdp": 5,
+}
+RECOMPUTE_CODES: Mapping[str, int] = {"none": 0, "selective": 1, "full": 2}
+DTYPE_CODES: Mapping[str, int] = {
+    "bf16": 0,
+    "fp16": 1,
+    "fp8": 2,
+    "fp8-cs": 3,
+    "mxfp8": 4,
+    "nvfp4": 5,
+    "fp32": 6,
+    "tf32": 7,
+}
+
+
+@dataclass(frozen=True)
+class PhysParams:
+    """Named constants of the analytical model (see models/MODEL.md for the formulas)."""
+
+    # --- compute -------------------------------------------------------------------
+    # Fraction of the dense tensor-core peak a large, well-shaped GEMM sustains.
+    # prior: cuBLAS/CUTLASS large-GEMM benchmarks typically land at 70-90 % of the dense
+    # datasheet peak for 16-bit on A100/H100; end-to-end Megatron-LM reaches 52 % HFU
+    # (Narayanan et al. 2021, Table 1) which bounds it from below. To be fitted.
+    matmul_eff_16bit: float = 0.80
+    # prior: FP8/FP4 GEMMs reach a smaller fraction of their (2x) peak than BF16 does
+    # because scaling/casting kernels and the unchanged memory traffic eat into it.
+    matmul_eff_8bit: float = 0.70
+    # prior: FP32/TF32 (and fp32-only parts without tensor cores).
+    matmul_eff_32bit: float = 0.80
+    # published: FlashAttention-2 (Dao 2023) reports 50-73 % of A100 peak in the forward
+    # pass and less in the backward; the low end is used for fwd+bwd.
+    attn_eff: float = 0.50
+    # Fraction of the square causal attention work actually executed by the kernel.
+    # The FLOP *convention* always counts the full square (MODEL.md); this only changes
+    # the predicted kernel time. prior 1.0: Megatron-LM 2021/2022 fused softmax kernels
+    # compute the full masked square; FlashAttention skips masked blocks (-> ~0.5).
+    attn_causal_work_fraction: float = 1.0
+    # Achieved fraction of the HBM datasheet bandwidth for streaming kernels.
+    # prior: STREAM-like copies reach ~85-92 % of HBM peak on A100/H100 class parts.
+    hbm_eff: float = 0.85
+    # prior: launch/synchronisation overhead per transformer layer and micro-batch
+    # (forward + backward), not hidden behind GPU execution. ~ a handful of 4-5 us
+    # kernel launches; to be fitted.
+    kernel_overhead_s_per_layer: float = 20e-6
+    # derived: element-wise HBM traffic per token per layer in the forward pass, in units
+    # of d_model elements (2 LayerNorms read+write 4, 2 residual adds 2x(2 read + 1
+    # write) = 6, 2 dropouts read+write+mask ~ 5, bias adds ~ 1): 16 x d_model.
+    elementwise_h_elems_fwd: float = 16.0
+    # derived: per ffn element, GeLU reads + writes (2); SwiGLU reads 2 writes 1 (3).
+    elementwise_f_elems_gelu: float = 2.0
+    elementwise_f_elems_swiglu: float = 3.0
+    # derived: backward element-wise traffic is ~2x forward (reads saved input and grad,
+    # writes grad).
+    elementwise_bwd_factor: float = 2.0
+
+    # --- communication ---------------------------------------------------------------
+    # prior: fraction of the per-direction scale-up (NVLink/IF/ICI) bandwidth reached as
+    # NCCL "bus bandwidth" on large messages (nccl-tests on DGX A100 report ~230 GB/s of
+    # 300 GB/s for all_reduce). To be fitted per fabric.
+    scaleup_eff: float = 0.75
+    # prior: fraction of the per-GPU scale-out NIC bandwidth reached by large collectives
+    # (InfiniBand/RoCE typically 85-95 % of line rate in nccl-tests).
+    scaleout_eff: float = 0.85
+    # prior: per-step latency (alpha) of a collective algorithm step inside the scale-up
+    # domain and across the network (order of NCCL small-message latencies).
+    alpha_scaleup_s: float = 3e-6
+    alpha_scaleout_s: float = 10e-6
+    # prior: fraction of tensor-parallel communication hidden behind GEMMs. 0 = Megatron-LM
+    # 2021/2022 (blocking all-reduce); TE userbuffer overlap in newer stacks -> fitted.
+    tp_overlap: float = 0.0
+    # prior: fraction of the final gradient reduction hidden behind the backward compute
+    # of the last micro-batch (Megatron-Core overlap_grad_reduce, DDP buckets).
+    dp_overlap: float = 0.5
+    # prior: fraction of ZeRO-3/FSDP parameter all-gathers hidden behind compute by
+    # prefetching (FSDP forward/backward prefetch).
+    fsdp_gather_overlap: float = 0.8
+    # prior: fraction of pipeline point-to-point hidden behind compute.
+    pp_overlap: float = 0.0
+    # prior: fraction of MoE all-to-all hidden behind compute (0 = no overlap).
+    ep_overlap: float = 0.0
+
+    # --- memory ----------------------------------------------------------------------
+    # derived: bytes per gradient element held during accumulation. Megatron-LM keeps
+    # fp32 ``main_grad`` buffers (accumulate_allreduce_grads_in_fp32); ZeRO's 16 B/param
+    # accounting (Rajbhandari et al. 2020) uses 2-byte grads: set 2.0 to reproduce it.
+    grad_bytes: float = 4.0
+    # derived: bytes per gradient element on the wire for the DP reduction (fp32 main
+    # grads in Megatron-LM; PyTorch FSDP MixedPrecision 'DEFAULT' reduce_dtype fp32).
+    grad_reduce_bytes: float = 4.0
+    # derived: mixed-precision Adam keeps fp32 master weights + m + v = 12 B/param
+    # (Rajbhandari et al. 2020, section 3.1, K = 12).
+    optimizer_state_bytes_mixed: float = 12.0
+    # derived: fp32 training keeps only m + v (weights are already fp32).
+    optimizer_state_bytes_fp32: float = 8.0
+    # derived: HBM bytes touched per locally-updated parameter by one Adam step: read
+    # fp32 grad 4 + read/write master 8 + m 8 + v 8 + write 16-bit weight 2 = 30.
+    optimizer_update_bytes: float = 30.0
+    # prior: fixed per-GPU allocation outside the model: CUDA context, NCCL buffers,
+    # cuBLAS/cuDNN workspaces (commonly 1-3 GB on A100/H100). To be fitted.
+    mem_overhead_gb: float = 2.0
+    # prior: caching-allocator fragmentation and temporary buffers as a fraction of the
+    # modelled bytes (PyTorch allocator reserved-vs-allocated gaps of 5-15 % are common).
+    mem_fragmentation_frac: float = 0.10
+    # derived (Korthikanti et al. 2022): attention softmax/dropout tensors (5as/h term) are
+    # stored when no recompute is used. Set 0 to model FlashAttention-style kernels that
+    # never materialise the score matrix.
+    attn_scores_stored: float = 1.0
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: float(v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "PhysParams":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown PhysParams fields: {sorted(unknown)}")
+        return cls(**{k: float(v) for k, v in d.items()})
+
+    def with_(self, **kw: float) -> "PhysParams":
+        return replace(self, **kw)
+
+
+DEFAULT = PhysParams()
