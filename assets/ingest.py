@@ -1,6 +1,8 @@
 """Ingest assets: reference tables and measured runs into the DuckDB store (thin: read, call, write, report)."""
 
 
+from pathlib import Path
+
 import dagster as dg
 from dagster import AssetExecutionContext
 from dagster_duckdb import DuckDBResource
@@ -10,25 +12,10 @@ from pipeline.resources import MeasurementsResource
 
 GROUP = "ingest"
 
-REFERENCE = {
-    # table: (file, key column, required columns)
-    "hardware": ("hardware_specs.csv", "id", ("id", "name", "peak_bf16_tflops", "peak_fp32_tflops", "memory_gb",
-                                              "memory_bw_gbps", "intra_node_bw_gbps", "gpus_per_node_typical",
-                                              "inter_node_bw_gbps", "source_ref")),
-    "architectures": ("architectures.csv", "id", ("id", "name", "n_layers", "d_model", "n_heads", "n_kv_heads",
-                                                  "ffn_dim", "vocab", "activation", "n_experts", "top_k",
-                                                  "tied_embeddings", "aliases", "source")),
-    "cloud_prices": ("cloud_prices.csv", "", ("accelerator_id", "cloud", "instance_type", "accelerator_count",
-                                              "price_usd_per_hour", "catalog_file", "catalog_commit")),
-}
-
-
 def _load_reference(table: str, measurements: MeasurementsResource, duckdb: DuckDBResource) -> dg.MaterializeResult:
-    file, key, required = REFERENCE[table]
-    path = measurements.path(file)
-    frame = store.read_reference_csv(path, key, required)
+    path = measurements.path(store.REFERENCE[table][0])
     with duckdb.get_connection() as con:
-        store.replace_table(con, table, frame)
+        frame = store.load_reference(con, table, Path(measurements.root))
     return dg.MaterializeResult(metadata={
         "rows": dg.MetadataValue.int(frame.height),
         "columns": dg.MetadataValue.int(frame.width),

@@ -28,6 +28,8 @@ from typing import Mapping
 
 import numpy as np
 
+from models.params import ACTIVATION_CODES
+
 ArrayDict = Mapping[str, np.ndarray]
 
 ARCH_COLUMNS = (
@@ -52,10 +54,15 @@ def _f(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
-def _get(a: ArrayDict, key: str, default: float, n: int | None = None) -> np.ndarray:
+def _get(a: ArrayDict, key: str, default: float) -> np.ndarray:
     if key in a and a[key] is not None:
-        v = _f(a[key])
-        return np.where(np.isnan(v), default, v) if np.ndim(default) == 0 or True else v
+        v = a[key]
+        if key == "activation":
+            v = np.asarray(v)
+            if v.dtype.kind in "OUS":
+                v = np.array([ACTIVATION_CODES.get(str(x).lower(), -1) for x in np.atleast_1d(v)], dtype=np.float64)
+        v = _f(v)
+        return np.where(np.isnan(v), default, v)
     return np.asarray(default, dtype=np.float64)
 
 
@@ -155,7 +162,6 @@ def param_counts(a: ArrayDict) -> dict[str, np.ndarray]:
     Learned position embeddings (GPT-2/3, Megatron) are not modelled (s*h params, <0.3 %
     for the models in the tests).
     """
-    arch = a if "expert_matmul" in a else None
     ar = normalize_arch(a)
     sh = layer_shapes(ar)
     h, V, L = ar["d_model"], ar["vocab"], ar["n_layers"]
@@ -185,7 +191,6 @@ def param_counts(a: ArrayDict) -> dict[str, np.ndarray]:
         + sh["n_moe_layers"] * ((k + ns) * sh["expert_matmul"] + sh["router_matmul"])
     )
     lm_head = V * h
-    del arch
     return {
         "params": total,
         "active_params": active,

@@ -101,6 +101,28 @@ def read_reference_csv(path: Path, key: str, required: Iterable[str]) -> pl.Data
     return frame
 
 
+REFERENCE = {
+    # table: (file, key column, required columns)
+    "hardware": ("hardware_specs.csv", "id", ("id", "name", "peak_bf16_tflops", "peak_fp32_tflops", "memory_gb",
+                                              "memory_bw_gbps", "intra_node_bw_gbps", "gpus_per_node_typical",
+                                              "inter_node_bw_gbps", "source_ref")),
+    "architectures": ("architectures.csv", "id", ("id", "name", "n_layers", "d_model", "n_heads", "n_kv_heads",
+                                                  "ffn_dim", "vocab", "activation", "n_experts", "top_k",
+                                                  "tied_embeddings", "aliases", "source")),
+    "cloud_prices": ("cloud_prices.csv", "", ("accelerator_id", "cloud", "instance_type", "accelerator_count",
+                                              "price_usd_per_hour", "catalog_file", "catalog_commit")),
+}
+
+
+
+def load_reference(con: duckdb.DuckDBPyConnection, table: str, measurements_root: Path) -> pl.DataFrame:
+    """Validate a reference CSV and replace its table with it; returns the frame loaded."""
+    file, key, required = REFERENCE[table]
+    frame = read_reference_csv(Path(measurements_root) / file, key, required)
+    replace_table(con, table, frame)
+    return frame
+
+
 def replace_table(con: duckdb.DuckDBPyConnection, name: str, frame: pl.DataFrame) -> None:
     """Replace a whole table in one transaction."""
     con.execute("BEGIN TRANSACTION")

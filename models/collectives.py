@@ -1,0 +1,119 @@
+"""alpha-beta cost model of collectives (vectorized; every argument may be an array).
+
+time = steps * alpha + algorithm_factor * bytes / bw
+
+``bytes`` is always the size of the FULL logical buffer (the all-reduced tensor, the
+gathered result, the per-rank all-to-all send buffer), ``bw`` the per-rank, one-direction
+bandwidth in bytes/s *already multiplied by an efficiency*, ``n`` the number of ranks.
+
+Per-rank bytes sent (closed forms, tested in tests/test_step_time.py):
+  ring all-reduce       2 (n-1)/n * B     (reduce-scatter + all-gather; Patarasuk & Yuan 2009)
+  ring reduce-scatter     (n-1)/n * B
+  ring all-gather         (n-1)/n * B
+  all-to-all (pairwise)   (n-1)/n * B
+  tree all-reduce       ~ 2 B             (reduce + broadcast; latency 2 ceil(log2 n) alpha)
+  point-to-point            B
+Hierarchical all-reduce (intra-node reduce-scatter over g ranks, inter-node all-reduce of
+B/g over n/g nodes, intra-node all-gather) is provided in a sequential and a pipelined
+(slower-tier) form; the step-time model uses ``group_link`` - the pipelined form expressed
+as an effective bandwidth - see MODEL.md.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _f(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64)
+
+
+# --- volumes -----------------------------------------------------------------------------
+def ring_all_reduce_bytes(nbytes, n):
+    n = _f(n)
+    return 2.0 * (n - 1.0) / n * _f(nbytes)
+
+
+def ring_reduce_scatter_bytes(nbytes, n):
+    n = _f(n)
+    return (n - 1.0) / n * _f(nbytes)
+
+
+ring_all_gather_bytes = ring_reduce_scatter_bytes
+all_to_all_bytes = ring_reduce_scatter_bytes
+
+
+def tree_all_reduce_bytes(nbytes, n):
+    n = _f(n)
+    return np.where(n > 1, 2.0 * _f(nbytes), 0.0)
+
+
+# --- times -------------------------------------------------------------------------------
+def ring_all_reduce_time(nbytes, n, bw, alpha):
+    n = _f(n)
+    return np.where(n > 1, 2.0 * (n - 1.0) * _f(alpha) + ring_all_reduce_bytes(nbytes, n) / _f(bw), 0.0)
+
+
+def tree_all_reduce_time(nbytes, n, bw, alpha):
+    n = _f(n)
+    steps = 2.0 * np.ceil(np.log2(np.maximum(n, 1.0)))
+    return np.where(n > 1, steps * _f(alpha) + tree_all_reduce_bytes(nbytes, n) / _f(bw), 0.0)
+
+
+def all_reduce_time(nbytes, n, bw, alpha, algorithm: str = "auto"):
+    """ring | tree | auto (the faster of the two, as NCCL's tuner picks per size)."""
+    if algorithm == "ring":
+        return ring_all_reduce_time(nbytes, n, bw, alpha)
+    if algorithm == "tree":
+        return tree_all_reduce_time(nbytes, n, bw, alpha)
+    if algorithm == "auto":
+        return np.minimum(ring_all_reduce_time(nbytes, n, bw, alpha), tree_all_reduce_time(nbytes, n, bw, alpha))
+    raise ValueError(f"unknown all-reduce algorithm {algorithm!r}")
+
+
+def reduce_scatter_time(nbytes, n, bw, alpha):
+    n = _f(n)
+    return np.where(n > 1, (n - 1.0) * _f(alpha) + ring_reduce_scatter_bytes(nbytes, n) / _f(bw), 0.0)
+
+
+all_gather_time = reduce_scatter_time
+
+
+def all_to_all_time(nbytes, n, bw, alpha):
+    n = _f(n)
+    return np.where(n > 1, (n - 1.0) * _f(alpha) + all_to_all_bytes(nbytes, n) / _f(bw), 0.0)
+
+
+def p2p_time(nbytes, bw, alpha):
+    return _f(alpha) + _f(nbytes) / _f(bw)
+
+
+def hierarchical_all_reduce_time(nbytes, n, g, bw_intra, bw_inter, alpha_intra, alpha_inter, pipelined=True):
+    """Two-level all-reduce: RS inside the node (g ranks), AR of B/g across n/g nodes, AG inside.
+
+    pipelined=True returns the slower tier (the phases of NCCL's multi-ring/tree algorithms
+    stream chunk by chunk, so the slower tier bounds the time); False returns the sum.
+    """
+    n, g = _f(n), _f(g)
+    g = np.clip(g, 1.0, n)
+    nodes = n / g
+    intra = reduce_scatter_time(nbytes, g, bw_intra, alpha_intra) + all_gather_time(nbytes, g, bw_intra, alpha_intra)
+    inter = ring_all_reduce_time(_f(nbytes) / g, nodes, bw_inter, alpha_inter)
+    return np.maximum(intra, inter) if pipelined else intra + inter
+
+
+def group_link(n, ranks_per_node, bw_intra, bw_inter, alpha_intra, alpha_inter):
+    """Effective per-rank bandwidth and per-step latency of a communicator.
+
+    n ranks, of which ``ranks_per_node`` share a scale-up domain. Inside one domain
+    (n <= ranks_per_node): the scale-up link. Spanning domains: NCCL builds one ring per
+    NIC, so the g ranks of a node together drive g NICs and the per-rank "bus bandwidth"
+    is min(scale-up bw, g * NIC bw per GPU) - the pipelined hierarchical bound
+    (``hierarchical_all_reduce_time(..., pipelined=True)`` has the same bandwidth term).
+    """
+    n = _f(n)
+    g = np.clip(_f(ranks_per_node), 1.0, np.maximum(n, 1.0))
+    inside = n <= g
+    bw = np.where(inside, _f(bw_intra), np.minimum(_f(bw_intra), g * _f(bw_inter)))
+    alpha = np.where(inside, _f(alpha_intra), _f(alpha_inter))
+    return bw, alpha

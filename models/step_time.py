@@ -1,0 +1,504 @@
+"""Analytical step-time model (vectorized over configurations).
+
+``predict_arrays`` does the work on a dict of numpy arrays (categoricals as integer codes,
+see models.params.*_CODES); ``predict`` is the polars front-end that encodes strings, fills
+documented defaults and turns error bitmasks into messages. One code path serves one row
+and ten million rows. Formulas, conventions and defaults: models/MODEL.md.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import polars as pl
+
+from models import collectives as coll
+from models.accounting import normalize_arch, layer_shapes, param_counts
+from models.hardware import peak_tflops_for
+from models.memory import GB, memory_per_gpu
+from models.params import (
+    ACTIVATION_CODES,
+    DEFAULT,
+    DTYPE_CODES,
+    RECOMPUTE_CODES,
+    SHARDING_CODES,
+    PhysParams,
+)
+
+LAYOUT_COLUMNS = (
+    "seq_len",
+    "global_batch_seqs",
+    "micro_batch",
+    "n_gpus",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "vpp",
+    "sharding",
+    "recompute",
+    "sequence_parallel",
+    "dtype",
+    "gpus_per_node",
+)
+HARDWARE_COLUMNS = (
+    "peak_fp32_tflops",
+    "peak_tf32_tflops",
+    "peak_bf16_tflops",
+    "peak_fp16_tflops",
+    "peak_fp8_tflops",
+    "memory_gb",
+    "memory_bw_gbps",
+    "intra_node_bw_gbps",
+    "inter_node_bw_gbps",
+    "scaleup_size",
+)
+
+# error bits of ``error_code``
+ERR_BAD_VALUE = 1 << 0
+ERR_GPU_PRODUCT = 1 << 1
+ERR_BATCH = 1 << 2
+ERR_HEADS_TP = 1 << 3
+ERR_PP_LAYERS = 1 << 4
+ERR_EP = 1 << 5
+ERR_VPP = 1 << 6
+ERR_CP_SEQ = 1 << 7
+ERR_CATEGORY = 1 << 8
+ERR_HARDWARE = 1 << 9
+ERR_MEMORY = 1 << 10
+ERROR_MESSAGES = {
+    ERR_BAD_VALUE: "a required numeric input is missing, non-finite or not positive",
+    ERR_GPU_PRODUCT: "tp*pp*cp*dp != n_gpus",
+    ERR_BATCH: "global_batch_seqs is not divisible by dp*micro_batch",
+    ERR_HEADS_TP: "n_heads (or n_kv_heads) not divisible by tp",
+    ERR_PP_LAYERS: "pp > n_layers",
+    ERR_EP: "invalid ep (ep>1 needs an MoE model, ep | dp and ep | n_experts)",
+    ERR_VPP: "invalid vpp (vpp>1 needs pp>1, micro-batches divisible by pp and >= vpp layers per stage)",
+    ERR_CP_SEQ: "seq_len not divisible by cp",
+    ERR_CATEGORY: "unknown activation/sharding/recompute/dtype value",
+    ERR_HARDWARE: "hardware has no peak for this dtype or lacks a required bandwidth/memory value",
+}
+INVALID_MASK = (ERR_MEMORY - 1)  # every bit except memory
+
+OUTPUT_COLUMNS = (
+    "feasible",
+    "error_code",
+    "step_time_s",
+    "tokens_per_s_per_gpu",
+    "mfu",
+    "hfu",
+    "memory_gb_per_gpu",
+    "compute_s",
+    "tp_comm_s",
+    "pp_bubble_s",
+    "pp_comm_s",
+    "dp_comm_exposed_s",
+    "cp_comm_s",
+    "ep_comm_s",
+    "optimizer_s",
+    "params",
+    "active_params",
+    "model_flops_per_token",
+    "hardware_flops_per_token",
+    "n_microbatches",
+    "peak_tflops",
+    "peak_fallback",
+    "mem_weights_gb",
+    "mem_grads_gb",
+    "mem_optimizer_gb",
+    "mem_activations_gb",
+    "mem_overhead_gb",
+)
+
+CHUNK = 32768
+
+
+def _f(x, n) -> np.ndarray:
+    a = np.asarray(x, dtype=np.float64)
+    return np.broadcast_to(a, (n,)) if a.ndim == 0 else a
+
+
+def _ok_int(x) -> np.ndarray:
+    return np.isfinite(x) & (x >= 1) & (np.floor(x) == x)
+
+
+def predict_arrays(a: Mapping[str, np.ndarray], params: PhysParams = DEFAULT) -> dict[str, np.ndarray]:
+    """Predict step time and its breakdown for every configuration in ``a``.
+
+    ``a``: arrays of the architecture, layout and resolved-hardware columns (MODEL.md,
+    "Inputs"); categoricals as integer codes (``activation``, ``sharding``, ``recompute``,
+    ``dtype``), ``sequence_parallel``/``tied_embeddings`` as bool or 0/1. Missing optional
+    columns take their defaults (cp=ep=vpp=1, sharding none, recompute none, no SP,
+    gpus_per_node = scaleup_size). Returns float/bool/int arrays (OUTPUT_COLUMNS); rows with
+    invalid inputs get NaN outputs and ``error_code`` bits; memory-infeasible rows keep
+    their time prediction but ``feasible`` is False and ERR_MEMORY is set.
+    """
+    n = len(np.asarray(a["n_layers"]))
+    if n > CHUNK:
+        parts = [
+            predict_arrays({k: (v[i : i + CHUNK] if np.ndim(v) else v) for k, v in a.items()}, params)
+            for i in range(0, n, CHUNK)
+        ]
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    return _predict_chunk(a, n, params)
+
+
+def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[str, np.ndarray]:
+    g = lambda k, d=np.nan: _f(a[k], n) if k in a and a[k] is not None else np.full(n, d)  # noqa: E731
+    arch = normalize_arch({k: g(k) for k in ("n_layers", "d_model", "n_heads", "ffn_dim", "vocab")} | {
+        k: g(k) for k in ("n_kv_heads", "head_dim", "n_experts", "top_k", "expert_ffn_dim",
+                          "n_shared_experts", "n_dense_layers", "tied_embeddings", "activation")
+    })
+    L, h, heads, kvh = arch["n_layers"], arch["d_model"], arch["n_heads"], arch["n_kv_heads"]
+    V, E, k, ns = arch["vocab"], arch["n_experts"], arch["top_k"], arch["n_shared_experts"]
+
+    s = g("seq_len")
+    B = g("global_batch_seqs")
+    b = g("micro_batch")
+    N = g("n_gpus")
+    t = g("tp")
+    p = g("pp")
+    d = g("dp")
+    c = g("cp", 1.0)
+    e = g("ep", 1.0)
+    v = g("vpp", 1.0)
+    c = np.where(np.isnan(c), 1.0, c)
+    e = np.where(np.isnan(e), 1.0, e)
+    v = np.where(np.isnan(v), 1.0, v)
+    shard = np.nan_to_num(g("sharding", 0.0), nan=0.0).astype(np.int64)
+    rc = np.nan_to_num(g("recompute", 0.0), nan=0.0).astype(np.int64)
+    dt = np.nan_to_num(g("dtype", 0.0), nan=0.0).astype(np.int64)
+    sp = np.nan_to_num(g("sequence_parallel", 0.0), nan=0.0) > 0
+    act = arch["activation"]
+
+    mem_cap = g("memory_gb")
+    hbm_bw = g("memory_bw_gbps") * 1e9 * P.hbm_eff
+    su = g("scaleup_size")
+    gpn = g("gpus_per_node")
+    node = np.where(np.isnan(gpn), su, np.minimum(gpn, np.where(np.isnan(su), gpn, su)))
+    node = np.maximum(np.minimum(node, N), 1.0)
+    bw_up = g("intra_node_bw_gbps") * 1e9 * P.scaleup_eff
+    bw_out = g("inter_node_bw_gbps") * 1e9 * P.scaleout_eff
+    a_up, a_out = P.alpha_scaleup_s, P.alpha_scaleout_s
+    hw = {c_: g(c_) for c_ in HARDWARE_COLUMNS if c_.startswith("peak_")}
+    peak_tf, peak_fb = peak_tflops_for(dt, hw)
+    attn_peak_tf, _ = peak_tflops_for(np.where((dt == 6) | (dt == 7), dt, 0), hw)
+
+    # ---------------- validity ----------------
+    err = np.zeros(n, dtype=np.int64)
+    ints_ok = _ok_int(L) & _ok_int(h) & _ok_int(heads) & _ok_int(kvh) & _ok_int(V) & _ok_int(s) & _ok_int(B)
+    ints_ok &= _ok_int(b) & _ok_int(N) & _ok_int(t) & _ok_int(p) & _ok_int(d) & _ok_int(c) & _ok_int(e) & _ok_int(v)
+    ints_ok &= np.isfinite(arch["ffn_dim"]) & (arch["ffn_dim"] > 0) & np.isfinite(arch["head_dim"])
+    ints_ok &= np.isfinite(E) & (E >= 0) & np.isfinite(k) & (k >= 0) & ((k <= E) | (E == 0))
+    err |= np.where(ints_ok, 0, ERR_BAD_VALUE)
+    err |= np.where(t * p * c * d != N, ERR_GPU_PRODUCT, 0)
+    err |= np.where(np.mod(B, d * b) != 0, ERR_BATCH, 0)
+    kv_ok = (np.mod(kvh, t) == 0) | (np.mod(t, np.maximum(kvh, 1)) == 0)
+    err |= np.where((np.mod(heads, t) != 0) | ~kv_ok, ERR_HEADS_TP, 0)
+    err |= np.where(p > L, ERR_PP_LAYERS, 0)
+    ep_bad = (e > 1) & ((E <= 0) | (np.mod(d, e) != 0) | (np.mod(E, e) != 0))
+    err |= np.where(ep_bad, ERR_EP, 0)
+    m = B / (d * b)
+    Ls = np.ceil(L / p)
+    vpp_bad = (v > 1) & ((p <= 1) | (np.mod(m, p) != 0) | (Ls < v))
+    err |= np.where(vpp_bad, ERR_VPP, 0)
+    err |= np.where(np.mod(s, c) != 0, ERR_CP_SEQ, 0)
+    cat_bad = (act < 0) | (act > 1) | (shard < 0) | (shard > 5) | (rc < 0) | (rc > 2) | (dt < 0) | (dt > 7)
+    err |= np.where(cat_bad, ERR_CATEGORY, 0)
+    hw_bad = ~(np.isfinite(peak_tf) & (peak_tf > 0) & np.isfinite(hbm_bw) & (hbm_bw > 0) & np.isfinite(mem_cap))
+    hw_bad |= ~(np.isfinite(bw_up) & (bw_up > 0) & np.isfinite(bw_out) & (bw_out > 0) & np.isfinite(attn_peak_tf))
+    err |= np.where(hw_bad, ERR_HARDWARE, 0)
+    invalid = err != 0
+
+    # ---------------- derived shapes ----------------
+    sh = layer_shapes(arch)
+    pc = param_counts(arch)
+    q, kvd = sh["q_dim"], sh["kv_dim"]
+    moe_frac = sh["n_moe_layers"] / L
+    Ls_moe = Ls * moe_frac
+    Ls_dense = Ls - Ls_moe
+    is_fp32 = (dt == 6) | (dt == 7)
+    is_8bit = (dt >= 2) & (dt <= 5)
+    act_b = np.where(is_fp32, 4.0, 2.0)
+    w_read_b = np.where(is_fp32, 4.0, np.where(dt == 5, 0.5, np.where(is_8bit, 1.0, 2.0)))
+    eff = np.where(is_fp32, P.matmul_eff_32bit, np.where(is_8bit, P.matmul_eff_8bit, P.matmul_eff_16bit))
+    flops_rate = peak_tf * 1e12 * eff
+    attn_rate = attn_peak_tf * 1e12 * P.attn_eff
+
+    T = b * s / c  # tokens per micro-batch on one (tp-group of) GPU(s)
+    gelu = act == 0
+    n_mats = sh["mlp_mats"]
+    # --- GEMMs of one layer, forward, per GPU ---
+    attn_flops = 2.0 * T * sh["attn_matmul"] / t
+    attn_bytes = w_read_b * sh["attn_matmul"] / t + act_b * T * (2.0 * h + (2.0 * q + 2.0 * kvd) / t)
+    t_attn_gemm = np.maximum(attn_flops / flops_rate, attn_bytes / hbm_bw)
+    F_dense = arch["ffn_dim"]
+    mlp_flops_d = 2.0 * T * sh["dense_mlp_matmul"] / t
+    mlp_bytes_d = w_read_b * sh["dense_mlp_matmul"] / t + act_b * T * (2.0 * h + n_mats * F_dense / t)
+    t_mlp_d = np.maximum(mlp_flops_d / flops_rate, mlp_bytes_d / hbm_bw)
+    F_moe = (k + ns) * arch["expert_ffn_dim"]
+    e_local = np.where(E > 0, E / e, 0.0)
+    mlp_flops_m = 2.0 * T * ((k + ns) * sh["expert_matmul"] + sh["router_matmul"]) / t
+    mlp_bytes_m = w_read_b * ((e_local + ns) * sh["expert_matmul"] + sh["router_matmul"]) / t + act_b * T * (
+        2.0 * h * (1.0 + k) + n_mats * F_moe / t
+    )
+    t_mlp_m = np.maximum(mlp_flops_m / flops_rate, mlp_bytes_m / hbm_bw)
+    # --- attention core (forward) ---
+    attn_core_flops = 4.0 * b * (s / c) * s * q / t * P.attn_causal_work_fraction
+    t_core = attn_core_flops / attn_rate
+    # --- element-wise (forward): HBM traffic ---
+    ef = np.where(gelu, P.elementwise_f_elems_gelu, P.elementwise_f_elems_swiglu)
+    rep_div = np.where(sp, t, 1.0)
+    ew_common = act_b * T * P.elementwise_h_elems_fwd * h / rep_div
+    ew_scores = act_b * P.attn_scores_stored * 4.0 * heads * (s / c) * s * b / t
+    t_ew_d = (ew_common + ew_scores + act_b * T * ef * F_dense / t) / hbm_bw
+    t_ew_m = (ew_common + ew_scores + act_b * T * ef * F_moe / t) / hbm_bw
+    # per-layer forward, backward (2x), recompute
+    fwd_d = t_attn_gemm + t_mlp_d + t_core + t_ew_d
+    fwd_m = t_attn_gemm + t_mlp_m + t_core + t_ew_m
+    fwd_layers = Ls_dense * fwd_d + Ls_moe * fwd_m
+    bwd_layers = (
+        Ls_dense * (2.0 * (t_attn_gemm + t_mlp_d + t_core) + P.elementwise_bwd_factor * t_ew_d)
+        + Ls_moe * (2.0 * (t_attn_gemm + t_mlp_m + t_core) + P.elementwise_bwd_factor * t_ew_m)
+    )
+    recompute_layers = np.where(rc == 2, fwd_layers, np.where(rc == 1, Ls * (t_core + ew_scores / hbm_bw), 0.0))
+    # LM head + cross-entropy on the last stage (forward + 2x backward)
+    lm_flops = 2.0 * T * V * h / t
+    lm_bytes = w_read_b * V * h / t + act_b * T * h + 4.0 * T * V / t * 3.0
+    t_lm = 3.0 * np.maximum(lm_flops / flops_rate, lm_bytes / hbm_bw)
+    overhead = Ls * P.kernel_overhead_s_per_layer
+    compute_mb = fwd_layers + bwd_layers + recompute_layers + t_lm + overhead
+    bwd_mb = bwd_layers + 2.0 / 3.0 * t_lm
+
+    # ---------------- communication ----------------
+    n_fwd_passes = np.where(rc == 2, 2.0, 1.0)
+    # tensor parallel: 2 all-reduces (or AG+RS pairs) per layer per forward pass, 2 in backward
+    tp_bw, tp_a = coll.group_link(t, np.minimum(t, node), bw_up, bw_out, a_up, a_out)
+    tp_bytes = act_b * T * h
+    tp_one = coll.ring_all_reduce_time(tp_bytes, t, tp_bw, tp_a)
+    tp_mb = (1.0 - P.tp_overlap) * Ls * (2.0 * n_fwd_passes + 2.0) * tp_one
+    # context parallel: ring exchange of K,V per layer (fwd), K,V + dK,dV (bwd)
+    cp_rpn = np.clip(np.floor(node / t), 1.0, c)
+    cp_bw, cp_a = coll.group_link(c, cp_rpn, bw_up, bw_out, a_up, a_out)
+    kv_bytes = act_b * T * 2.0 * kvd / t
+    cp_step = coll.p2p_time(kv_bytes, cp_bw, cp_a)
+    cp_total = np.where(c > 1, Ls * (c - 1.0) * cp_step * (n_fwd_passes + 2.0), 0.0)
+    core_total = Ls * t_core * (n_fwd_passes + 2.0)
+    cp_mb = np.maximum(cp_total - core_total, 0.0)
+    # expert parallel: dispatch + combine all-to-all per MoE layer fwd, 2 more in bwd
+    ep_rpn = np.clip(np.floor(node / (t * c)), 1.0, e)
+    ep_bw, ep_a = coll.group_link(e, ep_rpn, bw_up, bw_out, a_up, a_out)
+    ep_bytes = act_b * T * k * h / t
+    ep_one = coll.all_to_all_time(ep_bytes, e, ep_bw, ep_a)
+    ep_mb = (1.0 - P.ep_overlap) * Ls_moe * (2.0 * n_fwd_passes + 2.0) * ep_one
+    # pipeline point-to-point: activation forward + gradient backward per chunk boundary
+    pp_intra = (t * c * d) < node
+    pp_bw = np.where(pp_intra, bw_up, np.minimum(bw_up, bw_out))
+    pp_a = np.where(pp_intra, a_up, a_out)
+    pp_bytes = act_b * T * h / t
+    pp_mb = np.where(p > 1, (1.0 - P.pp_overlap) * 2.0 * v * coll.p2p_time(pp_bytes, pp_bw, pp_a), 0.0)
+
+    # ---------------- memory ----------------
+    mem = memory_per_gpu(
+        arch=arch, shapes=sh, seq_len=s, micro_batch=b, n_micro=m, tp=t, pp=p, dp=d, cp=c, ep=e, vpp=v,
+        sharding=shard, recompute=rc, sequence_parallel=sp, is_fp32=is_fp32, node_size=node, params=P,
+    )
+
+    # ---------------- data parallel ----------------
+    per_layer_common = sh["attn_matmul"] + sh["attn_bias"] + sh["norm_params"]
+    expert_p = sh["expert_matmul"] + sh["expert_bias"]
+    dense_mlp_p = sh["dense_mlp_matmul"] + sh["mlp_bias"]
+    embed_stage = np.where(p > 1, V * h, V * h * (2.0 - np.clip(arch["tied_embeddings"], 0, 1)))
+    dense_local = (
+        Ls * per_layer_common + Ls_dense * dense_mlp_p + Ls_moe * (ns * expert_p + sh["router_matmul"]) + embed_stage
+    ) / t
+    expert_local = Ls_moe * E * expert_p / (e * t)
+    nd = d * c
+    ne = np.maximum(nd / e, 1.0)
+    dp_rpn = np.clip(np.floor(node / t), 1.0, nd)
+    dp_bw, dp_a = coll.group_link(nd, dp_rpn, bw_up, bw_out, a_up, a_out)
+    epd_rpn = np.clip(np.floor(node / (t * e)), 1.0, ne)
+    epd_bw, epd_a = coll.group_link(ne, epd_rpn, bw_up, bw_out, a_up, a_out)
+    hs = np.clip(np.floor(node / t), 1.0, nd)
+    gbytes_d = dense_local * P.grad_reduce_bytes
+    gbytes_e = expert_local * P.grad_reduce_bytes
+    wb = np.where(is_fp32, 4.0, 2.0)
+    full_shard = (shard == 3) | (shard == 4)
+    # plain DP: all-reduce grads; ZeRO-1/2: reduce-scatter grads + all-gather updated weights
+    ar_d = coll.all_reduce_time(gbytes_d, nd, dp_bw, dp_a) + coll.all_reduce_time(gbytes_e, ne, epd_bw, epd_a)
+    rs_d = coll.reduce_scatter_time(gbytes_d, nd, dp_bw, dp_a) + coll.reduce_scatter_time(gbytes_e, ne, epd_bw, epd_a)
+    ag_w = coll.all_gather_time(dense_local * wb, nd, dp_bw, dp_a) + coll.all_gather_time(
+        expert_local * wb, ne, epd_bw, epd_a
+    )
+    # HSDP: reduce-scatter inside the node, all-reduce of the 1/hs shard across nodes
+    hs_bw_in, hs_a_in = coll.group_link(hs, hs, bw_up, bw_out, a_up, a_out)
+    hs_bw_x, hs_a_x = coll.group_link(nd / hs, 1.0, bw_up, bw_out, a_up, a_out)
+    hsdp_red = coll.reduce_scatter_time(gbytes_d + gbytes_e, hs, hs_bw_in, hs_a_in) + coll.all_reduce_time(
+        (gbytes_d + gbytes_e) / hs, nd / hs, hs_bw_x, hs_a_x
+    )
+    hsdp_ag = coll.all_gather_time((dense_local + expert_local) * wb, hs, hs_bw_in, hs_a_in)
+    grad_sync = np.select(
+        [shard == 0, (shard == 1) | (shard == 2), full_shard, shard == 5],
+        [ar_d, rs_d, rs_d, hsdp_red],
+        0.0,
+    )
+    dp_exposed = np.maximum(grad_sync - P.dp_overlap * bwd_mb, 0.0)
+    dp_exposed = dp_exposed + np.where((shard == 1) | (shard == 2), ag_w, 0.0)
+    # ZeRO-3 / FSDP / HSDP: parameter all-gathers in forward and backward of every micro-batch
+    gathers = np.where(full_shard, 2.0 * ag_w, np.where(shard == 5, 2.0 * hsdp_ag, 0.0))
+    gather_exposed_mb = np.maximum(gathers - P.fsdp_gather_overlap * compute_mb, 0.0)
+    dp_exposed = np.where(nd > 1, dp_exposed, 0.0)
+    gather_exposed_mb = np.where(nd > 1, gather_exposed_mb, 0.0)
+
+    # ---------------- optimizer ----------------
+    opt_div_d = np.where(shard == 0, 1.0, np.where(shard == 5, hs, nd))
+    opt_div_e = np.where(shard == 0, 1.0, np.where(shard == 5, np.minimum(hs, ne), ne))
+    opt_params = dense_local / opt_div_d + expert_local / opt_div_e
+    optimizer_s = opt_params * P.optimizer_update_bytes / hbm_bw
+
+    # ---------------- assemble ----------------
+    t_mb = compute_mb + tp_mb + cp_mb + ep_mb + pp_mb + gather_exposed_mb
+    bubble_mb = (p - 1.0) / v
+    step = t_mb * (m + bubble_mb) + dp_exposed + optimizer_s
+
+    model_fpt = 6.0 * pc["matmul_params_active"] + 12.0 * L * s * q
+    attn_fwd = 4.0 * L * s * q
+    hw_fpt = model_fpt + np.where(rc == 2, 2.0 * pc["matmul_params_layers_active"] + attn_fwd, np.where(rc == 1, attn_fwd, 0.0))
+    tokens = B * s
+    denom = step * N * peak_tf * 1e12
+    mem_total = mem["mem_total_bytes"]
+    mem_ok = mem_total <= mem_cap * GB
+    err |= np.where(~invalid & ~mem_ok, ERR_MEMORY, 0)
+
+    nanif = lambda x: np.where(invalid, np.nan, x)  # noqa: E731
+    return {
+        "feasible": ~invalid & mem_ok,
+        "error_code": err,
+        "step_time_s": nanif(step),
+        "tokens_per_s_per_gpu": nanif(tokens / (step * N)),
+        "mfu": nanif(model_fpt * tokens / denom),
+        "hfu": nanif(hw_fpt * tokens / denom),
+        "memory_gb_per_gpu": nanif(mem_total / GB),
+        "compute_s": nanif(m * compute_mb),
+        "tp_comm_s": nanif(m * tp_mb),
+        "pp_bubble_s": nanif(bubble_mb * t_mb),
+        "pp_comm_s": nanif(m * pp_mb),
+        "dp_comm_exposed_s": nanif(dp_exposed + m * gather_exposed_mb),
+        "cp_comm_s": nanif(m * cp_mb),
+        "ep_comm_s": nanif(m * ep_mb),
+        "optimizer_s": nanif(optimizer_s),
+        "params": pc["params"],
+        "active_params": pc["active_params"],
+        "model_flops_per_token": model_fpt,
+        "hardware_flops_per_token": hw_fpt,
+        "n_microbatches": nanif(m),
+        "peak_tflops": peak_tf,
+        "peak_fallback": peak_fb,
+        "mem_weights_gb": nanif(mem["mem_weights_bytes"] / GB),
+        "mem_grads_gb": nanif(mem["mem_grads_bytes"] / GB),
+        "mem_optimizer_gb": nanif(mem["mem_optimizer_bytes"] / GB),
+        "mem_activations_gb": nanif(mem["mem_activations_bytes"] / GB),
+        "mem_overhead_gb": nanif(mem["mem_overhead_bytes"] / GB),
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# polars front-end
+# ---------------------------------------------------------------------------------------
+_CATEGORICALS = {
+    "activation": (ACTIVATION_CODES, "gelu"),
+    "sharding": (SHARDING_CODES, "none"),
+    "recompute": (RECOMPUTE_CODES, "none"),
+    "dtype": (DTYPE_CODES, "bf16"),
+}
+_NUMERIC_DEFAULTS = {"cp": 1, "ep": 1, "vpp": 1, "n_experts": 0, "n_shared_experts": 0, "n_dense_layers": 0}
+_BOOL_DEFAULTS = {"sequence_parallel": False, "tied_embeddings": False}
+
+
+def encode_configs(configs: pl.DataFrame) -> dict[str, np.ndarray]:
+    """Encode a polars config table into the arrays ``predict_arrays`` expects.
+
+    Nulls in categoricals take the defaults (activation gelu, sharding none, recompute none,
+    dtype bf16); values outside the vocabulary become -1 (-> ERR_CATEGORY). Missing optional
+    numeric columns take cp=ep=vpp=1, n_experts=0 ...; gpus_per_node null -> scaleup_size.
+    """
+    out: dict[str, np.ndarray] = {}
+    cols = set(configs.columns)
+    exprs = []
+    for name, (codes, default) in _CATEGORICALS.items():
+        if name in cols:
+            exprs.append(
+                pl.col(name)
+                .cast(pl.Utf8)
+                .str.to_lowercase()
+                .str.strip_chars()
+                .fill_null(default)
+                .replace_strict(dict(codes), default=-1, return_dtype=pl.Int64)
+                .alias(name)
+            )
+        else:
+            exprs.append(pl.lit(codes[default], dtype=pl.Int64).alias(name))
+    for name, default in _BOOL_DEFAULTS.items():
+        if name in cols:
+            exprs.append(pl.col(name).cast(pl.Float64, strict=False).fill_null(float(default)).alias(name))
+        else:
+            exprs.append(pl.lit(float(default)).alias(name))
+    numeric = [
+        "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "vocab", "top_k",
+        "expert_ffn_dim", "seq_len", "global_batch_seqs", "micro_batch", "n_gpus", "tp", "pp", "dp",
+        "gpus_per_node",
+    ] + list(_NUMERIC_DEFAULTS) + list(HARDWARE_COLUMNS)
+    for name in numeric:
+        if name in cols:
+            e_ = pl.col(name).cast(pl.Float64, strict=False)
+            if name in _NUMERIC_DEFAULTS:
+                e_ = e_.fill_null(float(_NUMERIC_DEFAULTS[name]))
+            exprs.append(e_.alias(name))
+        elif name in _NUMERIC_DEFAULTS:
+            exprs.append(pl.lit(float(_NUMERIC_DEFAULTS[name])).alias(name))
+        else:
+            exprs.append(pl.lit(None, dtype=pl.Float64).alias(name))
+    enc = configs.select(exprs)
+    for name in enc.columns:
+        col = enc[name]
+        out[name] = col.to_numpy() if col.dtype == pl.Int64 else col.fill_null(np.nan).to_numpy()
+    return out
+
+
+def _error_strings(pred: pl.DataFrame) -> pl.Expr:
+    parts = [
+        pl.when((pl.col("error_code") & bit) != 0).then(pl.lit(msg))
+        for bit, msg in ERROR_MESSAGES.items()
+    ]
+    mem_msg = pl.format(
+        "memory {} GB > {} GB: weights {} GB, grads {} GB, optimizer {} GB, activations {} GB, overhead {} GB",
+        *[
+            pl.col(c_).round(1)
+            for c_ in (
+                "memory_gb_per_gpu", "__memory_cap", "mem_weights_gb", "mem_grads_gb",
+                "mem_optimizer_gb", "mem_activations_gb", "mem_overhead_gb",
+            )
+        ],
+    )
+    parts.append(pl.when((pl.col("error_code") & ERR_MEMORY) != 0).then(mem_msg))
+    return pl.concat_str(parts, separator="; ", ignore_nulls=True).replace("", None).alias("error")
+
+
+def predict(configs: pl.DataFrame, params: PhysParams = DEFAULT) -> pl.DataFrame:
+    """Predict every row of ``configs`` (architecture + layout + resolved hardware columns).
+
+    Returns one row per input row (same order) with OUTPUT_COLUMNS plus ``error`` (null when
+    fine; otherwise every reason, e.g. "tp*pp*cp*dp != n_gpus" or "memory 93.2 GB > 80 GB:
+    weights ..."). Join back with ``configs.hstack(result)``.
+    """
+    arrays = encode_configs(configs)
+    res = predict_arrays(arrays, params)
+    df = pl.DataFrame({k: res[k] for k in OUTPUT_COLUMNS})
+    df = df.with_columns(
+        [pl.col(c_).fill_nan(None) for c_ in OUTPUT_COLUMNS if df.schema[c_] == pl.Float64]
+    )
+    df = df.with_columns(pl.Series("__memory_cap", arrays["memory_gb"]))
+    df = df.with_columns(_error_strings(df)).drop("__memory_cap")
+    return df.select(["feasible", "error", *[c_ for c_ in OUTPUT_COLUMNS if c_ != "feasible"]])

@@ -1,0 +1,87 @@
+"""`stepcast build`: materialize the whole asset graph in-process, with a progress display, then summarize."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from pipeline.settings import Settings
+
+
+def load_reference_tables(con, cfg: Settings) -> None:
+    """Load hardware, architectures and prices into a store that has none (used by `stepcast ingest`)."""
+    from pipeline import store
+
+    for table in store.REFERENCE:
+        store.load_reference(con, table, cfg.measurements)
+    store.rebuild_runs(con)
+
+
+class _StepListener(logging.Handler):
+    """Advances a rich progress bar as Dagster reports steps finishing."""
+
+    def __init__(self, progress: Progress, task, n_steps: int):
+        super().__init__(level=logging.DEBUG)
+        self.progress, self.task, self.n_steps, self.done = progress, task, n_steps, 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        meta = getattr(record, "dagster_meta", None) or {}
+        event = meta.get("dagster_event")
+        kind = getattr(event, "event_type_value", None)
+        step = getattr(event, "step_key", None) or meta.get("step_key")
+        if kind == "STEP_START":
+            self.progress.update(self.task, description=f"building [bold]{step}[/bold]")
+        elif kind in ("STEP_SUCCESS", "STEP_FAILURE", "STEP_SKIPPED"):
+            self.done += 1
+            self.progress.update(self.task, completed=min(self.done, self.n_steps))
+
+
+def run_build(cfg: Settings, console: Console, quiet: bool = False) -> bool:
+    import dagster as dg
+
+    from pipeline.definitions import make_definitions
+
+    cfg.store.parent.mkdir(parents=True, exist_ok=True)
+    defs = make_definitions(cfg)
+    job = defs.resolve_job_def("build")
+    n_steps = len(list(job.graph.node_defs)) if hasattr(job, "graph") else 1
+    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    dagster_logger = logging.getLogger("dagster")
+    start = time.perf_counter()
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
+                  TimeElapsedColumn(), console=console, transient=quiet, disable=quiet) as progress:
+        task = progress.add_task("starting", total=n_steps)
+        listener = _StepListener(progress, task, n_steps)
+        dagster_logger.addHandler(listener)
+        try:
+            result = job.execute_in_process(
+                instance=instance, raise_on_error=False,
+                run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
+            )
+        finally:
+            dagster_logger.removeHandler(listener)
+        progress.update(task, completed=n_steps, description="done" if result.success else "failed")
+    elapsed = time.perf_counter() - start
+
+    table = Table("asset", "status", "details", title=f"stepcast build — {elapsed:.1f} s")
+    materialized = {tuple(m.asset_key.path): m for m in result.get_asset_materialization_events()}
+    for key in sorted(materialized):
+        meta = materialized[key].materialization.metadata
+        keys = ("path",) if "path" in meta else tuple(k for k in meta if k.startswith("rows") or k == "rejected_rows")
+        details = ", ".join(f"{k}={meta[k].value}" for k in keys)
+        table.add_row("/".join(key), "[green]materialized[/green]", details)
+    for ev in result.get_asset_check_evaluations():
+        mark = "[green]passed[/green]" if ev.passed else "[red]FAILED[/red]"
+        table.add_row(f"  check {ev.check_name}", mark, ev.description or "")
+    for ev in result.all_events:
+        if ev.event_type_value == "STEP_FAILURE":
+            err = ev.step_failure_data.error
+            table.add_row(ev.step_key or "?", "[red]failed[/red]", (err.message if err else "").strip()[:300])
+    console.print(table)
+    console.print(f"store: {cfg.store}\nsnapshot (read-only, for readers): {cfg.snapshot}")
+    return bool(result.success)
