@@ -6,6 +6,7 @@ from pathlib import Path
 import dagster as dg
 
 from assets.ingest import runs
+from assets.predict import analytical_predictions
 from pipeline import store
 
 
@@ -16,7 +17,7 @@ class SnapshotConfig(dg.ConfigurableResource):
     snapshot: str
 
 
-@dg.asset(group_name="publish", kinds={"duckdb"}, deps=[runs],
+@dg.asset(group_name="publish", kinds={"duckdb"}, deps=[runs, analytical_predictions],
           description="Read-only copy of the store for readers (DuckDB CLI, notebooks, BI). Written beside, then "
                       "renamed into place, so a reader sees the old or the new store, never a mix.")
 def store_snapshot(paths: SnapshotConfig) -> dg.MaterializeResult:

@@ -154,7 +154,7 @@ def layer_shapes(arch: ArrayDict) -> dict[str, np.ndarray]:
     }
 
 
-def param_counts(a: ArrayDict) -> dict[str, np.ndarray]:
+def param_counts(a: ArrayDict, *, normalized: bool = False, shapes: ArrayDict | None = None) -> dict[str, np.ndarray]:
     """Total and active parameter counts, and the matmul params used by the FLOP convention.
 
     Shared experts are assumed to have ``expert_ffn_dim`` (DeepSeek-MoE convention).
@@ -162,8 +162,8 @@ def param_counts(a: ArrayDict) -> dict[str, np.ndarray]:
     Learned position embeddings (GPT-2/3, Megatron) are not modelled (s*h params, <0.3 %
     for the models in the tests).
     """
-    ar = normalize_arch(a)
-    sh = layer_shapes(ar)
+    ar = a if normalized else normalize_arch(a)
+    sh = layer_shapes(ar) if shapes is None else shapes
     h, V, L = ar["d_model"], ar["vocab"], ar["n_layers"]
     E, k, ns = ar["n_experts"], ar["top_k"], ar["n_shared_experts"]
     per_layer_common = sh["attn_matmul"] + sh["attn_bias"] + sh["norm_params"]

@@ -204,6 +204,48 @@ def encode_dtype(dtype) -> np.ndarray:
     return np.array([DTYPE_CODES.get(str(x).lower(), -1) if x is not None else -1 for x in arr], dtype=np.int64)
 
 
+def peak_table(hw: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per-dtype-code candidate peaks and fallback flags (index = DTYPE_CODES value)."""
+    fp32 = _nan(hw["peak_fp32_tflops"])
+    tf32 = _nan(hw["peak_tf32_tflops"])
+    bf16 = _nan(hw["peak_bf16_tflops"])
+    fp16 = _nan(hw["peak_fp16_tflops"])
+    fp8 = _nan(hw["peak_fp8_tflops"])
+    shape = np.broadcast(fp32, tf32, bf16, fp16, fp8).shape
+
+    def first(*cands):
+        out = np.broadcast_to(cands[0], shape)
+        fb = np.zeros(shape, dtype=bool)
+        for c in cands[1:]:
+            m = np.isnan(out)
+            if not m.any():
+                break
+            out = np.where(m, c, out)
+            fb = fb | m
+        return out, fb
+
+    p_bf16, f_bf16 = first(bf16, fp16)
+    p_fp16, f_fp16 = first(fp16, bf16)
+    p_fp8, f_fp8 = first(fp8, bf16, fp16)
+    f_fp4 = np.ones(shape, dtype=bool)
+    p_fp32, f_fp32 = first(fp32)
+    p_tf32, f_tf32 = first(tf32, fp32)
+    peaks = [p_bf16, p_fp16, p_fp8, p_fp8, p_fp8, p_fp8, p_fp32, p_tf32]
+    flags = [f_bf16, f_fp16, f_fp8, f_fp8, f_fp8, f_fp4, f_fp32, f_tf32]
+    return peaks, flags
+
+
+def choose_peak(codes: np.ndarray, peaks: list[np.ndarray], flags: list[np.ndarray]):
+    codes = np.asarray(codes).astype(np.int64)
+    bad = (codes < 0) | (codes > 7)
+    idx = np.where(bad, 0, codes)
+    shape = np.broadcast(idx, peaks[0]).shape
+    peak = np.choose(np.broadcast_to(idx, shape), [np.broadcast_to(x, shape) for x in peaks])
+    flag = np.choose(np.broadcast_to(idx, shape), [np.broadcast_to(x, shape) for x in flags])
+    peak = np.where(bad, np.nan, peak)
+    return peak, flag
+
+
 def peak_tflops_for(dtype, hw: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Dense peak TFLOP/s of the run's precision, and a flag when a fallback was used.
 
@@ -211,57 +253,18 @@ def peak_tflops_for(dtype, hw: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np
     Selection (MODEL.md "Peak by precision"):
       bf16 -> bf16, else fp16 (flag);  fp16 -> fp16, else bf16 (flag)
       fp8 / fp8-cs / mxfp8 -> fp8, else bf16, else fp16 (flag)
-      nvfp4 -> fp8 peak, flagged: hardware_specs.csv has no FP4 column and NVFP4 recipes
-               keep part of the GEMMs (and all attention) in higher precision, so the
-               FP8 peak is the documented denominator; then bf16/fp16 (flag)
+      nvfp4 -> fp8 peak, always flagged: hardware_specs.csv has no FP4 column and NVFP4
+               recipes keep part of the GEMMs (and all attention) in higher precision, so
+               the FP8 peak is the documented denominator; then bf16/fp16
       fp32 -> fp32 (NaN if unknown);  tf32 -> tf32, else fp32 (flag)
-    A result of NaN means the hardware has no usable peak for this dtype.
+    A result of NaN means the hardware has no usable peak for this dtype (or the code is
+    unknown).
     """
     codes = np.asarray(dtype)
     if codes.dtype.kind in "OUS":
         codes = encode_dtype(codes)
-    codes = codes.astype(np.int64)
-    fp32 = _nan(hw["peak_fp32_tflops"])
-    tf32 = _nan(hw["peak_tf32_tflops"])
-    bf16 = _nan(hw["peak_bf16_tflops"])
-    fp16 = _nan(hw["peak_fp16_tflops"])
-    fp8 = _nan(hw["peak_fp8_tflops"])
-    shape = np.broadcast(codes, fp32).shape
-    codes = np.broadcast_to(codes, shape)
-
-    def first(*cands):
-        out = np.broadcast_to(cands[0], shape).copy()
-        fb = np.zeros(shape, dtype=bool)
-        for c in cands[1:]:
-            m = np.isnan(out)
-            if not m.any():
-                break
-            out = np.where(m, c, out)
-            fb |= m
-        return out, fb
-
-    p_bf16, f_bf16 = first(bf16, fp16)
-    p_fp16, f_fp16 = first(fp16, bf16)
-    p_fp8, f_fp8 = first(fp8, bf16, fp16)
-    p_fp4, f_fp4 = first(fp8, bf16, fp16)
-    f_fp4 = np.ones(shape, dtype=bool)
-    p_fp32, f_fp32 = first(fp32)
-    p_tf32, f_tf32 = first(tf32, fp32)
-
-    peak = np.full(shape, np.nan)
-    flag = np.zeros(shape, dtype=bool)
-    for code_set, p, f in (
-        ((0,), p_bf16, f_bf16),
-        ((1,), p_fp16, f_fp16),
-        ((2, 3, 4), p_fp8, f_fp8),
-        ((5,), p_fp4, f_fp4),
-        ((6,), p_fp32, f_fp32),
-        ((7,), p_tf32, f_tf32),
-    ):
-        m = np.isin(codes, code_set)
-        peak = np.where(m, p, peak)
-        flag = np.where(m, f, flag)
-    return peak, flag
+    peaks, flags = peak_table(hw)
+    return choose_peak(codes, peaks, flags)
 
 
 def hardware_arrays(hw: pl.DataFrame) -> dict[str, np.ndarray]:

@@ -175,12 +175,12 @@ def memory_per_gpu(
         + expert_local / np.where(opt_shard, np.where(shard == 5, hs_e, ne), 1.0)
     )
 
-    # activations
+    # activations (per layer, per micro-batch); MoE variant only computed when present
     gelu = arch["activation"] == 0
     ffn_coeff = np.where(gelu, 4.0, 6.0)
     act_bytes = np.where(fp32, 4.0, 2.0)
-    dense_F = arch["ffn_dim"]
-    moe_F = (k + ns) * arch["expert_ffn_dim"]
+    any_moe = bool(np.any(moe_frac > 0))
+    any_full = bool(np.any(rc == 2))
     common = dict(
         tp=t,
         sequence_parallel=sp,
@@ -189,29 +189,30 @@ def memory_per_gpu(
         cp=c,
         attn_scores_stored=params.attn_scores_stored,
         dtype_bytes=act_bytes,
+        ffn_coeff=ffn_coeff,
     )
-    # the MoE dispatch copies 2h*top_k are added to the sharded part via ffn_eff
-    a_dense = activation_bytes_per_layer(
-        s, b, h, arch["n_heads"], recompute=rc, ffn_eff=dense_F, ffn_coeff=ffn_coeff, **common
-    )
-    a_moe = activation_bytes_per_layer(
-        s, b, h, arch["n_heads"], recompute=rc, ffn_eff=moe_F + 2.0 * h * k / ffn_coeff, ffn_coeff=ffn_coeff, **common
-    )
-    per_layer = np.where(moe_frac > 0, (Ls_dense * a_dense + Ls_moe * a_moe) / Ls, a_dense)
-    work_dense = activation_bytes_per_layer(
-        s, b, h, arch["n_heads"], recompute=0, ffn_eff=dense_F, ffn_coeff=ffn_coeff, **common
-    )
-    work_moe = activation_bytes_per_layer(
-        s, b, h, arch["n_heads"], recompute=0, ffn_eff=moe_F + 2.0 * h * k / ffn_coeff, ffn_coeff=ffn_coeff, **common
-    )
-    working = np.where(rc == 2, np.where(moe_frac > 0, work_moe, work_dense), 0.0)
+    h_ = arch["n_heads"]
+    a_dense = activation_bytes_per_layer(s, b, h, h_, recompute=rc, ffn_eff=arch["ffn_dim"], **common)
+    if any_full:
+        work = activation_bytes_per_layer(s, b, h, h_, recompute=0, ffn_eff=arch["ffn_dim"], **common)
+    if any_moe:
+        # the MoE dispatch copies 2h*top_k are added to the sharded part via ffn_eff
+        moe_F = (k + ns) * arch["expert_ffn_dim"] + 2.0 * h * k / ffn_coeff
+        a_moe = activation_bytes_per_layer(s, b, h, h_, recompute=rc, ffn_eff=moe_F, **common)
+        per_layer = np.where(moe_frac > 0, (Ls_dense * a_dense + Ls_moe * a_moe) / Ls, a_dense)
+        if any_full:
+            work_moe = activation_bytes_per_layer(s, b, h, h_, recompute=0, ffn_eff=moe_F, **common)
+            work = np.where(moe_frac > 0, work_moe, work)
+    else:
+        per_layer = a_dense
+    working = np.where(rc == 2, work, 0.0) if any_full else 0.0
     inflight = np.where(v > 1, p + (p - 1.0) / v, p)
     inflight = np.maximum(np.minimum(inflight, m), 1.0)
     logits = 4.0 * s / c * b * V / t
-    act_first = per_layer * Ls * inflight + working
-    act_last = per_layer * Ls + working + logits
-    act_single = per_layer * Ls * inflight + working + logits
-    activations = np.where(p > 1, np.maximum(act_first, act_last), act_single)
+    stage_acts = per_layer * Ls
+    act_first = stage_acts * inflight + working
+    act_last = stage_acts + working + logits
+    activations = np.where(p > 1, np.maximum(act_first, act_last), act_first + logits)
 
     modelled = weights + grads + optimizer + activations
     overhead = params.mem_overhead_gb * GB + params.mem_fragmentation_frac * modelled
@@ -224,4 +225,6 @@ def memory_per_gpu(
         "mem_overhead_bytes": overhead,
         "mem_total_bytes": total,
         "inflight_microbatches": inflight,
+        "dense_params_local": dense_local,
+        "expert_params_local": expert_local,
     }

@@ -5,12 +5,12 @@ from __future__ import annotations
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
-from assets import checks, ingest, publish
+from assets import checks, ingest, predict, publish
 from pipeline.resources import MeasurementsResource
 from pipeline.settings import Settings
 
 ALL_ASSETS = [ingest.hardware, ingest.architectures, ingest.cloud_prices, ingest.run_metrics, ingest.runs,
-              publish.store_snapshot]
+              predict.analytical_predictions, publish.store_snapshot]
 
 build_job = dg.define_asset_job(
     "build", selection=dg.AssetSelection.all(),

@@ -1,0 +1,59 @@
+"""Predict every measured run and summarise the error (pure: DataFrames in, DataFrames out)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from models.hardware import resolve_hardware
+from models.params import DEFAULT, PhysParams
+from models.runs_adapter import configs_from_runs, resolve_recompute
+from models.step_time import predict
+from models.targets import measured_throughput
+
+PREDICTION_COLUMNS = (
+    "feasible", "error", "step_time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "memory_gb_per_gpu", "compute_s",
+    "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s", "optimizer_s",
+    "params", "model_flops_per_token",
+)
+
+
+def predict_runs(runs: pl.DataFrame, hardware: pl.DataFrame, run_metrics: pl.DataFrame,
+                 params: PhysParams = DEFAULT) -> pl.DataFrame:
+    """One row per run: identifiers, the configuration actually predicted (with its assumptions), the
+    analytical prediction and its breakdown, the measured target and the relative error of throughput."""
+    hw = resolve_hardware(hardware, strict=False)
+    cfg = configs_from_runs(runs, hw)
+    ok = cfg.filter(pl.col("config_error").is_null())
+    ok = resolve_recompute(ok, lambda c: predict(c, params))
+    pred = predict(ok, params)
+    keep = ["run_id", "source", "gpu", "model_name", "framework", "dtype", "n_gpus", "tp", "pp", "dp", "cp", "ep",
+            "vpp", "micro_batch", "global_batch_seqs", "seq_len", "sharding", "recompute", "sequence_parallel",
+            "assumptions"]
+    good = ok.select(keep).hstack(pred.select(PREDICTION_COLUMNS))
+    bad = cfg.filter(pl.col("config_error").is_not_null()).select(
+        *[c for c in keep if c != "recompute"], pl.col("recompute").cast(pl.Utf8),
+        pl.lit(False).alias("feasible"), pl.col("config_error").alias("error"))
+    out = pl.concat([good, bad], how="diagonal_relaxed")
+    target = measured_throughput(run_metrics)
+    out = out.join(target, on="run_id", how="left").with_columns(
+        (pl.col("tokens_per_s_per_gpu") / pl.col("measured_tokens_per_s_per_gpu") - 1.0).alias("rel_error"),
+        (pl.col("target_kind").is_not_null() & ~pl.col("whole_run_average").fill_null(False)
+         & pl.col("feasible").fill_null(False)).alias("scored"),
+    )
+    return out.sort("run_id")
+
+
+def error_summary(predictions: pl.DataFrame, by: str) -> pl.DataFrame:
+    """MdAPE, MAPE, share within ±10% and median signed error of throughput over scored runs, per group
+    (`by` = 'source' or 'gpu'), plus an overall row (group 'ALL'). Errors are fractions, not percent."""
+    scored = predictions.filter(pl.col("scored"))
+    aggs = [
+        pl.len().alias("n_runs"),
+        pl.col("rel_error").abs().median().alias("mdape"),
+        pl.col("rel_error").abs().mean().alias("mape"),
+        (pl.col("rel_error").abs() <= 0.10).mean().alias("within_10pct"),
+        pl.col("rel_error").median().alias("median_signed_error"),
+    ]
+    per = scored.group_by(by).agg(aggs).rename({by: "group"}).sort("n_runs", descending=True)
+    overall = scored.select(pl.lit("ALL").alias("group"), *aggs)
+    return pl.concat([overall, per], how="vertical_relaxed").with_columns(pl.lit(by).alias("grouping"))
