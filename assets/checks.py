@@ -92,6 +92,3 @@ def runs_one_row_per_run(duckdb: DuckDBResource) -> dg.AssetCheckResult:
         union all select run_id from (select distinct run_id from run_metrics) where run_id not in (select run_id from runs)""")
     return _result(n, sample, "runs not one-to-one with run_metrics")
 
-
-CHECKS = [run_metrics_columns_and_types, run_metrics_units_and_ranges, run_metrics_hardware_known,
-          run_metrics_unique, run_metrics_provenance, hardware_sane, runs_one_row_per_run]

@@ -6,7 +6,7 @@ import polars as pl
 
 from models.hardware import resolve_hardware
 from models.params import DEFAULT, PhysParams
-from models.runs_adapter import configs_from_runs, resolve_recompute
+from models.runs_adapter import configs_from_runs, predict_by_preset, resolve_recompute
 from models.step_time import predict
 from models.targets import measured_throughput
 
@@ -24,11 +24,11 @@ def predict_runs(runs: pl.DataFrame, hardware: pl.DataFrame, run_metrics: pl.Dat
     hw = resolve_hardware(hardware, strict=False)
     cfg = configs_from_runs(runs, hw)
     ok = cfg.filter(pl.col("config_error").is_null())
-    ok = resolve_recompute(ok, lambda c: predict(c, params))
-    pred = predict(ok, params)
+    ok = resolve_recompute(ok, lambda c, p: predict(c, p))
+    pred = predict_by_preset(ok, predict, params)
     keep = ["run_id", "source", "gpu", "model_name", "framework", "dtype", "n_gpus", "tp", "pp", "dp", "cp", "ep",
             "vpp", "micro_batch", "global_batch_seqs", "seq_len", "sharding", "recompute", "sequence_parallel",
-            "assumptions"]
+            "software_preset", "assumptions"]
     good = ok.select(keep).hstack(pred.select(PREDICTION_COLUMNS))
     bad = cfg.filter(pl.col("config_error").is_not_null()).select(
         *[c for c in keep if c != "recompute"], pl.col("recompute").cast(pl.Utf8),

@@ -64,9 +64,10 @@ class PhysParams:
     attn_eff: float = 0.50
     # Fraction of the square causal attention work actually executed by the kernel.
     # The FLOP *convention* always counts the full square (MODEL.md); this only changes
-    # the predicted kernel time. prior 1.0: Megatron-LM 2021/2022 fused softmax kernels
-    # compute the full masked square; FlashAttention skips masked blocks (-> ~0.5).
-    attn_causal_work_fraction: float = 1.0
+    # the predicted kernel time. derived 0.5: causal FlashAttention (Dao 2022/2023) skips
+    # the fully masked key blocks, i.e. about half of the square; Megatron-LM 2021/2022
+    # fused-softmax kernels compute the full masked square (1.0, see MEGATRON_2022).
+    attn_causal_work_fraction: float = 0.5
     # Achieved fraction of the HBM datasheet bandwidth for streaming kernels.
     # prior: STREAM-like copies reach ~85-92 % of HBM peak on A100/H100 class parts.
     hbm_eff: float = 0.85
@@ -133,10 +134,11 @@ class PhysParams:
     # prior: caching-allocator fragmentation and temporary buffers as a fraction of the
     # modelled bytes (PyTorch allocator reserved-vs-allocated gaps of 5-15 % are common).
     mem_fragmentation_frac: float = 0.10
-    # derived (Korthikanti et al. 2022): attention softmax/dropout tensors (5as/h term) are
-    # stored when no recompute is used. Set 0 to model FlashAttention-style kernels that
-    # never materialise the score matrix.
-    attn_scores_stored: float = 1.0
+    # Whether the attention score/softmax/dropout tensors (Korthikanti's 5as/h term, and
+    # their element-wise HBM traffic) are materialised: 0 = FlashAttention-style kernels
+    # (Dao 2022; the default attention of Megatron-Core/TE, PyTorch SDPA, llm-foundry,
+    # torchtitan), 1 = Megatron-LM 2021/2022 fused softmax (see MEGATRON_2022).
+    attn_scores_stored: float = 0.0
 
     def to_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in asdict(self).items()}
@@ -154,3 +156,9 @@ class PhysParams:
 
 
 DEFAULT = PhysParams()
+
+# Megatron-LM as used by Narayanan et al. 2021 and Korthikanti et al. 2022: materialised
+# attention scores with a full-square fused softmax kernel, blocking gradient all-reduce
+# after the last micro-batch (no DP overlap). Only these documented software differences
+# change; the hardware-efficiency priors are the same as DEFAULT.
+MEGATRON_2022 = DEFAULT.with_(attn_scores_stored=1.0, attn_causal_work_fraction=1.0, dp_overlap=0.0)

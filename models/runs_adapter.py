@@ -19,6 +19,7 @@ never silently rests on a guess:
 | n_kv_heads empty | n_heads | multi-head attention |
 | vocab empty | 51,200 | GPT-2 BPE padded (Megatron default) |
 | tied_embeddings empty | false | |
+| software era | `megatron_2022` (attention scores materialised, full-square softmax, no DP overlap: `models.params.MEGATRON_2022`) for DeepSpeed-based stacks and for Megatron stacks reported up to 2022; `default` (FlashAttention-era) otherwise | FlashAttention (Dao 2022) became the default attention in Megatron-Core/TE, PyTorch SDPA, llm-foundry and torchtitan after 2022 |
 
 A run that cannot be predicted at all (no n_gpus, no sequence length or global batch, no architecture
 shape) keeps its row with the reason in `config_error`.
@@ -103,6 +104,9 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
         pl.col("n_dense_layers").fill_null(0).alias("n_dense_layers"),
         pl.col("tied_embeddings").fill_null(False).alias("tied_embeddings"),
         pl.concat_str(notes, separator="; ", ignore_nulls=True).alias("assumptions"),
+        pl.when(_has_any("framework", ("deepspeed",)) |
+                (megatron & (pl.col("year").fill_null(2100) <= 2022)))
+        .then(pl.lit("megatron_2022")).otherwise(pl.lit("default")).alias("software_preset"),
     )
     hw = hardware.rename({"id": "gpu"}) if "id" in hardware.columns else hardware
     hw_cols = [c for c in hw.columns if c not in out.columns or c == "gpu"]
@@ -127,6 +131,35 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
                             .alias("config_error"))
 
 
+PRESETS = ("default", "megatron_2022")
+
+
+def preset_params(name: str, base=None):
+    """The PhysParams of a software preset (`base` overrides DEFAULT, e.g. with fitted values)."""
+    from models.params import DEFAULT, MEGATRON_2022
+
+    base = base or DEFAULT
+    if name == "default":
+        return base
+    if name == "megatron_2022":
+        diff = {k: v for k, v in MEGATRON_2022.to_dict().items() if DEFAULT.to_dict()[k] != v}
+        return base.with_(**diff)
+    raise ValueError(f"unknown software preset {name!r}; expected one of {PRESETS}")
+
+
+def predict_by_preset(configs: pl.DataFrame, predict, base=None) -> pl.DataFrame:
+    """Predict each row with the PhysParams of its `software_preset` (row order kept)."""
+    if "software_preset" not in configs.columns:
+        return predict(configs, preset_params("default", base))
+    idx = configs.with_row_index("_i")
+    parts = []
+    for name in PRESETS:
+        sub = idx.filter(pl.col("software_preset") == name)
+        if sub.height:
+            parts.append(sub.select("_i").hstack(predict(sub.drop("_i"), preset_params(name, base))))
+    return pl.concat(parts, how="diagonal_relaxed").sort("_i").drop("_i")
+
+
 def resolve_recompute(configs: pl.DataFrame, predict) -> pl.DataFrame:
     """Fill unknown recompute with the cheapest mode that fits: none, else selective, else full.
 
@@ -137,7 +170,7 @@ def resolve_recompute(configs: pl.DataFrame, predict) -> pl.DataFrame:
     chosen = pl.Series("recompute", [None] * configs.height, dtype=pl.Utf8)
     for mode in ("none", "selective", "full"):
         trial = configs.with_columns(pl.lit(mode).alias("recompute"))
-        fits = predict(trial)["feasible"]
+        fits = predict_by_preset(trial, predict)["feasible"]
         chosen = pl.select(pl.when(chosen.is_null() & fits).then(pl.lit(mode)).otherwise(chosen)).to_series()
     chosen = pl.select(pl.coalesce(chosen, pl.lit("full"))).to_series()
     return configs.with_columns(

@@ -296,9 +296,11 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
         cp_step = coll.p2p_time(kv_bytes, cp_bw, cp_a)
         cp_total = np.where(c > 1, Ls * (c - 1.0) * cp_step * (n_fwd_passes + 2.0), 0.0)
         core_total = Ls * t_core * (n_fwd_passes + 2.0)
-        cp_mb = np.maximum(cp_total - core_total, 0.0)
+        hidden_cp = np.minimum(cp_total, core_total)  # ring attention hides K/V passing behind the core
+        cp_mb = cp_total - hidden_cp
     else:
         cp_mb = np.zeros(n)
+        hidden_cp = np.zeros(n)
     # expert parallel: dispatch + combine all-to-all per MoE layer fwd, 2 more in bwd
     if any_ep:
         ep_rpn = np.clip(np.floor(node / (t * c)), 1.0, e)
@@ -362,11 +364,16 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
         [ar_d, rs_d, rs_d, hsdp_red],
         0.0,
     )
-    dp_exposed = np.maximum(grad_sync - P.dp_overlap * bwd_mb, 0.0)
-    dp_exposed = dp_exposed + np.where((shard == 1) | (shard == 2), ag_w, 0.0)
     # ZeRO-3 / FSDP / HSDP: parameter all-gathers in forward and backward of every micro-batch
     gathers = np.where(full_shard, 2.0 * ag_w, np.where(shard == 5, 2.0 * hsdp_ag, 0.0))
-    gather_exposed_mb = np.maximum(gathers - P.fsdp_gather_overlap * compute_mb, 0.0)
+    # one overlap budget per micro-batch: compute already hiding CP traffic cannot hide
+    # the gathers, and the final gradient reduction only hides behind backward compute of
+    # the last micro-batch that hides neither (keeps step time monotone in compute speed)
+    hidden_gathers = np.minimum(gathers, np.maximum(P.fsdp_gather_overlap * compute_mb - hidden_cp, 0.0))
+    gather_exposed_mb = gathers - hidden_gathers
+    dp_hide = np.maximum(P.dp_overlap * bwd_mb - hidden_gathers - hidden_cp, 0.0)
+    dp_exposed = np.maximum(grad_sync - dp_hide, 0.0)
+    dp_exposed = dp_exposed + np.where((shard == 1) | (shard == 2), ag_w, 0.0)
     dp_exposed = np.where(nd > 1, dp_exposed, 0.0)
     gather_exposed_mb = np.where(nd > 1, gather_exposed_mb, 0.0)
 

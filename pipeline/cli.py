@@ -129,6 +129,109 @@ def ingest(
     raise typer.Exit(1 if failed else 0)
 
 
+# ---------------------------------------------------------------- predict
+
+PREDICT_COLUMNS = ["run_id", "feasible", "error", "step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gb_per_gpu",
+                   "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s",
+                   "ep_comm_s", "optimizer_s"]
+TABLE_COLUMNS = ["run_id", "feasible", "step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gb_per_gpu",
+                 "compute_s", "tp_comm_s", "pp_bubble_s", "dp_comm_exposed_s", "error"]
+
+
+def _fail(message: str, code: int = 2) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+@app.command()
+def predict(
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Architecture id, e.g. llama3-70b, gpt3-175b."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Hardware id, e.g. h100-sxm5-80gb."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", "-n", min=1, help="Accelerators in the job (N)."),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", "-b", min=1, help="Sequences per step."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", min=1, help="Tokens per sequence."),
+    micro_batch: int = typer.Option(1, "--micro-batch", min=1, help="Sequences per micro-batch."),
+    tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree."),
+    pp: int = typer.Option(1, "--pp", min=1, help="Pipeline-parallel degree."),
+    dp: Optional[int] = typer.Option(None, "--dp", min=1, help="Data-parallel degree (default N/(tp*pp*cp))."),
+    cp: int = typer.Option(1, "--cp", min=1, help="Context-parallel degree."),
+    ep: int = typer.Option(1, "--ep", min=1, help="Expert-parallel degree (carved out of dp)."),
+    vpp: int = typer.Option(1, "--vpp", min=1, help="Interleaved pipeline chunks per stage (1 = plain 1F1B)."),
+    sharding: str = typer.Option("zero1", "--sharding", help="none, zero1, zero2, zero3, fsdp or hsdp."),
+    recompute: str = typer.Option("selective", "--recompute", help="none, selective or full."),
+    sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
+                                                     help="Megatron sequence parallelism (default: on when tp > 1)."),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16, fp8, fp8-cs, mxfp8, nvfp4, fp32, tf32."),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", min=1,
+                                                help="Scale-up domain used (default: the hardware's)."),
+    runs: Optional[Path] = typer.Option(None, "--runs", metavar="FILE",
+                                        help="Predict every run of a measurement-schema CSV/Parquet instead."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the result to this file."),
+) -> None:
+    """Predict step time, throughput, MFU, memory and the time breakdown of one configuration.
+
+    Examples:
+
+    `stepcast predict --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --global-batch 1536 --seq-len 2048 --tp 8 --pp 8`
+
+    `stepcast predict --runs measurements/measured_runs.csv --format csv --out predictions.csv`
+
+    With `--runs`, every distinct run_id gets one row (metric/value columns are ignored); a run that cannot be
+    predicted keeps its row with the reason in `error`. Only file-level problems exit non-zero.
+    """
+    import polars as pl
+
+    from pipeline import catalog
+    from pipeline.output import render
+
+    if fmt not in ("table", "csv", "json"):
+        _fail(f"--format must be table, csv or json, got '{fmt}'")
+    cfg = settings()
+    if runs is not None:
+        from pipeline.predict_runs import predict_file
+        from pipeline.readers import FileRejected
+
+        try:
+            result = predict_file(runs, cfg.measurements)
+        except FileRejected as err:
+            _fail(str(err), 1)
+    else:
+        missing = [flag for flag, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus),
+                                        ("--global-batch", global_batch), ("--seq-len", seq_len)) if v is None]
+        if missing:
+            _fail(f"missing {', '.join(missing)} (or give --runs FILE). See `stepcast predict --help`.")
+        try:
+            arch = catalog.find_architecture(cfg.measurements, model)
+            hw_row = catalog.find_hardware(cfg.measurements, gpu)
+        except catalog.UnknownName as err:
+            _fail(str(err))
+        for name, value, allowed in (("--sharding", sharding, ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp")),
+                                     ("--recompute", recompute, ("none", "selective", "full")),
+                                     ("--dtype", dtype, ("bf16", "fp16", "fp8", "fp8-cs", "mxfp8", "nvfp4", "fp32",
+                                                         "tf32"))):
+            if value not in allowed:
+                _fail(f"{name} must be one of {', '.join(allowed)}, got '{value}'")
+        if dp is None:
+            if gpus % (tp * pp * cp):
+                _fail(f"--gpus {gpus} is not divisible by tp*pp*cp = {tp * pp * cp}")
+            dp = gpus // (tp * pp * cp)
+        from models.hardware import resolve_hardware
+        from models.step_time import predict as model_predict
+
+        hw = resolve_hardware(pl.DataFrame([hw_row]), strict=False)
+        row = {c: arch.get(c) for c in catalog.ARCH_MODEL_COLUMNS}
+        row.update(run_id="cli", seq_len=seq_len, global_batch_seqs=global_batch, micro_batch=micro_batch,
+                   n_gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, sharding=sharding, recompute=recompute,
+                   sequence_parallel=(tp > 1) if sequence_parallel is None else sequence_parallel, dtype=dtype,
+                   gpus_per_node=gpus_per_node or min(int(hw["scaleup_size"][0] or 8), gpus))
+        configs = pl.DataFrame([row]).hstack(hw.drop([c for c in hw.columns if c in row]))
+        result = pl.DataFrame({"run_id": ["cli"]}).hstack(model_predict(configs))
+    extra = [c for c in result.columns if c not in PREDICT_COLUMNS]
+    result = result.select(PREDICT_COLUMNS + extra)
+    render(result, fmt, out, title="stepcast predict (analytical)", table_columns=TABLE_COLUMNS)
+
+
 # ---------------------------------------------------------------- info
 
 @app.command()
@@ -171,6 +274,10 @@ def info(fmt: str = typer.Option("table", "--format", "-f", help="table or json"
         console.print(counts)
     else:
         console.print("no store yet: run `stepcast build`")
+
+
+# Commands that live in their own modules register themselves on `app` when imported.
+from pipeline import commands  # noqa: E402,F401
 
 
 def main() -> None:

@@ -1,4 +1,7 @@
-"""Dagster Definitions: `dagster dev` (pyproject's [tool.dagster]) and `stepcast build` both load these."""
+"""Dagster Definitions: `dagster dev` (pyproject's [tool.dagster]) and `stepcast build` both load these.
+
+Assets and checks are collected from the modules in `ASSET_MODULES`; the published snapshot depends on every
+other asset, so it is always written last and only after everything upstream succeeded."""
 
 from __future__ import annotations
 
@@ -9,8 +12,17 @@ from assets import checks, ingest, predict, publish
 from pipeline.resources import MeasurementsResource
 from pipeline.settings import Settings
 
-ALL_ASSETS = [ingest.hardware, ingest.architectures, ingest.cloud_prices, ingest.run_metrics, ingest.runs,
-              predict.analytical_predictions, publish.store_snapshot]
+ASSET_MODULES = [ingest, predict, checks]
+
+
+def _collect():
+    assets = list(dg.load_assets_from_modules(ASSET_MODULES))
+    asset_checks = list(dg.load_asset_checks_from_modules(ASSET_MODULES))
+    snapshot = publish.make_snapshot_asset([a for a in assets])
+    return assets + [snapshot], asset_checks
+
+
+ALL_ASSETS, ALL_CHECKS = _collect()
 
 build_job = dg.define_asset_job(
     "build", selection=dg.AssetSelection.all(),
@@ -22,12 +34,13 @@ def make_definitions(settings: Settings | None = None) -> dg.Definitions:
     settings = settings or Settings.load()
     return dg.Definitions(
         assets=ALL_ASSETS,
-        asset_checks=checks.CHECKS,
+        asset_checks=ALL_CHECKS,
         jobs=[build_job],
         resources={
             "duckdb": DuckDBResource(database=str(settings.store)),
             "measurements": MeasurementsResource(root=str(settings.measurements)),
-            "paths": publish.SnapshotConfig(store=str(settings.store), snapshot=str(settings.snapshot)),
+            "paths": publish.SnapshotConfig(store=str(settings.store), snapshot=str(settings.snapshot),
+                                            reports=str(settings.reports)),
         },
     )
 

@@ -300,14 +300,15 @@ def rebuild_runs(con: duckdb.DuckDBPyConnection) -> None:
     ensure_schema(con)
     have_arch = table_exists(con, "architectures")
     run_cols = [c for c in COLUMNS if c not in ("run_id", "metric", "value", "unit", "derived", "notes", "source_ref")]
-    firsts = ",\n".join(f"any_value({c}) as {c}" for c in run_cols)
-    firsts += ",\nstring_agg(distinct source_ref, ' | ') as source_ref"
+    # deterministic aggregates, so that rebuilding from the same rows gives the same table
+    firsts = ",\n".join(f"min({c}) as {c}" for c in run_cols)  # rows of a run agree on non-null values
+    firsts += ",\nstring_agg(distinct source_ref, ' | ' order by source_ref) as source_ref"
     pivots = ",\n".join(f"max(value) filter (where metric = '{m}') as {m}" for m in METRIC_COLUMNS)
     base = f"""
         select run_id, {firsts}, {pivots},
-               any_value(unit) filter (where metric = 'gpu_hours') as gpu_hours_unit,
+               min(unit) filter (where metric = 'gpu_hours') as gpu_hours_unit,
                count(*) as n_metrics, bool_or(derived = 'yes') as any_derived,
-               any_value(source_file) as source_file
+               min(source_file) as source_file
         from run_metrics group by run_id"""
     if have_arch:
         fill = ",\n".join(f"coalesce(b.{c}, a.{c}) as {c}" for c in ARCH_FILL)

@@ -1,0 +1,208 @@
+"""Exhaustive layout search: enumerate every valid parallel layout, predict, rank.
+
+Enumeration rules (MODEL.md, "Search"):
+  tp   divisors of n_gpus that divide n_heads, up to the scale-up domain size
+  pp   divisors of n_gpus/tp up to n_layers; uneven stages are allowed (the stage with
+       ceil(n_layers/pp) layers governs the step, as predict models it)
+  cp   powers of two dividing n_gpus/(tp*pp) and seq_len, up to ``max_cp`` (16)
+  dp   = n_gpus / (tp*pp*cp), must divide global_batch_seqs
+  ep   MoE only: divisors of dp that divide n_experts
+  vpp  1, and for pp > 1 every v in 2..max_vpp with ceil(n_layers/pp) >= v
+  micro_batch  divisors of global_batch_seqs/dp up to ``max_micro_batch``
+  sharding  all six when dp*cp > 1, else 'none'; recompute all three;
+  sequence_parallel  both when tp > 1, else False
+Any dimension can be fixed: ``fixed={'tp': 1, 'pp': 1, 'sharding': 'fsdp'}`` (a scalar or
+a list of allowed values). Remaining invalid combinations (e.g. interleaving with a
+micro-batch count not divisible by pp) are removed by ``predict_arrays``' validity rules.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Mapping
+
+import numpy as np
+import polars as pl
+
+from models.params import (
+    ACTIVATION_CODES,
+    DEFAULT,
+    DTYPE_CODES,
+    RECOMPUTE_CODES,
+    SHARDING_CODES,
+    PhysParams,
+)
+from models.step_time import HARDWARE_COLUMNS, OUTPUT_COLUMNS, predict_arrays
+
+LAYOUT_DIMS = ("tp", "pp", "cp", "dp", "ep", "vpp", "micro_batch", "sharding", "recompute", "sequence_parallel")
+_INV = {
+    "sharding": {v: k for k, v in SHARDING_CODES.items()},
+    "recompute": {v: k for k, v in RECOMPUTE_CODES.items()},
+}
+
+
+def _divisors(n: int) -> list[int]:
+    n = int(n)
+    small = [i for i in range(1, int(n**0.5) + 1) if n % i == 0]
+    return sorted(set(small + [n // i for i in small]))
+
+
+def _allowed(fixed: Mapping[str, Any], key: str, candidates):
+    if key not in fixed:
+        return list(candidates)
+    want = fixed[key]
+    want = list(want) if isinstance(want, (list, tuple, set, np.ndarray)) else [want]
+    if key == "sharding":
+        want = [SHARDING_CODES[str(w)] if not isinstance(w, (int, np.integer)) else int(w) for w in want]
+    elif key == "recompute":
+        want = [RECOMPUTE_CODES[str(w)] if not isinstance(w, (int, np.integer)) else int(w) for w in want]
+    elif key == "sequence_parallel":
+        want = [bool(w) for w in want]
+    return [c for c in candidates if c in want]
+
+
+def _num(row: Mapping, key: str, default=np.nan) -> float:
+    v = row.get(key, default)
+    if v is None:
+        return float(default)
+    if isinstance(v, str):
+        return float(v) if v.strip() else float(default)
+    return float(v)
+
+
+def enumerate_layouts(
+    arch_row: Mapping[str, Any],
+    hw_row: Mapping[str, Any],
+    n_gpus: int,
+    global_batch_seqs: int,
+    seq_len: int,
+    fixed: Mapping[str, Any] | None = None,
+    dtype: str = "bf16",
+    *,
+    gpus_per_node: int | None = None,
+    max_cp: int = 16,
+    max_vpp: int = 8,
+    max_micro_batch: int = 64,
+) -> dict[str, np.ndarray]:
+    """Every candidate layout as arrays ready for ``predict_arrays`` (arch + hw broadcast)."""
+    fixed = dict(fixed or {})
+    L = int(_num(arch_row, "n_layers"))
+    heads = int(_num(arch_row, "n_heads"))
+    E = int(_num(arch_row, "n_experts", 0.0) if not np.isnan(_num(arch_row, "n_experts", 0.0)) else 0)
+    scaleup = int(_num(hw_row, "scaleup_size", 8.0))
+    node = int(gpus_per_node) if gpus_per_node else scaleup
+    n = int(n_gpus)
+    B = int(global_batch_seqs)
+    s = int(seq_len)
+
+    tps = [t for t in _divisors(n) if heads % t == 0 and t <= max(node, 1)]
+    tps = _allowed(fixed, "tp", tps)
+    blocks = []
+    for tp in tps:
+        pps = _allowed(fixed, "pp", [p for p in _divisors(n // tp) if p <= L])
+        for pp in pps:
+            rest = n // (tp * pp)
+            cps = [c for c in _divisors(rest) if c <= max_cp and (c & (c - 1)) == 0 and s % c == 0]
+            for cp in _allowed(fixed, "cp", cps):
+                dp = rest // cp
+                if B % dp or not _allowed(fixed, "dp", [dp]):
+                    continue
+                eps = [e for e in _divisors(dp) if E > 0 and E % e == 0] if E > 0 else [1]
+                eps = _allowed(fixed, "ep", eps)
+                ls = -(-L // pp)
+                vpps = [1] + ([v for v in range(2, max_vpp + 1) if ls >= v] if pp > 1 else [])
+                vpps = _allowed(fixed, "vpp", vpps)
+                mbs = _allowed(fixed, "micro_batch", [b for b in _divisors(B // dp) if b <= max_micro_batch])
+                shards = _allowed(fixed, "sharding", list(range(6)) if dp * cp > 1 else [0])
+                rcs = _allowed(fixed, "recompute", [0, 1, 2])
+                sps = _allowed(fixed, "sequence_parallel", [False, True] if tp > 1 else [False])
+                for ep, vpp in itertools.product(eps, vpps):
+                    grid = np.array(list(itertools.product(mbs, shards, rcs, sps)), dtype=np.float64)
+                    if grid.size == 0:
+                        continue
+                    k = len(grid)
+                    blocks.append(
+                        np.column_stack(
+                            [np.full(k, tp), np.full(k, pp), np.full(k, cp), np.full(k, dp), np.full(k, ep),
+                             np.full(k, vpp), grid]
+                        )
+                    )
+    cols = ("tp", "pp", "cp", "dp", "ep", "vpp", "micro_batch", "sharding", "recompute", "sequence_parallel")
+    mat = np.vstack(blocks) if blocks else np.zeros((0, len(cols)))
+    m = len(mat)
+    out: dict[str, np.ndarray] = {c: mat[:, i].copy() for i, c in enumerate(cols)}
+    out["sharding"] = out["sharding"].astype(np.int64)
+    out["recompute"] = out["recompute"].astype(np.int64)
+    out["sequence_parallel"] = out["sequence_parallel"] > 0
+    out["n_gpus"] = np.full(m, float(n))
+    out["global_batch_seqs"] = np.full(m, float(B))
+    out["seq_len"] = np.full(m, float(s))
+    out["gpus_per_node"] = np.full(m, float(node))
+    out["dtype"] = np.full(m, DTYPE_CODES[dtype], dtype=np.int64)
+    for key in ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "vocab", "n_experts", "top_k",
+                "expert_ffn_dim", "n_shared_experts", "n_dense_layers"):
+        out[key] = np.full(m, _num(arch_row, key))
+    act = arch_row.get("activation", "gelu")
+    out["activation"] = np.full(m, ACTIVATION_CODES.get(str(act).lower(), -1) if isinstance(act, str) else int(act))
+    out["tied_embeddings"] = np.full(m, float(bool(arch_row.get("tied_embeddings") or False)))
+    for key in HARDWARE_COLUMNS:
+        out[key] = np.full(m, _num(hw_row, key))
+    return out
+
+
+def search(
+    arch_row: Mapping[str, Any],
+    hw_row: Mapping[str, Any],
+    n_gpus: int,
+    global_batch_seqs: int,
+    seq_len: int,
+    fixed: Mapping[str, Any] | None = None,
+    dtype: str = "bf16",
+    *,
+    top_k: int = 10,
+    rank_by: str = "throughput",
+    usd_per_gpu_hour: float | None = None,
+    params: PhysParams = DEFAULT,
+    gpus_per_node: int | None = None,
+    return_count: bool = False,
+):
+    """Best feasible layouts, ranked by tokens/s (``rank_by='throughput'``) or by GPU-seconds
+    (and USD when ``usd_per_gpu_hour`` is given) per token (``rank_by='cost'``).
+
+    Returns a polars DataFrame (layout columns with string categoricals + predictions +
+    ``gpu_s_per_mtoken``/``usd_per_mtoken``), best first; with ``return_count=True`` a tuple
+    (frame, number of layouts evaluated).
+    """
+    if rank_by not in ("throughput", "cost"):
+        raise ValueError("rank_by must be 'throughput' or 'cost'")
+    lay = enumerate_layouts(arch_row, hw_row, n_gpus, global_batch_seqs, seq_len, fixed, dtype,
+                            gpus_per_node=gpus_per_node)
+    count = len(lay["tp"])
+    res = predict_arrays(lay, params) if count else {c: np.zeros(0) for c in OUTPUT_COLUMNS}
+    ok = np.asarray(res["feasible"], dtype=bool) if count else np.zeros(0, dtype=bool)
+    idx = np.flatnonzero(ok)
+    gpu_s_per_mtok = n_gpus * res["step_time_s"][idx] / (global_batch_seqs * seq_len) * 1e6 if count else np.zeros(0)
+    if rank_by == "throughput":
+        key = -res["tokens_per_s_per_gpu"][idx]
+    else:
+        key = gpu_s_per_mtok
+    order = idx[np.argsort(key, kind="stable")][:top_k]
+    data: dict[str, Any] = {}
+    for c in LAYOUT_DIMS:
+        col = lay[c][order]
+        if c in _INV:
+            data[c] = [_INV[c][int(x)] for x in col]
+        elif c == "sequence_parallel":
+            data[c] = col.astype(bool)
+        else:
+            data[c] = col.astype(np.int64)
+    data["dtype"] = [dtype] * len(order)
+    for c in OUTPUT_COLUMNS:
+        data[c] = res[c][order]
+    df = pl.DataFrame(data)
+    df = df.with_columns(
+        (pl.lit(float(n_gpus)) * pl.col("step_time_s") / (global_batch_seqs * seq_len) * 1e6).alias("gpu_s_per_mtoken")
+    )
+    if usd_per_gpu_hour is not None:
+        df = df.with_columns((pl.col("gpu_s_per_mtoken") / 3600.0 * usd_per_gpu_hour).alias("usd_per_mtoken"))
+    return (df, count) if return_count else df

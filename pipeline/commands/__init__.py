@@ -1,0 +1,5 @@
+"""CLI commands kept in their own modules; each registers on `pipeline.cli.app` with `@app.command()`.
+
+Import order here is the order in `stepcast --help`."""
+
+from pipeline.commands import search  # noqa: F401

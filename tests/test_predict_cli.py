@@ -1,0 +1,87 @@
+"""`stepcast predict`: one configuration from flags, or every run of a measurement file."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from tests.conftest import MEASUREMENTS
+from tests.test_ingest import BASE, write_rows
+
+runner = CliRunner()
+REQUIRED = ["run_id", "feasible", "error", "step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gb_per_gpu",
+            "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
+            "optimizer_s"]
+GPT3 = ["predict", "--model", "gpt3-175b", "--gpu", "a100-sxm4-80gb", "--gpus", "1024", "--global-batch", "1536",
+        "--seq-len", "2048", "--tp", "8", "--pp", "8"]
+
+
+def test_predict_one_configuration_json():
+    result = runner.invoke(app, GPT3 + ["--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert len(rows) == 1
+    row = rows[0]
+    assert list(row)[: len(REQUIRED)] == REQUIRED
+    assert row["feasible"] is True and row["error"] is None
+    # the parts add up to no more than the step, and the step's throughput matches its definition
+    assert row["step_time_s"] > row["compute_s"] > 0
+    assert row["tokens_per_s_per_gpu"] == __import__("pytest").approx(1536 * 2048 / (row["step_time_s"] * 1024))
+
+
+def test_predict_infeasible_configuration_says_why():
+    args = ["predict", "--model", "gpt3-175b", "--gpu", "a100-sxm4-40gb", "--gpus", "8", "--global-batch", "8",
+            "--seq-len", "2048", "--tp", "8", "--recompute", "none", "--sharding", "none", "--format", "json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.output)[0]
+    assert row["feasible"] is False and "memory" in row["error"] and "> 40" in row["error"]
+
+
+def test_predict_runs_file_one_row_per_run(tmp_path):
+    out = tmp_path / "pred.csv"
+    result = runner.invoke(app, ["predict", "--runs", str(MEASUREMENTS / "measured_runs.csv"), "--format", "csv",
+                                 "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    pred = pl.read_csv(out)
+    assert pred.columns[: len(REQUIRED)] == REQUIRED
+    assert pred.height == 599 and pred["run_id"].n_unique() == 599
+    # whole-run GPU-hour totals name no GPU count: kept, with the reason
+    llama2 = pred.filter(pl.col("run_id") == "llama2_70b").row(0, named=True)
+    assert llama2["feasible"] is False and "n_gpus not stated" in llama2["error"]
+    assert pred["feasible"].sum() > 450
+
+
+def test_predict_runs_bad_rows_keep_their_run_id(tmp_path):
+    path = write_rows(tmp_path / "runs.csv", [BASE, dict(BASE, run_id="t-2", gpu="h900"),
+                                              dict(BASE, run_id="t-3", seq_len="")])
+    result = runner.invoke(app, ["predict", "--runs", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["run_id"]: r for r in json.loads(result.output)}
+    assert rows["t-run-1"]["feasible"] is True
+    assert "unknown hardware id 'h900'" in rows["t-2"]["error"]
+    assert "seq_len not stated" in rows["t-3"]["error"]
+
+
+def test_predict_runs_unreadable_file_exits_nonzero(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(b"")
+    result = runner.invoke(app, ["predict", "--runs", str(bad)])
+    assert result.exit_code == 1 and "bad.csv" in result.output and "empty file" in result.output
+
+
+def test_predict_bad_flags_are_named():
+    r = runner.invoke(app, ["predict", "--model", "gpt3-175b", "--gpu", "a100-sxm4-80gb"])
+    assert r.exit_code == 2 and "--gpus" in r.output and "--global-batch" in r.output
+    r = runner.invoke(app, GPT3[:-4] + ["--tp", "3"])
+    assert r.exit_code == 2 and "not divisible" in r.output
+    r = runner.invoke(app, GPT3 + ["--sharding", "zero9"])
+    assert r.exit_code == 2 and "--sharding" in r.output
+    r = runner.invoke(app, ["predict", "--model", "llama-9", "--gpu", "h100-sxm5-80gb", "--gpus", "8", "-b", "8",
+                            "-s", "4096"])
+    assert r.exit_code == 2 and "unknown model 'llama-9'" in r.output
+    r = runner.invoke(app, GPT3 + ["--gpu", "h100"])
+    assert r.exit_code == 2 and "unknown hardware 'h100'" in r.output
