@@ -3,3 +3,4 @@
 Import order here is the order in `stepcast --help`."""
 
 from pipeline.commands import search  # noqa: F401
+from pipeline.commands import plan  # noqa: F401
