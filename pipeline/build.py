@@ -78,10 +78,16 @@ def run_build(cfg: Settings, console: Console, quiet: bool = False) -> bool:
     for ev in result.get_asset_check_evaluations():
         mark = "[green]passed[/green]" if ev.passed else "[red]FAILED[/red]"
         table.add_row(f"  check {ev.check_name}", mark, ev.description or "")
+    failures = []
     for ev in result.all_events:
         if ev.event_type_value == "STEP_FAILURE":
             err = ev.step_failure_data.error
-            table.add_row(ev.step_key or "?", "[red]failed[/red]", (err.message if err else "").strip()[:300])
+            while err is not None and err.cause is not None and "DagsterExecutionStepExecutionError" in err.cls_name:
+                err = err.cause  # the user code's own error, not Dagster's wrapper
+            failures.append((ev.step_key or "?", f"{err.cls_name}: {err.message.strip()}" if err else "unknown"))
+            table.add_row(ev.step_key or "?", "[red]failed[/red]", "see below")
     console.print(table)
+    for step, message in failures:
+        console.print(f"[red]{step} failed:[/red] {message}", markup=True, highlight=False)
     console.print(f"store: {cfg.store}\nsnapshot (read-only, for readers): {cfg.snapshot}")
     return bool(result.success)

@@ -8,11 +8,11 @@ from __future__ import annotations
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
-from assets import checks, ingest, predict, publish
+from assets import checks, ingest, plan, predict, publish
 from pipeline.resources import MeasurementsResource
 from pipeline.settings import Settings
 
-ASSET_MODULES = [ingest, predict, checks]
+ASSET_MODULES = [ingest, predict, plan, checks]
 
 
 def _collect():

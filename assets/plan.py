@@ -1,0 +1,71 @@
+"""Hardware choice for target runs: every priced accelerator x cluster size, best layout, days and dollars."""
+
+import dagster as dg
+import numpy as np
+import polars as pl
+from dagster_duckdb import DuckDBResource
+
+from assets.ingest import architectures, hardware
+from models import plan as P
+from models.hardware import resolve_hardware
+from pipeline import store
+from pipeline.resources import MeasurementsResource
+
+#: the largest cluster the hardware-choice table considers
+MAX_GPUS = 32_768
+
+
+@dg.asset(group_name="plan", kinds={"duckdb"}, deps=[hardware, architectures],
+          description="For each target run in measurements/target_runs.csv (a named model, token budget, sequence "
+                      "and batch, with its source): every accelerator with a price x node-aligned cluster size up to "
+                      f"{MAX_GPUS:,}, the best layout, days with and without interruptions, cost (median cloud price), "
+                      "energy and MFU. Table `hardware_choice`; view `v_hardware_choice` keeps the cheapest size per "
+                      "target x accelerator that finishes within 90 days.")
+def hardware_choice(measurements: MeasurementsResource, duckdb: DuckDBResource) -> dg.MaterializeResult:
+    targets = pl.read_csv(measurements.path("target_runs.csv"))
+    with duckdb.get_connection() as con:
+        hw = con.sql("select * from hardware").pl()
+        arch = con.sql("select * from architectures").pl()
+    hw = resolve_hardware(hw, strict=False)
+    priced = hw.filter(pl.col("cloud_usd_per_hour").is_not_null() & pl.col("hardware_error").is_null())
+    rows = list(priced.iter_rows(named=True))
+    frames = []
+    for t in targets.iter_rows(named=True):
+        a = arch.filter(pl.col("id") == t["model"])
+        if a.height != 1:
+            raise ValueError(f"target_runs.csv: model '{t['model']}' of target {t['id']} is not in architectures")
+        seqs = max(int(t["global_batch_tokens"]) // int(t["seq_len"]), 1)
+        best = P.best_layouts(a.row(0, named=True), rows, seqs, int(t["seq_len"]), MAX_GPUS)
+        if not best:
+            continue
+        f = pl.DataFrame(best, infer_schema_length=None)
+        price = f["hardware"].replace_strict(dict(zip(priced["id"], priced["cloud_usd_per_hour"])),
+                                             return_dtype=pl.Float64).to_numpy()
+        tdp = f["hardware"].replace_strict(dict(zip(priced["id"], priced["tdp_w"].cast(pl.Float64))),
+                                           return_dtype=pl.Float64).to_numpy()
+        tc = P.time_and_cost(float(t["tokens"]), f["n_gpus"].to_numpy(), f["tokens_per_s_per_gpu"].to_numpy(),
+                             f["params"].to_numpy(), price, tdp)
+        frames.append(f.select(
+            pl.lit(t["id"]).alias("target_id"), pl.lit(t["model"]).alias("model"),
+            pl.lit(float(t["tokens"])).alias("tokens"), "hardware", "n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp",
+            "micro_batch", "sharding", "recompute", "step_time_s", "tokens_per_s_per_gpu", "mfu",
+            "memory_gb_per_gpu",
+        ).with_columns(pl.Series("usd_per_gpu_hour", price),
+                       *[pl.Series(k, np.where(np.isfinite(v), v, np.nan), dtype=pl.Float64).fill_nan(None)
+                         for k, v in tc.items()]))
+    table = pl.concat(frames, how="vertical_relaxed")
+    with duckdb.get_connection() as con:
+        store.replace_table(con, "hardware_choice", table)
+        con.execute("""
+            create or replace view v_hardware_choice as
+            select * from (
+              select *, row_number() over (partition by target_id, hardware order by cost_usd) as rank_in_hardware
+              from hardware_choice where days <= 90
+            ) where rank_in_hardware = 1
+            order by target_id, cost_usd""")
+        n_view = con.execute("select count(*) from v_hardware_choice").fetchall()[0][0]
+    return dg.MaterializeResult(metadata={
+        "rows": dg.MetadataValue.int(table.height),
+        "targets": dg.MetadataValue.int(targets.height),
+        "v_hardware_choice_rows": dg.MetadataValue.int(n_view),
+    })
