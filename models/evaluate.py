@@ -8,34 +8,44 @@ from models.hardware import resolve_hardware
 from models.params import DEFAULT, PhysParams
 from models.runs_adapter import configs_from_runs, predict_by_preset, resolve_recompute
 from models.step_time import predict
-from models.targets import measured_throughput
+from models.targets import derive_flop_targets, measured_throughput
 
 PREDICTION_COLUMNS = (
     "feasible", "error", "step_time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "memory_gb_per_gpu", "compute_s",
     "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s", "optimizer_s",
-    "params", "model_flops_per_token",
+    "params", "model_flops_per_token", "hardware_flops_per_token", "peak_tflops",
 )
+KEEP_COLUMNS = ("run_id", "source", "gpu", "model_name", "framework", "dtype", "n_gpus", "tp", "pp", "dp", "cp", "ep",
+                "vpp", "micro_batch", "global_batch_seqs", "seq_len", "sharding", "recompute", "sequence_parallel",
+                "software_preset", "assumptions")
 
 
-def predict_runs(runs: pl.DataFrame, hardware: pl.DataFrame, run_metrics: pl.DataFrame,
-                 params: PhysParams = DEFAULT) -> pl.DataFrame:
-    """One row per run: identifiers, the configuration actually predicted (with its assumptions), the
-    analytical prediction and its breakdown, the measured target and the relative error of throughput."""
+def prepare_configs(runs: pl.DataFrame, hardware: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(predictable configs with recompute resolved, runs that cannot be predicted with `config_error`)."""
     hw = resolve_hardware(hardware, strict=False)
     cfg = configs_from_runs(runs, hw)
     ok = cfg.filter(pl.col("config_error").is_null())
     ok = resolve_recompute(ok, lambda c, p: predict(c, p))
-    pred = predict_by_preset(ok, predict, params)
-    keep = ["run_id", "source", "gpu", "model_name", "framework", "dtype", "n_gpus", "tp", "pp", "dp", "cp", "ep",
-            "vpp", "micro_batch", "global_batch_seqs", "seq_len", "sharding", "recompute", "sequence_parallel",
-            "software_preset", "assumptions"]
-    good = ok.select(keep).hstack(pred.select(PREDICTION_COLUMNS))
-    bad = cfg.filter(pl.col("config_error").is_not_null()).select(
+    return ok, cfg.filter(pl.col("config_error").is_not_null())
+
+
+def predict_runs(runs: pl.DataFrame, hardware: pl.DataFrame, run_metrics: pl.DataFrame,
+                 params: PhysParams = DEFAULT, preset_overrides: dict | None = None) -> pl.DataFrame:
+    """One row per run: identifiers, the configuration actually predicted (with its assumptions), the
+    analytical prediction and its breakdown, the measured target (throughput; MFU/HFU/TFLOP-only runs converted,
+    `target_derived`) and the relative error of throughput. `preset_overrides` ({preset: {field: value}}) are
+    fitted per-software-preset values (models.runs_adapter.preset_params)."""
+    ok, bad_cfg = prepare_configs(runs, hardware)
+    pred = predict_by_preset(ok, predict, params, overrides=preset_overrides)
+    keep = list(KEEP_COLUMNS)
+    good = ok.select(keep + ["peak_bf16_tflops"]).hstack(pred.select(PREDICTION_COLUMNS))
+    bad = bad_cfg.select(
         *[c for c in keep if c != "recompute"], pl.col("recompute").cast(pl.Utf8),
         pl.lit(False).alias("feasible"), pl.col("config_error").alias("error"))
     out = pl.concat([good, bad], how="diagonal_relaxed")
     target = measured_throughput(run_metrics)
-    out = out.join(target, on="run_id", how="left").with_columns(
+    out = derive_flop_targets(out.join(target, on="run_id", how="left"))
+    out = out.with_columns(
         (pl.col("tokens_per_s_per_gpu") / pl.col("measured_tokens_per_s_per_gpu") - 1.0).alias("rel_error"),
         (pl.col("target_kind").is_not_null() & ~pl.col("whole_run_average").fill_null(False)
          & pl.col("feasible").fill_null(False)).alias("scored"),

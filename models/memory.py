@@ -4,7 +4,8 @@ Model states (Rajbhandari et al. 2020, ZeRO): 16-bit weights (4 B for fp32/tf32 
 gradients (``PhysParams.grad_bytes``, fp32 main grads by default), optimizer state (12 B
 fp32 master + Adam m + v; 8 B for fp32 runs). Divided by tp (and ep for routed experts);
 ZeRO-1 shards the optimizer over the data-parallel group, ZeRO-2 also the gradients,
-ZeRO-3/FSDP also the weights (+ two gathered layers as prefetch buffers), HSDP shards all
+ZeRO-3/FSDP also the weights (+ two gathered layers as prefetch buffers; FSDP/HSDP keep no
+16-bit shard: the fp32 master is the parameter), HSDP shards all
 three inside the node (``floor(node_size / tp)`` ranks) and replicates across nodes. The
 data-parallel group of dense weights is dp*cp; of routed experts dp*cp/ep.
 
@@ -15,8 +16,8 @@ Activations (Korthikanti et al. 2022, section 4): per layer and micro-batch, 16-
     selective recompute drops the 5 a s / h term; full recompute keeps 2 s b h per layer
     (/t with sequence parallelism) plus one layer's full working set during its backward.
 Generalisation used here (reduces to the above for MHA and ffn = 4h GeLU):
-    replicated part  10 h                  (2 LayerNorm inputs 4h, QKV input 2h, MLP input
-                                            2h, 2 dropout masks 2h)
+    replicated part  (8 + m_d) h           (2 LayerNorm inputs 4h, QKV input 2h, MLP input
+                                            2h, 2 dropout masks m_d = 2h, 0 without dropout)
     sharded part     4 q + 4 kv + c_f F    (Q, K, V, attention output; q = a*d_head,
                                             kv = n_kv*d_head; c_f = 4 for GeLU (its input and
                                             output), 6 for SwiGLU (gate, up, product))
@@ -60,12 +61,14 @@ def activation_bytes_per_layer(
     cp=1,
     attn_scores_stored=1.0,
     dtype_bytes=2.0,
+    dropout_mask_elems=2.0,
 ):
     """Stored activation bytes of one transformer layer for one micro-batch, per GPU.
 
     recompute: 0 none, 1 selective, 2 full (the full-recompute value excludes the one-layer
     working set, which ``memory_per_gpu`` adds once). Defaults reproduce Korthikanti et al.
-    2022 for a GPT (MHA, ffn = 4h, GeLU) with 2-byte activations.
+    2022 for a GPT (MHA, ffn = 4h, GeLU) with 2-byte activations; ``dropout_mask_elems`` = 0
+    drops their two dropout masks (2 s b h) for recipes trained without dropout.
     """
     s = _f(seq_len)
     b = _f(micro_batch)
@@ -81,7 +84,7 @@ def activation_bytes_per_layer(
     scale = _f(dtype_bytes) / 2.0  # the Korthikanti coefficients are for 2-byte activations
     s_loc = s / c
     tokens = s_loc * b
-    replicated = 10.0 * h
+    replicated = (8.0 + _f(dropout_mask_elems)) * h
     sharded = 4.0 * q + 4.0 * kv + _f(ffn_coeff) * F
     rep_div = np.where(sp, t, 1.0)
     per_token = replicated / rep_div + sharded / t
@@ -164,7 +167,13 @@ def memory_per_gpu(
     grad_shard = full_shard | (shard == 2) | (shard == 5)
     opt_shard = grad_shard | (shard == 1)
 
-    weights = wb * (dense_local / dense_div + expert_local / expert_div)
+    # PyTorch FSDP/HSDP (MixedPrecision param_dtype=bf16) keeps only the fp32 sharded
+    # parameters - the master copy counted in the optimizer state - and casts to 16 bits on
+    # all-gather, so no separate 16-bit shard exists (PyTorch FSDP docs, MixedPrecision:
+    # "sharded parameters ... remain in full precision"); DeepSpeed ZeRO-3 keeps a 16-bit
+    # partition next to the fp32 master in the optimizer.
+    fsdp_like = (shard == 4) | (shard == 5)
+    weights = np.where(fsdp_like & ~fp32, 0.0, wb) * (dense_local / dense_div + expert_local / expert_div)
     weights = weights + np.where(full_shard | (shard == 5), 2.0 * layer_local * wb, 0.0)
     grads = gb * (
         dense_local / np.where(grad_shard, np.where(shard == 5, hs, nd), 1.0)
@@ -189,6 +198,7 @@ def memory_per_gpu(
         cp=c,
         attn_scores_stored=params.attn_scores_stored,
         dtype_bytes=act_bytes,
+        dropout_mask_elems=params.dropout_mask_elems,
         ffn_coeff=ffn_coeff,
     )
     h_ = arch["n_heads"]

@@ -71,10 +71,28 @@ class PhysParams:
     # Achieved fraction of the HBM datasheet bandwidth for streaming kernels.
     # prior: STREAM-like copies reach ~85-92 % of HBM peak on A100/H100 class parts.
     hbm_eff: float = 0.85
-    # prior: launch/synchronisation overhead per transformer layer and micro-batch
-    # (forward + backward), not hidden behind GPU execution. ~ a handful of 4-5 us
-    # kernel launches; to be fitted.
-    kernel_overhead_s_per_layer: float = 20e-6
+    # GEMM efficiency ramps with the size of the GEMM: eff(w) = matmul_eff * w / (w + w_half),
+    # w = FLOPs of one GEMM. Equivalent to charging ``gemm_half_flops`` extra FLOPs per GEMM
+    # call (tile quantisation, partial last wave, prologue/epilogue). prior: NVIDIA "Matrix
+    # Multiplication Background" (Deep Learning Performance Guide) shows A100 16-bit GEMMs of
+    # about 1024^3 (2 GFLOP) well below half of the large-GEMM throughput; fitted.
+    gemm_half_flops: float = 1e9
+    # Host-side (CPU) cost of issuing one GPU operation: Python + framework dispatch +
+    # kernel launch. The CPU runs ahead of the GPU, so per micro-batch the model takes
+    # max(GPU time, host time) - the overhead only shows when kernels are small.
+    # prior: PyTorch eager dispatch + CUDA launch is ~5-20 us per op (PyTorch profiler
+    # "CPU total" of small ops; CUDA launch latency ~5 us); fitted per software era.
+    host_overhead_s_per_op: float = 10e-6
+    # derived: GPU operations issued per transformer layer in the forward pass of one
+    # micro-batch: 2 norms, QKV GEMM, bias/rotary/split, attention core (1 fused flash
+    # kernel, or bmm + scale-mask-softmax + dropout + bmm), output GEMM, bias-dropout-add,
+    # FC1, activation, FC2, bias-dropout-add, 2 TP collectives, casts/copies ~ 20.
+    # Backward issues ``elementwise_bwd_factor`` (2) x as many; full recompute + 1 forward,
+    # selective recompute + ``ops_attn_core_fwd``.
+    ops_per_layer_fwd: float = 20.0
+    # derived: the unfused attention core of Megatron-LM 2022 (bmm, scale-mask-softmax,
+    # dropout, bmm) is 4 ops.
+    ops_attn_core_fwd: float = 4.0
     # derived: element-wise HBM traffic per token per layer in the forward pass, in units
     # of d_model elements (2 LayerNorms read+write 4, 2 residual adds 2x(2 read + 1
     # write) = 6, 2 dropouts read+write+mask ~ 5, bias adds ~ 1): 16 x d_model.
@@ -128,17 +146,26 @@ class PhysParams:
     # derived: HBM bytes touched per locally-updated parameter by one Adam step: read
     # fp32 grad 4 + read/write master 8 + m 8 + v 8 + write 16-bit weight 2 = 30.
     optimizer_update_bytes: float = 30.0
-    # prior: fixed per-GPU allocation outside the model: CUDA context, NCCL buffers,
-    # cuBLAS/cuDNN workspaces (commonly 1-3 GB on A100/H100). To be fitted.
-    mem_overhead_gb: float = 2.0
+    # prior: fixed per-GPU allocation outside the model: CUDA context (~0.3-0.5 GB on
+    # A100/H100 with lazy module loading), NCCL buffers and cuBLAS workspaces (~0.5 GB).
+    mem_overhead_gb: float = 1.0
     # prior: caching-allocator fragmentation and temporary buffers as a fraction of the
-    # modelled bytes (PyTorch allocator reserved-vs-allocated gaps of 5-15 % are common).
-    mem_fragmentation_frac: float = 0.10
+    # modelled bytes. Bounded by measurement: llm-foundry runs that ran at the edge of
+    # 40/80 GB (MPT-1b mb 10 on A100-40GB, MPT-3b seq 8192 on 80 GB) leave 3-6 % above the
+    # modelled bytes, so 0.05 (was 0.10, which flagged 24 of them infeasible).
+    mem_fragmentation_frac: float = 0.05
     # Whether the attention score/softmax/dropout tensors (Korthikanti's 5as/h term, and
     # their element-wise HBM traffic) are materialised: 0 = FlashAttention-style kernels
     # (Dao 2022; the default attention of Megatron-Core/TE, PyTorch SDPA, llm-foundry,
     # torchtitan), 1 = Megatron-LM 2021/2022 fused softmax (see MEGATRON_2022).
     attn_scores_stored: float = 0.0
+
+    # Dropout-mask bytes per token per layer, in units of d_model (Korthikanti et al. 2022,
+    # section 4.1: attention-output and MLP-output dropout masks, 1 byte per element each =
+    # 2 h of their 34 s b h). derived: 2 for GPT-style training with hidden dropout
+    # (MEGATRON_2022); 0 for recipes trained without dropout (Llama; MPT resid_pdrop = 0;
+    # torchtitan; Megatron-Bridge/NeMo Llama recipes hidden_dropout = 0).
+    dropout_mask_elems: float = 0.0
 
     def to_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in asdict(self).items()}
@@ -161,4 +188,22 @@ DEFAULT = PhysParams()
 # attention scores with a full-square fused softmax kernel, blocking gradient all-reduce
 # after the last micro-batch (no DP overlap). Only these documented software differences
 # change; the hardware-efficiency priors are the same as DEFAULT.
-MEGATRON_2022 = DEFAULT.with_(attn_scores_stored=1.0, attn_causal_work_fraction=1.0, dp_overlap=0.0)
+MEGATRON_2022 = DEFAULT.with_(attn_scores_stored=1.0, attn_causal_work_fraction=1.0, dp_overlap=0.0,
+                              dropout_mask_elems=2.0)
+
+# Fields a calibration fit may move, with their bounds (physically meaningful ranges).
+# Everything else in PhysParams is derived from an implementation or a paper and stays put.
+FITTABLE_BOUNDS: Mapping[str, tuple[float, float]] = {
+    "matmul_eff_16bit": (0.3, 0.95),
+    "matmul_eff_8bit": (0.2, 0.95),
+    "attn_eff": (0.15, 0.9),
+    "gemm_half_flops": (1e6, 5e10),
+    "host_overhead_s_per_op": (1e-7, 2e-4),
+    "scaleup_eff": (0.2, 0.95),
+    "scaleout_eff": (0.1, 0.95),
+    "alpha_scaleup_s": (1e-7, 1e-4),
+    "alpha_scaleout_s": (1e-7, 2e-4),
+    "tp_overlap": (0.0, 0.9),
+    "dp_overlap": (0.0, 0.95),
+    "fsdp_gather_overlap": (0.0, 0.98),
+}

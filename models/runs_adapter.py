@@ -134,29 +134,31 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
 PRESETS = ("default", "megatron_2022")
 
 
-def preset_params(name: str, base=None):
-    """The PhysParams of a software preset (`base` overrides DEFAULT, e.g. with fitted values)."""
+def preset_params(name: str, base=None, overrides=None):
+    """The PhysParams of a software preset (`base` overrides DEFAULT, e.g. with fitted values; `overrides`
+    {preset: {field: value}} are values fitted for one preset only, e.g. its host overhead per op)."""
     from models.params import DEFAULT, MEGATRON_2022
 
     base = base or DEFAULT
+    extra = dict((overrides or {}).get(name, {}))
     if name == "default":
-        return base
+        return base.with_(**extra) if extra else base
     if name == "megatron_2022":
         diff = {k: v for k, v in MEGATRON_2022.to_dict().items() if DEFAULT.to_dict()[k] != v}
-        return base.with_(**diff)
+        return base.with_(**(diff | extra))
     raise ValueError(f"unknown software preset {name!r}; expected one of {PRESETS}")
 
 
-def predict_by_preset(configs: pl.DataFrame, predict, base=None) -> pl.DataFrame:
+def predict_by_preset(configs: pl.DataFrame, predict, base=None, overrides=None) -> pl.DataFrame:
     """Predict each row with the PhysParams of its `software_preset` (row order kept)."""
     if "software_preset" not in configs.columns:
-        return predict(configs, preset_params("default", base))
+        return predict(configs, preset_params("default", base, overrides))
     idx = configs.with_row_index("_i")
     parts = []
     for name in PRESETS:
         sub = idx.filter(pl.col("software_preset") == name)
         if sub.height:
-            parts.append(sub.select("_i").hstack(predict(sub.drop("_i"), preset_params(name, base))))
+            parts.append(sub.select("_i").hstack(predict(sub.drop("_i"), preset_params(name, base, overrides))))
     return pl.concat(parts, how="diagonal_relaxed").sort("_i").drop("_i")
 
 

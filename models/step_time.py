@@ -241,11 +241,13 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     # --- GEMMs of one layer, forward, per GPU ---
     attn_flops = 2.0 * T * sh["attn_matmul"] / t
     attn_bytes = w_read_b * sh["attn_matmul"] / t + act_b * T * (2.0 * h + (2.0 * q + 2.0 * kvd) / t)
-    t_attn_gemm = np.maximum(attn_flops / flops_rate, attn_bytes / hbm_bw)
+    # GEMM-size ramp: eff(w) = eff_max w / (w + w_half) <=> + w_half FLOPs per GEMM call
+    wh = P.gemm_half_flops
+    t_attn_gemm = np.maximum((attn_flops + 2.0 * wh) / flops_rate, attn_bytes / hbm_bw)  # QKV, output
     F_dense = arch["ffn_dim"]
     mlp_flops_d = 2.0 * T * sh["dense_mlp_matmul"] / t
     mlp_bytes_d = w_read_b * sh["dense_mlp_matmul"] / t + act_b * T * (2.0 * h + n_mats * F_dense / t)
-    t_mlp_d = np.maximum(mlp_flops_d / flops_rate, mlp_bytes_d / hbm_bw)
+    t_mlp_d = np.maximum((mlp_flops_d + n_mats * wh) / flops_rate, mlp_bytes_d / hbm_bw)
     if any_moe:
         F_moe = (k + ns) * arch["expert_ffn_dim"]
         e_local = np.where(E > 0, E / e, 0.0)
@@ -253,7 +255,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
         mlp_bytes_m = w_read_b * ((e_local + ns) * sh["expert_matmul"] + sh["router_matmul"]) / t + act_b * T * (
             2.0 * h * (1.0 + k) + n_mats * F_moe / t
         )
-        t_mlp_m = np.maximum(mlp_flops_m / flops_rate, mlp_bytes_m / hbm_bw)
+        t_mlp_m = np.maximum((mlp_flops_m + n_mats * (k + ns) * wh) / flops_rate, mlp_bytes_m / hbm_bw)
     # --- attention core (forward) ---
     attn_core_flops = 4.0 * b * (s / c) * s * q / t * P.attn_causal_work_fraction
     t_core = attn_core_flops / attn_rate
@@ -276,10 +278,12 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     # LM head + cross-entropy on the last stage (forward + 2x backward)
     lm_flops = 2.0 * T * V * h / t
     lm_bytes = w_read_b * V * h / t + act_b * T * h + 4.0 * T * V / t * 3.0
-    t_lm = 3.0 * np.maximum(lm_flops / flops_rate, lm_bytes / hbm_bw)
-    overhead = Ls * P.kernel_overhead_s_per_layer
-    compute_mb = fwd_layers + bwd_layers + recompute_layers + t_lm + overhead
+    t_lm = 3.0 * np.maximum((lm_flops + wh) / flops_rate, lm_bytes / hbm_bw)
+    compute_mb = fwd_layers + bwd_layers + recompute_layers + t_lm
     bwd_mb = bwd_layers + 2.0 / 3.0 * t_lm
+    # host (CPU) time to issue the ops of one micro-batch; the GPU waits for it when kernels are short
+    ops_rc = np.where(rc == 2, P.ops_per_layer_fwd, np.where(rc == 1, P.ops_attn_core_fwd, 0.0))
+    host_mb = Ls * P.host_overhead_s_per_op * (P.ops_per_layer_fwd * (1.0 + P.elementwise_bwd_factor) + ops_rc)
 
     # ---------------- communication ----------------
     n_fwd_passes = np.where(rc == 2, 2.0, 1.0)
@@ -387,6 +391,14 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     t_mb = compute_mb + tp_mb + cp_mb + ep_mb + pp_mb + gather_exposed_mb
     bubble_mb = (p - 1.0) / v
     step = t_mb * (m + bubble_mb) + dp_exposed + optimizer_s
+    # the host issues the ops while the GPU runs earlier ones (asynchronous launch), so the step
+    # is max(GPU time, host issue time); a soft maximum (p-norm, p = HOST_P) because the two
+    # overlap imperfectly near the crossover (queue drains, syncs). >= max, monotone in both.
+    # The GPU's wait for the host is counted in compute_s.
+    host_step = (m + bubble_mb) * host_mb + optimizer_s
+    r = host_step / step
+    host_wait = step * (np.sqrt(np.sqrt(1.0 + (r * r) * (r * r))) - 1.0)
+    step = step + host_wait
 
     model_fpt = 6.0 * pc["matmul_params_active"] + 12.0 * L * s * q
     attn_fwd = 4.0 * L * s * q
@@ -406,7 +418,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
         "mfu": nanif(model_fpt * tokens / denom),
         "hfu": nanif(hw_fpt * tokens / denom),
         "memory_gb_per_gpu": nanif(mem_total / GB),
-        "compute_s": nanif(m * compute_mb),
+        "compute_s": nanif(m * compute_mb + host_wait),
         "tp_comm_s": nanif(m * tp_mb),
         "pp_bubble_s": nanif(bubble_mb * t_mb),
         "pp_comm_s": nanif(m * pp_mb),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import polars as pl
+import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli import app
@@ -12,6 +13,13 @@ from tests.conftest import MEASUREMENTS
 from tests.test_ingest import BASE, write_rows
 
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def no_store(tmp_path, monkeypatch):
+    """These tests exercise the analytical path: no store, hence no promoted calibration fit
+    (tests/test_calibration.py covers the calibrated columns against the built store)."""
+    monkeypatch.setenv("STEPCAST_STORE", str(tmp_path / "none" / "stepcast.duckdb"))
 REQUIRED = ["run_id", "feasible", "error", "step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gb_per_gpu",
             "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
             "optimizer_s"]

@@ -47,6 +47,9 @@ def test_search_returns_feasible_sorted_valid_layouts(hw):
 }), gpu=st.sampled_from(["h100-sxm5-80gb", "a100-sxm4-40gb", "mi300x"]))
 def test_search_respects_fixed_and_never_infeasible(hw, fixed, gpu):
     df = search(LLAMA3_8B, hw[gpu], 64, 512, 4096, fixed=fixed, top_k=50)
+    if df.is_empty():  # e.g. tp=pp=1 without sharding: 18 B/param x 8B params > 80 GB, nothing fits
+        assert fixed.get("sharding") in ("none", None) or fixed.get("tp", 1) * fixed.get("pp", 1) == 1
+        return
     for k, v in fixed.items():
         assert (df[k] == v).all(), k
     assert df["feasible"].all()
