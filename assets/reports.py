@@ -1,0 +1,43 @@
+"""The report site as an asset: read the tables, hand DataFrames to reports/ (which never touches the store)."""
+
+import time
+from pathlib import Path
+
+import dagster as dg
+from dagster_duckdb import DuckDBResource
+
+from assets.curves import CALIBRATION_DEPS, frontier, scaling_curves
+from assets.ingest import hardware, runs
+from assets.predict import analytical_predictions
+from assets.publish import SnapshotConfig
+from pipeline import store
+
+OPTIONAL_TABLES = ("calibrated_predictions", "fits")
+
+
+@dg.asset(group_name="reports", kinds={"html"}, deps=[scaling_curves, frontier, analytical_predictions, runs, hardware,
+                                                   *CALIBRATION_DEPS],
+          description="Static report site (index, a scaling page per accelerator, calibration, frontier, hardware "
+                      "choice) written to the reports folder (`stepcast build --reports-dir`); self-contained HTML "
+                      "that opens offline. Picks up `calibrated_predictions`/`fits` when they exist.")
+def report_site(context: dg.AssetExecutionContext, duckdb: DuckDBResource, paths: SnapshotConfig) -> dg.MaterializeResult:
+    from reports.site import build_site
+
+    start = time.perf_counter()
+    names = ("scaling_curves", "inflection_points", "frontier", "analytical_predictions", "runs", "hardware")
+    with duckdb.get_connection() as con:
+        tables = {t: con.sql(f'select * from "{t}"').pl() for t in names}
+        for t in OPTIONAL_TABLES:
+            tables[t] = con.sql(f'select * from "{t}"').pl() if store.table_exists(con, t) else None
+    folder = Path(paths.reports) if paths.reports else Path(paths.store).parent / "site"
+    files = build_site(folder, tables)
+    pages = [f for f in files if f.suffix == ".html"]
+    context.log.info(f"report site: {len(pages)} pages in {folder}")
+    return dg.MaterializeResult(metadata={
+        "path": dg.MetadataValue.path(str(folder)),
+        "index": dg.MetadataValue.url((folder / "index.html").as_uri()),
+        "pages": dg.MetadataValue.int(len(pages)),
+        "files": dg.MetadataValue.md("\n".join(f"- [{f.relative_to(folder)}]({f.as_uri()})" for f in files)),
+        "calibrated_shown": dg.MetadataValue.bool(tables["calibrated_predictions"] is not None),
+        "seconds": dg.MetadataValue.float(round(time.perf_counter() - start, 2)),
+    })

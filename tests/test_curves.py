@@ -1,0 +1,203 @@
+"""Scaling curves, the knee, the frontier and their CLI (models/curves.py, models/frontier.py)."""
+
+import json
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from models.curves import (best_layouts, critical_batch_seqs, round_batch,
+                           efficiencies, knee, n_sweep, pareto_mask, policy_batches, scaling_curve)
+from models.frontier import dense_arch_for_params, frontier_summary, frontier_sweep
+from models.hardware import resolve_hardware
+from models.search import search
+from pipeline import catalog
+from pipeline.settings import PROJECT_ROOT
+
+MEAS = PROJECT_ROOT / "measurements"
+
+
+def hw(gpu):
+    return resolve_hardware(pl.DataFrame([catalog.find_hardware(MEAS, gpu)]), strict=False).row(0, named=True)
+
+
+def arch(name):
+    return catalog.find_architecture(MEAS, name)
+
+
+# ------------------------------------------------------------------ knee detection, known answers
+
+def test_knee_of_a_curve_that_saturates_at_256():
+    n = np.array([8, 16, 32, 64, 128, 256, 512, 1024, 2048], dtype=float)
+    x = np.where(n <= 256, 100.0 * n, 100.0 * 256 + 20.0 * (n - 256))  # linear, then 20 % per added GPU
+    pe, me, mask = efficiencies(n, x)
+    assert mask.all()
+    assert me[:6] == pytest.approx(1.0)
+    assert me[6] == pytest.approx(0.2)
+    assert knee(n, me, 0.5) == 512  # the first size whose added GPUs bring < 50 %
+    assert knee(n, me, 0.1) != knee(n, me, 0.1)  # NaN: never below 0.1
+    assert pe[-1] == pytest.approx((100 * 256 + 20 * 1792) / 2048 / 100)
+
+
+def test_knee_of_a_usl_curve_matches_the_analytic_derivative():
+    from models.usl import usl_throughput
+
+    n = 8.0 * 2 ** np.arange(0, 14)
+    x = usl_throughput(n / 8, 1.0, 0.0, 1e-4)
+    _, me, _ = efficiencies(n, x)
+    k = knee(n, me, 0.5)
+    # the secant slope halves between the previous size and k: check on both sides
+    i = int(np.flatnonzero(n == k)[0])
+    assert me[i] < 0.5 <= me[i - 1]
+
+
+def test_dominated_sizes_are_skipped():
+    n = np.array([8, 16, 24, 32, 48, 64], dtype=float)
+    per = np.array([10, 10, 7, 10, 9.5, 9.9])
+    mask = pareto_mask(n, per * n)
+    assert mask.tolist() == [True, True, False, True, False, True]
+    _, me, _ = efficiencies(n, per * n)
+    assert np.isnan(me[2]) and np.isnan(me[4]) and me[5] == pytest.approx((9.9 * 64 - 320) / 32 / 10)
+
+
+def test_sweep_batches_and_rounding():
+    assert n_sweep(8, 100) == [8, 16, 24, 32, 48, 64, 96]
+    assert n_sweep(72, 600) == [72, 144, 216, 288, 432, 576]
+    assert [round_batch(v) for v in (1, 5, 7000, 5461)] == [1, 4, 6144, 4096]
+    # DeepSeek LLM 2024: 0.2920 * C^0.3271 tokens; GPT-3's compute -> 1.42e7 tokens = 6,930 seqs of 2,048 -> 6,144
+    assert critical_batch_seqs(3.15e23, 2048) == 6144
+    assert policy_batches("weak", [8, 16], per_gpu_batch_seqs=2).tolist() == [16, 32]
+    assert policy_batches("critical", [8, 4096], per_gpu_batch_seqs=1, ceiling_seqs=1536).tolist() == [8, 1536]
+    with pytest.raises(ValueError, match="policy must be one of"):
+        policy_batches("huge", [8])
+
+
+@pytest.mark.parametrize("name,gpu,n,batch,seq", [("gpt3-175b", "h100-sxm5-80gb", 1024, 1536, 2048),
+                                                   ("mixtral-8x7b", "h100-sxm5-80gb", 256, 1024, 4096),
+                                                   ("gpt3-175b", "gb200", 1152, 1536, 2048)])
+def test_vectorized_enumeration_finds_the_same_best_layout_as_search(name, gpu, n, batch, seq):
+    grid = dict(micro_batch=[1, 2], recompute=["none", "selective", "full"], vpp=[1, 2], cp=[1],
+                sharding=["none", "zero1", "zero3", "hsdp"])
+    best, _ = best_layouts(arch(name), hw(gpu), [n], [batch], seq, grid=grid)
+    ref = search(arch(name), hw(gpu), n, batch, seq, fixed=grid, top_k=1)
+    assert best["tokens_per_s_per_gpu"][0] == pytest.approx(ref["tokens_per_s_per_gpu"][0], rel=1e-12)
+
+
+# ------------------------------------------------------------------ whole curves
+
+def test_strong_curve_facts():
+    h = hw("h100-sxm5-80gb")
+    c = scaling_curve(arch("gpt3-175b"), h, "strong", seq_len=2048, tokens=300e9, global_batch_seqs=1536, n_max=2048,
+                      usd_per_gpu_hour=h["cloud_usd_per_hour"])
+    ok = c.filter(pl.col("feasible"))
+    assert c["n_gpus"].to_list() == n_sweep(8, 2048)
+    assert (ok["tp"] * ok["pp"] * ok["dp"] * ok["cp"] == ok["n_gpus"]).all()
+    assert (ok["global_batch_seqs"] == 1536).all()
+    assert ok["time_to_train_days"].to_numpy() == pytest.approx(300e9 / ok["tokens_per_s"].to_numpy() / 86400)
+    assert ok["cost_usd"].to_numpy() == pytest.approx(
+        ok["time_to_train_days"].to_numpy() * 24 * ok["n_gpus"].to_numpy() * h["cloud_usd_per_hour"])
+    # 175B needs several nodes: the smallest sizes are infeasible with a reason naming memory
+    assert not c["feasible"][0] and "memory" in c["reason"][0]
+    assert ok["parallel_efficiency"][0] == 1.0 and ok["marginal_efficiency"][0] == 1.0
+    assert not ok["calibrated"].any() and ok["calibration_note"][0].startswith("analytical only")
+    assert (ok["tokens_per_s_per_gpu_lo"] == ok["tokens_per_s_per_gpu"]).all()
+
+
+def test_weak_curve_without_price_has_no_cost():
+    c = scaling_curve(arch("llama3-8b"), hw("gaudi2"), "weak", seq_len=8192, tokens=15e12, per_gpu_batch_seqs=1,
+                      n_max=256, usd_per_gpu_hour=None)
+    assert (c["global_batch_seqs"] == c["n_gpus"]).all()
+    assert c["cost_usd"].null_count() == c.height
+
+
+def test_calibration_hook_gives_bands_and_knee_interval():
+    from models.curves import inflection
+
+    def hook(analytical, configs):
+        assert analytical.height == configs.height and "peak_bf16_tflops" in configs.columns
+        t = analytical["tokens_per_s_per_gpu"]
+        return pl.DataFrame({"step_time_s": analytical["step_time_s"], "step_time_lo_s": analytical["step_time_s"] / 1.2,
+                             "step_time_hi_s": analytical["step_time_s"] * 1.2, "tokens_per_s_per_gpu": t,
+                             "tokens_per_s_per_gpu_lo": t / 1.2, "tokens_per_s_per_gpu_hi": t * 1.2,
+                             "fit_version": ["test-fit"] * analytical.height})
+
+    c = scaling_curve(arch("llama3-8b"), hw("h100-sxm5-80gb"), "strong", seq_len=8192, tokens=15e12,
+                      global_batch_seqs=512, n_max=4096, calibrate=hook)
+    ok = c.filter(pl.col("feasible"))
+    assert ok["calibrated"].all() and (ok["fit_version"] == "test-fit").all()
+    assert (ok["tokens_per_s_lo"] < ok["tokens_per_s"]).all() and (ok["tokens_per_s"] < ok["tokens_per_s_hi"]).all()
+    assert (ok["time_to_train_days_lo"] < ok["time_to_train_days_hi"]).all()
+    rec = inflection(c)
+    if rec["inflection_n"] is not None:
+        assert rec["inflection_n_lo"] <= rec["inflection_n"] <= rec["inflection_n_hi"]
+
+    def broken(analytical, configs):
+        raise ValueError("no bf16 peak")
+
+    c2 = scaling_curve(arch("llama3-8b"), hw("h100-sxm5-80gb"), "strong", seq_len=8192, tokens=15e12,
+                       global_batch_seqs=512, n_max=64, calibrate=broken)
+    assert not c2["calibrated"].any() and "no bf16 peak" in c2["calibration_note"][0]
+
+
+# ------------------------------------------------------------------ frontier
+
+def test_dense_shape_rule_reproduces_gpt3():
+    a = dense_arch_for_params(175e9)
+    assert (a["d_model"], a["n_layers"], a["n_heads"]) == (12288, 96, 96)
+    assert a["params"] == pytest.approx(175e9, rel=0.02)
+
+
+def test_frontier_point_is_the_largest_compute_above_the_threshold():
+    sweep = frontier_sweep(hw("h100-sxm5-80gb"), 3.0)
+    s = frontier_summary(sweep, 0.8)
+    ok = sweep.filter(pl.col("feasible"))
+    assert s["found"] and s["utilization"] >= 0.8 * s["best_utilization"]
+    assert s["best_utilization"] == pytest.approx(ok["utilization"].max())
+    bigger = ok.filter(pl.col("training_flop") > s["training_flop"])
+    assert (bigger["utilization"] < 0.8 * s["best_utilization"]).all()
+    assert s["time_to_train_days"] <= 3 * 30.4375
+    assert s["tokens"] == pytest.approx(20 * s["params"])
+    assert 1e23 < s["training_flop"] < 1e26  # an H100 fleet trains GPT-3-to-GPT-4-class compute in 3 months
+    with pytest.raises(ValueError, match="min_utilization"):
+        frontier_summary(sweep, 1.5)
+
+
+def test_frontier_of_a_historical_fp32_part():
+    sweep = frontier_sweep(hw("gtx-580"), 3.0, dtype="fp32")
+    s = frontier_summary(sweep, 0.8)
+    assert s["found"] and s["training_flop"] < 1e20  # 1.5 GB per card: only tiny models fit
+    assert "memory" in " ".join(sweep.filter(~pl.col("feasible"))["reason"].to_list())
+
+
+def test_cli_frontier_contract_and_errors():
+    from pipeline.cli import app
+
+    r = CliRunner().invoke(app, ["frontier", "--gpu", "v100-sxm2-32gb", "--months", "3", "--min-utilization", "0.8",
+                                 "--format", "json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    for key in ("max_training_flop", "n_gpus", "tp", "pp", "dp", "ep", "cp", "utilization", "params", "tokens",
+                "cost_usd"):
+        assert key in out
+    assert out["tp"] * out["pp"] * out["dp"] * out["cp"] == out["n_gpus"]
+    assert sum(v for k, v in out["breakdown"].items() if k != "step_time_s") == pytest.approx(
+        out["breakdown"]["step_time_s"], rel=1e-9)
+    bad = CliRunner().invoke(app, ["frontier", "--gpu", "h100-sxm5-80gb", "--min-utilization", "80"])
+    assert bad.exit_code == 2 and "--min-utilization must be in (0, 1]" in bad.output
+    unknown = CliRunner().invoke(app, ["frontier", "--gpu", "h100"])
+    assert unknown.exit_code == 2 and "unknown hardware 'h100'" in unknown.output
+
+
+def test_cli_curve_json_and_bad_policy():
+    from pipeline.cli import app
+
+    r = CliRunner().invoke(app, ["curve", "--model", "llama3-8b", "--gpu", "a100-sxm4-80gb", "--policy", "critical",
+                                 "--tokens", "1e12", "--seq-len", "4096", "--max-gpus", "512", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["policy"] == "critical" and out["points"][0]["n_gpus"] == 8
+    assert "inflection_n" in out["inflection"] and "analytical only" in out["calibration"]
+    bad = CliRunner().invoke(app, ["curve", "--model", "llama3-8b", "--gpu", "a100-sxm4-80gb", "--policy", "linear"])
+    assert bad.exit_code == 2 and "--policy must be one of strong, weak, critical" in bad.output

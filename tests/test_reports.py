@@ -1,0 +1,195 @@
+"""The report site: built by the pipeline on a temporary store, rebuilt from a store copy, and every page opened
+in headless Chromium (Debian's `chromium`) with no console error, no network request and non-empty charts.
+
+Browser tests skip when /usr/bin/chromium is absent, except under CI=true where they fail instead."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+TABLES = ("scaling_curves", "inflection_points", "frontier", "analytical_predictions", "runs", "hardware")
+
+
+def site_of(store: Path) -> Path:
+    return Path(os.environ.get("STEPCAST_REPORTS") or store.parent / "site")
+
+
+def need_chromium():
+    if CHROMIUM.exists():
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{CHROMIUM} is missing under CI=true: .ci/run installs Debian's chromium package")
+    pytest.skip(f"{CHROMIUM} not installed (apt-get install -y chromium); browser checks skipped")
+
+
+def test_build_writes_the_site(built_store):
+    site = site_of(built_store)
+    pages = sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html"))
+    for page in ("index.html", "frontier.html", "calibration.html", "hardware-choice.html",
+                 "hardware/h100-sxm5-80gb.html", "hardware/gtx-580.html"):
+        assert page in pages
+    assert not (site / "hardware" / "tpu-v3.html").exists()  # no intra-node bandwidth in the data: no curves
+    for png in ("frontier.png", "scaling-h100-gpt3-175b.png", "hardware-choice.png"):
+        assert (site / "img" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    index = (site / "index.html").read_text()
+    assert "vegaEmbed" in index and 'src="http' not in index and "cdn.jsdelivr" not in index
+    con = duckdb.connect(str(built_store), read_only=True)
+    try:
+        n = con.execute("select count(distinct gpu) from scaling_curves").fetchone()[0]
+        knees = con.execute("select count(*) from inflection_points").fetchone()[0]
+        fr = con.execute("select count(*) from frontier where is_frontier").fetchone()[0]
+    finally:
+        con.close()
+    assert len([p for p in pages if p.startswith("hardware/")]) == n
+    assert knees > 0 and fr >= 28
+
+
+def test_site_rebuilds_from_a_store_copy_and_a_failed_build_keeps_the_old_site(store_copy, tmp_path):
+    from reports.site import build_site
+
+    con = duckdb.connect(str(store_copy), read_only=True)
+    try:
+        tables = {t: con.sql(f"select * from {t}").pl() for t in TABLES}
+    finally:
+        con.close()
+    tables["scaling_curves"] = tables["scaling_curves"].filter(pl.col("gpu").is_in(["h100-sxm5-80gb", "b200"]))
+    out = tmp_path / "site"
+    files = build_site(out, tables, png=False)
+    assert {f.name for f in files} >= {"index.html", "h100-sxm5-80gb.html", "b200.html"}
+    assert sorted(p.name for p in (out / "hardware").iterdir()) == ["b200.html", "h100-sxm5-80gb.html"]
+    before = (out / "index.html").read_text()
+    broken = dict(tables, frontier=tables["frontier"].drop("utilization"))
+    with pytest.raises(Exception):
+        build_site(out, broken, png=False)
+    assert (out / "index.html").read_text() == before
+    assert not list(tmp_path.glob(".site.*"))  # the failed build cleaned up its temporary folder
+
+
+# ------------------------------------------------------------------ headless Chromium through the DevTools protocol
+
+class Browser:
+    """Headless Chromium with a DevTools websocket on one page target."""
+
+    def __init__(self):
+        import websocket  # websocket-client
+
+        self.profile = tempfile.mkdtemp(prefix="stepcast-chromium-")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.proc = subprocess.Popen(
+            [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={self.profile}", f"--remote-debugging-port={port}", "--remote-allow-origins=*",
+             "--window-size=1400,1000", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        import urllib.request
+
+        deadline, targets = time.time() + 30, None
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=2) as r:
+                    targets = [t for t in json.load(r) if t.get("type") == "page"]
+                if targets:
+                    break
+            except OSError:
+                time.sleep(0.2)
+        assert targets, "chromium did not open a DevTools endpoint"
+        self.ws = websocket.create_connection(targets[0]["webSocketDebuggerUrl"], timeout=30)
+        self.next_id = 0
+        self.events: list[dict] = []
+        for method in ("Runtime.enable", "Log.enable", "Network.enable", "Page.enable"):
+            self.call(method)
+
+    def call(self, method, **params):
+        self.next_id += 1
+        self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == self.next_id:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return msg.get("result", {})
+            self.events.append(msg)
+
+    def evaluate(self, expr):
+        return self.call("Runtime.evaluate", expression=expr, returnByValue=True)["result"].get("value")
+
+    def open(self, url: str, timeout: float = 60.0) -> dict:
+        self.events.clear()
+        self.call("Page.navigate", url=url)
+        deadline = time.time() + timeout
+        state = None
+        while time.time() < deadline:
+            state = self.evaluate(
+                "(() => { const d = [...document.querySelectorAll('div.chart')];"
+                " return {ready: document.readyState, charts: d.length,"
+                " rendered: d.filter(x => x.querySelector('svg')).length,"
+                " marks: d.map(x => x.querySelectorAll('svg .mark-symbol path, svg .mark-line path, svg .mark-rect path,"
+                " svg .mark-area path, svg .mark-tick path, svg .mark-text text').length)}; })()")
+            if state and state["ready"] == "complete" and state["rendered"] == state["charts"]:
+                break
+            time.sleep(0.25)
+        time.sleep(0.3)
+        self.evaluate("1")  # drain pending events
+        return state
+
+    def problems(self) -> tuple[list[str], list[str]]:
+        errors, requests = [], []
+        for ev in self.events:
+            m, p = ev.get("method"), ev.get("params", {})
+            if m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+                errors.append(" ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", [])))
+            elif m == "Runtime.exceptionThrown":
+                errors.append(p.get("exceptionDetails", {}).get("text", "exception"))
+            elif m == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
+                errors.append(p["entry"].get("text", ""))
+            elif m == "Network.requestWillBeSent":
+                url = p.get("request", {}).get("url", "")
+                if not url.startswith(("file:", "data:", "blob:", "about:")):
+                    requests.append(url)
+        return errors, requests
+
+    def close(self):
+        try:
+            self.ws.close()
+        finally:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            shutil.rmtree(self.profile, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    need_chromium()
+    b = Browser()
+    yield b
+    b.close()
+
+
+def test_every_page_renders_offline_without_errors(built_store, browser):
+    site = site_of(built_store)
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) >= 5
+    for page in pages:
+        state = browser.open(page.as_uri())
+        errors, requests = browser.problems()
+        name = page.relative_to(site)
+        assert not errors, f"{name}: console errors {errors[:3]}"
+        assert not requests, f"{name}: network requests {requests[:3]}"
+        assert state and state["charts"] > 0, f"{name}: no charts"
+        assert state["rendered"] == state["charts"], f"{name}: {state['charts'] - state['rendered']} charts not rendered"
+        assert all(m > 0 for m in state["marks"]), f"{name}: empty chart(s) {state['marks']}"
