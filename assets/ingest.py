@@ -7,7 +7,7 @@ import dagster as dg
 from dagster import AssetExecutionContext
 from dagster_duckdb import DuckDBResource
 
-from pipeline import store
+from pipeline import automation, store
 from pipeline.resources import MeasurementsResource
 
 GROUP = "ingest"
@@ -50,6 +50,8 @@ def run_metrics(context: AssetExecutionContext, measurements: MeasurementsResour
             store.ingest_file(con, measurements.vtrain_single, kind="vtrain_single"),
             store.check_vtrain_multi(con, measurements.vtrain_multi),
         ]
+        # the drop folder (pipeline/automation.py): processed/ files again, then new files, moved after
+        incoming = automation.ingest_incoming(con, measurements.incoming, context.log) if measurements.incoming else None
         counts = store.row_counts(con, ("run_metrics", "rejected_rows"))
     for rep in reports:
         for warning in rep.warnings:
@@ -62,6 +64,10 @@ def run_metrics(context: AssetExecutionContext, measurements: MeasurementsResour
         "files": dg.MetadataValue.md("\n".join(
             f"- `{r.file}`: {r.status}, {r.rows_accepted} accepted, {r.rows_rejected} rejected, "
             f"{r.rows_duplicate} duplicate" for r in reports)),
+        **({"incoming_accepted": dg.MetadataValue.int(len(incoming.accepted)),
+            "incoming_quarantined": dg.MetadataValue.int(len(incoming.quarantined)),
+            "incoming_processed_files": dg.MetadataValue.int(len(incoming.reprocessed) + len(incoming.accepted))}
+           if incoming is not None else {}),
     })
 
 

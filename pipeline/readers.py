@@ -1,11 +1,18 @@
 """Read measurement files (CSV or Parquet) into string cells with line numbers, or reject them whole.
 
 The file is read once into memory; its sha256 is taken from those same bytes, so a file that changes while
-being read is caught by comparing with a second hash after parsing. CSV: UTF-8 (a BOM is accepted), LF or
-CRLF line endings, RFC-4180 quoting (fields may hold commas and newlines); a header that is clearly
-semicolon- or tab-separated is parsed with that delimiter and a warning. Lines are 1-based and count the
-header as line 1, so the first data row is line 2; a quoted field spanning lines is reported at the line
-where its row starts.
+being read is caught by comparing with a second hash after parsing (`FileRejected.retry` is then true: the
+file is not bad, it is incomplete). CSV: UTF-8 (a BOM is accepted), LF or CRLF line endings, RFC-4180
+quoting (fields may hold commas and newlines); a header that is clearly semicolon-, tab- or pipe-separated
+is parsed with that delimiter and a warning (accepted, explicitly: the cells are then validated like any
+other). Lines are 1-based and count the header as line 1, so the first data row is line 2; a quoted field
+spanning lines is reported at the line where its row starts.
+
+Two CSV paths give the same result:
+- fast path (polars, all columns as strings) when no quoted field spans lines, there is no blank line and
+  every line has exactly the header's number of delimiters outside quotes (checked with numpy over the
+  bytes); then the line of data row i is i + 2;
+- the csv module otherwise (quotes, blank lines, ragged rows), which tracks exact line numbers.
 """
 
 from __future__ import annotations
@@ -16,16 +23,20 @@ import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 csv.field_size_limit(10_000_000)
 
 
 class FileRejected(Exception):
-    """A whole file cannot be ingested. The message names the file, and the line/column where known."""
+    """A whole file cannot be ingested. The message names the file, and the line/column where known.
 
-    def __init__(self, file: str, reason: str, line: int | None = None, column: str | None = None):
-        self.file, self.reason, self.line, self.column = file, reason, line, column
+    `retry` is true when the file is not bad but was changing while being read (ingest it again later)."""
+
+    def __init__(self, file: str, reason: str, line: int | None = None, column: str | None = None,
+                 retry: bool = False):
+        self.file, self.reason, self.line, self.column, self.retry = file, reason, line, column, retry
         where = file + (f", line {line}" if line is not None else "") + (f", column {column}" if column else "")
         super().__init__(f"{where}: {reason}")
 
@@ -37,6 +48,7 @@ class ReadResult:
     n_bytes: int
     warnings: list[str] = field(default_factory=list)
     short_rows: list[tuple[int, int]] = field(default_factory=list)  # (line, n_fields) of ragged rows
+    header: list[str] = field(default_factory=list)
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -47,14 +59,28 @@ def _line_of_offset(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
 
 
+def _column_at(data: bytes, offset: int) -> str | None:
+    """Best-effort name of the column holding byte `offset` (delimiters counted on its line, quotes ignored)."""
+    first = data.split(b"\n", 1)[0].decode("utf-8", errors="replace").lstrip("\ufeff").rstrip("\r")
+    delimiter = _detect_delimiter("", first, [])
+    header = [h.strip() for h in first.split(delimiter)]
+    start = data.rfind(b"\n", 0, offset) + 1
+    if start == 0:  # the bad byte is in the header itself
+        return f"#{data[:offset].count(delimiter.encode()) + 1} (header)"
+    index = data[start:offset].count(delimiter.encode())
+    return header[index] if index < len(header) else f"#{index + 1}"
+
+
 def _decode(path: str, data: bytes) -> str:
     if b"\x00" in data:
-        raise FileRejected(path, "NUL byte in file (binary or corrupted data)", line=_line_of_offset(data, data.index(b"\x00")))
+        at = data.index(b"\x00")
+        raise FileRejected(path, "NUL byte in file (binary or corrupted data)", line=_line_of_offset(data, at),
+                           column=_column_at(data, at))
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise FileRejected(path, f"not UTF-8: byte 0x{data[err.start]:02x} cannot be decoded (save the file as UTF-8)",
-                           line=_line_of_offset(data, err.start)) from None
+                           line=_line_of_offset(data, err.start), column=_column_at(data, err.start)) from None
     return text[1:] if text.startswith("\ufeff") else text
 
 
@@ -70,21 +96,78 @@ def _detect_delimiter(path: str, header: str, warnings: list[str]) -> str:
     return ","
 
 
-def read_csv_text(path: str, text: str) -> tuple[pl.DataFrame, list[str], list[tuple[int, int]]]:
+def _check_header(path: str, header: list[str]) -> list[str]:
+    header = [h.strip() for h in header]
+    if len(set(header)) != len(header):
+        dupes = sorted({h for h in header if header.count(h) > 1})
+        raise FileRejected(path, f"duplicate column names in header: {', '.join(dupes)}", line=1, column=dupes[0])
+    return header
+
+
+def _fast_csv(path: str, data: bytes, delimiter: str) -> pl.DataFrame | None:
+    """Parse with polars when the file is simple enough that line = row index + 2; None to fall back."""
+    if b"\r" in data.replace(b"\r\n", b""):
+        return None
+    body = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
+    first = body.split(b"\n", 1)[0]
+    if b'"' in first:
+        return None
+    header = _check_header(path, first.rstrip(b"\r").decode("utf-8").split(delimiter))
+    arr = np.frombuffer(body, dtype=np.uint8)
+    newlines = np.flatnonzero(arr == 10)
+    ends = newlines if (arr.size and arr[-1] == 10) else np.append(newlines, arr.size)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    lengths = ends - starts - (arr[np.maximum(ends - 1, 0)] == 13)
+    if lengths.size < 2 or (lengths <= 0).any():
+        return None  # header only, or a blank line somewhere: the csv path reports those exactly
+    delims = np.flatnonzero(arr == ord(delimiter))
+    quotes = np.flatnonzero(arr == 34)
+    if quotes.size:
+        # a byte is inside quotes when an odd number of quote characters precede it
+        if (np.searchsorted(quotes, newlines) & 1).any():
+            return None  # a quoted field spans lines (or a quote is never closed): the csv path numbers those
+        delims = delims[(np.searchsorted(quotes, delims) & 1) == 0]
+    per_line = np.diff(np.searchsorted(delims, ends), prepend=0)
+    if (per_line != len(header) - 1).any():
+        return None  # ragged rows: the csv path names them
+    try:
+        frame = pl.read_csv(io.BytesIO(body), separator=delimiter, infer_schema=False, quote_char='"',
+                            has_header=True)
+    except Exception:  # noqa: BLE001 - anything unusual goes the careful way
+        return None
+    if frame.height != ends.size - 1 or frame.width != len(header):
+        return None
+    frame.columns = header
+    return frame.with_columns(pl.int_range(2, frame.height + 2, dtype=pl.Int64).alias("_line"))
+
+
+def _unclosed_quote_column(text: str, delimiter: str, start_offset: int, header: list[str]) -> str | None:
+    """The column whose quoted field is never closed (the row starting at `start_offset`)."""
+    try:
+        fields = next(csv.reader(io.StringIO(text[start_offset:] + '"', newline=""), delimiter=delimiter))
+    except (csv.Error, StopIteration):
+        return None
+    i = len(fields) - 1
+    return header[i] if 0 <= i < len(header) else None
+
+
+def read_csv_text(path: str, text: str, data: bytes | None = None
+                  ) -> tuple[pl.DataFrame, list[str], list[tuple[int, int]]]:
     warnings: list[str] = []
     if not text.strip():
         raise FileRejected(path, "empty file (expected a header row and at least one data row)", line=1)
     first_line = text.split("\n", 1)[0]
     delimiter = _detect_delimiter(path, first_line, warnings)
+    if data is not None:
+        fast = _fast_csv(path, data, delimiter)
+        if fast is not None:
+            return fast, warnings, []
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
     try:
         header = next(reader)
     except csv.Error as err:
         raise FileRejected(path, f"unreadable header: {err}", line=1) from None
-    header = [h.strip() for h in header]
-    if len(set(header)) != len(header):
-        dupes = sorted({h for h in header if header.count(h) > 1})
-        raise FileRejected(path, f"duplicate column names in header: {', '.join(dupes)}", line=1)
+    header = _check_header(path, header)
     n = len(header)
     rows: list[list[str]] = []
     lines: list[int] = []
@@ -102,13 +185,41 @@ def read_csv_text(path: str, text: str) -> tuple[pl.DataFrame, list[str], list[t
                 lines.append(start)
             start = reader.line_num + 1
     except csv.Error as err:
-        raise FileRejected(path, f"malformed CSV ({err}); an unclosed quote or a truncated file?", line=start) from None
+        offset = 0
+        for _ in range(start - 1):
+            offset = text.index("\n", offset) + 1
+        column = _unclosed_quote_column(text, delimiter, offset, header)
+        raise FileRejected(path, f"malformed CSV ({err}); an unclosed quote or a truncated file?", line=start,
+                           column=column) from None
     if not rows and not short:
         raise FileRejected(path, "no data rows (only a header)", line=2)
     columns = list(zip(*rows)) if rows else [[] for _ in header]
     frame = pl.DataFrame({h: pl.Series(h, list(col), dtype=pl.Utf8) for h, col in zip(header, columns)})
     frame = frame.with_columns(pl.Series("_line", lines, dtype=pl.Int64))
     return frame, warnings, short
+
+
+_PARQUET_OK = (pl.Utf8, pl.String, pl.Categorical, pl.Enum, pl.Boolean)
+
+
+def _parquet_frame(name: str, data: bytes) -> pl.DataFrame:
+    try:
+        frame = pl.read_parquet(io.BytesIO(data))
+    except Exception as err:  # noqa: BLE001 - any parquet failure rejects the file
+        raise FileRejected(name, f"unreadable Parquet file: {err}") from None
+    if frame.height == 0:
+        raise FileRejected(name, "no data rows", line=1)
+    for col, dtype in frame.schema.items():
+        if not (dtype.is_numeric() or isinstance(dtype, _PARQUET_OK) or dtype in _PARQUET_OK):
+            raise FileRejected(name, f"column {col} has Parquet type {dtype}; expected a string or a number",
+                               line=1, column=col)
+    frame = frame.with_columns([pl.col(c).cast(pl.Utf8, strict=False) for c in frame.columns])
+    # Parquet has no lines: `line` is the 1-based row number
+    return frame.with_columns(pl.int_range(1, frame.height + 1, dtype=pl.Int64).alias("_line"))
+
+
+def _read_bytes(p: Path) -> bytes:
+    return p.read_bytes()
 
 
 def read_measurement_file(path: str | Path) -> ReadResult:
@@ -119,25 +230,19 @@ def read_measurement_file(path: str | Path) -> ReadResult:
         raise FileRejected(name, "file not found")
     if p.is_dir():
         raise FileRejected(name, "is a directory, expected a .csv or .parquet file")
-    data = p.read_bytes()
+    data = _read_bytes(p)
     digest = sha256_bytes(data)
     if p.suffix.lower() in (".parquet", ".pq"):
-        try:
-            frame = pl.read_parquet(io.BytesIO(data))
-        except Exception as err:  # noqa: BLE001 - any parquet failure rejects the file
-            raise FileRejected(name, f"unreadable Parquet file: {err}") from None
-        if frame.height == 0:
-            raise FileRejected(name, "no data rows")
-        frame = frame.with_columns([pl.col(c).cast(pl.Utf8, strict=False) for c in frame.columns])
-        frame = frame.with_columns(pl.int_range(1, frame.height + 1, dtype=pl.Int64).alias("_line"))
+        frame = _parquet_frame(name, data)
         result = ReadResult(frame=frame, sha256=digest, n_bytes=len(data))
     elif p.suffix.lower() in (".csv", ".txt", ""):
         text = _decode(name, data)
-        frame, warnings, short = read_csv_text(name, text)
+        frame, warnings, short = read_csv_text(name, text, data)
         result = ReadResult(frame=frame, sha256=digest, n_bytes=len(data), warnings=warnings, short_rows=short)
     else:
         raise FileRejected(name, f"unsupported file type '{p.suffix}': expected .csv or .parquet")
+    result.header = [c for c in result.frame.columns if c != "_line"]
     # the file must not have changed while we read it
-    if p.exists() and sha256_bytes(p.read_bytes()) != digest:
-        raise FileRejected(name, "file changed while being read; ingest it again once it is complete")
+    if p.exists() and sha256_bytes(_read_bytes(p)) != digest:
+        raise FileRejected(name, "file changed while being read; ingest it again once it is complete", retry=True)
     return result

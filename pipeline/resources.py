@@ -11,6 +11,7 @@ class MeasurementsResource(dg.ConfigurableResource):
     """The folder of shipped measurements (hardware, architectures, prices, measured runs, vTrain raw files)."""
 
     root: str
+    incoming: str = ""  # the drop folder (Settings.incoming); empty: no incoming files are ingested
 
     def path(self, *parts: str) -> Path:
         return Path(self.root).joinpath(*parts)

@@ -8,8 +8,11 @@ Tables (documented in README "The store"):
 - `ingest_log`: one row per ingested file: sha256, rows accepted / rejected / duplicate, status, time.
 - `rejected_rows`: file, line, column, value, reason for every rejected row.
 
-Only one process writes (DuckDB's file lock enforces it). Each file's ingest is one transaction: a failure
-anywhere rolls back to the state before, and ingesting the same bytes again changes nothing.
+Only one process writes (DuckDB's file lock enforces it; `writer_lock` is the advisory lock `stepcast ingest`
+takes, and the project's dagster.yaml runs one Dagster run at a time). `ingest_file` is one transaction;
+`ingest_files` writes a batch of files (about 250,000 rows) per transaction with one incremental update of
+`runs`: a failure anywhere rolls the batch back, and ingesting the same bytes again changes nothing.
+`publish_snapshot` writes the readers' copy beside and renames it into place (see its docstring).
 """
 
 from __future__ import annotations
@@ -17,7 +20,10 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +31,7 @@ import duckdb
 import polars as pl
 
 from pipeline import adapters
-from pipeline.measurements import COLUMNS, SCHEMA, Validated, missing_required, validate
+from pipeline.measurements import COLUMNS, REJECT_SCHEMA, SCHEMA, Validated, missing_required, validate
 from pipeline.readers import FileRejected, read_measurement_file, sha256_bytes
 
 _SQL_TYPES = {pl.Int64: "BIGINT", pl.Float64: "DOUBLE", pl.Utf8: "VARCHAR"}
@@ -54,9 +60,11 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
         CREATE TABLE IF NOT EXISTS run_metrics (
           {cols},
           source_file VARCHAR NOT NULL,
-          source_line BIGINT NOT NULL,
-          PRIMARY KEY (run_id, metric)
+          source_line BIGINT NOT NULL
         )""")
+    # (run_id, metric) is unique by construction (validation keeps one row per pair within a file, and a run
+    # id belongs to one file); the blocking asset check `run_metrics_unique` re-checks the stored table. No
+    # PRIMARY KEY index: it doubled the cost of a million-row ingest (benchmarks/bench_ingest.py).
     con.execute("""
         CREATE TABLE IF NOT EXISTS ingest_log (
           file VARCHAR PRIMARY KEY, sha256 VARCHAR NOT NULL, kind VARCHAR NOT NULL, n_bytes BIGINT,
@@ -147,7 +155,7 @@ def known_hardware(con: duckdb.DuckDBPyConnection) -> set[str]:
 @dataclass
 class FileReport:
     file: str
-    status: str  # accepted | partial | rejected | unchanged | duplicate
+    status: str  # accepted | partial | rejected | unchanged | duplicate | unreadable
     rows_total: int = 0
     rows_accepted: int = 0
     rows_rejected: int = 0
@@ -155,6 +163,8 @@ class FileReport:
     rejections: pl.DataFrame | None = None
     message: str = ""
     warnings: list[str] = field(default_factory=list)
+    error: FileRejected | None = None  # set when the file could not be read at all (status unreadable)
+    path: str = ""
 
     @property
     def ok(self) -> bool:
@@ -176,7 +186,19 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None, microsecond=0)
 
 
-def _prepare(path: str, kind: str) -> tuple[pl.DataFrame, str, int, list[str], list[tuple[int, int]]]:
+@dataclass
+class _Read:
+    name: str
+    path: str
+    frame: pl.DataFrame
+    sha: str
+    n_bytes: int
+    warnings: list[str]
+    short: list[tuple[int, int]]
+    header: list[str]
+
+
+def _prepare(path: str, kind: str, name: str) -> _Read:
     read = read_measurement_file(path)
     frame = read.frame
     if kind == "vtrain_single":
@@ -185,79 +207,219 @@ def _prepare(path: str, kind: str) -> tuple[pl.DataFrame, str, int, list[str], l
         missing = missing_required([c for c in frame.columns if c != "_line"])
         if missing:
             raise FileRejected(path, f"missing required column(s): {', '.join(missing)} "
-                                     f"(the measurement schema is described in measurements/DATA_CARD.md)", line=1)
+                                     f"(the measurement schema is described in measurements/DATA_CARD.md)", line=1,
+                               column=missing[0])
         unknown = [c for c in frame.columns if c not in COLUMNS and c != "_line"]
         if unknown:
             read.warnings.append(f"{path}: ignoring unknown column(s): {', '.join(unknown)}")
-    return frame, read.sha256, read.n_bytes, read.warnings, read.short_rows
+    frame = frame.select([c for c in frame.columns if c in COLUMNS or c == "_line"]).with_columns(
+        pl.lit(name, dtype=pl.Utf8).alias("_file"))
+    return _Read(name=name, path=path, frame=frame, sha=read.sha256, n_bytes=read.n_bytes, warnings=read.warnings,
+                 short=read.short_rows, header=read.header)
 
 
-def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, kind: str = "measurements",
-                _fail_after_insert: Callable[[], None] | None = None) -> FileReport:
-    """Ingest one measurement file in one transaction. Raises FileRejected for whole-file problems
-    (the store is untouched); row problems are recorded in `rejected_rows` and reported."""
-    name = file_key(path)
+def _ragged_rejections(r: _Read) -> pl.DataFrame:
+    """A row with the wrong number of fields: named by its line and the first column it lacks (or has extra)."""
+    n_header = len(r.header)
+    cols, reasons = [], []
+    for _, n in r.short:
+        if n < n_header:
+            cols.append(r.header[n])
+            reasons.append(f"row has {n} fields, header has {n_header}: column {r.header[n]} and after are "
+                           f"missing (truncated or mis-quoted row)")
+        else:
+            cols.append(r.header[-1] if r.header else None)
+            reasons.append(f"row has {n} fields, header has {n_header}: extra field(s) after column "
+                           f"{r.header[-1] if r.header else '?'} (unquoted delimiter?)")
+    return pl.DataFrame({"file": [r.name] * len(r.short), "line": [ln for ln, _ in r.short], "column": cols,
+                         "value": [None] * len(r.short), "reason": reasons}, schema=REJECT_SCHEMA)
+
+
+def ingest_files(con: duckdb.DuckDBPyConnection, paths: Iterable[str | Path], kind: str = "measurements", *,
+                 keys: Iterable[str] | None = None, strict: bool = False, max_batch_rows: int = 250_000,
+                 on_read: Callable[[str, int], None] | None = None,
+                 on_file: Callable[[FileReport], None] | None = None,
+                 _fail_after_insert: Callable[[], None] | None = None) -> list[FileReport]:
+    """Ingest many measurement files: read and validate them in batches of about `max_batch_rows` rows, each
+    batch written in ONE transaction with one rebuild of `runs` at its end.
+
+    A file that cannot be read (or lacks a required column) is reported with status `unreadable` and its
+    `error`, and changes nothing; a file whose bytes are already in `ingest_log` is `unchanged`. With
+    `strict=True` (the incoming drop folder) a file with any rejected row is not loaded at all (status
+    `rejected`, nothing written). A failure while writing rolls the whole batch back; earlier batches stay.
+    Memory is bounded by the batch size, not by the number of files. `keys` names the files in the store
+    (default `file_key(path)`). Reports come back in input order; `on_file` sees them as they are decided."""
     ensure_schema(con)
-    frame, sha, n_bytes, warnings, short = _prepare(str(path), kind)
-    previous = con.execute("select sha256, status from ingest_log where file = ?", [name]).fetchone()
-    if previous and previous[0] == sha:
-        return FileReport(file=name, status="unchanged", message="same content as the last ingest; nothing to do",
-                          warnings=warnings)
     hw = known_hardware(con)
-    checked: Validated = validate(frame, name, hw)
+    previous = dict(con.execute("select file, sha256 from ingest_log").fetchall())
+    reports: list[FileReport] = []
+    pending: list[_Read] = []
+    pending_rows = 0
+
+    def emit(rep: FileReport) -> None:
+        reports.append(rep)
+        if on_file is not None:
+            on_file(rep)
+
+    def flush() -> None:
+        nonlocal pending, pending_rows
+        if pending:
+            for rep in _write_batch(con, pending, kind, hw, strict, _fail_after_insert):
+                if not (strict and rep.status == "rejected"):
+                    previous[rep.file] = next(r.sha for r in pending if r.name == rep.file)
+                emit(rep)
+        pending, pending_rows = [], 0
+
+    path_list = [str(p) for p in paths]
+    key_list = list(keys) if keys is not None else [file_key(p) for p in path_list]
+
+    def load(i: int) -> _Read | FileReport:
+        path, name = path_list[i], key_list[i]
+        if name in previous:  # cheap test first: same bytes as last time -> nothing to parse
+            try:
+                if sha256_bytes(Path(path).read_bytes()) == previous[name]:
+                    return FileReport(file=name, status="unchanged", path=path,
+                                      message="same content as the last ingest; nothing to do")
+            except OSError:
+                pass  # the reader reports it
+        try:
+            return _prepare(path, kind, name)
+        except FileRejected as err:
+            return FileReport(file=name, status="unreadable", message=str(err), error=err, path=path)
+
+    # files are read and parsed by a small thread pool a bounded number of files ahead (polars, numpy and
+    # hashlib release the GIL), while this thread validates and writes; memory stays bounded by the batch
+    # size plus the read-ahead window
+    window = 32
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="stepcast-read") as pool:
+        futures = {i: pool.submit(load, i) for i in range(min(window, len(path_list)))}
+        for i in range(len(path_list)):
+            item = futures.pop(i).result()
+            if i + window < len(path_list):
+                futures[i + window] = pool.submit(load, i + window)
+            if isinstance(item, FileReport):
+                if item.status == "unchanged" and any(r.name == item.file for r in pending):
+                    flush()  # the same file listed twice: the first copy is now in the store
+                emit(item)
+                continue
+            if any(r.name == item.name for r in pending):
+                flush()
+            if on_read is not None:
+                on_read(item.name, item.frame.height)
+            if previous.get(item.name) == item.sha:
+                emit(FileReport(file=item.name, status="unchanged", path=item.path, warnings=item.warnings,
+                                message="same content as the last ingest; nothing to do"))
+                continue
+            pending.append(item)
+            pending_rows += item.frame.height
+            if pending_rows >= max_batch_rows:
+                flush()
+        flush()
+    position = {name: i for i, name in reversed(list(enumerate(key_list)))}
+    return sorted(reports, key=lambda r: position.get(r.file, len(key_list)))  # input order (stable)
+
+
+def _write_batch(con: duckdb.DuckDBPyConnection, batch: list[_Read], kind: str, hw: set[str], strict: bool,
+                 fail_hook: Callable[[], None] | None) -> list[FileReport]:
+    names = [r.name for r in batch]
+    frame = pl.concat([r.frame for r in batch], how="diagonal_relaxed")
+    checked: Validated = validate(frame, None, hw)
     accepted, rejected = checked.accepted, checked.rejected
-    if short:
-        ragged = pl.DataFrame(
-            {"file": [name] * len(short), "line": [ln for ln, _ in short], "column": [None] * len(short),
-             "value": [None] * len(short),
-             "reason": [f"row has {n} fields, header has {frame.width - 1} (truncated or mis-quoted row)" for _, n in short]},
-            schema=rejected.schema)
-        rejected = pl.concat([rejected, ragged]).sort("line")
-    # run ids owned by another file are not taken over silently
+    ragged = [_ragged_rejections(r) for r in batch if r.short]
+    if ragged:
+        rejected = pl.concat([rejected, *ragged])
+    # a run id belongs to one file: the store's owner wins, then the earlier file of this batch
     if accepted.height:
-        con.register("_ids", accepted.select("run_id").unique().to_arrow())
-        owned = con.sql(
-            "select distinct m.run_id, m.source_file from run_metrics m join _ids using (run_id) where m.source_file <> ?",
-            params=[name]).pl()
+        ids = accepted.select("run_id", "source_file").unique()
+        con.register("_ids", ids.select("run_id").unique().to_arrow())
+        owned = con.sql("select distinct m.run_id, m.source_file as owner from run_metrics m join _ids using (run_id)").pl()
         con.unregister("_ids")
-        if owned.height:
-            clash = accepted.join(owned, on="run_id", how="inner")
+        order = pl.DataFrame({"source_file": names, "_order": list(range(len(names)))})
+        first_in_batch = (ids.join(order, on="source_file").sort("_order").group_by("run_id", maintain_order=True)
+                          .first().select("run_id", pl.col("source_file").alias("owner")))
+        owners = pl.concat([owned, first_in_batch.join(owned.select("run_id"), on="run_id", how="anti")])
+        clash = accepted.join(owners, on="run_id", how="inner").filter(pl.col("owner") != pl.col("source_file"))
+        if clash.height:
             rejected = pl.concat([rejected, clash.select(
-                pl.lit(name).alias("file"), pl.col("source_line").alias("line"), pl.lit("run_id").alias("column"),
-                pl.col("run_id").alias("value"),
-                pl.format("run_id already ingested from {}", pl.col("source_file")).alias("reason"))]).sort("line")
-            accepted = accepted.join(owned.select("run_id"), on="run_id", how="anti")
-    n_total = frame.height + len(short)
-    n_rejected_rows = rejected.select(pl.col("line")).n_unique() if rejected.height else 0
-    status = "accepted" if n_rejected_rows == 0 else ("partial" if accepted.height else "rejected")
-    message = "" if status == "accepted" else f"{n_rejected_rows} row(s) rejected; see rejected_rows"
+                pl.col("source_file").alias("file"), pl.col("source_line").alias("line"),
+                pl.lit("run_id").alias("column"), pl.col("run_id").alias("value"),
+                pl.format("run_id already ingested from {}", pl.col("owner")).alias("reason"))])
+            accepted = accepted.join(clash.select("source_file", "run_id").unique(), on=["source_file", "run_id"],
+                                     how="anti")
+    rejected = rejected.sort("file", "line")
+    n_acc = dict(accepted.group_by("source_file").len().iter_rows()) if accepted.height else {}
+    n_rej = (dict(rejected.group_by("file").agg(pl.col("line").n_unique()).iter_rows()) if rejected.height else {})
+    dups = checked.duplicates_by_file or {}
+    reports, log_rows, load = [], [], []
+    for r in batch:
+        acc, rej = n_acc.get(r.name, 0), n_rej.get(r.name, 0)
+        status = "accepted" if rej == 0 else ("partial" if acc else "rejected")
+        message = "" if status == "accepted" else f"{rej} row(s) rejected; see rejected_rows"
+        if strict and rej:
+            status, acc = "rejected", 0
+            message = f"{rej} row(s) rejected; the file is not loaded (incoming files are all or nothing)"
+        else:
+            load.append(r.name)
+            log_rows.append((r.name, r.sha, kind, r.n_bytes, r.frame.height + len(r.short), acc, rej,
+                             dups.get(r.name, 0), status, message, _now()))
+        reports.append(FileReport(
+            file=r.name, status=status, rows_total=r.frame.height + len(r.short), rows_accepted=acc,
+            rows_rejected=rej, rows_duplicate=dups.get(r.name, 0),
+            rejections=rejected.filter(pl.col("file") == r.name) if rej else rejected.clear(),
+            message=message, warnings=r.warnings, path=r.path))
+    if not load:
+        return reports
+    files = pl.DataFrame({"name": load})
+    accepted = accepted.filter(pl.col("source_file").is_in(load))
+    rejected = rejected.filter(pl.col("file").is_in(load))
     con.execute("BEGIN TRANSACTION")
     try:
-        con.execute("delete from run_metrics where source_file = ?", [name])
-        con.execute("delete from rejected_rows where file = ?", [name])
+        con.register("_files", files.to_arrow())
+        con.register("_acc", accepted.select("run_id", *[c for c in COLUMNS if c != "run_id"], "source_file",
+                                             "source_line").to_arrow())
+        con.execute("""create or replace temp table _affected as
+                       select distinct run_id from run_metrics where source_file in (select name from _files)
+                       union select distinct run_id from _acc""")
+        con.execute("delete from run_metrics where source_file in (select name from _files)")
+        con.execute("delete from rejected_rows where file in (select name from _files)")
+        con.execute("delete from ingest_log where file in (select name from _files)")
+        con.unregister("_files")
         if accepted.height:
-            con.register("_acc", accepted.to_arrow())
-            con.execute(f"insert into run_metrics select {', '.join(COLUMNS)}, ? as source_file, source_line from _acc",
-                        [name])
-            con.unregister("_acc")
+            con.execute(f"insert into run_metrics select {', '.join(COLUMNS)}, source_file, source_line from _acc")
+        con.unregister("_acc")
         if rejected.height:
             con.register("_rej", rejected.to_arrow())
             con.execute('insert into rejected_rows select file, line, "column", value, reason from _rej')
             con.unregister("_rej")
-        if _fail_after_insert is not None:
-            _fail_after_insert()
-        con.execute("delete from ingest_log where file = ?", [name])
-        con.execute("insert into ingest_log values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [name, sha, kind, n_bytes, n_total, accepted.height, n_rejected_rows,
-                     checked.duplicates_dropped, status, message, _now()])
-        rebuild_runs(con)
+        if fail_hook is not None:
+            fail_hook()
+        con.register("_log", pl.DataFrame(log_rows, schema=_LOG_SCHEMA, orient="row").to_arrow())
+        con.execute("insert into ingest_log select * from _log")
+        con.unregister("_log")
+        rebuild_runs(con, only="_affected")
+        con.execute("drop table _affected")
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
-    return FileReport(file=name, status=status, rows_total=n_total, rows_accepted=accepted.height,
-                      rows_rejected=n_rejected_rows, rows_duplicate=checked.duplicates_dropped,
-                      rejections=rejected, message=message, warnings=warnings)
+    return reports
+
+
+_LOG_SCHEMA = {"file": pl.Utf8, "sha256": pl.Utf8, "kind": pl.Utf8, "n_bytes": pl.Int64, "rows_total": pl.Int64,
+               "rows_accepted": pl.Int64, "rows_rejected": pl.Int64, "rows_duplicate": pl.Int64, "status": pl.Utf8,
+               "message": pl.Utf8, "ingested_at": pl.Datetime("us")}
+
+
+def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, kind: str = "measurements",
+                _fail_after_insert: Callable[[], None] | None = None, *, key: str | None = None,
+                strict: bool = False) -> FileReport:
+    """Ingest one measurement file in one transaction. Raises FileRejected for whole-file problems
+    (the store is untouched); row problems are recorded in `rejected_rows` and reported."""
+    rep = ingest_files(con, [path], kind, keys=None if key is None else [key], strict=strict,
+                       _fail_after_insert=_fail_after_insert)[0]
+    if rep.error is not None:
+        raise rep.error
+    return rep
 
 
 def check_vtrain_multi(con: duckdb.DuckDBPyConnection, path: str | Path) -> FileReport:
@@ -295,8 +457,13 @@ def check_vtrain_multi(con: duckdb.DuckDBPyConnection, path: str | Path) -> File
                       rows_rejected=orphans.height, message=message)
 
 
-def rebuild_runs(con: duckdb.DuckDBPyConnection) -> None:
-    """Derive `runs` (one row per run) from `run_metrics`, filling architecture columns by alias."""
+def rebuild_runs(con: duckdb.DuckDBPyConnection, only: str | None = None) -> None:
+    """Derive `runs` (one row per run) from `run_metrics`, filling architecture columns by alias.
+
+    `only` names a table or view with a `run_id` column: then only those runs are rebuilt (deleted, then
+    re-derived from their current rows), which is how a batch ingest keeps `runs` current without
+    re-deriving a million-row table per batch. Falls back to the full rebuild when `runs` is missing or
+    its columns differ from what the derivation gives."""
     ensure_schema(con)
     have_arch = table_exists(con, "architectures")
     run_cols = [c for c in COLUMNS if c not in ("run_id", "metric", "value", "unit", "derived", "notes", "source_ref")]
@@ -309,7 +476,7 @@ def rebuild_runs(con: duckdb.DuckDBPyConnection) -> None:
                min(unit) filter (where metric = 'gpu_hours') as gpu_hours_unit,
                count(*) as n_metrics, bool_or(derived = 'yes') as any_derived,
                min(source_file) as source_file
-        from run_metrics group by run_id"""
+        from run_metrics {{where}} group by run_id"""
     if have_arch:
         fill = ",\n".join(f"coalesce(b.{c}, a.{c}) as {c}" for c in ARCH_FILL)
         keep = ", ".join(f"b.{c}" for c in run_cols + ["source_ref"] + list(METRIC_COLUMNS) + ["gpu_hours_unit", "n_metrics",
@@ -331,24 +498,113 @@ def rebuild_runs(con: duckdb.DuckDBPyConnection) -> None:
             order by b.run_id"""
     else:
         sql = f"create or replace table runs as select * from ({base}) order by run_id"
-    con.execute(sql)
+    if only is not None and table_exists(con, "runs"):
+        select = sql.replace("create or replace table runs as", "", 1)
+        wanted = [d[0] for d in con.execute(select.replace("{where}", "where false")).description]
+        have = [r[0] for r in con.execute(
+            "select column_name from information_schema.columns where table_name = 'runs' and table_schema = 'main' "
+            "order by ordinal_position").fetchall()]
+        if wanted == have:
+            con.execute(f"delete from runs where run_id in (select run_id from {only})")
+            con.execute("insert into runs " + select.replace("{where}", f"where run_id in (select run_id from {only})"))
+            return
+    con.execute(sql.replace("{where}", ""))
 
 
-# ---------------------------------------------------------------- snapshot
+# ---------------------------------------------------------------- snapshot and the writer lock
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_stale_tmp(snapshot: Path) -> list[Path]:
+    """Remove half-written snapshot copies left by a publisher that was killed (its pid is gone)."""
+    removed = []
+    for tmp in snapshot.parent.glob(f".{snapshot.name}.*.tmp"):
+        try:
+            pid = int(tmp.name[len(snapshot.name) + 2:-4])
+        except ValueError:
+            continue
+        if pid != os.getpid() and not _pid_alive(pid):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
 
 def publish_snapshot(store: Path, snapshot: Path) -> Path:
-    """Copy the (checkpointed, closed) store beside the snapshot, then rename it into place atomically.
+    """Copy the (checkpointed, closed) store beside the snapshot, check the copy, then rename it into place.
 
-    A reader that has the old snapshot open keeps reading the old file; new readers see the new one."""
+    Crash safety: the copy is written to `.<name>.<pid>.tmp` in the snapshot's folder and fsynced; it is
+    opened read-only and must hold every main table before `os.replace` swaps it in (atomic on POSIX), and
+    the folder is fsynced after. A publisher killed at any point leaves the previous snapshot whole; its
+    leftover temp file is removed by the next publish. A reader that has the old snapshot open keeps
+    reading the old file (its inode); new readers see the new one."""
+    store, snapshot = Path(store), Path(snapshot)
     snapshot.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_tmp(snapshot)
     tmp = snapshot.with_name(f".{snapshot.name}.{os.getpid()}.tmp")
     con = duckdb.connect(str(store))
     try:
         con.execute("CHECKPOINT")
     finally:
         con.close()
-    shutil.copyfile(store, tmp)
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, snapshot)
+    try:
+        shutil.copyfile(store, tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        check = duckdb.connect(str(tmp), read_only=True)
+        try:
+            missing = [t for t, n in row_counts(check, ("hardware", "run_metrics", "runs", "ingest_log")).items()
+                       if n is None]
+        finally:
+            check.close()
+        if missing:
+            raise RuntimeError(f"snapshot copy of {store} lacks table(s) {', '.join(missing)}; not published")
+        os.replace(tmp, snapshot)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(snapshot.parent)
     return snapshot
+
+
+class StoreBusy(RuntimeError):
+    """Another process holds the store's writer lock."""
+
+
+@contextmanager
+def writer_lock(store: str | Path, timeout_s: float = 0.0):
+    """Hold the one-writer lock of a store (`<store>.lock`, an flock released by the OS when the holder
+    dies, so a killed writer never leaves a stale lock). Waits up to `timeout_s`, then raises StoreBusy."""
+    import fcntl
+
+    lock_path = Path(str(store) + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(lock_path, "a+")
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise StoreBusy(f"another process is writing {store} (lock {lock_path}); "
+                                    f"try again when it has finished") from None
+                time.sleep(0.2)
+        yield lock_path
+    finally:
+        fh.close()  # closing the descriptor releases the flock
