@@ -69,3 +69,29 @@ def hardware_choice(measurements: MeasurementsResource, duckdb: DuckDBResource) 
         "targets": dg.MetadataValue.int(targets.height),
         "v_hardware_choice_rows": dg.MetadataValue.int(n_view),
     })
+
+
+@dg.asset(group_name="plan", kinds={"duckdb"}, deps=[hardware_choice, "scaling_curves"],
+          description="Documented SQL views for hardware selection in the published snapshot: v_best_layout (best "
+                      "layout per architecture x hardware x batch policy x N), v_inflection (where extra "
+                      "accelerators stop paying off, per curve), v_hardware_choice (cheapest cluster per target run "
+                      "and accelerator within 90 days).")
+def sql_views(duckdb: DuckDBResource) -> dg.MaterializeResult:
+    with duckdb.get_connection() as con:
+        con.execute("""
+            create or replace view v_best_layout as
+            select arch_id, gpu as hardware, policy, n_gpus, tp, pp, dp, cp, ep, vpp, micro_batch, sharding,
+                   recompute, step_time_s, step_time_lo_s, step_time_hi_s, tokens_per_s_per_gpu, tokens_per_s, mfu,
+                   memory_gb_per_gpu, time_to_train_days, cost_usd, parallel_efficiency, marginal_efficiency,
+                   calibrated, fit_version
+            from scaling_curves where feasible
+            order by arch_id, hardware, policy, n_gpus""")
+        con.execute("""
+            create or replace view v_inflection as
+            select curve_id, arch_id, gpu as hardware, policy, threshold, inflection_n, inflection_n_lo,
+                   inflection_n_hi, knee_found, n_best_throughput, usl_sigma, usl_kappa, usl_peak_n, explanation
+            from inflection_points
+            order by arch_id, hardware, policy""")
+        counts = {v: con.execute(f"select count(*) from {v}").fetchall()[0][0]
+                  for v in ("v_best_layout", "v_inflection", "v_hardware_choice")}
+    return dg.MaterializeResult(metadata={f"{k}_rows": dg.MetadataValue.int(v) for k, v in counts.items()})

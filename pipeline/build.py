@@ -42,11 +42,23 @@ class _StepListener(logging.Handler):
 
 
 def run_build(cfg: Settings, console: Console, quiet: bool = False) -> bool:
+    """The build job in-process, holding the store's one-writer lock (as `stepcast ingest` does)."""
+    from pipeline import store
+
+    cfg.store.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with store.writer_lock(cfg.store):
+            return _run_build(cfg, console, quiet)
+    except store.StoreBusy as err:
+        console.print(f"[red]error:[/red] {err}")
+        return False
+
+
+def _run_build(cfg: Settings, console: Console, quiet: bool) -> bool:
     import dagster as dg
 
     from pipeline.definitions import make_definitions
 
-    cfg.store.parent.mkdir(parents=True, exist_ok=True)
     defs = make_definitions(cfg)
     job = defs.resolve_job_def("build")
     n_steps = len(list(job.graph.node_defs)) if hasattr(job, "graph") else 1

@@ -81,48 +81,72 @@ def build(
 def ingest(
     files: list[Path] = typer.Argument(..., metavar="FILE...", help="CSV or Parquet files in the measurement schema."),
     publish: bool = typer.Option(True, "--publish/--no-publish", help="Publish a fresh snapshot after a change."),
+    batch_rows: int = typer.Option(250_000, "--batch-rows", min=1, metavar="N",
+                                   help="Rows per transaction when ingesting many files (bounds memory)."),
 ) -> None:
     """Ingest measurement files into the store (same code path as the pipeline).
 
-    Each file is one transaction: a file that cannot be read, or lacks a required column, changes nothing.
-    Rows that fail validation go to `rejected_rows`; the command prints file, line, column and reason for each
-    and exits with status 1 when anything was rejected. Ingesting the same file twice changes nothing;
-    a changed file replaces its earlier rows.
+    A file that cannot be read, or lacks a required column, changes nothing. Rows that fail validation go to
+    `rejected_rows`; the command prints file, line, column and reason for each and exits with status 1 when
+    anything was rejected. Ingesting the same file twice changes nothing; a changed file replaces its earlier
+    rows. Many files are read ahead in parallel and written in batches of about `--batch-rows` rows, one
+    transaction (and one update of `runs`) per batch; a progress bar shows files and rows.
 
-    Example: `stepcast ingest my_runs.csv`
+    Example: `stepcast ingest my_runs.csv` or `stepcast ingest drop/*.csv`
     """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from pipeline import store
-    from pipeline.readers import FileRejected
 
     cfg = settings()
-    con = store.connect(cfg.store)
     failed = False
     changed = False
+    try:
+        lock = store.writer_lock(cfg.store, timeout_s=0)
+        lock.__enter__()
+    except store.StoreBusy as err:
+        _fail(str(err), 1)
+    con = store.connect(cfg.store)
     try:
         store.ensure_schema(con)
         if not store.table_exists(con, "hardware"):
             from pipeline.build import load_reference_tables
 
             load_reference_tables(con, cfg)
-        for path in files:
-            try:
-                rep = store.ingest_file(con, path)
-            except FileRejected as err:
-                failed = True
-                print(f"rejected: {err}", file=sys.stderr)
-                continue
-            for warning in rep.warnings:
-                err_console.print(f"[yellow]warning[/yellow] {warning}")
-            changed |= rep.status != "unchanged"
-            console.print(f"{rep.file}: [bold]{rep.status}[/bold] — {rep.rows_accepted} accepted, "
-                          f"{rep.rows_rejected} rejected, {rep.rows_duplicate} duplicate. {rep.message}")
-            if rep.rejections is not None and rep.rejections.height:
-                failed = True
-                for r in rep.rejections.iter_rows(named=True):
-                    col = r["column"] or "-"
-                    print(f"{r['file']}:{r['line']}: column {col} = {r['value']!r}: {r['reason']}", file=sys.stderr)
+        show = len(files) > 1 and err_console.is_terminal
+        rows = {"n": 0}
+        with Progress(TextColumn("ingest"), BarColumn(), MofNCompleteColumn(), TextColumn("files"),
+                      TextColumn("{task.fields[rows]:,} rows read"), TimeElapsedColumn(), console=err_console,
+                      disable=not show, transient=True) as progress:
+            task = progress.add_task("ingest", total=len(files), rows=0)
+
+            def on_read(_name: str, n: int) -> None:
+                rows["n"] += n
+                progress.update(task, rows=rows["n"])
+
+            def on_file(rep) -> None:
+                progress.advance(task)
+                nonlocal failed, changed
+                if rep.error is not None:
+                    failed = True
+                    print(f"rejected: {rep.error}", file=sys.stderr)
+                    return
+                for warning in rep.warnings:
+                    progress.console.print(f"[yellow]warning[/yellow] {warning}")
+                changed |= rep.status != "unchanged"
+                console.print(f"{rep.file}: [bold]{rep.status}[/bold] — {rep.rows_accepted} accepted, "
+                              f"{rep.rows_rejected} rejected, {rep.rows_duplicate} duplicate. {rep.message}")
+                if rep.rejections is not None and rep.rejections.height:
+                    failed = True
+                    for r in rep.rejections.iter_rows(named=True):
+                        col = r["column"] or "-"
+                        print(f"{r['file']}:{r['line']}: column {col} = {r['value']!r}: {r['reason']}",
+                              file=sys.stderr)
+
+            store.ingest_files(con, files, max_batch_rows=batch_rows, on_read=on_read, on_file=on_file)
     finally:
         con.close()
+        lock.__exit__(None, None, None)
     if changed and publish:
         store.publish_snapshot(cfg.store, cfg.snapshot)
         console.print(f"snapshot published: {cfg.snapshot}")
@@ -168,8 +192,16 @@ def predict(
                                         help="Predict every run of a measurement-schema CSV/Parquet instead."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the result to this file."),
+    analytical_only: bool = typer.Option(False, "--analytical-only",
+                                         help="Skip the calibration: the analytical model with prior parameters."),
 ) -> None:
     """Predict step time, throughput, MFU, memory and the time breakdown of one configuration.
+
+    By default the promoted calibration fit of the store (or its snapshot) is used: fitted physical parameters,
+    the residual correction and a 90% interval (`step_time_lo_s`, `step_time_hi_s`, `tokens_per_s_per_gpu_lo`,
+    `tokens_per_s_per_gpu_hi`, `fit_version`; `analytical_step_time_s` is the uncorrected analytical step with the
+    fitted parameters; the breakdown is scaled to the calibrated step). Without a promoted fit, or with
+    `--analytical-only`, the analytical model with prior parameters answers and the interval columns are empty.
 
     Examples:
 
@@ -188,12 +220,13 @@ def predict(
     if fmt not in ("table", "csv", "json"):
         _fail(f"--format must be table, csv or json, got '{fmt}'")
     cfg = settings()
+    bundle = None if analytical_only else _promoted_fit(cfg)
     if runs is not None:
         from pipeline.predict_runs import predict_file
         from pipeline.readers import FileRejected
 
         try:
-            result = predict_file(runs, cfg.measurements)
+            result = predict_file(runs, cfg.measurements, bundle)
         except FileRejected as err:
             _fail(str(err), 1)
     else:
@@ -226,10 +259,36 @@ def predict(
                    sequence_parallel=(tp > 1) if sequence_parallel is None else sequence_parallel, dtype=dtype,
                    gpus_per_node=gpus_per_node or min(int(hw["scaleup_size"][0] or 8), gpus))
         configs = pl.DataFrame([row]).hstack(hw.drop([c for c in hw.columns if c in row]))
-        result = pl.DataFrame({"run_id": ["cli"]}).hstack(model_predict(configs))
+        from pipeline.predict_runs import calibrate
+
+        params = bundle.params_for("default") if bundle is not None else None
+        result = pl.DataFrame({"run_id": ["cli"]}).hstack(model_predict(configs, *([params] if params else [])))
+        result = calibrate(result, configs, bundle)
     extra = [c for c in result.columns if c not in PREDICT_COLUMNS]
     result = result.select(PREDICT_COLUMNS + extra)
-    render(result, fmt, out, title="stepcast predict (analytical)", table_columns=TABLE_COLUMNS)
+    title = f"stepcast predict (calibrated, fit {bundle.version})" if bundle is not None else \
+        "stepcast predict (analytical)"
+    render(result, fmt, out, title=title, table_columns=TABLE_COLUMNS + (
+        ["step_time_lo_s", "step_time_hi_s"] if bundle is not None else []))
+
+
+def _promoted_fit(cfg):
+    """The promoted calibration of the store (or, when the writer holds it, the snapshot); None if none."""
+    from pipeline import store
+    from pipeline.fits import load_promoted_fit
+
+    for path in (cfg.store, cfg.snapshot):
+        if not path.exists():
+            continue
+        try:
+            con = store.connect(path, read_only=True)
+        except Exception:  # noqa: BLE001 - locked by the writer: try the snapshot
+            continue
+        try:
+            return load_promoted_fit(con)
+        finally:
+            con.close()
+    return None
 
 
 # ---------------------------------------------------------------- info

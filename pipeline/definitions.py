@@ -9,10 +9,13 @@ import dagster as dg
 from dagster_duckdb import DuckDBResource
 
 from assets import checks, ingest, plan, predict, publish
+from assets import fit as fit_assets
+from assets import curves, reports  # noqa: E402  (scaling curves, frontier, report site)
+from pipeline import automation
 from pipeline.resources import MeasurementsResource
 from pipeline.settings import Settings
 
-ASSET_MODULES = [ingest, predict, plan, checks]
+ASSET_MODULES = [ingest, predict, plan, checks, curves, reports, fit_assets]
 
 
 def _collect():
@@ -35,10 +38,12 @@ def make_definitions(settings: Settings | None = None) -> dg.Definitions:
     return dg.Definitions(
         assets=ALL_ASSETS,
         asset_checks=ALL_CHECKS,
-        jobs=[build_job],
+        jobs=[build_job, automation.refit_job],
+        schedules=[automation.nightly_refit],
+        sensors=[automation.make_incoming_sensor(settings.incoming)],
         resources={
             "duckdb": DuckDBResource(database=str(settings.store)),
-            "measurements": MeasurementsResource(root=str(settings.measurements)),
+            "measurements": MeasurementsResource(root=str(settings.measurements), incoming=str(settings.incoming)),
             "paths": publish.SnapshotConfig(store=str(settings.store), snapshot=str(settings.snapshot),
                                             reports=str(settings.reports)),
         },

@@ -21,15 +21,19 @@ def built_store(tmp_path_factory) -> Path:
     from pipeline.settings import Settings
 
     folder = tmp_path_factory.mktemp("built")
-    old = os.environ.get("STEPCAST_STORE")
-    os.environ["STEPCAST_STORE"] = str(folder / "stepcast.duckdb")
+    # the build must not pick up (or move) files a developer left in the real drop folder
+    (folder / "incoming").mkdir()
+    overrides = {"STEPCAST_STORE": str(folder / "stepcast.duckdb"), "STEPCAST_INCOMING": str(folder / "incoming")}
+    old = {k: os.environ.get(k) for k in overrides}
+    os.environ.update(overrides)
     try:
         cfg = Settings.load()
     finally:
-        if old is None:
-            os.environ.pop("STEPCAST_STORE")
-        else:
-            os.environ["STEPCAST_STORE"] = old
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     result = make_definitions(cfg).resolve_job_def("build").execute_in_process(
         instance=dg.DagsterInstance.ephemeral(), raise_on_error=True)
     assert result.success
@@ -42,3 +46,13 @@ def store_copy(built_store, tmp_path) -> Path:
     target = tmp_path / "store.duckdb"
     shutil.copyfile(built_store, target)
     return target
+
+
+@pytest.fixture(autouse=True)
+def _no_default_store(monkeypatch, tmp_path_factory):
+    """Commands under test never read the developer's own out/ store: unless a test points STEPCAST_STORE
+    somewhere, it points at an empty folder (so predict/search/plan run analytical, as on a fresh clone)."""
+    folder = tmp_path_factory.mktemp("no-store")
+    monkeypatch.setenv("STEPCAST_STORE", str(folder / "stepcast.duckdb"))
+    monkeypatch.setenv("STEPCAST_INCOMING", str(folder / "incoming"))
+    monkeypatch.delenv("STEPCAST_SNAPSHOT", raising=False)

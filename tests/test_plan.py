@@ -158,3 +158,19 @@ def test_plan_custom_price_file_errors_name_line_and_column(tmp_path):
     prices.write_text("hardware,usd_per_gpu_hour\nh100-sxm5-80gb,-1\n")
     result = runner.invoke(app, PLAN + ["--price-file", str(prices)])
     assert result.exit_code == 2 and "line 2, column usd_per_gpu_hour" in result.output
+
+
+def test_plan_and_search_use_the_promoted_fit(built_store, monkeypatch):
+    """With a built store the plan's days carry the calibrated interval and the fit version."""
+    monkeypatch.setenv("STEPCAST_STORE", str(built_store))
+    result, rows = _options(["--deadline-days", "120", "--hardware", "h100-sxm5-80gb,a100-sxm4-80gb"])
+    assert result.exit_code == 0, result.output
+    assert all(r["fit_version"] for r in rows)
+    assert all(r["days_lo"] < r["days"] < r["days_hi"] for r in rows)
+    res = runner.invoke(app, ["search", "--model", "gpt3-175b", "--gpu", "a100-sxm4-80gb", "--gpus", "1024",
+                              "-b", "1536", "-s", "2048", "--top", "3", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    found = json.loads(res.stdout)
+    assert all(r["fit_version"] and r["step_time_lo_s"] < r["step_time_s"] < r["step_time_hi_s"] for r in found)
+    tput = [r["tokens_per_s_per_gpu"] for r in found]
+    assert tput == sorted(tput, reverse=True)

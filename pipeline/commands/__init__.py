@@ -4,3 +4,5 @@ Import order here is the order in `stepcast --help`."""
 
 from pipeline.commands import search  # noqa: F401
 from pipeline.commands import plan  # noqa: F401
+from pipeline.commands import curves  # noqa: F401
+from pipeline.commands import fit  # noqa: F401

@@ -59,29 +59,6 @@ def _prices(source: str, price_file: Optional[Path], measurements: Path):
     _fail(f"--price-source must be median, cloud:NAME or custom:FILE, got '{source}'")
 
 
-def _calibration(cfg):
-    """The promoted fit from the snapshot (or store), if any: (bundle, apply_function) or (None, None)."""
-    try:
-        from models.calibration import apply_calibration
-        from pipeline import store
-        from pipeline.fits import load_promoted_fit
-    except ImportError:
-        return None, None
-    for path in (cfg.snapshot, cfg.store):
-        if path.exists():
-            try:
-                con = store.connect(path, read_only=True)
-            except Exception:  # noqa: BLE001 - locked by a writer: try the next
-                continue
-            try:
-                bundle = load_promoted_fit(con)
-            finally:
-                con.close()
-            if bundle is not None:
-                return bundle, apply_calibration
-    return None, None
-
-
 @app.command()
 def plan(
     model: Optional[str] = typer.Option(None, "--model", "-m",
@@ -159,8 +136,10 @@ def plan(
         wanted = [h for h in hw_all["id"].to_list() if h in prices]
     hw_rows = [r for r in hw_all.filter(pl.col("id").is_in(wanted) & pl.col("hardware_error").is_null())
                .iter_rows(named=True)]
-    bundle, apply = _calibration(cfg)
-    phys = getattr(bundle, "params", None)
+    from pipeline.calibrated import calibrate_rows, promoted_fit
+
+    bundle = promoted_fit(cfg)
+    phys = bundle.params_for("default") if bundle is not None else None
     seqs = max(batch_tokens // seq_len, 1)
 
     if optimal:
@@ -189,15 +168,13 @@ def plan(
     point = frame["tokens_per_s_per_gpu"].to_numpy()
     lo = hi = point
     fit_version = None
-    if bundle is not None:
-        try:
-            cal = apply(bundle, frame, frame)
-            point = cal["tokens_per_s_per_gpu"].to_numpy()
-            lo = cal["tokens_per_s_per_gpu_lo"].to_numpy()
-            hi = cal["tokens_per_s_per_gpu_hi"].to_numpy()
-            fit_version = cal["fit_version"][0]
-        except Exception as err:  # noqa: BLE001 - fall back to the analytical figures, loudly
-            print(f"warning: calibration not applied ({err}); showing analytical figures", file=sys.stderr)
+    cal = None if bundle is None else calibrate_rows(bundle, frame, arch, {r["id"]: r for r in hw_rows}, seq_len,
+                                                       seqs)
+    if cal is not None:
+        point = cal["tokens_per_s_per_gpu"].to_numpy()
+        lo = cal["tokens_per_s_per_gpu_lo"].to_numpy()
+        hi = cal["tokens_per_s_per_gpu_hi"].to_numpy()
+        fit_version = cal["fit_version"].drop_nulls().first()
     price = np.array([prices[h] for h in frame["hardware"]])
     tdp = np.array([{r["id"]: r.get("tdp_w") for r in hw_rows}[h] or np.nan for h in frame["hardware"]])
     n = frame["n_gpus"].to_numpy()
@@ -209,7 +186,7 @@ def plan(
         pl.Series("tokens_per_s_per_gpu", point),
         pl.Series("mfu", frame["mfu"].to_numpy() * point / frame["tokens_per_s_per_gpu"].to_numpy()),
         pl.Series("usd_per_gpu_hour", price), pl.lit(price_label).alias("price_source"),
-        pl.lit(fit_version, dtype=pl.Utf8).alias("fit_version"),
+        (cal["fit_version"] if cal is not None else pl.lit(None, dtype=pl.Utf8)).alias("fit_version"),
         *[pl.Series(k, v) for k, v in mid.items()],
         pl.Series("days_lo", fast["days"]), pl.Series("days_hi", slow["days"]),
         pl.Series("cost_usd_lo", fast["cost_usd"]), pl.Series("cost_usd_hi", slow["cost_usd"]),

@@ -12,11 +12,12 @@ import typer
 from pipeline.cli import _fail, app, settings
 
 SEARCH_COLUMNS = ["rank", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding", "recompute",
-                  "sequence_parallel", "step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gb_per_gpu",
+                  "sequence_parallel", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu",
+                  "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu", "memory_gb_per_gpu", "fit_version",
                   "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s",
                   "ep_comm_s", "optimizer_s"]
 TABLE_COLUMNS = ["rank", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding", "recompute",
-                 "step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gb_per_gpu"]
+                 "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu", "mfu", "memory_gb_per_gpu"]
 
 
 @app.command()
@@ -45,6 +46,8 @@ def search(
     micro_batch: Optional[int] = typer.Option(None, "--micro-batch", min=1, help="Fix the micro-batch."),
     sharding: Optional[str] = typer.Option(None, "--sharding", help="Fix: none, zero1, zero2, zero3, fsdp, hsdp."),
     recompute: Optional[str] = typer.Option(None, "--recompute", help="Fix: none, selective, full."),
+    analytical_only: bool = typer.Option(False, "--analytical-only",
+                                         help="Skip the calibrated correction (default: use the promoted fit)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the result to this file."),
 ) -> None:
@@ -98,19 +101,38 @@ def search(
     fixed = {k: v for k, v in dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch,
                                    sharding=sharding, recompute=recompute).items() if v is not None}
     price = hw_row.get("cloud_usd_per_hour")
+    from pipeline.calibrated import calibrate_rows, promoted_fit
+
+    bundle = None if analytical_only else promoted_fit(cfg)
+    extra = {"params": bundle.params_for("default")} if bundle is not None else {}
     result, n_evaluated = run_search(arch, hw, gpus, global_batch, seq_len, fixed=fixed, dtype=dtype, top_k=top,
-                                     rank_by=rank_by, usd_per_gpu_hour=price, return_count=True)
+                                     rank_by=rank_by, usd_per_gpu_hour=price, return_count=True, **extra)
     elapsed = time.perf_counter() - start
     if result.height == 0:
         print(f"no feasible layout among {n_evaluated:,} evaluated for {arch['id']} on {gpus} x {gpu} "
               f"(batch {global_batch} x {seq_len}{', fixed ' + str(fixed) if fixed else ''}). Try more GPUs, a "
               f"smaller micro-batch, recompute, or sharding.", file=sys.stderr)
         raise typer.Exit(1)
+    if bundle is not None:
+        cal = calibrate_rows(bundle, result.with_columns(pl.lit(gpu).alias("hardware")), arch, {gpu: hw}, seq_len,
+                             global_batch, n_gpus=gpus)
+        if cal is not None:
+            result = result.with_columns(
+                pl.col("step_time_s").alias("analytical_step_time_s"),
+                *[cal[c] for c in ("step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu",
+                                   "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "fit_version")],
+                (pl.col("mfu") * cal["tokens_per_s_per_gpu"] / pl.col("tokens_per_s_per_gpu")).alias("mfu"),
+            )
+            if rank_by == "throughput":  # the correction can reorder the analytical top K
+                result = result.sort("tokens_per_s_per_gpu", descending=True, maintain_order=True)
     result = result.with_row_index("rank", offset=1)
     extra = [c for c in result.columns if c not in SEARCH_COLUMNS]
     result = result.select([c for c in SEARCH_COLUMNS if c in result.columns] + extra)
+    elapsed = time.perf_counter() - start
+    fit_note = (f"calibrated, fit {result['fit_version'][0]}" if "fit_version" in result.columns
+                and result["fit_version"][0] else "analytical")
     title = (f"{arch['id']} on {gpus} x {gpu}, batch {global_batch} x {seq_len}: best {result.height} of "
-             f"{n_evaluated:,} layouts ({elapsed:.2f} s)")
+             f"{n_evaluated:,} layouts ({elapsed:.2f} s, {fit_note})")
     if fmt == "table":
         render(result, fmt, out, title=title, table_columns=TABLE_COLUMNS)
     else:

@@ -1,0 +1,88 @@
+"""Calibrating search results for the CLI: the promoted fit, applied to rows of `models.search.search`."""
+
+from __future__ import annotations
+
+import sys
+
+import polars as pl
+
+from pipeline.settings import Settings
+
+ARCH_KEYS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "vocab", "activation",
+             "n_experts", "top_k", "expert_ffn_dim", "n_shared_experts", "n_dense_layers", "tied_embeddings")
+HW_KEYS = ("peak_fp32_tflops", "peak_tf32_tflops", "peak_bf16_tflops", "peak_fp16_tflops", "peak_fp8_tflops",
+           "memory_gb", "memory_bw_gbps", "intra_node_bw_gbps", "inter_node_bw_gbps", "scaleup_size")
+
+
+def promoted_fit(cfg: Settings):
+    """The promoted fit from the snapshot (or the store when there is no snapshot), or None."""
+    try:
+        from pipeline import store
+        from pipeline.fits import load_promoted_fit
+    except ImportError:
+        return None
+    for path in (cfg.snapshot, cfg.store):
+        if not path.exists():
+            continue
+        try:
+            con = store.connect(path, read_only=True)
+        except Exception:  # noqa: BLE001 - locked by a writer: try the next
+            continue
+        try:
+            bundle = load_promoted_fit(con)
+        except Exception as err:  # noqa: BLE001 - an unreadable fit must not stop an analytical answer
+            print(f"warning: promoted fit in {path} not usable ({err}); analytical figures only", file=sys.stderr)
+            bundle = None
+        finally:
+            con.close()
+        if bundle is not None:
+            return bundle
+    return None
+
+
+def calibrate_rows(bundle, frame: pl.DataFrame, arch: dict, hw_by_id: dict[str, dict], seq_len: int,
+                   global_batch_seqs: int, hardware_col: str = "hardware",
+                   n_gpus: int | None = None) -> pl.DataFrame | None:
+    """Calibrated point and interval for search rows (one accelerator per row in `hardware_col`).
+
+    Returns the calibration frame (tokens_per_s_per_gpu[_lo/_hi], step_time_s[_lo/_hi], fit_version) or None
+    with a warning when the fit cannot be applied."""
+    from models.calibration import apply_calibration
+
+    extra = {k: arch.get(k) for k in ARCH_KEYS if k not in frame.columns}
+    inputs = frame.with_columns(
+        *[pl.lit(v).alias(k) for k, v in extra.items()],
+        *([] if "seq_len" in frame.columns else [pl.lit(seq_len).alias("seq_len")]),
+        *([] if "global_batch_seqs" in frame.columns else [pl.lit(global_batch_seqs).alias("global_batch_seqs")]),
+        *([] if "n_gpus" in frame.columns or n_gpus is None else [pl.lit(n_gpus).alias("n_gpus")]),
+    )
+    ids = inputs[hardware_col].to_list()
+    for key in HW_KEYS:
+        if key not in inputs.columns:
+            inputs = inputs.with_columns(pl.Series(key, [hw_by_id[i].get(key) for i in ids], dtype=pl.Float64))
+    # the fit's features need these hardware figures; rows of parts without them stay analytical
+    usable = pl.all_horizontal([pl.col(k).cast(pl.Float64).fill_null(0) > 0 for k in
+                                ("peak_bf16_tflops", "memory_gb", "memory_bw_gbps", "intra_node_bw_gbps",
+                                 "inter_node_bw_gbps")])
+    idx = inputs.with_row_index("_i")
+    good = idx.filter(usable)
+    rest = idx.filter(~usable)
+    if rest.height:
+        names = sorted(set(rest[hardware_col].to_list()))
+        print(f"note: {', '.join(names)} lack a figure the calibration needs (bf16 peak, memory or network "
+              "bandwidth): analytical figures, no interval", file=sys.stderr)
+    parts = []
+    try:
+        if good.height:
+            parts.append(good.select("_i").hstack(apply_calibration(bundle, good.drop("_i"), good.drop("_i"))))
+    except Exception as err:  # noqa: BLE001 - fall back to analytical figures, loudly
+        print(f"warning: calibration not applied ({err}); showing analytical figures", file=sys.stderr)
+        return None
+    if rest.height:
+        t = rest["tokens_per_s_per_gpu"]
+        s_ = rest["step_time_s"]
+        parts.append(pl.DataFrame({"_i": rest["_i"], "step_time_s": s_, "step_time_lo_s": s_, "step_time_hi_s": s_,
+                                   "tokens_per_s_per_gpu": t, "tokens_per_s_per_gpu_lo": t,
+                                   "tokens_per_s_per_gpu_hi": t,
+                                   "fit_version": pl.Series([None] * rest.height, dtype=pl.Utf8)}))
+    return pl.concat(parts, how="diagonal_relaxed").sort("_i").drop("_i")
