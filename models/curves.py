@@ -47,9 +47,9 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import polars as pl
 
-from models.params import ACTIVATION_CODES, DEFAULT, DTYPE_CODES, RECOMPUTE_CODES, SHARDING_CODES, PhysParams
-from models.search import _INV, LAYOUT_DIMS
-from models.step_time import ERR_MEMORY, HARDWARE_COLUMNS, INVALID_MASK, OUTPUT_COLUMNS, predict_arrays
+from models.params import DEFAULT, DTYPE_CODES, RECOMPUTE_CODES, SHARDING_CODES, PhysParams
+from models.search import _INV, LAYOUT_DIMS, _num, broadcast_arch_hw
+from models.step_time import ERR_MEMORY, INVALID_MASK, OUTPUT_COLUMNS, predict_arrays
 
 POLICIES = ("strong", "weak", "critical")
 DEFAULT_THRESHOLD = 0.5
@@ -181,13 +181,6 @@ def _divisors(n: int) -> list[int]:
     return sorted(set(small + [int(n) // i for i in small]))
 
 
-def _num(row: Mapping[str, Any], key: str, default: float = np.nan) -> float:
-    v = row.get(key, default)
-    if v is None or (isinstance(v, str) and not v.strip()):
-        return float(default)
-    return float(v)
-
-
 def enumerate_points(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], n_values, batches, seq_len: int,
                      grid: Mapping[str, Any], dtype: str = "bf16") -> tuple[dict[str, Any], np.ndarray]:
     """Every layout of every (N, batch) point, as one set of ``predict_arrays`` inputs + the point index of
@@ -256,14 +249,7 @@ def enumerate_points(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], n_v
         "global_batch_seqs": S[:, 2].astype(np.float64), "seq_len": np.full(m, float(s)),
         "gpus_per_node": np.full(m, float(scaleup)), "dtype": np.full(m, DTYPE_CODES[dtype], dtype=np.int64),
     }
-    for key in ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "vocab", "n_experts", "top_k",
-                "expert_ffn_dim", "n_shared_experts", "n_dense_layers"):
-        out[key] = np.full(m, _num(arch_row, key))
-    act = arch_row.get("activation", "gelu")
-    out["activation"] = np.full(m, ACTIVATION_CODES.get(str(act).lower(), -1) if isinstance(act, str) else int(act))
-    out["tied_embeddings"] = np.full(m, float(bool(arch_row.get("tied_embeddings") or False)))
-    for key in HARDWARE_COLUMNS:
-        out[key] = np.full(m, _num(hw_row, key))
+    broadcast_arch_hw(out, m, arch_row, hw_row)
     return out, S[:, 0].copy()
 
 

@@ -139,6 +139,12 @@ def enumerate_layouts(
     out["seq_len"] = np.full(m, float(s))
     out["gpus_per_node"] = np.full(m, float(node))
     out["dtype"] = np.full(m, DTYPE_CODES[dtype], dtype=np.int64)
+    broadcast_arch_hw(out, m, arch_row, hw_row)
+    return out
+
+
+def broadcast_arch_hw(out: dict, m: int, arch_row: Mapping[str, Any], hw_row: Mapping[str, Any]) -> None:
+    """Fill `out` with the architecture and hardware columns of one model on one accelerator, m rows each."""
     for key in ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "vocab", "n_experts", "top_k",
                 "expert_ffn_dim", "n_shared_experts", "n_dense_layers"):
         out[key] = np.full(m, _num(arch_row, key))
@@ -147,7 +153,6 @@ def enumerate_layouts(
     out["tied_embeddings"] = np.full(m, float(bool(arch_row.get("tied_embeddings") or False)))
     for key in HARDWARE_COLUMNS:
         out[key] = np.full(m, _num(hw_row, key))
-    return out
 
 
 def search(

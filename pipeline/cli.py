@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -215,12 +214,13 @@ def predict(
     import polars as pl
 
     from pipeline import catalog
+    from pipeline.calibrated import promoted_fit
     from pipeline.output import render
 
     if fmt not in ("table", "csv", "json"):
         _fail(f"--format must be table, csv or json, got '{fmt}'")
     cfg = settings()
-    bundle = None if analytical_only else _promoted_fit(cfg)
+    bundle = None if analytical_only else promoted_fit(cfg)
     if runs is not None:
         from pipeline.predict_runs import predict_file
         from pipeline.readers import FileRejected
@@ -270,25 +270,6 @@ def predict(
         "stepcast predict (analytical)"
     render(result, fmt, out, title=title, table_columns=TABLE_COLUMNS + (
         ["step_time_lo_s", "step_time_hi_s"] if bundle is not None else []))
-
-
-def _promoted_fit(cfg):
-    """The promoted calibration of the store (or, when the writer holds it, the snapshot); None if none."""
-    from pipeline import store
-    from pipeline.fits import load_promoted_fit
-
-    for path in (cfg.store, cfg.snapshot):
-        if not path.exists():
-            continue
-        try:
-            con = store.connect(path, read_only=True)
-        except Exception:  # noqa: BLE001 - locked by the writer: try the snapshot
-            continue
-        try:
-            return load_promoted_fit(con)
-        finally:
-            con.close()
-    return None
 
 
 # ---------------------------------------------------------------- info

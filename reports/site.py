@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 import altair as alt
 import polars as pl

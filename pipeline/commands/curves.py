@@ -29,30 +29,11 @@ BREAKDOWN_KEYS = ["step_time_s", "compute_s", "tp_comm_s", "pp_bubble_s", "pp_co
 
 def _calibration():
     """(hook, params, note) from the promoted fit in the published snapshot (else the store); analytical when
-    there is no store, no fit, or no fits code."""
+    there is no store or no fit."""
     from models.curves import calibration_from_bundle
-    from pipeline import store
+    from pipeline.calibrated import promoted_fit
 
-    cfg = settings()
-    source = cfg.snapshot if cfg.snapshot.exists() else cfg.store if cfg.store.exists() else None
-    if source is None:
-        return calibration_from_bundle(None)
-    try:
-        from pipeline.fits import load_promoted_fit
-    except ImportError:
-        return calibration_from_bundle(None)
-    try:
-        con = store.connect(source, read_only=True)
-    except Exception:  # noqa: BLE001 - the writer holds the lock: analytical, and say why
-        hook, params, _ = calibration_from_bundle(None)
-        return hook, params, f"analytical only: {source} is locked by a writer"
-    try:
-        return calibration_from_bundle(load_promoted_fit(con))
-    except Exception as err:  # noqa: BLE001
-        hook, params, _ = calibration_from_bundle(None)
-        return hook, params, f"analytical only: no promoted fit could be loaded ({err})"
-    finally:
-        con.close()
+    return calibration_from_bundle(promoted_fit(settings()))
 
 
 def _hardware(gpu: str) -> dict:
