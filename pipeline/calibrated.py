@@ -86,3 +86,31 @@ def calibrate_rows(bundle, frame: pl.DataFrame, arch: dict, hw_by_id: dict[str, 
                                    "tokens_per_s_per_gpu_hi": t,
                                    "fit_version": pl.Series([None] * rest.height, dtype=pl.Utf8)}))
     return pl.concat(parts, how="diagonal_relaxed").sort("_i").drop("_i")
+
+
+def promoted_params(cfg: Settings):
+    """The promoted fit's physical parameters (default software preset) and its version, read from the `fits`
+    table's JSON — no scikit-learn import, so commands that only need the fitted physics start fast.
+    Returns (PhysParams, version) or (None, None)."""
+    import json
+
+    from models.params import PhysParams
+    from pipeline import store
+
+    for path in (cfg.snapshot, cfg.store):
+        if not path.exists():
+            continue
+        try:
+            con = store.connect(path, read_only=True)
+        except Exception:  # noqa: BLE001 - locked by a writer: try the next
+            continue
+        try:
+            if not store.table_exists(con, "fits"):
+                continue
+            row = con.execute("select physical_params, version from fits where promoted "
+                              "order by promoted_at desc limit 1").fetchall()
+        finally:
+            con.close()
+        if row:
+            return PhysParams.from_dict(json.loads(row[0][0])), row[0][1]
+    return None, None

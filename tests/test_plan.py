@@ -167,10 +167,16 @@ def test_plan_and_search_use_the_promoted_fit(built_store, monkeypatch):
     assert result.exit_code == 0, result.output
     assert all(r["fit_version"] for r in rows)
     assert all(r["days_lo"] < r["days"] < r["days_hi"] for r in rows)
-    res = runner.invoke(app, ["search", "--model", "gpt3-175b", "--gpu", "a100-sxm4-80gb", "--gpus", "1024",
-                              "-b", "1536", "-s", "2048", "--top", "3", "--format", "json"])
+    base = ["search", "--model", "gpt3-175b", "--gpu", "a100-sxm4-80gb", "--gpus", "1024", "-b", "1536", "-s", "2048",
+            "--top", "3", "--format", "json"]
+    res = runner.invoke(app, base + ["--intervals"])
     assert res.exit_code == 0, res.output
     found = json.loads(res.stdout)
     assert all(r["fit_version"] and r["step_time_lo_s"] < r["step_time_s"] < r["step_time_hi_s"] for r in found)
     tput = [r["tokens_per_s_per_gpu"] for r in found]
     assert tput == sorted(tput, reverse=True)
+    # without --intervals: the fitted physics (no scikit-learn), which differ from the prior parameters
+    fitted = json.loads(runner.invoke(app, base).stdout)
+    prior = json.loads(runner.invoke(app, base + ["--analytical-only"]).stdout)
+    assert fitted[0]["fit_version"] == found[0]["fit_version"] and "fit_version" not in prior[0]
+    assert fitted[0]["step_time_s"] != prior[0]["step_time_s"]

@@ -47,7 +47,10 @@ def search(
     sharding: Optional[str] = typer.Option(None, "--sharding", help="Fix: none, zero1, zero2, zero3, fsdp, hsdp."),
     recompute: Optional[str] = typer.Option(None, "--recompute", help="Fix: none, selective, full."),
     analytical_only: bool = typer.Option(False, "--analytical-only",
-                                         help="Skip the calibrated correction (default: use the promoted fit)."),
+                                         help="Prior physical parameters (default: the promoted fit's fitted ones)."),
+    intervals: bool = typer.Option(False, "--intervals",
+                                   help="Add the promoted fit's residual correction and 90% interval to the top "
+                                        "layouts (loads scikit-learn: slower start-up)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the result to this file."),
 ) -> None:
@@ -101,10 +104,16 @@ def search(
     fixed = {k: v for k, v in dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch,
                                    sharding=sharding, recompute=recompute).items() if v is not None}
     price = hw_row.get("cloud_usd_per_hour")
-    from pipeline.calibrated import calibrate_rows, promoted_fit
+    from pipeline.calibrated import calibrate_rows, promoted_fit, promoted_params
 
-    bundle = None if analytical_only else promoted_fit(cfg)
-    extra = {"params": bundle.params_for("default")} if bundle is not None else {}
+    bundle, phys, version = None, None, None
+    if intervals and not analytical_only:
+        bundle = promoted_fit(cfg)  # loads scikit-learn: about 2-4 s more start-up
+        if bundle is not None:
+            phys, version = bundle.params_for("default"), bundle.version
+    elif not analytical_only:
+        phys, version = promoted_params(cfg)
+    extra = {"params": phys} if phys is not None else {}
     result, n_evaluated = run_search(arch, hw, gpus, global_batch, seq_len, fixed=fixed, dtype=dtype, top_k=top,
                                      rank_by=rank_by, usd_per_gpu_hour=price, return_count=True, **extra)
     elapsed = time.perf_counter() - start
@@ -129,8 +138,13 @@ def search(
     extra = [c for c in result.columns if c not in SEARCH_COLUMNS]
     result = result.select([c for c in SEARCH_COLUMNS if c in result.columns] + extra)
     elapsed = time.perf_counter() - start
-    fit_note = (f"calibrated, fit {result['fit_version'][0]}" if "fit_version" in result.columns
-                and result["fit_version"][0] else "analytical")
+    if "fit_version" in result.columns and result["fit_version"][0]:
+        fit_note = f"calibrated with interval, fit {result['fit_version'][0]}"
+    elif version:
+        result = result.with_columns(pl.lit(version).alias("fit_version"))
+        fit_note = f"fitted physics of fit {version}; --intervals adds the correction and interval"
+    else:
+        fit_note = "analytical, prior parameters"
     title = (f"{arch['id']} on {gpus} x {gpu}, batch {global_batch} x {seq_len}: best {result.height} of "
              f"{n_evaluated:,} layouts ({elapsed:.2f} s, {fit_note})")
     if fmt == "table":
