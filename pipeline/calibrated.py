@@ -14,13 +14,11 @@ HW_KEYS = ("peak_fp32_tflops", "peak_tf32_tflops", "peak_bf16_tflops", "peak_fp1
            "memory_gb", "memory_bw_gbps", "intra_node_bw_gbps", "inter_node_bw_gbps", "scaleup_size")
 
 
-def promoted_fit(cfg: Settings):
-    """The promoted fit from the snapshot (or the store when there is no snapshot), or None."""
-    try:
-        from pipeline import store
-        from pipeline.fits import load_promoted_fit
-    except ImportError:
-        return None
+def _from_readable_store(cfg: Settings, read):
+    """`read(con, path)` on the snapshot, then on the store (skipping a missing one or one a writer holds);
+    the first result that is not None, or None."""
+    from pipeline import store
+
     for path in (cfg.snapshot, cfg.store):
         if not path.exists():
             continue
@@ -29,15 +27,29 @@ def promoted_fit(cfg: Settings):
         except Exception:  # noqa: BLE001 - locked by a writer: try the next
             continue
         try:
-            bundle = load_promoted_fit(con)
-        except Exception as err:  # noqa: BLE001 - an unreadable fit must not stop an analytical answer
-            print(f"warning: promoted fit in {path} not usable ({err}); analytical figures only", file=sys.stderr)
-            bundle = None
+            result = read(con, path)
         finally:
             con.close()
-        if bundle is not None:
-            return bundle
+        if result is not None:
+            return result
     return None
+
+
+def promoted_fit(cfg: Settings):
+    """The promoted fit from the snapshot (or the store when there is no snapshot), or None."""
+    try:
+        from pipeline.fits import load_promoted_fit
+    except ImportError:
+        return None
+
+    def read(con, path):
+        try:
+            return load_promoted_fit(con)
+        except Exception as err:  # noqa: BLE001 - an unreadable fit must not stop an analytical answer
+            print(f"warning: promoted fit in {path} not usable ({err}); analytical figures only", file=sys.stderr)
+            return None
+
+    return _from_readable_store(cfg, read)
 
 
 def calibrate_rows(bundle, frame: pl.DataFrame, arch: dict, hw_by_id: dict[str, dict], seq_len: int,
@@ -97,20 +109,11 @@ def promoted_params(cfg: Settings):
     from models.params import PhysParams
     from pipeline import store
 
-    for path in (cfg.snapshot, cfg.store):
-        if not path.exists():
-            continue
-        try:
-            con = store.connect(path, read_only=True)
-        except Exception:  # noqa: BLE001 - locked by a writer: try the next
-            continue
-        try:
-            if not store.table_exists(con, "fits"):
-                continue
-            row = con.execute("select physical_params, version from fits where promoted "
-                              "order by promoted_at desc limit 1").fetchall()
-        finally:
-            con.close()
-        if row:
-            return PhysParams.from_dict(json.loads(row[0][0])), row[0][1]
-    return None, None
+    def read(con, path):
+        if not store.table_exists(con, "fits"):
+            return None
+        row = con.execute("select physical_params, version from fits where promoted "
+                          "order by promoted_at desc limit 1").fetchall()
+        return (PhysParams.from_dict(json.loads(row[0][0])), row[0][1]) if row else None
+
+    return _from_readable_store(cfg, read) or (None, None)

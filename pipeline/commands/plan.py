@@ -176,7 +176,8 @@ def plan(
         hi = cal["tokens_per_s_per_gpu_hi"].to_numpy()
         fit_version = cal["fit_version"].drop_nulls().first()
     price = np.array([prices[h] for h in frame["hardware"]])
-    tdp = np.array([{r["id"]: r.get("tdp_w") for r in hw_rows}[h] or np.nan for h in frame["hardware"]])
+    tdp_by_id = {r["id"]: r.get("tdp_w") for r in hw_rows}
+    tdp = np.array([tdp_by_id[h] or np.nan for h in frame["hardware"]])
     n = frame["n_gpus"].to_numpy()
     par = frame["params"].to_numpy()
     mid = P.time_and_cost(tokens, n, point, par, price, tdp)
