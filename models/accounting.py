@@ -170,7 +170,7 @@ def param_counts(a: ArrayDict, *, normalized: bool = False, shapes: ArrayDict | 
     dense_mlp = sh["dense_mlp_matmul"] + sh["mlp_bias"]
     expert = sh["expert_matmul"] + sh["expert_bias"]
     final_norm = np.where(ar["activation"] == 0, 2.0 * h, h)
-    embed = V * h * (2.0 - np.clip(ar["tied_embeddings"], 0.0, 1.0))
+    embed = V * h * (2.0 - np.minimum(np.maximum(ar["tied_embeddings"], 0.0), 1.0))
     total = (
         L * per_layer_common
         + sh["n_dense_mlp_layers"] * dense_mlp

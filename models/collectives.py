@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from models.fastops import ceil_log2, clip
+
 
 def _f(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
@@ -56,7 +58,7 @@ def ring_all_reduce_time(nbytes, n, bw, alpha):
 
 def tree_all_reduce_time(nbytes, n, bw, alpha):
     n = _f(n)
-    steps = 2.0 * np.ceil(np.log2(np.maximum(n, 1.0)))
+    steps = 2.0 * ceil_log2(n)
     return np.where(n > 1, steps * _f(alpha) + tree_all_reduce_bytes(nbytes, n) / _f(bw), 0.0)
 
 
@@ -66,8 +68,13 @@ def all_reduce_time(nbytes, n, bw, alpha, algorithm: str = "auto"):
         return ring_all_reduce_time(nbytes, n, bw, alpha)
     if algorithm == "tree":
         return tree_all_reduce_time(nbytes, n, bw, alpha)
-    if algorithm == "auto":
-        return np.minimum(ring_all_reduce_time(nbytes, n, bw, alpha), tree_all_reduce_time(nbytes, n, bw, alpha))
+    if algorithm == "auto":  # the two formulas above, fused (one pass instead of three np.where)
+        n = _f(n)
+        a = _f(alpha)
+        x = _f(nbytes) / _f(bw)
+        ring = 2.0 * (n - 1.0) * (a + x / n)
+        tree = 2.0 * (ceil_log2(n) * a + x)
+        return np.where(n > 1, np.minimum(ring, tree), 0.0)
     raise ValueError(f"unknown all-reduce algorithm {algorithm!r}")
 
 
@@ -95,7 +102,7 @@ def hierarchical_all_reduce_time(nbytes, n, g, bw_intra, bw_inter, alpha_intra, 
     stream chunk by chunk, so the slower tier bounds the time); False returns the sum.
     """
     n, g = _f(n), _f(g)
-    g = np.clip(g, 1.0, n)
+    g = clip(g, 1.0, n)
     nodes = n / g
     intra = reduce_scatter_time(nbytes, g, bw_intra, alpha_intra) + all_gather_time(nbytes, g, bw_intra, alpha_intra)
     inter = ring_all_reduce_time(_f(nbytes) / g, nodes, bw_inter, alpha_inter)
@@ -112,7 +119,7 @@ def group_link(n, ranks_per_node, bw_intra, bw_inter, alpha_intra, alpha_inter):
     (``hierarchical_all_reduce_time(..., pipelined=True)`` has the same bandwidth term).
     """
     n = _f(n)
-    g = np.clip(_f(ranks_per_node), 1.0, np.maximum(n, 1.0))
+    g = clip(_f(ranks_per_node), 1.0, np.maximum(n, 1.0))
     inside = n <= g
     bw = np.where(inside, _f(bw_intra), np.minimum(_f(bw_intra), g * _f(bw_inter)))
     alpha = np.where(inside, _f(alpha_intra), _f(alpha_inter))

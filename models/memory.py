@@ -36,6 +36,7 @@ from typing import Mapping
 
 import numpy as np
 
+from models.fastops import clip
 from models.params import DEFAULT, PhysParams
 
 GB = 1e9
@@ -62,6 +63,7 @@ def activation_bytes_per_layer(
     attn_scores_stored=1.0,
     dtype_bytes=2.0,
     dropout_mask_elems=2.0,
+    return_no_recompute=False,
 ):
     """Stored activation bytes of one transformer layer for one micro-batch, per GPU.
 
@@ -92,6 +94,8 @@ def activation_bytes_per_layer(
     full_layer = scale * (tokens * per_token + scores)
     selective = scale * tokens * per_token
     full_rc = scale * 2.0 * tokens * h / rep_div
+    if return_no_recompute:  # memory_per_gpu also needs the no-recompute value (working set of full recompute)
+        return np.where(rc == 2, full_rc, np.where(rc == 1, selective, full_layer)), full_layer
     return np.where(rc == 2, full_rc, np.where(rc == 1, selective, full_layer))
 
 
@@ -144,7 +148,7 @@ def memory_per_gpu(
     per_layer_common = shapes["attn_matmul"] + shapes["attn_bias"] + shapes["norm_params"]
     expert = shapes["expert_matmul"] + shapes["expert_bias"]
     dense_mlp = shapes["dense_mlp_matmul"] + shapes["mlp_bias"]
-    embed_stage = np.where(p > 1, V * h, V * h * (2.0 - np.clip(arch["tied_embeddings"], 0, 1)))
+    embed_stage = np.where(p > 1, V * h, V * h * (2.0 - clip(arch["tied_embeddings"], 0, 1)))
     dense_local = (
         Ls * per_layer_common + Ls_dense * dense_mlp + Ls_moe * (ns * expert + shapes["router_matmul"]) + embed_stage
     ) / t
@@ -159,7 +163,7 @@ def memory_per_gpu(
 
     nd = d * c
     ne = np.maximum(nd / np.maximum(e, 1.0), 1.0)
-    hs = np.clip(np.floor(_f(node_size) / t), 1.0, nd)
+    hs = clip(np.floor(_f(node_size) / t), 1.0, nd)
     hs_e = np.minimum(hs, ne)
     full_shard = (shard == 3) | (shard == 4)
     dense_div = np.where(full_shard, nd, np.where(shard == 5, hs, 1.0))
@@ -202,16 +206,17 @@ def memory_per_gpu(
         ffn_coeff=ffn_coeff,
     )
     h_ = arch["n_heads"]
-    a_dense = activation_bytes_per_layer(s, b, h, h_, recompute=rc, ffn_eff=arch["ffn_dim"], **common)
-    if any_full:
-        work = activation_bytes_per_layer(s, b, h, h_, recompute=0, ffn_eff=arch["ffn_dim"], **common)
+    # one call gives the stored bytes under the run's recompute mode and, for full recompute,
+    # the working set of one layer (its no-recompute bytes)
+    a_dense, work = activation_bytes_per_layer(s, b, h, h_, recompute=rc, ffn_eff=arch["ffn_dim"],
+                                               return_no_recompute=True, **common)
     if any_moe:
         # the MoE dispatch copies 2h*top_k are added to the sharded part via ffn_eff
         moe_F = (k + ns) * arch["expert_ffn_dim"] + 2.0 * h * k / ffn_coeff
-        a_moe = activation_bytes_per_layer(s, b, h, h_, recompute=rc, ffn_eff=moe_F, **common)
+        a_moe, work_moe = activation_bytes_per_layer(s, b, h, h_, recompute=rc, ffn_eff=moe_F,
+                                                     return_no_recompute=True, **common)
         per_layer = np.where(moe_frac > 0, (Ls_dense * a_dense + Ls_moe * a_moe) / Ls, a_dense)
         if any_full:
-            work_moe = activation_bytes_per_layer(s, b, h, h_, recompute=0, ffn_eff=moe_F, **common)
             work = np.where(moe_frac > 0, work_moe, work)
     else:
         per_layer = a_dense
