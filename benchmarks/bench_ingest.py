@@ -4,9 +4,11 @@
 
 Generates the files with benchmarks/gen_load.py (1,000 files x 1,000 rows by default) in a temporary folder,
 creates a fresh store with the reference tables, then ingests every file the way `stepcast ingest` does
-(`store.ingest_files`: batches of about 250,000 rows, one transaction and one `runs` rebuild per batch).
-Prints rows/s for the ingest (reading + validation + DuckDB insert + runs rebuild), the time of a second
-pass over the same files (all `unchanged`), and the peak resident memory of the process (ru_maxrss).
+(`store.ingest_files`: batches of about 250,000 rows, one transaction and one incremental `runs` update per
+batch, reading / validation / writing overlapped on threads, one checkpoint at the end). Prints rows/s for
+the ingest (everything, the final checkpoint included), checks that the incremental `runs` equals a full
+`rebuild_runs` (rows differing, both ways, must be 0), the time of a second pass over the same files (all
+`unchanged`), and the peak resident memory of the process (ru_maxrss).
 Targets from issue 7: >= 200,000 rows/s and < 2 GB peak.
 """
 
@@ -59,15 +61,24 @@ def main() -> None:
     rows = sum(r.rows_accepted for r in reports)
     bad = [r for r in reports if r.status != "accepted"]
     n_stored = con.execute("select count(*) from run_metrics").fetchone()[0]
+    # the incremental `runs` (one update per batch) must equal a full rebuild from run_metrics
+    con.execute("create temp table _runs_incremental as select * from runs")
+    store.rebuild_runs(con)
+    n_diff = con.execute("""select count(*) from ((select * from _runs_incremental except all select * from runs)
+                            union all (select * from runs except all select * from _runs_incremental))""").fetchone()[0]
+    n_runs = con.execute("select count(*) from runs").fetchone()[0]
     t0 = time.perf_counter()
     again = store.ingest_files(con, paths, max_batch_rows=args.batch_rows)
     t_again = time.perf_counter() - t0
     con.close()
     print(f"ingest: {len(paths)} files, {rows:,} rows accepted in {t_ingest:.2f} s = {rows / t_ingest:,.0f} rows/s "
           f"(files not accepted: {len(bad)}; run_metrics rows stored: {n_stored:,})")
+    print(f"runs: {n_runs:,} rows; rows differing from a full rebuild_runs: {n_diff}")
     print(f"second pass (unchanged check, every file re-read and hashed): {t_again:.2f} s, "
           f"{sum(r.status == 'unchanged' for r in again)} unchanged")
     print(f"peak memory (ru_maxrss): {peak_rss_mb():.0f} MB")
+    if n_diff:
+        sys.exit(f"the incremental runs table differs from a full rebuild in {n_diff} row(s)")
 
 
 if __name__ == "__main__":

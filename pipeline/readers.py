@@ -1,7 +1,7 @@
 """Read measurement files (CSV or Parquet) into string cells with line numbers, or reject them whole.
 
 The file is read once into memory; its sha256 is taken from those same bytes, so a file that changes while
-being read is caught by comparing with a second hash after parsing (`FileRejected.retry` is then true: the
+being read is caught by reading it again after parsing and comparing the bytes (`FileRejected.retry` is then true: the
 file is not bad, it is incomplete). CSV: UTF-8 (a BOM is accepted), LF or CRLF line endings, RFC-4180
 quoting (fields may hold commas and newlines); a header that is clearly semicolon-, tab- or pipe-separated
 is parsed with that delimiter and a warning (accepted, explicitly: the cells are then validated like any
@@ -10,8 +10,8 @@ spanning lines is reported at the line where its row starts.
 
 Two CSV paths give the same result:
 - fast path (polars, all columns as strings) when no quoted field spans lines, there is no blank line and
-  every line has exactly the header's number of delimiters outside quotes (checked with numpy over the
-  bytes); then the line of data row i is i + 2;
+  every line has exactly the header's number of delimiters outside quotes (checked with byte counts and
+  the parsed cells, see `_fast_csv`); then the line of data row i is i + 2;
 - the csv module otherwise (quotes, blank lines, ragged rows), which tracks exact line numbers.
 """
 
@@ -23,7 +23,6 @@ import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
 csv.field_size_limit(10_000_000)
@@ -105,40 +104,44 @@ def _check_header(path: str, header: list[str]) -> list[str]:
 
 
 def _fast_csv(path: str, data: bytes, delimiter: str) -> pl.DataFrame | None:
-    """Parse with polars when the file is simple enough that line = row index + 2; None to fall back."""
-    if b"\r" in data.replace(b"\r\n", b""):
-        return None
+    """Parse with polars when the file is simple enough that line = row index + 2; None to fall back.
+
+    Every test is cheap (C-level byte counts and splits over the file):
+    - no lone CR, no quote in the header;
+    - polars parses it (a row with more fields than the header is an error there) into exactly one row
+      per line after the header, so no quoted field spans lines;
+    - the delimiters outside quotes (by the parity of the quotes before them) number (fields - 1) x lines;
+      as no line has more fields than the header, every line has exactly the header's number of fields
+      (polars would fill a short row with nulls); a blank line, which has no delimiter, fails this too."""
     body = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
-    first = body.split(b"\n", 1)[0]
-    if b'"' in first:
+    if b"\r" in body and body.count(b"\r") != body.count(b"\r\n"):
+        return None  # a lone CR: the csv module decides what it is
+    first = body.split(b"\n", 1)[0].rstrip(b"\r")
+    if not first or b'"' in first:
         return None
-    header = _check_header(path, first.rstrip(b"\r").decode("utf-8").split(delimiter))
-    arr = np.frombuffer(body, dtype=np.uint8)
-    newlines = np.flatnonzero(arr == 10)
-    ends = newlines if (arr.size and arr[-1] == 10) else np.append(newlines, arr.size)
-    starts = np.concatenate(([0], ends[:-1] + 1))
-    lengths = ends - starts - (arr[np.maximum(ends - 1, 0)] == 13)
-    if lengths.size < 2 or (lengths <= 0).any():
-        return None  # header only, or a blank line somewhere: the csv path reports those exactly
-    delims = np.flatnonzero(arr == ord(delimiter))
-    quotes = np.flatnonzero(arr == 34)
-    if quotes.size:
-        # a byte is inside quotes when an odd number of quote characters precede it
-        if (np.searchsorted(quotes, newlines) & 1).any():
-            return None  # a quoted field spans lines (or a quote is never closed): the csv path numbers those
-        delims = delims[(np.searchsorted(quotes, delims) & 1) == 0]
-    per_line = np.diff(np.searchsorted(delims, ends), prepend=0)
-    if (per_line != len(header) - 1).any():
-        return None  # ragged rows: the csv path names them
+    header = _check_header(path, first.decode("utf-8").split(delimiter))
+    if len(header) < 2 and (b"\n\n" in body or b"\n\r\n" in body):
+        return None  # a blank line (with two or more columns, the delimiter count below finds those)
+    n_lines = body.count(b"\n") + (0 if body.endswith(b"\n") else 1)
+    if n_lines < 2:
+        return None  # header only: the csv path says so
     try:
         frame = pl.read_csv(io.BytesIO(body), separator=delimiter, infer_schema=False, quote_char='"',
                             has_header=True)
-    except Exception:  # noqa: BLE001 - anything unusual goes the careful way
+    except Exception:  # noqa: BLE001 - anything unusual (ragged rows included) goes the careful way
         return None
-    if frame.height != ends.size - 1 or frame.width != len(header):
-        return None
-    frame.columns = header
-    return frame.with_columns(pl.int_range(2, frame.height + 2, dtype=pl.Int64).alias("_line"))
+    if frame.height != n_lines - 1 or frame.width != len(header):
+        return None  # a quoted field spans lines
+    delim = delimiter.encode()
+    n_delims = body.count(delim)
+    if b'"' in body:  # a byte is inside quotes when an odd number of quote characters precede it
+        n_delims -= b"".join(body.split(b'"')[1::2]).count(delim)
+    if n_delims != (len(header) - 1) * n_lines:
+        return None  # ragged rows: the csv path names them
+    if frame.columns != header:
+        frame.columns = header
+    # hstack, not with_columns: per call, polars' query engine costs more than the column itself
+    return frame.hstack([pl.Series("_line", range(2, frame.height + 2), dtype=pl.Int64)])
 
 
 def _unclosed_quote_column(text: str, delimiter: str, start_offset: int, header: list[str]) -> str | None:
@@ -243,6 +246,6 @@ def read_measurement_file(path: str | Path) -> ReadResult:
         raise FileRejected(name, f"unsupported file type '{p.suffix}': expected .csv or .parquet")
     result.header = [c for c in result.frame.columns if c != "_line"]
     # the file must not have changed while we read it
-    if p.exists() and sha256_bytes(_read_bytes(p)) != digest:
+    if p.exists() and _read_bytes(p) != data:  # same bytes again (a byte compare, cheaper than a second hash)
         raise FileRejected(name, "file changed while being read; ingest it again once it is complete", retry=True)
     return result

@@ -12,6 +12,7 @@ Only one process writes (DuckDB's file lock enforces it; `writer_lock` is the ad
 takes, and the project's dagster.yaml runs one Dagster run at a time). `ingest_file` is one transaction;
 `ingest_files` writes a batch of files (about 250,000 rows) per transaction with one incremental update of
 `runs`: a failure anywhere rolls the batch back, and ingesting the same bytes again changes nothing.
+Reading, validation and writing run on their own threads, overlapped (see `ingest_files`).
 `publish_snapshot` writes the readers' copy beside and renames it into place (see its docstring).
 """
 
@@ -22,7 +23,9 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,12 +193,13 @@ def _now() -> dt.datetime:
 class _Read:
     name: str
     path: str
-    frame: pl.DataFrame
+    frame: pl.DataFrame | None
     sha: str
     n_bytes: int
     warnings: list[str]
     short: list[tuple[int, int]]
     header: list[str]
+    n_rows: int = 0  # data rows read (the frame is dropped once the batch is validated)
 
 
 def _prepare(path: str, kind: str, name: str) -> _Read:
@@ -212,10 +216,13 @@ def _prepare(path: str, kind: str, name: str) -> _Read:
         unknown = [c for c in frame.columns if c not in COLUMNS and c != "_line"]
         if unknown:
             read.warnings.append(f"{path}: ignoring unknown column(s): {', '.join(unknown)}")
-    frame = frame.select([c for c in frame.columns if c in COLUMNS or c == "_line"]).with_columns(
-        pl.lit(name, dtype=pl.Utf8).alias("_file"))
+    keep = [c for c in frame.columns if c in COLUMNS or c == "_line"]
+    if len(keep) < frame.width:
+        frame = frame.select(keep)
+    # hstack, not with_columns: per call, polars' query engine costs more than the column itself
+    frame = frame.hstack([pl.Series("_file", [name], dtype=pl.Utf8).new_from_index(0, frame.height)])
     return _Read(name=name, path=path, frame=frame, sha=read.sha256, n_bytes=read.n_bytes, warnings=read.warnings,
-                 short=read.short_rows, header=read.header)
+                 short=read.short_rows, header=read.header, n_rows=frame.height)
 
 
 def _ragged_rejections(r: _Read) -> pl.DataFrame:
@@ -235,40 +242,88 @@ def _ragged_rejections(r: _Read) -> pl.DataFrame:
                          "value": [None] * len(r.short), "reason": reasons}, schema=REJECT_SCHEMA)
 
 
+def _check_batch(batch: list[_Read], hw: set[str]) -> tuple[Validated, pl.DataFrame]:
+    """Validate the rows of a batch of files at once and aggregate its runs (pure; the validation thread)."""
+    frame = pl.concat([r.frame for r in batch], how="diagonal_relaxed")
+    for r in batch:
+        r.frame = None  # the cells are in `frame` now; the writer needs only the files' metadata
+    checked = validate(frame, None, hw)
+    del frame
+    return checked, runs_base(checked.accepted)
+
+
+#: DuckDB threads while `ingest_files` writes: the reading and validation threads keep the other cores busy
+#: (benchmarks/bench_ingest.py on the 2-core machine: 14.4 s with 1, 16.4 s with DuckDB's default of 2)
+_WRITER_THREADS = 1
+
+
 def ingest_files(con: duckdb.DuckDBPyConnection, paths: Iterable[str | Path], kind: str = "measurements", *,
                  keys: Iterable[str] | None = None, strict: bool = False, max_batch_rows: int = 250_000,
                  on_read: Callable[[str, int], None] | None = None,
                  on_file: Callable[[FileReport], None] | None = None,
                  _fail_after_insert: Callable[[], None] | None = None) -> list[FileReport]:
     """Ingest many measurement files: read and validate them in batches of about `max_batch_rows` rows, each
-    batch written in ONE transaction with one rebuild of `runs` at its end.
+    batch written in ONE transaction with one incremental update of `runs` at its end.
 
     A file that cannot be read (or lacks a required column) is reported with status `unreadable` and its
     `error`, and changes nothing; a file whose bytes are already in `ingest_log` is `unchanged`. With
     `strict=True` (the incoming drop folder) a file with any rejected row is not loaded at all (status
-    `rejected`, nothing written). A failure while writing rolls the whole batch back; earlier batches stay.
-    Memory is bounded by the batch size, not by the number of files. `keys` names the files in the store
-    (default `file_key(path)`). Reports come back in input order; `on_file` sees them as they are decided."""
+    `rejected`, nothing written). A failure while writing rolls the whole batch back; earlier batches stay
+    and later ones are not written. Memory is bounded by the batch size, not by the number of files. `keys`
+    names the files in the store (default `file_key(path)`). Reports come back in input order; `on_file`
+    sees them as they are decided.
+
+    Three stages overlap: a pool of two threads reads and parses files a bounded number of files ahead,
+    one thread validates a batch (pure polars) while another writes the batch before it to the store
+    (the only thread that touches `con` until the call returns), so at most two batches are in flight
+    besides the one being gathered. Batches are written in input order."""
     ensure_schema(con)
     hw = known_hardware(con)
     previous = dict(con.execute("select file, sha256 from ingest_log").fetchall())
     reports: list[FileReport] = []
     pending: list[_Read] = []
     pending_rows = 0
+    inflight: deque[tuple[list[_Read], Future]] = deque()
+    inflight_names: set[str] = set()
+    failed = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="stepcast-read")
+    validator = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stepcast-validate")
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stepcast-write")
 
     def emit(rep: FileReport) -> None:
         reports.append(rep)
         if on_file is not None:
             on_file(rep)
 
-    def flush() -> None:
+    def write(batch: list[_Read], checked: Future, replaced: set[str]) -> list[FileReport]:
+        if failed.is_set():
+            return []  # an earlier batch failed: nothing after it is written
+        try:
+            return _write_batch(con, batch, *checked.result(), kind, strict, replaced, _fail_after_insert)
+        except BaseException:
+            failed.set()
+            raise
+
+    def settle(keep: int) -> None:
+        """Finish in-flight batches (oldest first) until at most `keep` remain; emit their reports."""
+        while len(inflight) > keep:
+            batch, done = inflight.popleft()
+            sha = {r.name: r.sha for r in batch}
+            for rep in done.result():  # re-raises the batch's failure here
+                if not (strict and rep.status == "rejected"):
+                    previous[rep.file] = sha[rep.file]
+                emit(rep)
+            inflight_names.difference_update(sha)
+
+    def flush(keep: int = 1) -> None:
         nonlocal pending, pending_rows
         if pending:
-            for rep in _write_batch(con, pending, kind, hw, strict, _fail_after_insert):
-                if not (strict and rep.status == "rejected"):
-                    previous[rep.file] = next(r.sha for r in pending if r.name == rep.file)
-                emit(rep)
-        pending, pending_rows = [], 0
+            batch, pending, pending_rows = pending, [], 0
+            checked = validator.submit(_check_batch, batch, hw)
+            replaced = {r.name for r in batch if r.name in previous}
+            inflight_names.update(r.name for r in batch)
+            inflight.append((batch, writer.submit(write, batch, checked, replaced)))
+        settle(keep)
 
     path_list = [str(p) for p in paths]
     key_list = list(keys) if keys is not None else [file_key(p) for p in path_list]
@@ -287,59 +342,89 @@ def ingest_files(con: duckdb.DuckDBPyConnection, paths: Iterable[str | Path], ki
         except FileRejected as err:
             return FileReport(file=name, status="unreadable", message=str(err), error=err, path=path)
 
-    # files are read and parsed by a small thread pool a bounded number of files ahead (polars, numpy and
-    # hashlib release the GIL), while this thread validates and writes; memory stays bounded by the batch
-    # size plus the read-ahead window
-    window = 32
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="stepcast-read") as pool:
-        futures = {i: pool.submit(load, i) for i in range(min(window, len(path_list)))}
-        for i in range(len(path_list)):
-            item = futures.pop(i).result()
-            if i + window < len(path_list):
-                futures[i + window] = pool.submit(load, i + window)
-            if isinstance(item, FileReport):
-                if item.status == "unchanged" and any(r.name == item.file for r in pending):
-                    flush()  # the same file listed twice: the first copy is now in the store
-                emit(item)
-                continue
-            if any(r.name == item.name for r in pending):
-                flush()
-            if on_read is not None:
-                on_read(item.name, item.frame.height)
-            if previous.get(item.name) == item.sha:
-                emit(FileReport(file=item.name, status="unchanged", path=item.path, warnings=item.warnings,
-                                message="same content as the last ingest; nothing to do"))
-                continue
-            pending.append(item)
-            pending_rows += item.frame.height
-            if pending_rows >= max_batch_rows:
-                flush()
-        flush()
+    # polars, DuckDB and hashlib release the GIL, so the stages run in parallel; memory stays bounded by
+    # the batch size times the batches in flight plus the read-ahead window
+    window = 64
+
+    def _run_stages() -> None:
+        nonlocal pending, pending_rows
+        with pool, validator, writer:
+            try:
+                futures = {i: pool.submit(load, i) for i in range(min(window, len(path_list)))}
+                for i in range(len(path_list)):
+                    item = futures.pop(i).result()
+                    if i + window < len(path_list):
+                        futures[i + window] = pool.submit(load, i + window)
+                    name = item.file if isinstance(item, FileReport) else item.name
+                    if name in inflight_names or any(r.name == name for r in pending):
+                        flush(keep=0)  # the same file listed twice: the first copy goes to the store first
+                    if isinstance(item, FileReport):
+                        emit(item)
+                        continue
+                    if on_read is not None:
+                        on_read(item.name, item.frame.height)
+                    if previous.get(item.name) == item.sha:
+                        emit(FileReport(file=item.name, status="unchanged", path=item.path, warnings=item.warnings,
+                                        message="same content as the last ingest; nothing to do"))
+                        continue
+                    pending.append(item)
+                    pending_rows += item.frame.height
+                    if pending_rows >= max_batch_rows:
+                        flush()
+                flush(keep=0)
+            except BaseException:
+                failed.set()  # batches not yet started are not written
+                for f in futures.values() if "futures" in locals() else ():
+                    f.cancel()
+                raise
+
+    # one checkpoint at the end instead of one per batch (DuckDB checkpoints when the WAL passes
+    # checkpoint_threshold, 16 MiB by default, and each checkpoint rewrites the grown `runs`); every batch
+    # is still durable at its commit (in the WAL) and the setting is restored
+    threshold, threads = con.execute(
+        "select current_setting('checkpoint_threshold'), current_setting('threads')").fetchone()
+    con.execute("SET checkpoint_threshold = '1TiB'")
+    con.execute(f"SET threads = {_WRITER_THREADS}")
+    try:
+        _run_stages()
+    finally:
+        con.execute(f"SET checkpoint_threshold = '{threshold}'")
+        con.execute(f"SET threads = {threads}")
+        if any(r.status not in ("unchanged", "unreadable") for r in reports):
+            con.execute("CHECKPOINT")
     position = {name: i for i, name in reversed(list(enumerate(key_list)))}
     return sorted(reports, key=lambda r: position.get(r.file, len(key_list)))  # input order (stable)
 
 
-def _write_batch(con: duckdb.DuckDBPyConnection, batch: list[_Read], kind: str, hw: set[str], strict: bool,
-                 fail_hook: Callable[[], None] | None) -> list[FileReport]:
+def _write_batch(con: duckdb.DuckDBPyConnection, batch: list[_Read], checked: Validated, base: pl.DataFrame,
+                 kind: str, strict: bool, replaced: set[str], fail_hook: Callable[[], None] | None
+                 ) -> list[FileReport]:
+    """Write one validated batch in one transaction. `replaced` names the batch's files that the store
+    already holds (their earlier rows are deleted). `runs` is updated incrementally: the rows of run ids
+    new to the store come from `base` (`runs_base` of the batch's accepted rows); those that had rows
+    before (the runs of replaced files) are re-derived from `run_metrics` after the insert. As a run id
+    belongs to one file, this gives what a full `rebuild_runs` gives."""
     names = [r.name for r in batch]
-    frame = pl.concat([r.frame for r in batch], how="diagonal_relaxed")
-    checked: Validated = validate(frame, None, hw)
     accepted, rejected = checked.accepted, checked.rejected
     ragged = [_ragged_rejections(r) for r in batch if r.short]
     if ragged:
         rejected = pl.concat([rejected, *ragged])
     # a run id belongs to one file: the store's owner wins, then the earlier file of this batch
+    clash_found = False
     if accepted.height:
-        ids = accepted.select("run_id", "source_file").unique()
+        ids = base.select("run_id", "source_file")  # runs_base has one row per (source_file, run_id)
         con.register("_ids", ids.select("run_id").unique().to_arrow())
         owned = con.sql("select distinct m.run_id, m.source_file as owner from run_metrics m join _ids using (run_id)").pl()
         con.unregister("_ids")
+        shared = ids.filter(pl.col("run_id").is_duplicated())  # run ids in several files of this batch
+    if accepted.height and (owned.height or shared.height):  # else every run id is new and in one file
         order = pl.DataFrame({"source_file": names, "_order": list(range(len(names)))})
         first_in_batch = (ids.join(order, on="source_file").sort("_order").group_by("run_id", maintain_order=True)
                           .first().select("run_id", pl.col("source_file").alias("owner")))
         owners = pl.concat([owned, first_in_batch.join(owned.select("run_id"), on="run_id", how="anti")])
         clash = accepted.join(owners, on="run_id", how="inner").filter(pl.col("owner") != pl.col("source_file"))
         if clash.height:
+            clash_found = True
             rejected = pl.concat([rejected, clash.select(
                 pl.col("source_file").alias("file"), pl.col("source_line").alias("line"),
                 pl.lit("run_id").alias("column"), pl.col("run_id").alias("value"),
@@ -360,33 +445,38 @@ def _write_batch(con: duckdb.DuckDBPyConnection, batch: list[_Read], kind: str, 
             message = f"{rej} row(s) rejected; the file is not loaded (incoming files are all or nothing)"
         else:
             load.append(r.name)
-            log_rows.append((r.name, r.sha, kind, r.n_bytes, r.frame.height + len(r.short), acc, rej,
+            log_rows.append((r.name, r.sha, kind, r.n_bytes, r.n_rows + len(r.short), acc, rej,
                              dups.get(r.name, 0), status, message, _now()))
         reports.append(FileReport(
-            file=r.name, status=status, rows_total=r.frame.height + len(r.short), rows_accepted=acc,
+            file=r.name, status=status, rows_total=r.n_rows + len(r.short), rows_accepted=acc,
             rows_rejected=rej, rows_duplicate=dups.get(r.name, 0),
             rejections=rejected.filter(pl.col("file") == r.name) if rej else rejected.clear(),
             message=message, warnings=r.warnings, path=r.path))
     if not load:
         return reports
     files = pl.DataFrame({"name": load})
-    accepted = accepted.filter(pl.col("source_file").is_in(load))
+    if len(load) < len(batch) or clash_found:
+        accepted = accepted.filter(pl.col("source_file").is_in(load))
+        base = base.join(accepted.select("source_file", "run_id").unique(), on=["source_file", "run_id"],
+                         how="semi")
     rejected = rejected.filter(pl.col("file").is_in(load))
     con.execute("BEGIN TRANSACTION")
     try:
         con.register("_files", files.to_arrow())
         con.register("_acc", accepted.select("run_id", *[c for c in COLUMNS if c != "run_id"], "source_file",
                                              "source_line").to_arrow())
-        con.execute("""create or replace temp table _affected as
-                       select distinct run_id from run_metrics where source_file in (select name from _files)
-                       union select distinct run_id from _acc""")
-        con.execute("delete from run_metrics where source_file in (select name from _files)")
+        # the run ids of the rows a replaced file brought before (a file new to the store has none; a file
+        # with rows always has its ingest_log row, written in the same transaction)
+        old_ids = pl.DataFrame(schema={"run_id": pl.Utf8})
+        if replaced:
+            old_ids = con.sql("select distinct run_id from run_metrics "
+                              "where source_file in (select name from _files)").pl()
+            con.execute("delete from run_metrics where source_file in (select name from _files)")
         con.execute("delete from rejected_rows where file in (select name from _files)")
         con.execute("delete from ingest_log where file in (select name from _files)")
         con.unregister("_files")
         if accepted.height:
             con.execute(f"insert into run_metrics select {', '.join(COLUMNS)}, source_file, source_line from _acc")
-        con.unregister("_acc")
         if rejected.height:
             con.register("_rej", rejected.to_arrow())
             con.execute('insert into rejected_rows select file, line, "column", value, reason from _rej')
@@ -396,8 +486,12 @@ def _write_batch(con: duckdb.DuckDBPyConnection, batch: list[_Read], kind: str, 
         con.register("_log", pl.DataFrame(log_rows, schema=_LOG_SCHEMA, orient="row").to_arrow())
         con.execute("insert into ingest_log select * from _log")
         con.unregister("_log")
-        rebuild_runs(con, only="_affected")
-        con.execute("drop table _affected")
+        con.register("_old", old_ids.to_arrow())
+        con.register("_base", base.to_arrow())
+        _update_runs(con, new_base="_base", old_ids="_old")
+        con.unregister("_base")
+        con.unregister("_old")
+        con.unregister("_acc")
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
@@ -457,58 +551,124 @@ def check_vtrain_multi(con: duckdb.DuckDBPyConnection, path: str | Path) -> File
                       rows_rejected=orphans.height, message=message)
 
 
-def rebuild_runs(con: duckdb.DuckDBPyConnection, only: str | None = None) -> None:
-    """Derive `runs` (one row per run) from `run_metrics`, filling architecture columns by alias.
+_RUN_COLS = [c for c in COLUMNS if c not in ("run_id", "metric", "value", "unit", "derived", "notes", "source_ref")]
 
-    `only` names a table or view with a `run_id` column: then only those runs are rebuilt (deleted, then
-    re-derived from their current rows), which is how a batch ingest keeps `runs` current without
-    re-deriving a million-row table per batch. Falls back to the full rebuild when `runs` is missing or
-    its columns differ from what the derivation gives."""
-    ensure_schema(con)
-    have_arch = table_exists(con, "architectures")
-    run_cols = [c for c in COLUMNS if c not in ("run_id", "metric", "value", "unit", "derived", "notes", "source_ref")]
+
+def _runs_base_sql() -> str:
+    """One aggregated row per run of `run_metrics` rows matching `{where}` (a placeholder)."""
     # deterministic aggregates, so that rebuilding from the same rows gives the same table
-    firsts = ",\n".join(f"min({c}) as {c}" for c in run_cols)  # rows of a run agree on non-null values
+    firsts = ",\n".join(f"min({c}) as {c}" for c in _RUN_COLS)  # rows of a run agree on non-null values
     firsts += ",\nstring_agg(distinct source_ref, ' | ' order by source_ref) as source_ref"
     pivots = ",\n".join(f"max(value) filter (where metric = '{m}') as {m}" for m in METRIC_COLUMNS)
-    base = f"""
+    return f"""
         select run_id, {firsts}, {pivots},
                min(unit) filter (where metric = 'gpu_hours') as gpu_hours_unit,
                count(*) as n_metrics, bool_or(derived = 'yes') as any_derived,
                min(source_file) as source_file
         from run_metrics {{where}} group by run_id"""
-    if have_arch:
-        fill = ",\n".join(f"coalesce(b.{c}, a.{c}) as {c}" for c in ARCH_FILL)
-        keep = ", ".join(f"b.{c}" for c in run_cols + ["source_ref"] + list(METRIC_COLUMNS) + ["gpu_hours_unit", "n_metrics",
-                                                                            "any_derived", "source_file"]
-                         if c not in ARCH_FILL)
-        sql = f"""
-            create or replace table runs as
-            with base as ({base}),
-            alias as (
-              select trim(unnest(string_split(aliases, '|'))) as alias, id from architectures
-              where aliases is not null)
-            select b.run_id, al.id as arch_id, {fill},
-                   a.head_dim, a.activation, a.n_experts, a.top_k, a.expert_ffn_dim, a.n_shared_experts,
-                   a.n_dense_layers, a.tied_embeddings,
-                   ({' or '.join(f'(b.{c} is null and a.{c} is not null)' for c in ARCH_FILL)}) as arch_filled,
-                   {keep}
-            from base b left join alias al on al.alias = b.model_name
-            left join architectures a on a.id = al.id
-            order by b.run_id"""
-    else:
-        sql = f"create or replace table runs as select * from ({base}) order by run_id"
-    if only is not None and table_exists(con, "runs"):
-        select = sql.replace("create or replace table runs as", "", 1)
-        wanted = [d[0] for d in con.execute(select.replace("{where}", "where false")).description]
-        have = [r[0] for r in con.execute(
-            "select column_name from information_schema.columns where table_name = 'runs' and table_schema = 'main' "
-            "order by ordinal_position").fetchall()]
-        if wanted == have:
-            con.execute(f"delete from runs where run_id in (select run_id from {only})")
-            con.execute("insert into runs " + select.replace("{where}", f"where run_id in (select run_id from {only})"))
-            return
-    con.execute(sql.replace("{where}", ""))
+
+
+def runs_base(rows: pl.DataFrame) -> pl.DataFrame:
+    """`_runs_base_sql` computed by polars over validated rows (run_metrics' columns), one row per
+    (source_file, run_id): the same values as the SQL for the rows of one file. Validation guarantees that
+    the rows of a run (of one file) agree on every non-null run column, so the SQL's `min` is the first
+    non-null value, which polars finds far faster than a string minimum."""
+    if rows.height == 0:
+        return pl.DataFrame(schema={"run_id": pl.Utf8, **{c: SCHEMA[c] for c in _RUN_COLS}, "source_ref": pl.Utf8,
+                                    **{m: pl.Float64 for m in METRIC_COLUMNS}, "gpu_hours_unit": pl.Utf8,
+                                    "n_metrics": pl.Int64, "any_derived": pl.Boolean, "source_file": pl.Utf8})
+    ref = pl.col("source_ref")
+    out = rows.group_by("source_file", "run_id").agg(
+        *[pl.col(c).drop_nulls().first() for c in _RUN_COLS],
+        ref.min().alias("_ref_min"), ref.max().alias("_ref_max"),
+        *[pl.col("value").filter(pl.col("metric") == m).max().alias(m) for m in METRIC_COLUMNS],
+        pl.col("unit").filter(pl.col("metric") == "gpu_hours").min().alias("gpu_hours_unit"),
+        pl.len().cast(pl.Int64).alias("n_metrics"),
+        # bool_or over (derived = 'yes'): null when every derived is null
+        pl.when(pl.col("derived").is_not_null().any()).then((pl.col("derived") == "yes").any()).alias("any_derived"),
+    )
+    # string_agg(distinct source_ref order by source_ref): one value (min = max) is itself; the few runs
+    # whose rows cite several references are joined in order
+    several = out.filter(pl.col("_ref_min") != pl.col("_ref_max")).select("source_file", "run_id")
+    out = out.with_columns(pl.col("_ref_min").alias("source_ref"))
+    if several.height:
+        joined = rows.join(several, on=["source_file", "run_id"], how="semi").group_by("source_file", "run_id").agg(
+            ref.drop_nulls().unique().sort().str.join(" | ").alias("_joined"))
+        out = out.join(joined, on=["source_file", "run_id"], how="left").with_columns(
+            pl.coalesce("_joined", "source_ref").alias("source_ref"))
+    return out.select("run_id", *_RUN_COLS, "source_ref", *METRIC_COLUMNS, "gpu_hours_unit", "n_metrics",
+                      "any_derived", "source_file")
+
+
+def _runs_select(con: duckdb.DuckDBPyConnection, base: str) -> str:
+    """The SELECT deriving `runs` rows from `base`, a query of one aggregated row per run (the columns of
+    `_runs_base_sql`), filling architecture columns by alias."""
+    if not table_exists(con, "architectures"):
+        return f"select * from ({base}) order by run_id"
+    fill = ",\n".join(f"coalesce(b.{c}, a.{c}) as {c}" for c in ARCH_FILL)
+    keep = ", ".join(f"b.{c}" for c in _RUN_COLS + ["source_ref"] + list(METRIC_COLUMNS) + ["gpu_hours_unit", "n_metrics",
+                                                                         "any_derived", "source_file"]
+                     if c not in ARCH_FILL)
+    return f"""
+        with base as ({base}),
+        alias as (
+          select trim(unnest(string_split(aliases, '|'))) as alias, id from architectures
+          where aliases is not null)
+        select b.run_id, al.id as arch_id, {fill},
+               a.head_dim, a.activation, a.n_experts, a.top_k, a.expert_ffn_dim, a.n_shared_experts,
+               a.n_dense_layers, a.tied_embeddings,
+               ({' or '.join(f'(b.{c} is null and a.{c} is not null)' for c in ARCH_FILL)}) as arch_filled,
+               {keep}
+        from base b left join alias al on al.alias = b.model_name
+        left join architectures a on a.id = al.id
+        order by b.run_id"""
+
+
+def _runs_current(con: duckdb.DuckDBPyConnection, select: str) -> bool:
+    """Whether `runs` exists with the columns the derivation gives (else only a full rebuild will do)."""
+    if not table_exists(con, "runs"):
+        return False
+    wanted = [d[0] for d in con.execute(select.replace("{where}", "where false")).description]
+    have = [r[0] for r in con.execute(
+        "select column_name from information_schema.columns where table_name = 'runs' and table_schema = 'main' "
+        "order by ordinal_position").fetchall()]
+    return wanted == have
+
+
+def rebuild_runs(con: duckdb.DuckDBPyConnection, only: str | None = None) -> None:
+    """Derive `runs` (one row per run) from `run_metrics`, filling architecture columns by alias.
+
+    `only` names a table or view with a `run_id` column: then only those runs are rebuilt (deleted, then
+    re-derived from their current rows). Falls back to the full rebuild when `runs` is missing or its
+    columns differ from what the derivation gives."""
+    ensure_schema(con)
+    select = _runs_select(con, _runs_base_sql())
+    if only is not None and _runs_current(con, select):
+        con.execute(f"delete from runs where run_id in (select run_id from {only})")
+        con.execute("insert into runs " + select.replace("{where}", f"where run_id in (select run_id from {only})"))
+        return
+    con.execute("create or replace table runs as " + select.replace("{where}", ""))
+
+
+def _update_runs(con: duckdb.DuckDBPyConnection, new_base: str, old_ids: str) -> None:
+    """Bring `runs` up to date after a batch (inside its transaction).
+
+    `new_base` names a table of `runs_base` rows of the batch's accepted rows (now in `run_metrics`);
+    `old_ids` a table of the run ids whose rows the batch deleted (those of the files it replaces). A run id
+    of `new_base` not in `old_ids` had no rows in the store before (a run id belongs to one file), so its
+    `runs` row derives from `new_base` alone; the runs of `old_ids` are re-derived from `run_metrics`
+    (or dropped, when no row of theirs is left)."""
+    stored = _runs_select(con, _runs_base_sql())
+    if not _runs_current(con, stored):
+        con.execute("create or replace table runs as " + stored.replace("{where}", ""))
+        return
+    n_old = con.execute(f"select count(*) from {old_ids}").fetchone()[0]
+    con.execute(f"delete from runs where run_id in (select run_id from {new_base}"
+                + (f" union select run_id from {old_ids})" if n_old else ")"))
+    where = f"where run_id not in (select run_id from {old_ids})" if n_old else ""
+    con.execute("insert into runs " + _runs_select(con, f"select * from {new_base} {where}"))
+    if n_old:
+        con.execute("insert into runs " + stored.replace("{where}", f"where run_id in (select run_id from {old_ids})"))
 
 
 # ---------------------------------------------------------------- snapshot and the writer lock

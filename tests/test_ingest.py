@@ -306,3 +306,38 @@ def test_metric_table_matches_data_card():
     card = (MEASUREMENTS / "DATA_CARD.md").read_text()
     for metric in METRICS:
         assert f"`{metric}`" in card
+
+
+def test_incremental_runs_equal_a_full_rebuild(store_copy, tmp_path):
+    """`runs` kept current batch by batch (new run ids aggregated from the batch, the runs of a replaced file
+    re-derived from run_metrics) is exactly what a full `rebuild_runs` derives."""
+    one = dict(BASE, run_id="t-inc-1")
+    a_rows = [
+        dict(one, metric="step_time_s", value="2.5", unit="s", source_ref="ref B"),
+        dict(one, metric="mfu", value="0.41", unit="fraction", derived="yes", source_ref="ref A", n_layers=""),
+        dict(one, metric="tokens_per_s_per_gpu", value="6000", unit="tokens/s/GPU", derived=""),
+        dict(BASE, run_id="t-inc-2", model_name="Model Without Alias", metric="gpu_hours", value="1000",
+             unit="GPU-hours", n_layers=""),
+    ]
+    a = write_rows(tmp_path / "a.csv", a_rows)
+    b = write_rows(tmp_path / "b.csv", [dict(BASE, run_id="t-inc-3"), dict(one, value="1")])  # t-inc-1: a's
+    con = store.connect(store_copy)
+    try:
+        first = store.ingest_files(con, [a, b], max_batch_rows=1_000)  # one batch
+        a_changed = write_rows(tmp_path / "a.csv", [dict(r, value="3.5") if r["metric"] == "step_time_s" else r
+                                                   for r in a_rows[:3]])  # t-inc-2 dropped
+        c = write_rows(tmp_path / "c.csv", [dict(BASE, run_id="t-inc-4", derived="")])
+        second = store.ingest_files(con, [a_changed, c], max_batch_rows=1)  # two batches, a replaced
+        con.execute("create temp table incremental as select * from runs")
+        store.rebuild_runs(con)
+        diff = con.execute("""select count(*) from (
+            (select * from incremental except all select * from runs)
+            union all (select * from runs except all select * from incremental))""").fetchone()[0]
+        mine = con.execute("""select run_id, source_ref, step_time_s, any_derived, n_metrics, n_layers
+                              from incremental where run_id like 't-inc-%' order by run_id""").fetchall()
+    finally:
+        con.close()
+    assert [r.status for r in first] == ["accepted", "partial"] and [r.status for r in second] == ["accepted"] * 2
+    assert diff == 0
+    assert mine == [("t-inc-1", "ref A | ref B | tests/test_ingest.py", 3.5, True, 3, 32), ("t-inc-3", "tests/test_ingest.py", None, False, 1, 32),
+                    ("t-inc-4", "tests/test_ingest.py", None, None, 1, 32)]
