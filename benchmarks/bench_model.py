@@ -1,6 +1,6 @@
 """Benchmark of the analytical model.
 
-    cd /work/main && uv run python benchmarks/bench_model.py [--n 1000000]
+    cd /work/main && uv run python benchmarks/bench_model.py [--n 1000000] [--repeat 5]
 
 Prints predict_arrays throughput on random valid configurations (numpy runs single-threaded
 for these element-wise kernels; OMP/MKL threads are pinned to 1 anyway), and the wall time of
@@ -67,19 +67,23 @@ def random_configs(n: int, hw: pl.DataFrame, seed: int = 0) -> dict[str, np.ndar
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=5, help="timed calls (best and median are printed)")
     args = ap.parse_args()
     hw = resolve_hardware(pl.read_csv(ROOT / "measurements" / "hardware_specs.csv", infer_schema_length=0),
                           strict=False)
     cfg = random_configs(args.n, hw)
     predict_arrays({k: v[:1000] for k, v in cfg.items()})  # warm-up
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
+    walls, cpus = [], []
+    for _ in range(args.repeat):
+        t0, c0 = time.perf_counter(), time.process_time()
         res = predict_arrays(cfg)
-        best = min(best, time.perf_counter() - t0)
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    best = min(walls)
     valid = int((res["error_code"] & ~(1 << 10) == 0).sum())
     print(f"predict_arrays: {args.n:,} configs in {best:.3f} s -> {args.n / best:,.0f} configs/s "
-          f"(best of 3; {valid:,} valid, {int(res['feasible'].sum()):,} feasible)")
+          f"(best of {args.repeat}; median {args.n / float(np.median(walls)):,.0f}/s; CPU time per call "
+          f"{min(cpus):.3f}-{max(cpus):.3f} s; {valid:,} valid, {int(res['feasible'].sum()):,} feasible)")
 
     a100 = hw.filter(pl.col("id") == "a100-sxm4-80gb").to_dicts()[0]
     mtnlg = dict(n_layers=105, d_model=20480, n_heads=128, ffn_dim=81920, vocab=51200, activation="gelu",
