@@ -95,7 +95,10 @@ def fit_data(configs: pl.DataFrame, targets: pl.DataFrame) -> FitData:
 def data_hash(data: FitData) -> str:
     h = hashlib.sha256()
     cols = sorted(c for c in data.configs.columns if c != "assumptions")
-    h.update(data.configs.select(cols).sort("run_id").write_csv().encode())
+    # floats to 12 significant digits, like the target below: a last-bit change in a derived input (an
+    # MFU-converted throughput after a reordering of floating-point operations) is not new data
+    frame = data.configs.select(cols).with_columns(pl.col(pl.Float64, pl.Float32).round_sig_figs(12))
+    h.update(frame.sort("run_id").write_csv().encode())
     h.update(np.round(data.log_target, 12).tobytes())
     return h.hexdigest()
 

@@ -163,3 +163,21 @@ def test_predict_uses_promoted_fit_and_analytical_only(built_store, inputs, monk
     row2 = json.loads(r2.output)[0]
     assert row2["fit_version"] is None and row2["step_time_lo_s"] is None
     assert row2["analytical_step_time_s"] == row2["step_time_s"]
+
+
+def test_data_hash_ignores_last_bit_noise_but_not_real_changes():
+    """The fit version hashes the data: a floating-point last-bit difference in a derived input (from a
+    reordering of operations) must not make a new version; a real change of a value must."""
+    import numpy as np
+    import polars as pl
+
+    from models.calibration import FitData, data_hash
+
+    base = pl.DataFrame({"run_id": ["a", "b"], "measured_tokens_per_s_per_gpu": [1234.5678901234567, 42.0],
+                         "tp": [1, 2]})
+    fd = FitData(base, np.log(base["measured_tokens_per_s_per_gpu"].to_numpy()), np.ones(2))
+    noisy = base.with_columns(pl.Series("measured_tokens_per_s_per_gpu",
+                                        np.nextafter(base["measured_tokens_per_s_per_gpu"].to_numpy(), np.inf)))
+    changed = base.with_columns(pl.Series("measured_tokens_per_s_per_gpu", [1234.57, 42.0]))
+    assert data_hash(FitData(noisy, fd.log_target, fd.weight)) == data_hash(fd)
+    assert data_hash(FitData(changed, fd.log_target, fd.weight)) != data_hash(fd)
