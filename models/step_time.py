@@ -121,6 +121,9 @@ def _f(x, n) -> np.ndarray:
     return np.broadcast_to(a, (n,)) if a.ndim == 0 else a
 
 
+_W_READ_BYTES = np.array([2.0, 2.0, 1.0, 1.0, 1.0, 0.5, 4.0, 4.0])  # weight bytes read per parameter, by dtype code
+
+
 def _code(a: Mapping[str, np.ndarray], key: str, n: int) -> np.ndarray:
     """Integer category codes (models.params.*_CODES); missing or NaN -> 0 (the default)."""
     x = a.get(key)
@@ -255,75 +258,88 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     moe_frac = sh["n_moe_layers"] / L
     Ls_moe = Ls * moe_frac
     Ls_dense = Ls - Ls_moe
-    is_8bit = (dt >= 2) & (dt <= 5)
-    act_b = np.where(is_fp32, 4.0, 2.0)
-    w_read_b = np.where(is_fp32, 4.0, np.where(dt == 5, 0.5, np.where(is_8bit, 1.0, 2.0)))
-    eff = np.where(is_fp32, P.matmul_eff_32bit, np.where(is_8bit, P.matmul_eff_8bit, P.matmul_eff_16bit))
-    flops_rate = peak_tf * 1e12 * eff
-    attn_rate = attn_peak_tf * 1e12 * P.attn_eff
+    # per-dtype constants by table lookup (codes: models.params.DTYPE_CODES; invalid codes are
+    # flagged above and clipped here): activation bytes, weight bytes read per parameter, matmul efficiency
+    act_b = 2.0 + 2.0 * is_fp32
+    w_read_b = np.take(_W_READ_BYTES, dt, mode="clip")
+    e16, e8, e32 = P.matmul_eff_16bit, P.matmul_eff_8bit, P.matmul_eff_32bit
+    eff = np.take(np.array([e16, e16, e8, e8, e8, e8, e32, e32]), dt, mode="clip")
+    inv_rate = 1.0 / (peak_tf * (1e12 * eff))
+    inv_hbm = 1.0 / hbm_bw
+    attn_rate = attn_peak_tf * (1e12 * P.attn_eff)
 
-    T = b * s / c  # tokens per micro-batch on one (tp-group of) GPU(s)
+    # common factors, computed once (T = tokens per micro-batch on one tp-group of GPUs)
+    inv_t = 1.0 / t
+    s_loc = s / c
+    T = b * s_loc
+    Tt2 = (2.0 * T) * inv_t  # 2 T / t: FLOPs per weight per token-batch on one GPU
+    aT = act_b * T
+    aTt = aT * inv_t
+    wrt = w_read_b * inv_t
+    h2 = 2.0 * h
     gelu = act == 0
     n_mats = sh["mlp_mats"]
     # --- GEMMs of one layer, forward, per GPU ---
-    attn_flops = 2.0 * T * sh["attn_matmul"] / t
-    attn_bytes = w_read_b * sh["attn_matmul"] / t + act_b * T * (2.0 * h + (2.0 * q + 2.0 * kvd) / t)
+    attn_m = sh["attn_matmul"]
+    attn_bytes = wrt * attn_m + aT * h2 + aTt * (2.0 * (q + kvd))
     # GEMM-size ramp: eff(w) = eff_max w / (w + w_half) <=> + w_half FLOPs per GEMM call
     wh = P.gemm_half_flops
-    t_attn_gemm = np.maximum((attn_flops + 2.0 * wh) / flops_rate, attn_bytes / hbm_bw)  # QKV, output
+    t_attn_gemm = np.maximum((Tt2 * attn_m + 2.0 * wh) * inv_rate, attn_bytes * inv_hbm)  # QKV, output
     F_dense = arch["ffn_dim"]
-    mlp_flops_d = 2.0 * T * sh["dense_mlp_matmul"] / t
-    mlp_bytes_d = w_read_b * sh["dense_mlp_matmul"] / t + act_b * T * (2.0 * h + n_mats * F_dense / t)
-    t_mlp_d = np.maximum((mlp_flops_d + n_mats * wh) / flops_rate, mlp_bytes_d / hbm_bw)
+    mlp_m = sh["dense_mlp_matmul"]
+    mlp_bytes_d = wrt * mlp_m + aT * h2 + aTt * (n_mats * F_dense)
+    t_mlp_d = np.maximum((Tt2 * mlp_m + n_mats * wh) * inv_rate, mlp_bytes_d * inv_hbm)
     if any_moe:
-        F_moe = (k + ns) * arch["expert_ffn_dim"]
+        kns = k + ns
+        F_moe = kns * arch["expert_ffn_dim"]
         e_local = np.where(E > 0, E / e, 0.0)
-        mlp_flops_m = 2.0 * T * ((k + ns) * sh["expert_matmul"] + sh["router_matmul"]) / t
-        mlp_bytes_m = w_read_b * ((e_local + ns) * sh["expert_matmul"] + sh["router_matmul"]) / t + act_b * T * (
-            2.0 * h * (1.0 + k) + n_mats * F_moe / t
-        )
-        t_mlp_m = np.maximum((mlp_flops_m + n_mats * (k + ns) * wh) / flops_rate, mlp_bytes_m / hbm_bw)
+        exp_m, rout_m = sh["expert_matmul"], sh["router_matmul"]
+        mlp_bytes_m = wrt * ((e_local + ns) * exp_m + rout_m) + aT * (h2 * (1.0 + k)) + aTt * (n_mats * F_moe)
+        t_mlp_m = np.maximum((Tt2 * (kns * exp_m + rout_m) + (n_mats * wh) * kns) * inv_rate, mlp_bytes_m * inv_hbm)
     # --- attention core (forward) ---
-    attn_core_flops = 4.0 * b * (s / c) * s * q / t * P.attn_causal_work_fraction
-    t_core = attn_core_flops / attn_rate
+    sq_t = (s_loc * s) * (b * inv_t)  # query x key pairs per GPU
+    t_core = (4.0 * P.attn_causal_work_fraction) * sq_t * q / attn_rate
     # --- element-wise (forward): HBM traffic ---
     ef = np.where(gelu, P.elementwise_f_elems_gelu, P.elementwise_f_elems_swiglu)
-    rep_div = np.where(sp, t, 1.0)
-    ew_common = act_b * T * P.elementwise_h_elems_fwd * h / rep_div
-    ew_scores = act_b * P.attn_scores_stored * 4.0 * heads * (s / c) * s * b / t
-    t_ew_d = (ew_common + ew_scores + act_b * T * ef * F_dense / t) / hbm_bw
+    ew_common = aT * (P.elementwise_h_elems_fwd * h)
+    if sp.any():
+        ew_common = np.where(sp, ew_common * inv_t, ew_common)
+    ew_scores = act_b * (P.attn_scores_stored * 4.0) * heads * sq_t
+    ew_base = ew_common + ew_scores
+    aTt_ef = aTt * ef
+    t_ew_d = (ew_base + aTt_ef * F_dense) * inv_hbm
     # per-layer forward, backward (2x), recompute
     gemm_core_d = t_attn_gemm + t_mlp_d + t_core
     fwd_layers = Ls_dense * (gemm_core_d + t_ew_d)
     bwd_layers = Ls_dense * (2.0 * gemm_core_d + P.elementwise_bwd_factor * t_ew_d)
     if any_moe:
-        t_ew_m = (ew_common + ew_scores + act_b * T * ef * F_moe / t) / hbm_bw
+        t_ew_m = (ew_base + aTt_ef * F_moe) * inv_hbm
         gemm_core_m = t_attn_gemm + t_mlp_m + t_core
         fwd_layers = fwd_layers + Ls_moe * (gemm_core_m + t_ew_m)
         bwd_layers = bwd_layers + Ls_moe * (2.0 * gemm_core_m + P.elementwise_bwd_factor * t_ew_m)
-    recompute_layers = np.where(rc == 2, fwd_layers, np.where(rc == 1, Ls * (t_core + ew_scores / hbm_bw), 0.0))
+    recompute_layers = np.where(rc == 2, fwd_layers, np.where(rc == 1, Ls * (t_core + ew_scores * inv_hbm), 0.0))
     # LM head + cross-entropy on the last stage (forward + 2x backward)
-    lm_flops = 2.0 * T * V * h / t
-    lm_bytes = w_read_b * V * h / t + act_b * T * h + 4.0 * T * V / t * 3.0
-    t_lm = 3.0 * np.maximum((lm_flops + wh) / flops_rate, lm_bytes / hbm_bw)
+    Vh = V * h
+    lm_bytes = wrt * Vh + aT * h + (12.0 * T) * V * inv_t
+    t_lm = 3.0 * np.maximum((Tt2 * Vh + wh) * inv_rate, lm_bytes * inv_hbm)
     compute_mb = fwd_layers + bwd_layers + recompute_layers + t_lm
     bwd_mb = bwd_layers + 2.0 / 3.0 * t_lm
     # host (CPU) time to issue the ops of one micro-batch; the GPU waits for it when kernels are short
-    ops_rc = np.where(rc == 2, P.ops_per_layer_fwd, np.where(rc == 1, P.ops_attn_core_fwd, 0.0))
+    ops_rc = np.take(np.array([0.0, P.ops_attn_core_fwd, P.ops_per_layer_fwd]), rc, mode="clip")
     host_mb = Ls * P.host_overhead_s_per_op * (P.ops_per_layer_fwd * (1.0 + P.elementwise_bwd_factor) + ops_rc)
 
     # ---------------- communication ----------------
-    n_fwd_passes = np.where(rc == 2, 2.0, 1.0)
+    n_fwd_passes = 1.0 + (rc == 2)
     # tensor parallel: 2 all-reduces (or AG+RS pairs) per layer per forward pass, 2 in backward
     tp_bw, tp_a = coll.group_link(t, np.minimum(t, node), bw_up, bw_out, a_up, a_out)
-    tp_bytes = act_b * T * h
+    tp_bytes = aT * h
     tp_one = coll.ring_all_reduce_time(tp_bytes, t, tp_bw, tp_a)
     tp_mb = (1.0 - P.tp_overlap) * Ls * (2.0 * n_fwd_passes + 2.0) * tp_one
     # context parallel: ring exchange of K,V per layer (fwd), K,V + dK,dV (bwd)
     if any_cp:
         cp_rpn = clip(np.floor(node / t), 1.0, c)
         cp_bw, cp_a = coll.group_link(c, cp_rpn, bw_up, bw_out, a_up, a_out)
-        kv_bytes = act_b * T * 2.0 * kvd / t
+        kv_bytes = aTt * (2.0 * kvd)
         cp_step = coll.p2p_time(kv_bytes, cp_bw, cp_a)
         cp_total = np.where(c > 1, Ls * (c - 1.0) * cp_step * (n_fwd_passes + 2.0), 0.0)
         core_total = Ls * t_core * (n_fwd_passes + 2.0)
@@ -336,7 +352,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     if any_ep:
         ep_rpn = clip(np.floor(node / (t * c)), 1.0, e)
         ep_bw, ep_a = coll.group_link(e, ep_rpn, bw_up, bw_out, a_up, a_out)
-        ep_bytes = act_b * T * k * h / t
+        ep_bytes = aTt * (k * h)
         ep_one = coll.all_to_all_time(ep_bytes, e, ep_bw, ep_a)
         ep_mb = (1.0 - P.ep_overlap) * Ls_moe * (2.0 * n_fwd_passes + 2.0) * ep_one
     else:
@@ -345,7 +361,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     pp_intra = (t * c * d) < node
     pp_bw = np.where(pp_intra, bw_up, np.minimum(bw_up, bw_out))
     pp_a = np.where(pp_intra, a_up, a_out)
-    pp_bytes = act_b * T * h / t
+    pp_bytes = aTt * h
     pp_mb = np.where(p > 1, (1.0 - P.pp_overlap) * 2.0 * v * coll.p2p_time(pp_bytes, pp_bw, pp_a), 0.0)
 
     # ---------------- memory ----------------
@@ -364,13 +380,14 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     if any_moe:
         epd_rpn = clip(np.floor(node / (t * e)), 1.0, ne)
         epd_bw, epd_a = coll.group_link(ne, epd_rpn, bw_up, bw_out, a_up, a_out)
-    hs = clip(np.floor(node / t), 1.0, nd)
+    hs = dp_rpn  # HSDP shards over the data-parallel ranks of one node
     gbytes_d = dense_local * P.grad_reduce_bytes
     gbytes_e = expert_local * P.grad_reduce_bytes if any_moe else 0.0
-    wb = np.where(is_fp32, 4.0, 2.0)
+    wb = act_b  # 16-bit weights, 4 bytes for fp32/tf32 runs
     full_shard = (shard == 3) | (shard == 4)
     any_exp = any_moe
-    has = lambda *codes: bool(np.any(np.isin(shard, codes)))  # noqa: E731
+    present = np.bincount(np.clip(shard, 0, 6), minlength=7) > 0  # sharding codes in this block
+    has = lambda *codes: bool(present[list(codes)].any())  # noqa: E731
     zero = np.zeros(n)
     # plain DP: all-reduce grads; ZeRO-1/2: reduce-scatter grads + all-gather updated weights
     ar_d = coll.all_reduce_time(gbytes_d, nd, dp_bw, dp_a) if has(0) else zero
