@@ -61,9 +61,25 @@ def _get(a: ArrayDict, key: str, default: float) -> np.ndarray:
             v = np.asarray(v)
             if v.dtype.kind in "OUS":
                 v = np.array([ACTIVATION_CODES.get(str(x).lower(), -1) for x in np.atleast_1d(v)], dtype=np.float64)
-        v = _f(v)
-        return np.where(np.isnan(v), default, v)
+        return _fill(_f(v), default)
     return np.asarray(default, dtype=np.float64)
+
+
+def _fill(v: np.ndarray, fill, bad: np.ndarray | None = None) -> np.ndarray:
+    """``np.where(bad, fill, v)`` with ``bad`` = isnan(v) by default, without the where when no
+    value (or every value) is bad - the common cases of a column that is given or absent."""
+    if bad is None:
+        bad = np.isnan(v)
+    if v.ndim:
+        nbad = np.count_nonzero(bad)
+        if nbad == 0:
+            return v
+        if nbad == v.size:
+            if np.ndim(fill) == 0:
+                return np.full(v.shape, fill, dtype=np.float64)
+            if np.shape(fill) == v.shape:
+                return fill
+    return np.where(bad, fill, v)
 
 
 def normalize_arch(a: ArrayDict) -> dict[str, np.ndarray]:
@@ -74,20 +90,27 @@ def normalize_arch(a: ArrayDict) -> dict[str, np.ndarray]:
     given for MoE models; 1 is the Switch default); expert_ffn_dim NaN -> ffn_dim;
     n_shared_experts / n_dense_layers NaN -> 0; tied_embeddings NaN -> 0 (untied);
     activation code: 0 = gelu, 1 = swiglu (see models.params.ACTIVATION_CODES).
+    A column given in full is returned as is (no copy); a filled column may be the array it
+    was filled from (e.g. n_kv_heads is n_heads): treat the result as read-only.
     """
     L = _f(a["n_layers"])
     h = _f(a["d_model"])
     heads = _f(a["n_heads"])
     kv = _get(a, "n_kv_heads", np.nan)
-    kv = np.where(np.isnan(kv), heads, kv)
+    kv = _fill(kv, heads)
     hd = _get(a, "head_dim", np.nan)
-    hd = np.where(np.isnan(hd) | (hd <= 0), h / heads, hd)
+    if hd.ndim and np.count_nonzero(np.isnan(hd)) == hd.size:
+        hd = h / heads
+    else:
+        hd = np.where(np.isnan(hd) | (hd <= 0), h / heads, hd)
     ffn = _f(a["ffn_dim"])
     E = _get(a, "n_experts", 0.0)
     topk = _get(a, "top_k", np.nan)
-    topk = np.where(np.isnan(topk), np.where(E > 0, 1.0, 0.0), topk)
+    nan_k = np.isnan(topk)
+    if np.any(nan_k):
+        topk = np.where(nan_k, (E > 0).astype(np.float64), topk)
     fe = _get(a, "expert_ffn_dim", np.nan)
-    fe = np.where(np.isnan(fe), ffn, fe)
+    fe = _fill(fe, ffn)
     ns = _get(a, "n_shared_experts", 0.0)
     nd = _get(a, "n_dense_layers", 0.0)
     tied = _get(a, "tied_embeddings", 0.0)
@@ -117,25 +140,39 @@ def layer_shapes(arch: ArrayDict) -> dict[str, np.ndarray]:
     dense_mlp_matmul, expert_matmul (one expert), router_matmul, n_moe_layers,
     n_dense_mlp_layers, norm_params (per layer), has_bias (gelu = GPT-style biases +
     LayerNorm with bias; swiglu = Llama-style, no biases, RMSNorm gain only).
+    Entries that are equal may be the same array (treat the result as read-only).
     """
     h = arch["d_model"]
-    q = arch["n_heads"] * arch["head_dim"]
-    kvd = arch["n_kv_heads"] * arch["head_dim"]
-    gelu = arch["activation"] == 0
-    mats = np.where(gelu, 2.0, 3.0)
-    attn_matmul = h * q + 2.0 * h * kvd + q * h
-    has_bias = gelu.astype(np.float64)
-    attn_bias = has_bias * (q + 2.0 * kvd + h)
-    dense_mlp = mats * h * arch["ffn_dim"]
-    mlp_bias = has_bias * (arch["ffn_dim"] + h)
-    expert = mats * h * arch["expert_ffn_dim"]
-    expert_bias = has_bias * (arch["expert_ffn_dim"] + h)
-    moe = arch["n_experts"] > 0
+    hd = arch["head_dim"]
+    q = arch["n_heads"] * hd
+    kvd = q if arch["n_kv_heads"] is arch["n_heads"] else arch["n_kv_heads"] * hd
+    has_bias = (arch["activation"] == 0).astype(np.float64)  # gelu
+    mats = 3.0 - has_bias  # 2 matrices for gelu, 3 for swiglu
+    qk = q + kvd
+    h2 = 2.0 * h
+    attn_matmul = h2 * qk  # Q and O: h*q each; K and V: h*kv each
+    attn_bias = has_bias * (qk + kvd + h)
+    mh = mats * h
+    ffn = arch["ffn_dim"]
+    dense_mlp = mh * ffn
+    mlp_bias = has_bias * (ffn + h)
+    fe = arch["expert_ffn_dim"]
+    if fe is ffn:
+        expert, expert_bias = dense_mlp, mlp_bias
+    else:
+        expert = mh * fe
+        expert_bias = has_bias * (fe + h)
+    E = arch["n_experts"]
+    moe = E > 0
     L = arch["n_layers"]
-    n_moe = np.where(moe, np.maximum(L - arch["n_dense_layers"], 0.0), 0.0)
-    n_dense_mlp = L - n_moe
-    router = np.where(moe, h * arch["n_experts"], 0.0)
-    norm = np.where(gelu, 4.0 * h, 2.0 * h)
+    if np.any(moe):
+        n_moe = np.where(moe, np.maximum(L - arch["n_dense_layers"], 0.0), 0.0)
+        n_dense_mlp = L - n_moe
+    else:
+        n_moe = np.zeros(np.shape(moe))
+        n_dense_mlp = L + n_moe  # L as a fresh array (broadcast like the other entries)
+    router = h * E if not np.any(E < 0) else np.where(moe, h * E, 0.0)
+    norm = h2 * (1.0 + has_bias)  # LayerNorm gain + bias x 2 (gelu) or RMSNorm gain x 2
     return {
         "q_dim": q,
         "kv_dim": kvd,
@@ -166,31 +203,33 @@ def param_counts(a: ArrayDict, *, normalized: bool = False, shapes: ArrayDict | 
     sh = layer_shapes(ar) if shapes is None else shapes
     h, V, L = ar["d_model"], ar["vocab"], ar["n_layers"]
     E, k, ns = ar["n_experts"], ar["top_k"], ar["n_shared_experts"]
-    per_layer_common = sh["attn_matmul"] + sh["attn_bias"] + sh["norm_params"]
+    plc = sh["attn_matmul"] + sh["attn_bias"] + sh["norm_params"]
     dense_mlp = sh["dense_mlp_matmul"] + sh["mlp_bias"]
-    expert = sh["expert_matmul"] + sh["expert_bias"]
-    final_norm = np.where(ar["activation"] == 0, 2.0 * h, h)
-    embed = V * h * (2.0 - np.minimum(np.maximum(ar["tied_embeddings"], 0.0), 1.0))
-    total = (
-        L * per_layer_common
-        + sh["n_dense_mlp_layers"] * dense_mlp
-        + sh["n_moe_layers"] * ((E + ns) * expert + sh["router_matmul"])
-        + embed
-        + final_norm
-    )
-    active = (
-        L * per_layer_common
-        + sh["n_dense_mlp_layers"] * dense_mlp
-        + sh["n_moe_layers"] * ((k + ns) * expert + sh["router_matmul"])
-        + embed
-        + final_norm
-    )
-    matmul_layers_active = (
-        L * sh["attn_matmul"]
-        + sh["n_dense_mlp_layers"] * sh["dense_mlp_matmul"]
-        + sh["n_moe_layers"] * ((k + ns) * sh["expert_matmul"] + sh["router_matmul"])
-    )
+    has_bias = sh["has_bias"] if "has_bias" in sh else (ar["activation"] == 0).astype(np.float64)
+    final_norm = h + has_bias * h  # 2h for gelu (gain + bias), h for swiglu
     lm_head = V * h
+    tied = ar["tied_embeddings"]
+    if np.ndim(tied) and not np.count_nonzero(tied):
+        embed = 2.0 * lm_head
+    else:
+        embed = lm_head * (2.0 - np.minimum(np.maximum(tied, 0.0), 1.0))
+    ndm = sh["n_dense_mlp_layers"]
+    n_moe = sh["n_moe_layers"]
+    base = L * plc + ndm * dense_mlp + embed + final_norm
+    matmul_layers_active = L * sh["attn_matmul"] + ndm * sh["dense_mlp_matmul"]
+    if np.any(n_moe):
+        if sh["expert_matmul"] is sh["dense_mlp_matmul"] and sh["expert_bias"] is sh["mlp_bias"]:
+            expert = dense_mlp
+        else:
+            expert = sh["expert_matmul"] + sh["expert_bias"]
+        kns = k + ns
+        router = sh["router_matmul"]
+        total = base + n_moe * ((E + ns) * expert + router)
+        active = base + n_moe * (kns * expert + router)
+        matmul_layers_active = matmul_layers_active + n_moe * (kns * sh["expert_matmul"] + router)
+    else:
+        total = base
+        active = base.copy() if isinstance(base, np.ndarray) else base
     return {
         "params": total,
         "active_params": active,

@@ -72,9 +72,12 @@ def all_reduce_time(nbytes, n, bw, alpha, algorithm: str = "auto"):
         n = _f(n)
         a = _f(alpha)
         x = _f(nbytes) / _f(bw)
-        ring = 2.0 * (n - 1.0) * (a + x / n)
-        tree = 2.0 * (ceil_log2(n) * a + x)
-        return np.where(n > 1, np.minimum(ring, tree), 0.0)
+        nm1 = n - 1.0
+        ring = nm1 * (a + x / n)
+        # ceil(log2 n) for n > 1 (rows with n <= 1 are 0 below): the binary exponent of
+        # ceil(n) - 1 = ceil(n - 1), as in fastops.ceil_log2
+        tree = np.frexp(np.ceil(nm1))[1] * a + x
+        return np.where(n > 1, 2.0 * np.minimum(ring, tree), 0.0)
     raise ValueError(f"unknown all-reduce algorithm {algorithm!r}")
 
 
@@ -119,8 +122,18 @@ def group_link(n, ranks_per_node, bw_intra, bw_inter, alpha_intra, alpha_inter):
     (``hierarchical_all_reduce_time(..., pipelined=True)`` has the same bandwidth term).
     """
     n = _f(n)
-    g = clip(_f(ranks_per_node), 1.0, np.maximum(n, 1.0))
+    # g = clip(ranks_per_node, 1, max(n, 1)); n <= g <=> n <= max(ranks_per_node, 1), and
+    # outside a domain (n > g) the upper clip is inactive, so only the lower one is needed
+    g = np.maximum(_f(ranks_per_node), 1.0)
     inside = n <= g
-    bw = np.where(inside, _f(bw_intra), np.minimum(_f(bw_intra), g * _f(bw_inter)))
+    bw_intra, bw_inter = _f(bw_intra), _f(bw_inter)
+    shape = np.broadcast(inside, bw_intra, bw_inter, alpha_intra, alpha_inter).shape
+    k = np.count_nonzero(inside)
+    if k == inside.size:  # every row inside one domain
+        return np.array(np.broadcast_to(bw_intra, shape)), np.full(shape, alpha_intra, dtype=np.float64)
+    bw_x = np.minimum(bw_intra, g * bw_inter)
+    if k == 0:
+        return np.array(np.broadcast_to(bw_x, shape)), np.full(shape, alpha_inter, dtype=np.float64)
+    bw = np.where(inside, bw_intra, bw_x)
     alpha = np.where(inside, _f(alpha_intra), _f(alpha_inter))
     return bw, alpha

@@ -205,23 +205,28 @@ def encode_dtype(dtype) -> np.ndarray:
 
 
 def peak_table(hw: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Per-dtype-code candidate peaks and fallback flags (index = DTYPE_CODES value)."""
+    """Per-dtype-code candidate peaks and fallback flags (index = DTYPE_CODES value).
+
+    Entries that share a source are the same array (e.g. the four fp8-family codes): treat
+    the result as read-only.
+    """
     fp32 = _nan(hw["peak_fp32_tflops"])
     tf32 = _nan(hw["peak_tf32_tflops"])
     bf16 = _nan(hw["peak_bf16_tflops"])
     fp16 = _nan(hw["peak_fp16_tflops"])
     fp8 = _nan(hw["peak_fp8_tflops"])
     shape = np.broadcast(fp32, tf32, bf16, fp16, fp8).shape
+    no_fb = np.zeros(shape, dtype=bool)
 
     def first(*cands):
         out = np.broadcast_to(cands[0], shape)
-        fb = np.zeros(shape, dtype=bool)
+        fb = no_fb
         for c in cands[1:]:
             m = np.isnan(out)
-            if not m.any():
+            if not np.count_nonzero(m):
                 break
             out = np.where(m, c, out)
-            fb = fb | m
+            fb = m if fb is no_fb else fb | m
         return out, fb
 
     p_bf16, f_bf16 = first(bf16, fp16)
@@ -236,21 +241,39 @@ def peak_table(hw: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], list[np.
 
 
 def choose_peak(codes: np.ndarray, peaks: list[np.ndarray], flags: list[np.ndarray]):
-    codes = np.asarray(codes).astype(np.int64)
+    codes = np.asarray(codes)
+    if codes.dtype != np.int64:
+        codes = codes.astype(np.int64)
     bad = (codes < 0) | (codes > 7)
-    idx = np.where(bad, 0, codes)
-    shape = np.broadcast(idx, peaks[0]).shape
-    idx = np.broadcast_to(idx, shape)
-    # per-code masked copies: ~3x faster than np.choose over eight arrays, and codes absent from
-    # the block cost one comparison each
-    peak = np.array(np.broadcast_to(peaks[0], shape), dtype=np.float64)
-    flag = np.array(np.broadcast_to(flags[0], shape), dtype=bool)
-    for code in range(1, len(peaks)):
-        m = idx == code
-        if m.any():
-            np.copyto(peak, np.broadcast_to(peaks[code], shape), where=m)
-            np.copyto(flag, np.broadcast_to(flags[code], shape), where=m)
-    if bad.any():
+    shape = np.broadcast(codes, peaks[0]).shape
+    any_bad = bool(np.any(bad))
+    idx = np.where(bad, 0, codes) if any_bad else codes
+    # which codes occur (one pass); a code maps to the same result as an earlier code when its
+    # peak and flag are the same arrays (fp8 family), so those rows need no separate selection
+    present = np.bincount(np.ravel(idx), minlength=8) if np.ndim(idx) else np.eye(8, dtype=np.int64)[int(idx)]
+    groups: list[tuple[int, list[int]]] = []  # (representative code, codes)
+    for code in range(8):
+        if not present[code]:
+            continue
+        for rep, members in groups:
+            if peaks[rep] is peaks[code] and flags[rep] is flags[code]:
+                members.append(code)
+                break
+        else:
+            groups.append((code, [code]))
+    # start from the most frequent group, then one selection per other group present
+    groups.sort(key=lambda g: -sum(int(present[c]) for c in g[1]))
+    rep0 = groups[0][0]
+    peak = np.array(np.broadcast_to(peaks[rep0], shape), dtype=np.float64)
+    flag = np.array(np.broadcast_to(flags[rep0], shape), dtype=bool)
+    for rep, members in groups[1:]:
+        m = idx == members[0]
+        for c in members[1:]:
+            m |= idx == c
+        peak = np.where(m, peaks[rep], peak)
+        if np.count_nonzero(flags[rep]) or np.count_nonzero(flag):  # else all False either way
+            flag = np.where(m, flags[rep], flag)
+    if any_bad:
         peak = np.where(bad, np.nan, peak)
     return peak, flag
 

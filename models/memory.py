@@ -99,6 +99,11 @@ def activation_bytes_per_layer(
     return np.where(rc == 2, full_rc, np.where(rc == 1, selective, full_layer))
 
 
+def _fa(x) -> np.ndarray:
+    """float64 array view of x without a copy or a wrapper call when it already is one."""
+    return x if type(x) is np.ndarray and x.dtype == np.float64 else np.asarray(x, dtype=np.float64)
+
+
 def memory_per_gpu(
     *,
     arch: Mapping[str, np.ndarray],
@@ -118,19 +123,34 @@ def memory_per_gpu(
     is_fp32,
     node_size,
     params: PhysParams = DEFAULT,
+    layers_per_stage=None,
+    act_bytes=None,
 ) -> dict[str, np.ndarray]:
     """Bytes per GPU on the most loaded stage: weights, grads, optimizer, activations, overhead.
 
     All arguments are arrays (or scalars) of equal length; ``sharding`` and ``recompute`` are
     integer codes (models.params.SHARDING_CODES / RECOMPUTE_CODES), ``arch`` a normalized
     architecture (models.accounting.normalize_arch) and ``shapes`` its layer_shapes.
-    Returns bytes (not GB) and the in-flight micro-batch count.
+    Optional, when the caller already has them: ``layers_per_stage`` = ceil(n_layers / pp),
+    ``act_bytes`` = 4 for fp32/tf32 runs else 2.
+    Returns bytes (not GB) and the in-flight micro-batch count; ``optimizer_params_local`` is
+    the parameter count whose optimizer state this GPU holds (optimizer bytes / state bytes).
+
+    Implementation note: written for few numpy calls per row block (the step-time model's
+    hot path): block-level branches skip terms whose rows are absent (MoE, sharding modes,
+    full recompute), selections by category use comparisons on the integer codes.
     """
-    t, p, d, c, e, v = (_f(x) for x in (tp, pp, dp, cp, ep, vpp))
-    m = _f(n_micro)
-    s = _f(seq_len)
-    b = _f(micro_batch)
+    t, p, d, c, e, v = (_fa(x) for x in (tp, pp, dp, cp, ep, vpp))
+    m = _fa(n_micro)
+    s = _fa(seq_len)
+    b = _fa(micro_batch)
     shard = np.asarray(sharding)
+    if shard.dtype.kind not in "iu":
+        shard = np.nan_to_num(shard.astype(np.float64), nan=-1.0).astype(np.int64)
+    if shard.ndim and (shard > 5).any():  # unknown codes behave like "none" (the row is invalid anyway)
+        shard = np.where(shard > 5, 0, shard)
+    elif not shard.ndim and shard > 5:
+        shard = np.zeros_like(shard)
     rc = np.asarray(recompute)
     sp = np.asarray(sequence_parallel, dtype=bool)
     fp32 = np.asarray(is_fp32, dtype=bool)
@@ -140,97 +160,129 @@ def memory_per_gpu(
     E = arch["n_experts"]
     k = arch["top_k"]
     ns = arch["n_shared_experts"]
+    wb = _fa(act_bytes) if act_bytes is not None else 2.0 + 2.0 * fp32.astype(np.float64)  # 16-bit, fp32: 4 B
 
-    Ls = np.ceil(L / p)
-    moe_frac = shapes["n_moe_layers"] / L
-    Ls_moe = Ls * moe_frac
-    Ls_dense = Ls - Ls_moe
-    per_layer_common = shapes["attn_matmul"] + shapes["attn_bias"] + shapes["norm_params"]
-    expert = shapes["expert_matmul"] + shapes["expert_bias"]
+    Ls = np.ceil(L / p) if layers_per_stage is None else _fa(layers_per_stage)
+    n_moe = shapes["n_moe_layers"]
+    any_moe = bool(np.any(n_moe > 0))
+    inv_t = 1.0 / t
+    plc = shapes["attn_matmul"] + shapes["attn_bias"] + shapes["norm_params"]
     dense_mlp = shapes["dense_mlp_matmul"] + shapes["mlp_bias"]
-    embed_stage = np.where(p > 1, V * h, V * h * (2.0 - clip(arch["tied_embeddings"], 0, 1)))
-    dense_local = (
-        Ls * per_layer_common + Ls_dense * dense_mlp + Ls_moe * (ns * expert + shapes["router_matmul"]) + embed_stage
-    ) / t
-    expert_local = Ls_moe * E * expert / (np.maximum(e, 1.0) * t)
-    layer_local = (per_layer_common + np.where(moe_frac > 0, 0.0, dense_mlp)) / t + np.where(
-        moe_frac > 0, (ns * expert + E * expert / np.maximum(e, 1.0)) / t, 0.0
-    )
+    Vh = V * h
+    tied = arch["tied_embeddings"]
+    if np.ndim(tied) and not np.count_nonzero(tied):  # untied everywhere: 2 V h on a single stage
+        embed_stage = Vh * (2.0 - (p > 1))
+    else:
+        embed_stage = np.where(p > 1, Vh, Vh * (2.0 - clip(tied, 0, 1)))
+    if any_moe:
+        moe_frac = n_moe / L
+        is_moe = moe_frac > 0
+        Ls_moe = Ls * moe_frac
+        Ls_dense = Ls - Ls_moe
+        expert = shapes["expert_matmul"] + shapes["expert_bias"]
+        e1 = np.maximum(e, 1.0)
+        ns_expert = ns * expert
+        dense_local = (Ls * plc + Ls_dense * dense_mlp + Ls_moe * (ns_expert + shapes["router_matmul"]) + embed_stage) * inv_t
+        E_expert_e = E * expert / e1
+        expert_local = Ls_moe * E_expert_e * inv_t
+    else:
+        dense_local = (Ls * plc + Ls * dense_mlp + embed_stage) * inv_t
+        expert_local = np.zeros(np.shape(dense_local))
 
-    wb = np.where(fp32, 4.0, 2.0)
-    gb = np.where(fp32, 4.0, params.grad_bytes)
-    ob = np.where(fp32, params.optimizer_state_bytes_fp32, params.optimizer_state_bytes_mixed)
-
+    # sharding: weights sharded by codes 3-5, gradients by 2-5, optimizer state by 1-5; the
+    # data-parallel group is dp*cp (routed experts: dp*cp/ep); HSDP (5) shards inside the node
     nd = d * c
-    ne = np.maximum(nd / np.maximum(e, 1.0), 1.0)
-    hs = clip(np.floor(_f(node_size) / t), 1.0, nd)
-    hs_e = np.minimum(hs, ne)
-    full_shard = (shard == 3) | (shard == 4)
-    dense_div = np.where(full_shard, nd, np.where(shard == 5, hs, 1.0))
-    expert_div = np.where(full_shard, ne, np.where(shard == 5, hs_e, 1.0))
-    grad_shard = full_shard | (shard == 2) | (shard == 5)
-    opt_shard = grad_shard | (shard == 1)
+    hs_any = bool(np.any(shard == 5))
+    if hs_any:
+        hs = clip(np.floor(_fa(node_size) * inv_t), 1.0, nd)
+        is5 = shard == 5
+        D = np.where(is5, hs, nd)
+    else:
+        D = nd
+    S_none = dense_local + expert_local
+    if any_moe:
+        ne = np.maximum(nd / e1, 1.0)
+        De = np.where(is5, np.minimum(hs, ne), ne) if hs_any else ne
+        S_full = dense_local / D + expert_local / De
+    else:
+        S_full = dense_local / D
+    w_sh = shard >= 3
+    S_w = np.where(w_sh, S_full, S_none)
+    S_g = np.where(shard >= 2, S_full, S_none)
+    S_o = np.where(shard >= 1, S_full, S_none)
 
     # PyTorch FSDP/HSDP (MixedPrecision param_dtype=bf16) keeps only the fp32 sharded
     # parameters - the master copy counted in the optimizer state - and casts to 16 bits on
     # all-gather, so no separate 16-bit shard exists (PyTorch FSDP docs, MixedPrecision:
     # "sharded parameters ... remain in full precision"); DeepSpeed ZeRO-3 keeps a 16-bit
     # partition next to the fp32 master in the optimizer.
-    fsdp_like = (shard == 4) | (shard == 5)
-    weights = np.where(fsdp_like & ~fp32, 0.0, wb) * (dense_local / dense_div + expert_local / expert_div)
-    weights = weights + np.where(full_shard | (shard == 5), 2.0 * layer_local * wb, 0.0)
-    grads = gb * (
-        dense_local / np.where(grad_shard, np.where(shard == 5, hs, nd), 1.0)
-        + expert_local / np.where(grad_shard, np.where(shard == 5, hs_e, ne), 1.0)
-    )
-    optimizer = ob * (
-        dense_local / np.where(opt_shard, np.where(shard == 5, hs, nd), 1.0)
-        + expert_local / np.where(opt_shard, np.where(shard == 5, hs_e, ne), 1.0)
-    )
+    no16 = (shard >= 4) & ~fp32
+    weights = (wb * S_w) * ~no16 if np.any(no16) else wb * S_w
+    if np.any(w_sh):  # ZeRO-3/FSDP/HSDP: two gathered layers as prefetch buffers
+        if any_moe:
+            layer_local = (plc + np.where(is_moe, ns_expert + E_expert_e, dense_mlp)) * inv_t
+        else:
+            layer_local = (plc + dense_mlp) * inv_t
+        weights = weights + w_sh * (2.0 * wb * layer_local)
+    gb, gb32 = params.grad_bytes, 4.0
+    grads = (gb * S_g) if gb == gb32 else np.where(fp32, gb32, gb) * S_g
+    ob_m, ob_32 = params.optimizer_state_bytes_mixed, params.optimizer_state_bytes_fp32
+    ob = np.where(fp32, ob_32, ob_m) if np.any(fp32) else ob_m
+    optimizer = ob * S_o
 
-    # activations (per layer, per micro-batch); MoE variant only computed when present
-    gelu = arch["activation"] == 0
-    ffn_coeff = np.where(gelu, 4.0, 6.0)
-    act_bytes = np.where(fp32, 4.0, 2.0)
-    any_moe = bool(np.any(moe_frac > 0))
+    # activations (per layer, per micro-batch; models.memory docstring, Korthikanti et al. 2022).
+    # The stored bytes are linear in the sharded FFN width F, so a stage mixing dense and MoE
+    # layers stores per layer what one layer of the layer-weighted mean width stores:
+    # F_mix = F_dense + moe_frac (F_moe - F_dense).
+    scale = 0.5 * wb  # the Korthikanti coefficients are for 2-byte activations
+    s_loc = s / c
+    tokens = s_loc * b
+    rep_div_inv = np.where(sp, inv_t, 1.0) if np.any(sp) else 1.0
+    cf = 2.0 * shapes["mlp_mats"]  # 4 for GeLU (input, output), 6 for SwiGLU (gate, up, product)
+    attn_part = 4.0 * (shapes["q_dim"] + shapes["kv_dim"])
+    rep_h = (8.0 + params.dropout_mask_elems) * h
+    F_d = arch["ffn_dim"]
     any_full = bool(np.any(rc == 2))
-    common = dict(
-        tp=t,
-        sequence_parallel=sp,
-        q_dim=shapes["q_dim"],
-        kv_dim=shapes["kv_dim"],
-        cp=c,
-        attn_scores_stored=params.attn_scores_stored,
-        dtype_bytes=act_bytes,
-        dropout_mask_elems=params.dropout_mask_elems,
-        ffn_coeff=ffn_coeff,
-    )
-    h_ = arch["n_heads"]
-    # one call gives the stored bytes under the run's recompute mode and, for full recompute,
-    # the working set of one layer (its no-recompute bytes)
-    a_dense, work = activation_bytes_per_layer(s, b, h, h_, recompute=rc, ffn_eff=arch["ffn_dim"],
-                                               return_no_recompute=True, **common)
     if any_moe:
-        # the MoE dispatch copies 2h*top_k are added to the sharded part via ffn_eff
-        moe_F = (k + ns) * arch["expert_ffn_dim"] + 2.0 * h * k / ffn_coeff
-        a_moe, work_moe = activation_bytes_per_layer(s, b, h, h_, recompute=rc, ffn_eff=moe_F,
-                                                     return_no_recompute=True, **common)
-        per_layer = np.where(moe_frac > 0, (Ls_dense * a_dense + Ls_moe * a_moe) / Ls, a_dense)
-        if any_full:
-            work = np.where(moe_frac > 0, work_moe, work)
+        # the MoE dispatch copies 2h*top_k are added to the sharded part via the FFN width
+        F_m = (k + ns) * arch["expert_ffn_dim"] + 2.0 * h * k / cf
+        F_mix = F_d + moe_frac * (F_m - F_d)
+        if any_full:  # full recompute: working set of one layer of the heaviest kind
+            F_work = np.where(is_moe, F_m, F_d)
     else:
-        per_layer = a_dense
-    working = np.where(rc == 2, work, 0.0) if any_full else 0.0
-    inflight = np.where(v > 1, p + (p - 1.0) / v, p)
-    inflight = np.maximum(np.minimum(inflight, m), 1.0)
-    logits = 4.0 * s / c * b * V / t
-    stage_acts = per_layer * Ls
-    act_first = stage_acts * inflight + working
+        F_mix = F_d
+        F_work = F_d
+    rep_term = rep_h * rep_div_inv
+    tok_per = tokens * (rep_term + (attn_part + cf * F_mix) * inv_t)  # stored bytes / scale without scores
+    ass = params.attn_scores_stored
+    if ass:
+        scores = (ass * 5.0 * arch["n_heads"]) * tokens * s * inv_t
+        stored = np.where(rc == 0, tok_per + scores, tok_per)
+    else:
+        scores = 0.0
+        stored = tok_per
+    if any_full:
+        is_full = rc == 2
+        full_rc = (2.0 * h) * tokens * rep_div_inv
+        stored = np.where(is_full, full_rc, stored)
+        work = tokens * (rep_term + (attn_part + cf * F_work) * inv_t) + scores
+        working = scale * (is_full * work)
+    else:
+        working = 0.0
+    stage_acts = scale * stored * Ls
+    if np.any(v > 1):
+        inflight = np.where(v > 1, p + (p - 1.0) / v, p)
+        inflight = np.maximum(np.minimum(inflight, m), 1.0)
+    else:
+        inflight = np.maximum(np.minimum(p, m), 1.0)
+    logits = (4.0 * tokens) * V * inv_t
+    # first stage: all in-flight micro-batches; last stage: one, plus the fp32 logits. With
+    # pp = 1 the in-flight count is 1 and both are the same stage (max = stage + logits).
     act_last = stage_acts + working + logits
-    activations = np.where(p > 1, np.maximum(act_first, act_last), act_first + logits)
+    activations = np.maximum(stage_acts * inflight + working, act_last)
 
     modelled = weights + grads + optimizer + activations
-    overhead = params.mem_overhead_gb * GB + params.mem_fragmentation_frac * modelled
+    overhead = params.mem_fragmentation_frac * modelled + params.mem_overhead_gb * GB
     total = modelled + overhead
     return {
         "mem_weights_bytes": weights,
@@ -242,4 +294,5 @@ def memory_per_gpu(
         "inflight_microbatches": inflight,
         "dense_params_local": dense_local,
         "expert_params_local": expert_local,
+        "optimizer_params_local": S_o,
     }

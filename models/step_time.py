@@ -368,6 +368,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     mem = memory_per_gpu(
         arch=arch, shapes=sh, seq_len=s, micro_batch=b, n_micro=m, tp=t, pp=p, dp=d, cp=c, ep=e, vpp=v,
         sharding=shard, recompute=rc, sequence_parallel=sp, is_fp32=is_fp32, node_size=node, params=P,
+        layers_per_stage=Ls, act_bytes=act_b,
     )
 
     # ---------------- data parallel ----------------
@@ -423,9 +424,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     gather_exposed_mb = np.where(nd > 1, gather_exposed_mb, 0.0)
 
     # ---------------- optimizer ----------------
-    opt_div_d = np.where(shard == 0, 1.0, np.where(shard == 5, hs, nd))
-    opt_div_e = np.where(shard == 0, 1.0, np.where(shard == 5, np.minimum(hs, ne), ne))
-    opt_params = dense_local / opt_div_d + expert_local / opt_div_e
+    opt_params = mem["optimizer_params_local"]  # dense + expert parameters whose optimizer state this GPU holds
     optimizer_s = opt_params * P.optimizer_update_bytes / hbm_bw
 
     # ---------------- assemble ----------------
