@@ -35,6 +35,15 @@ def write_rows(path: Path, rows: list[dict], columns: list[str] | None = None) -
     return path
 
 
+def ingest_one(store_path: Path, path, **kw):
+    """`store.ingest_file` on its own connection to the store at `store_path` (closed afterwards)."""
+    con = store.connect(store_path)
+    try:
+        return store.ingest_file(con, path, **kw)
+    finally:
+        con.close()
+
+
 def all_tables(path: Path) -> dict[str, list[tuple]]:
     con = duckdb.connect(str(path), read_only=True)
     try:
@@ -124,11 +133,7 @@ def test_every_rejection_reason_names_line_and_column(store_copy, tmp_path, chan
     bad = dict(BASE, **change)
     path = write_rows(tmp_path / "runs.csv", [good, bad])
     before = all_tables(store_copy)
-    con = store.connect(store_copy)
-    try:
-        rep = store.ingest_file(con, path)
-    finally:
-        con.close()
+    rep = ingest_one(store_copy, path)
     assert rep.status == "partial" and rep.rows_accepted == 1 and rep.rows_rejected == 1
     rej = rep.rejections.filter(pl.col("line") == 3)
     assert rej.height >= 1, rep.rejections
@@ -144,11 +149,7 @@ def test_every_rejection_reason_names_line_and_column(store_copy, tmp_path, chan
 
 def test_duplicate_run_metric_with_different_values_rejects_both(store_copy, tmp_path):
     path = write_rows(tmp_path / "dup.csv", [BASE, dict(BASE, value="7000"), dict(BASE, run_id="t-2")])
-    con = store.connect(store_copy)
-    try:
-        rep = store.ingest_file(con, path)
-    finally:
-        con.close()
+    rep = ingest_one(store_copy, path)
     assert rep.rows_accepted == 1
     assert sorted(rep.rejections["line"].to_list()) == [2, 3]
     assert all("different values" in r for r in rep.rejections["reason"])
@@ -156,21 +157,13 @@ def test_duplicate_run_metric_with_different_values_rejects_both(store_copy, tmp
 
 def test_exact_duplicate_rows_collapse(store_copy, tmp_path):
     path = write_rows(tmp_path / "dup.csv", [BASE, BASE])
-    con = store.connect(store_copy)
-    try:
-        rep = store.ingest_file(con, path)
-    finally:
-        con.close()
+    rep = ingest_one(store_copy, path)
     assert (rep.status, rep.rows_accepted, rep.rows_duplicate) == ("accepted", 1, 1)
 
 
 def test_rows_of_one_run_must_agree(store_copy, tmp_path):
     rows = [BASE, dict(BASE, metric="mfu", unit="fraction", value="0.4", n_gpus="128", dp="128")]
-    con = store.connect(store_copy)
-    try:
-        rep = store.ingest_file(con, write_rows(tmp_path / "r.csv", rows))
-    finally:
-        con.close()
+    rep = ingest_one(store_copy, write_rows(tmp_path / "r.csv", rows))
     assert rep.rows_accepted == 0
     assert set(rep.rejections["column"]) == {"dp"} and "disagree" in rep.rejections["reason"][0]
 
@@ -193,12 +186,8 @@ def test_missing_required_column_rejects_file(store_copy, tmp_path):
     columns = [c for c in COLUMNS if c not in ("gpu", "unit")]
     path = write_rows(tmp_path / "nocol.csv", [BASE], columns=columns)
     before = all_tables(store_copy)
-    con = store.connect(store_copy)
-    try:
-        with pytest.raises(FileRejected) as err:
-            store.ingest_file(con, path)
-    finally:
-        con.close()
+    with pytest.raises(FileRejected) as err:
+        ingest_one(store_copy, path)
     assert "nocol.csv" in str(err.value) and "gpu" in str(err.value) and "unit" in str(err.value)
     assert "line 1" in str(err.value)
     assert all_tables(store_copy) == before
@@ -215,12 +204,8 @@ def test_unreadable_files_rejected_whole(store_copy, tmp_path, content, words):
     path = tmp_path / "broken.csv"
     path.write_bytes(content)
     before = all_tables(store_copy)
-    con = store.connect(store_copy)
-    try:
-        with pytest.raises(FileRejected) as err:
-            store.ingest_file(con, path)
-    finally:
-        con.close()
+    with pytest.raises(FileRejected) as err:
+        ingest_one(store_copy, path)
     assert words in str(err.value) and "broken.csv" in str(err.value)
     assert all_tables(store_copy) == before
 
@@ -242,11 +227,7 @@ def test_bom_crlf_and_quoted_newlines_are_fine(store_copy, tmp_path):
 def test_parquet_with_wrong_types_is_rejected_per_row(store_copy, tmp_path):
     frame = pl.DataFrame([BASE, dict(BASE, run_id="t-2", value="fast")])
     frame.write_parquet(tmp_path / "p.parquet")
-    con = store.connect(store_copy)
-    try:
-        rep = store.ingest_file(con, tmp_path / "p.parquet")
-    finally:
-        con.close()
+    rep = ingest_one(store_copy, tmp_path / "p.parquet")
     assert rep.rows_accepted == 1
     assert rep.rejections.row(0, named=True)["line"] == 2 and rep.rejections["column"][0] == "value"
 
@@ -255,17 +236,9 @@ def test_parquet_with_wrong_types_is_rejected_per_row(store_copy, tmp_path):
 
 def test_same_file_twice_leaves_store_unchanged(store_copy, tmp_path):
     path = write_rows(tmp_path / "runs.csv", [BASE, dict(BASE, run_id="t-2", value="abc")])
-    con = store.connect(store_copy)
-    try:
-        first = store.ingest_file(con, path)
-    finally:
-        con.close()
+    first = ingest_one(store_copy, path)
     snapshot = all_tables(store_copy)
-    con = store.connect(store_copy)
-    try:
-        second = store.ingest_file(con, path)
-    finally:
-        con.close()
+    second = ingest_one(store_copy, path)
     assert first.status == "partial" and second.status == "unchanged"
     assert all_tables(store_copy) == snapshot
 
@@ -292,12 +265,8 @@ def test_failure_mid_ingest_changes_nothing(store_copy, tmp_path):
     def boom():
         raise RuntimeError("injected failure after the inserts")
 
-    con = store.connect(store_copy)
-    try:
-        with pytest.raises(RuntimeError, match="injected"):
-            store.ingest_file(con, path, _fail_after_insert=boom)
-    finally:
-        con.close()
+    with pytest.raises(RuntimeError, match="injected"):
+        ingest_one(store_copy, path, _fail_after_insert=boom)
     assert all_tables(store_copy) == before
 
 
