@@ -225,6 +225,11 @@ def _prepare(path: str, kind: str, name: str) -> _Read:
                  short=read.short_rows, header=read.header, n_rows=frame.height)
 
 
+def _unchanged(name: str, path: str, warnings: list[str] | None = None) -> FileReport:
+    return FileReport(file=name, status="unchanged", path=path, warnings=warnings or [],
+                      message="same content as the last ingest; nothing to do")
+
+
 def _ragged_rejections(r: _Read) -> pl.DataFrame:
     """A row with the wrong number of fields: named by its line and the first column it lacks (or has extra)."""
     n_header = len(r.header)
@@ -333,8 +338,7 @@ def ingest_files(con: duckdb.DuckDBPyConnection, paths: Iterable[str | Path], ki
         if name in previous:  # cheap test first: same bytes as last time -> nothing to parse
             try:
                 if sha256_bytes(Path(path).read_bytes()) == previous[name]:
-                    return FileReport(file=name, status="unchanged", path=path,
-                                      message="same content as the last ingest; nothing to do")
+                    return _unchanged(name, path)
             except OSError:
                 pass  # the reader reports it
         try:
@@ -347,10 +351,11 @@ def ingest_files(con: duckdb.DuckDBPyConnection, paths: Iterable[str | Path], ki
     window = 64
 
     def _run_stages() -> None:
-        nonlocal pending, pending_rows
+        nonlocal pending_rows
+        futures: dict[int, Future] = {}
         with pool, validator, writer:
             try:
-                futures = {i: pool.submit(load, i) for i in range(min(window, len(path_list)))}
+                futures.update({i: pool.submit(load, i) for i in range(min(window, len(path_list)))})
                 for i in range(len(path_list)):
                     item = futures.pop(i).result()
                     if i + window < len(path_list):
@@ -363,9 +368,8 @@ def ingest_files(con: duckdb.DuckDBPyConnection, paths: Iterable[str | Path], ki
                         continue
                     if on_read is not None:
                         on_read(item.name, item.frame.height)
-                    if previous.get(item.name) == item.sha:
-                        emit(FileReport(file=item.name, status="unchanged", path=item.path, warnings=item.warnings,
-                                        message="same content as the last ingest; nothing to do"))
+                    if previous.get(item.name) == item.sha:  # e.g. a second copy of a file just written
+                        emit(_unchanged(item.name, item.path, item.warnings))
                         continue
                     pending.append(item)
                     pending_rows += item.frame.height
@@ -374,7 +378,7 @@ def ingest_files(con: duckdb.DuckDBPyConnection, paths: Iterable[str | Path], ki
                 flush(keep=0)
             except BaseException:
                 failed.set()  # batches not yet started are not written
-                for f in futures.values() if "futures" in locals() else ():
+                for f in futures.values():
                     f.cancel()
                 raise
 
