@@ -43,7 +43,20 @@ GB = 1e9
 
 
 def _f(x) -> np.ndarray:
-    return np.asarray(x, dtype=np.float64)
+    """float64 array of x: x itself (no copy, no wrapper call) when it already is one."""
+    return x if type(x) is np.ndarray and x.dtype == np.float64 else np.asarray(x, dtype=np.float64)
+
+
+def _activation_elems(tokens, seq_len, d_model, n_heads, inv_t, rep_div_inv, sharded_width, replicated_elems,
+                      scores_stored):
+    """Activation elements (2 bytes each) one layer stores for one micro-batch on one GPU, in three parts
+    (the formula of the module docstring, shared by ``activation_bytes_per_layer`` and ``memory_per_gpu``):
+    kept = tokens (replicated h / (t with SP, else 1) + sharded width / t), the attention scores
+    5 a s_loc s b / t (0.0 when not stored), and the checkpoint full recompute keeps, 2 s_loc b h / (t with SP)."""
+    kept = tokens * (replicated_elems * d_model * rep_div_inv + sharded_width * inv_t)
+    scores = (scores_stored * 5.0 * n_heads) * tokens * seq_len * inv_t if np.any(scores_stored) else 0.0
+    checkpoint = (2.0 * d_model) * tokens * rep_div_inv
+    return kept, scores, checkpoint
 
 
 def activation_bytes_per_layer(
@@ -63,7 +76,6 @@ def activation_bytes_per_layer(
     attn_scores_stored=1.0,
     dtype_bytes=2.0,
     dropout_mask_elems=2.0,
-    return_no_recompute=False,
 ):
     """Stored activation bytes of one transformer layer for one micro-batch, per GPU.
 
@@ -84,24 +96,12 @@ def activation_bytes_per_layer(
     sp = np.asarray(sequence_parallel, dtype=bool)
     rc = np.asarray(recompute)
     scale = _f(dtype_bytes) / 2.0  # the Korthikanti coefficients are for 2-byte activations
-    s_loc = s / c
-    tokens = s_loc * b
-    replicated = (8.0 + _f(dropout_mask_elems)) * h
-    sharded = 4.0 * q + 4.0 * kv + _f(ffn_coeff) * F
-    rep_div = np.where(sp, t, 1.0)
-    per_token = replicated / rep_div + sharded / t
-    scores = _f(attn_scores_stored) * 5.0 * a * s_loc * s * b / t
-    full_layer = scale * (tokens * per_token + scores)
-    selective = scale * tokens * per_token
-    full_rc = scale * 2.0 * tokens * h / rep_div
-    if return_no_recompute:  # memory_per_gpu also needs the no-recompute value (working set of full recompute)
-        return np.where(rc == 2, full_rc, np.where(rc == 1, selective, full_layer)), full_layer
-    return np.where(rc == 2, full_rc, np.where(rc == 1, selective, full_layer))
-
-
-def _fa(x) -> np.ndarray:
-    """float64 array view of x without a copy or a wrapper call when it already is one."""
-    return x if type(x) is np.ndarray and x.dtype == np.float64 else np.asarray(x, dtype=np.float64)
+    inv_t = 1.0 / t
+    tokens = s / c * b
+    kept, scores, checkpoint = _activation_elems(
+        tokens, s, h, a, inv_t, np.where(sp, inv_t, 1.0), 4.0 * q + 4.0 * kv + _f(ffn_coeff) * F,
+        8.0 + _f(dropout_mask_elems), _f(attn_scores_stored))
+    return scale * np.where(rc == 2, checkpoint, np.where(rc == 1, kept, kept + scores))
 
 
 def memory_per_gpu(
@@ -140,10 +140,10 @@ def memory_per_gpu(
     hot path): block-level branches skip terms whose rows are absent (MoE, sharding modes,
     full recompute), selections by category use comparisons on the integer codes.
     """
-    t, p, d, c, e, v = (_fa(x) for x in (tp, pp, dp, cp, ep, vpp))
-    m = _fa(n_micro)
-    s = _fa(seq_len)
-    b = _fa(micro_batch)
+    t, p, d, c, e, v = (_f(x) for x in (tp, pp, dp, cp, ep, vpp))
+    m = _f(n_micro)
+    s = _f(seq_len)
+    b = _f(micro_batch)
     shard = np.asarray(sharding)
     if shard.dtype.kind not in "iu":
         shard = np.nan_to_num(shard.astype(np.float64), nan=-1.0).astype(np.int64)
@@ -160,9 +160,9 @@ def memory_per_gpu(
     E = arch["n_experts"]
     k = arch["top_k"]
     ns = arch["n_shared_experts"]
-    wb = _fa(act_bytes) if act_bytes is not None else 2.0 + 2.0 * fp32.astype(np.float64)  # 16-bit, fp32: 4 B
+    wb = _f(act_bytes) if act_bytes is not None else 2.0 + 2.0 * fp32.astype(np.float64)  # 16-bit, fp32: 4 B
 
-    Ls = np.ceil(L / p) if layers_per_stage is None else _fa(layers_per_stage)
+    Ls = np.ceil(L / p) if layers_per_stage is None else _f(layers_per_stage)
     n_moe = shapes["n_moe_layers"]
     any_moe = bool(np.any(n_moe > 0))
     inv_t = 1.0 / t
@@ -194,7 +194,7 @@ def memory_per_gpu(
     nd = d * c
     hs_any = bool(np.any(shard == 5))
     if hs_any:
-        hs = clip(np.floor(_fa(node_size) * inv_t), 1.0, nd)
+        hs = clip(np.floor(_f(node_size) * inv_t), 1.0, nd)
         is5 = shard == 5
         D = np.where(is5, hs, nd)
     else:
@@ -240,33 +240,26 @@ def memory_per_gpu(
     rep_div_inv = np.where(sp, inv_t, 1.0) if np.any(sp) else 1.0
     cf = 2.0 * shapes["mlp_mats"]  # 4 for GeLU (input, output), 6 for SwiGLU (gate, up, product)
     attn_part = 4.0 * (shapes["q_dim"] + shapes["kv_dim"])
-    rep_h = (8.0 + params.dropout_mask_elems) * h
     F_d = arch["ffn_dim"]
     any_full = bool(np.any(rc == 2))
     if any_moe:
         # the MoE dispatch copies 2h*top_k are added to the sharded part via the FFN width
         F_m = (k + ns) * arch["expert_ffn_dim"] + 2.0 * h * k / cf
         F_mix = F_d + moe_frac * (F_m - F_d)
-        if any_full:  # full recompute: working set of one layer of the heaviest kind
-            F_work = np.where(is_moe, F_m, F_d)
+        F_work = np.where(is_moe, F_m, F_d) if any_full else F_mix  # full recompute: the heaviest layer
     else:
-        F_mix = F_d
-        F_work = F_d
-    rep_term = rep_h * rep_div_inv
-    tok_per = tokens * (rep_term + (attn_part + cf * F_mix) * inv_t)  # stored bytes / scale without scores
+        F_mix = F_work = F_d
     ass = params.attn_scores_stored
-    if ass:
-        scores = (ass * 5.0 * arch["n_heads"]) * tokens * s * inv_t
-        stored = np.where(rc == 0, tok_per + scores, tok_per)
-    else:
-        scores = 0.0
-        stored = tok_per
+    act_args = (tokens, s, h, arch["n_heads"], inv_t, rep_div_inv)
+    rep_elems = 8.0 + params.dropout_mask_elems
+    kept, scores, checkpoint = _activation_elems(*act_args, attn_part + cf * F_mix, rep_elems, ass)
+    stored = np.where(rc == 0, kept + scores, kept) if ass else kept
     if any_full:
         is_full = rc == 2
-        full_rc = (2.0 * h) * tokens * rep_div_inv
-        stored = np.where(is_full, full_rc, stored)
-        work = tokens * (rep_term + (attn_part + cf * F_work) * inv_t) + scores
-        working = scale * (is_full * work)
+        stored = np.where(is_full, checkpoint, stored)
+        kept_work = kept if F_work is F_mix else _activation_elems(*act_args, attn_part + cf * F_work, rep_elems,
+                                                                   ass)[0]
+        working = scale * (is_full * (kept_work + scores))  # one layer's full working set during its backward
     else:
         working = 0.0
     stage_acts = scale * stored * Ls
