@@ -35,10 +35,8 @@ from models.params import (
 from models.step_time import HARDWARE_COLUMNS, OUTPUT_COLUMNS, predict_arrays
 
 LAYOUT_DIMS = ("tp", "pp", "cp", "dp", "ep", "vpp", "micro_batch", "sharding", "recompute", "sequence_parallel")
-_INV = {
-    "sharding": {v: k for k, v in SHARDING_CODES.items()},
-    "recompute": {v: k for k, v in RECOMPUTE_CODES.items()},
-}
+_CODES = {"sharding": SHARDING_CODES, "recompute": RECOMPUTE_CODES}
+_INV = {key: {v: k for k, v in codes.items()} for key, codes in _CODES.items()}
 
 
 def _divisors(n: int) -> list[int]:
@@ -52,10 +50,8 @@ def _allowed(fixed: Mapping[str, Any], key: str, candidates):
         return list(candidates)
     want = fixed[key]
     want = list(want) if isinstance(want, (list, tuple, set, np.ndarray)) else [want]
-    if key == "sharding":
-        want = [SHARDING_CODES[str(w)] if not isinstance(w, (int, np.integer)) else int(w) for w in want]
-    elif key == "recompute":
-        want = [RECOMPUTE_CODES[str(w)] if not isinstance(w, (int, np.integer)) else int(w) for w in want]
+    if key in _CODES:
+        want = [_CODES[key][str(w)] if not isinstance(w, (int, np.integer)) else int(w) for w in want]
     elif key == "sequence_parallel":
         want = [bool(w) for w in want]
     return [c for c in candidates if c in want]
@@ -127,10 +123,9 @@ def enumerate_layouts(
                              np.full(k, vpp), grid]
                         )
                     )
-    cols = ("tp", "pp", "cp", "dp", "ep", "vpp", "micro_batch", "sharding", "recompute", "sequence_parallel")
-    mat = np.vstack(blocks) if blocks else np.zeros((0, len(cols)))
+    mat = np.vstack(blocks) if blocks else np.zeros((0, len(LAYOUT_DIMS)))
     m = len(mat)
-    out: dict[str, np.ndarray] = {c: mat[:, i].copy() for i, c in enumerate(cols)}
+    out: dict[str, np.ndarray] = {c: mat[:, i].copy() for i, c in enumerate(LAYOUT_DIMS)}
     out["sharding"] = out["sharding"].astype(np.int64)
     out["recompute"] = out["recompute"].astype(np.int64)
     out["sequence_parallel"] = out["sequence_parallel"] > 0

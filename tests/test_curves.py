@@ -1,7 +1,6 @@
 """Scaling curves, the knee, the frontier and their CLI (models/curves.py, models/frontier.py)."""
 
 import json
-import math
 
 import numpy as np
 import polars as pl

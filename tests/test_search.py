@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from models.hardware import resolve_hardware
 from models.search import enumerate_layouts, search
-from models.step_time import HARDWARE_COLUMNS, predict_arrays
+from models.step_time import predict_arrays
 
 ROOT = Path(__file__).resolve().parents[1] / "measurements"
 LLAMA3_8B = dict(n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8, ffn_dim=14336, vocab=128256,
