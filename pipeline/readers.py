@@ -42,12 +42,13 @@ class FileRejected(Exception):
 
 @dataclass
 class ReadResult:
-    frame: pl.DataFrame  # all cells as strings, plus `_line`
+    frame: pl.DataFrame | None  # all cells as strings, plus `_line`; None when parsing was deferred (`simple`)
     sha256: str
     n_bytes: int
     warnings: list[str] = field(default_factory=list)
     short_rows: list[tuple[int, int]] = field(default_factory=list)  # (line, n_fields) of ragged rows
     header: list[str] = field(default_factory=list)
+    simple: SimpleCsv | None = None  # set instead of `frame` when parsing was deferred (defer_simple=True)
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -103,43 +104,92 @@ def _check_header(path: str, header: list[str]) -> list[str]:
     return header
 
 
-def _fast_csv(path: str, data: bytes, delimiter: str) -> pl.DataFrame | None:
-    """Parse with polars when the file is simple enough that line = row index + 2; None to fall back.
+@dataclass
+class SimpleCsv:
+    """A CSV file whose rows are one per line, each with exactly the header's fields (checked on its bytes by
+    `simple_csv`), so that data row i is on line i + 2 and its body can be parsed together with other such
+    files' bodies (`parse_simple`)."""
+    header: list[str]
+    delimiter: str
+    data: bytes  # the whole file (the careful path re-reads it from here if a joint parse fails)
+    start: int  # offset of the first data line
+    n_rows: int
+    #: ASCII without tab, vertical tab or form feed: the only blank a cell can start or end with is ' '
+    #: (a CR is only ever part of a CRLF line end here, which the parser drops)
+    plain: bool
+
+    def body(self) -> list:
+        """The data lines, each ending in a line feed (one is added when the file lacks it)."""
+        view = memoryview(self.data)[self.start:]
+        return [view] if self.data.endswith(b"\n") else [view, b"\n"]
+
+
+def simple_csv(path: str, data: bytes, delimiter: str) -> SimpleCsv | None:
+    """Check with byte counts that rows are one per line with the header's fields (None: the careful path).
 
     Every test is cheap (C-level byte counts and splits over the file):
-    - no lone CR, no quote in the header;
-    - polars parses it (a row with more fields than the header is an error there) into exactly one row
-      per line after the header, so no quoted field spans lines;
+    - no lone CR, no quote in the header, at least one data line;
+    - an even number of quote characters, and no line feed between an odd-numbered quote and the next (so
+      no quoted field spans lines);
     - the delimiters outside quotes (by the parity of the quotes before them) number (fields - 1) x lines;
-      as no line has more fields than the header, every line has exactly the header's number of fields
-      (polars would fill a short row with nulls); a blank line, which has no delimiter, fails this too."""
-    body = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
-    if b"\r" in body and body.count(b"\r") != body.count(b"\r\n"):
+      as no line may have more fields than the header (the parser refuses those), every line has exactly
+      the header's number of fields; a blank line, which has no delimiter, fails this too.
+    When every quote is part of a doubled pair (`""`, an empty field), no byte is inside quotes."""
+    start = 3 if data.startswith(b"\xef\xbb\xbf") else 0  # a BOM holds no line feed, quote or delimiter
+    if b"\r" in data and data.count(b"\r") != data.count(b"\r\n"):
         return None  # a lone CR: the csv module decides what it is
-    first = body.split(b"\n", 1)[0].rstrip(b"\r")
-    if not first or b'"' in first:
+    end = data.find(b"\n", start)
+    first = (data[start:] if end < 0 else data[start:end]).rstrip(b"\r")
+    if not first or b'"' in first or end < 0:
         return None
     header = _check_header(path, first.decode("utf-8").split(delimiter))
-    if len(header) < 2 and (b"\n\n" in body or b"\n\r\n" in body):
+    if len(header) < 2 and (b"\n\n" in data or b"\n\r\n" in data):
         return None  # a blank line (with two or more columns, the delimiter count below finds those)
-    n_lines = body.count(b"\n") + (0 if body.endswith(b"\n") else 1)
+    n_lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
     if n_lines < 2:
         return None  # header only: the csv path says so
-    try:
-        frame = pl.read_csv(io.BytesIO(body), separator=delimiter, infer_schema=False, quote_char='"',
-                            has_header=True)
-    except Exception:  # noqa: BLE001 - anything unusual (ragged rows included) goes the careful way
-        return None
-    if frame.height != n_lines - 1 or frame.width != len(header):
-        return None  # a quoted field spans lines
     delim = delimiter.encode()
-    n_delims = body.count(delim)
-    if b'"' in body:  # a byte is inside quotes when an odd number of quote characters precede it
-        n_delims -= b"".join(body.split(b'"')[1::2]).count(delim)
+    n_delims = data.count(delim)
+    n_quotes = data.count(b'"') if b'"' in data else 0
+    if n_quotes and n_quotes != 2 * data.count(b'""'):  # not every quote is one of a `""` pair
+        if n_quotes % 2:
+            return None  # an unclosed quote
+        inside = b"".join(data.split(b'"')[1::2])  # a byte is inside quotes after an odd number of them
+        if b"\n" in inside:
+            return None  # a quoted field spans lines
+        n_delims -= inside.count(delim)
     if n_delims != (len(header) - 1) * n_lines:
         return None  # ragged rows: the csv path names them
-    if frame.columns != header:
-        frame.columns = header
+    plain = data.isascii() and b"\t" not in data and b"\x0b" not in data and b"\x0c" not in data
+    return SimpleCsv(header=header, delimiter=delimiter, data=data, start=end + 1, n_rows=n_lines - 1, plain=plain)
+
+
+def parse_simple(files: list[SimpleCsv]) -> pl.DataFrame | None:
+    """Parse the bodies of simple files that share a header and delimiter in ONE polars call (all cells as
+    strings, rows in file order); None when the parser disagrees with the byte checks (then each file goes
+    the careful way). One call for many files costs far less than one per file (benchmarks/ingest_floor.py)."""
+    first = files[0]
+    head = first.delimiter.join(first.header).encode() + b"\n"
+    buf = b"".join([head, *[part for f in files for part in f.body()]])
+    try:
+        frame = pl.read_csv(io.BytesIO(buf), separator=first.delimiter, infer_schema=False, quote_char='"',
+                            has_header=True)
+    except Exception:  # noqa: BLE001 - anything unusual goes the careful way
+        return None
+    if frame.height != sum(f.n_rows for f in files) or frame.width != len(first.header):
+        return None
+    if frame.columns != first.header:
+        frame.columns = first.header
+    return frame
+
+
+def _fast_csv(path: str, data: bytes, delimiter: str) -> pl.DataFrame | None:
+    """Parse with polars when the file is simple enough that line = row index + 2 (`simple_csv`); None to
+    fall back to the csv module."""
+    simple = simple_csv(path, data, delimiter)
+    frame = parse_simple([simple]) if simple is not None else None
+    if frame is None:
+        return None
     # hstack, not with_columns: per call, polars' query engine costs more than the column itself
     return frame.hstack([pl.Series("_line", range(2, frame.height + 2), dtype=pl.Int64)])
 
@@ -225,8 +275,11 @@ def _read_bytes(p: Path) -> bytes:
     return p.read_bytes()
 
 
-def read_measurement_file(path: str | Path) -> ReadResult:
-    """Read a CSV or Parquet measurement file. Raises FileRejected for problems that concern the whole file."""
+def read_measurement_file(path: str | Path, defer_simple: bool = False) -> ReadResult:
+    """Read a CSV or Parquet measurement file. Raises FileRejected for problems that concern the whole file.
+
+    With `defer_simple=True` a CSV file that `simple_csv` accepts is checked but not parsed: the result has
+    `simple` instead of `frame`, for `parse_simple` to parse together with other files (the batch ingest)."""
     p = Path(path)
     name = str(p)
     if not p.exists():
@@ -239,12 +292,24 @@ def read_measurement_file(path: str | Path) -> ReadResult:
         frame = _parquet_frame(name, data)
         result = ReadResult(frame=frame, sha256=digest, n_bytes=len(data))
     elif p.suffix.lower() in (".csv", ".txt", ""):
-        text = _decode(name, data)
-        frame, warnings, short = read_csv_text(name, text, data)
-        result = ReadResult(frame=frame, sha256=digest, n_bytes=len(data), warnings=warnings, short_rows=short)
+        # ASCII is valid UTF-8: only a NUL byte can still reject it, which `_decode` then names
+        text = _decode(name, data) if not data.isascii() or b"\x00" in data else None
+        simple, warnings = None, []
+        if defer_simple:
+            end = data.find(b"\n")
+            first = (data if end < 0 else data[:end]).decode("utf-8").removeprefix("\ufeff")
+            if first.strip():
+                simple = simple_csv(name, data, _detect_delimiter(name, first, warnings))
+        if simple is not None:
+            result = ReadResult(frame=None, sha256=digest, n_bytes=len(data), warnings=warnings, header=simple.header,
+                                simple=simple)
+        else:
+            frame, warnings, short = read_csv_text(name, data.decode("ascii") if text is None else text, data)
+            result = ReadResult(frame=frame, sha256=digest, n_bytes=len(data), warnings=warnings, short_rows=short)
     else:
         raise FileRejected(name, f"unsupported file type '{p.suffix}': expected .csv or .parquet")
-    result.header = [c for c in result.frame.columns if c != "_line"]
+    if result.frame is not None:
+        result.header = [c for c in result.frame.columns if c != "_line"]
     # the file must not have changed while we read it
     if p.exists() and _read_bytes(p) != data:  # same bytes again (a byte compare, cheaper than a second hash)
         raise FileRejected(name, "file changed while being read; ingest it again once it is complete", retry=True)

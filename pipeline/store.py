@@ -31,16 +31,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import polars as pl
 
 from pipeline import adapters
 from pipeline.measurements import COLUMNS, REJECT_SCHEMA, SCHEMA, Validated, missing_required, validate
-from pipeline.readers import FileRejected, read_measurement_file, sha256_bytes
+from pipeline.readers import (FileRejected, SimpleCsv, parse_simple, read_csv_text, read_measurement_file,
+                              sha256_bytes)
 
 _SQL_TYPES = {pl.Int64: "BIGINT", pl.Float64: "DOUBLE", pl.Utf8: "VARCHAR"}
 METRIC_COLUMNS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu",
                   "time_to_train_min", "gpu_hours")
 ARCH_FILL = ("n_layers", "d_model", "n_heads", "n_kv_heads", "ffn_dim", "vocab")
+#: the architecture columns `runs` takes as they are (not filled into run columns)
+_ARCH_EXTRA = ("head_dim", "activation", "n_experts", "top_k", "expert_ffn_dim", "n_shared_experts", "n_dense_layers",
+               "tied_embeddings")
 MAIN_TABLES = ("hardware", "architectures", "cloud_prices", "run_metrics", "runs", "ingest_log", "rejected_rows")
 
 
@@ -200,29 +205,89 @@ class _Read:
     short: list[tuple[int, int]]
     header: list[str]
     n_rows: int = 0  # data rows read (the frame is dropped once the batch is validated)
+    simple: SimpleCsv | None = None  # a CSV whose parsing is left to the batch (`_batch_frame`), instead of frame
+    error: FileRejected | None = None  # the batch found the file unreadable after all (reported, not written)
 
 
 def _prepare(path: str, kind: str, name: str) -> _Read:
-    read = read_measurement_file(path)
+    read = read_measurement_file(path, defer_simple=kind == "measurements")
     frame = read.frame
     if kind == "vtrain_single":
         frame = adapters.vtrain_single(frame, path)
     else:
-        missing = missing_required([c for c in frame.columns if c != "_line"])
+        missing = missing_required(read.header)
         if missing:
             raise FileRejected(path, f"missing required column(s): {', '.join(missing)} "
                                      f"(the measurement schema is described in measurements/DATA_CARD.md)", line=1,
                                column=missing[0])
-        unknown = [c for c in frame.columns if c not in COLUMNS and c != "_line"]
+        unknown = [c for c in read.header if c not in COLUMNS]
         if unknown:
             read.warnings.append(f"{path}: ignoring unknown column(s): {', '.join(unknown)}")
+    if frame is None:
+        return _Read(name=name, path=path, frame=None, sha=read.sha256, n_bytes=read.n_bytes,
+                     warnings=read.warnings, short=[], header=read.header, n_rows=read.simple.n_rows,
+                     simple=read.simple)
+    return _Read(name=name, path=path, frame=_own_frame(frame, name), sha=read.sha256, n_bytes=read.n_bytes,
+                 warnings=read.warnings, short=read.short_rows, header=read.header, n_rows=frame.height)
+
+
+def _own_frame(frame: pl.DataFrame, name: str) -> pl.DataFrame:
+    """One file's cells: the schema's columns (unknown ones dropped) and `_line`, plus `_file`."""
     keep = [c for c in frame.columns if c in COLUMNS or c == "_line"]
     if len(keep) < frame.width:
         frame = frame.select(keep)
     # hstack, not with_columns: per call, polars' query engine costs more than the column itself
-    frame = frame.hstack([pl.Series("_file", [name], dtype=pl.Utf8).new_from_index(0, frame.height)])
-    return _Read(name=name, path=path, frame=frame, sha=read.sha256, n_bytes=read.n_bytes, warnings=read.warnings,
-                 short=read.short_rows, header=read.header, n_rows=frame.height)
+    return frame.hstack([pl.Series("_file", [name], dtype=pl.Utf8).new_from_index(0, frame.height)])
+
+
+def _batch_frame(batch: list[_Read]) -> tuple[pl.DataFrame | None, bool]:
+    """The cells of a batch's files in one frame (`_file`, `_line` added), and whether every cell's only
+    possible blank is ' ' (see `SimpleCsv.plain`). Consecutive deferred CSV files with one header are parsed in
+    one call; a group the joint parse refuses is parsed file by file the careful way (a file that then proves
+    unreadable gets `error` and is left out)."""
+    frames: list[pl.DataFrame] = []
+    plain = True
+    i = 0
+    while i < len(batch):
+        r = batch[i]
+        if r.simple is None:
+            if r.frame is not None:
+                frames.append(r.frame)
+                plain = False
+            i += 1
+            continue
+        j = i + 1
+        while (j < len(batch) and batch[j].simple is not None and batch[j].simple.header == r.simple.header
+               and batch[j].simple.delimiter == r.simple.delimiter):
+            j += 1
+        group = batch[i:j]
+        frame = parse_simple([g.simple for g in group])
+        if frame is None:
+            for g in group:
+                try:
+                    text = g.simple.data.decode("utf-8").removeprefix("\ufeff")
+                    one, _, g.short = read_csv_text(g.path, text, g.simple.data)
+                except FileRejected as err:
+                    g.error = err
+                    continue
+                g.n_rows = one.height
+                frames.append(_own_frame(one, g.name))
+                plain = False
+        else:
+            counts = np.array([g.simple.n_rows for g in group])
+            starts = np.repeat(np.cumsum(counts) - counts, counts)
+            keep = [c for c in frame.columns if c in COLUMNS]
+            frames.append(frame.select(keep).hstack([
+                pl.Series("_line", np.arange(frame.height) - starts + 2, dtype=pl.Int64),
+                pl.DataFrame({"_file": [g.name for g in group], "_n": counts}).select(
+                    pl.col("_file").repeat_by("_n").explode()).to_series()]))
+            plain = plain and all(g.simple.plain for g in group)
+        for g in group:
+            g.simple = None
+        i = j
+    if not frames:
+        return None, plain
+    return (frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")), plain
 
 
 def _unchanged(name: str, path: str, warnings: list[str] | None = None) -> FileReport:
@@ -247,14 +312,17 @@ def _ragged_rejections(r: _Read) -> pl.DataFrame:
                          "value": [None] * len(r.short), "reason": reasons}, schema=REJECT_SCHEMA)
 
 
-def _check_batch(batch: list[_Read], hw: set[str]) -> tuple[Validated, pl.DataFrame]:
-    """Validate the rows of a batch of files at once and aggregate its runs (pure; the validation thread)."""
-    frame = pl.concat([r.frame for r in batch], how="diagonal_relaxed")
+def _check_batch(batch: list[_Read], hw: set[str], aliases: pl.DataFrame | None) -> tuple[Validated, pl.DataFrame]:
+    """Parse (deferred files), validate the rows of a batch of files at once and derive its `runs` rows
+    (pure; the validation thread)."""
+    frame, plain = _batch_frame(batch)
     for r in batch:
         r.frame = None  # the cells are in `frame` now; the writer needs only the files' metadata
-    checked = validate(frame, None, hw)
+    if frame is None:  # every file of the batch proved unreadable
+        frame = pl.DataFrame(schema={"_line": pl.Int64, "_file": pl.Utf8})
+    checked = validate(frame, None, hw, blanks_are_spaces=plain)
     del frame
-    return checked, runs_base(checked.accepted)
+    return checked, runs_rows(runs_base(checked.accepted), aliases)
 
 
 #: DuckDB threads while `ingest_files` writes: the reading and validation threads keep the other cores busy
@@ -267,27 +335,34 @@ def ingest_files(con: duckdb.DuckDBPyConnection, paths: Iterable[str | Path], ki
                  on_read: Callable[[str, int], None] | None = None,
                  on_file: Callable[[FileReport], None] | None = None,
                  _fail_after_insert: Callable[[], None] | None = None) -> list[FileReport]:
-    """Ingest many measurement files: read and validate them in batches of about `max_batch_rows` rows, each
-    batch written in ONE transaction with one incremental update of `runs` at its end.
+    """Ingest many measurement files in ONE transaction: read, parse and validate them in batches of about
+    `max_batch_rows` rows, each batch inserted with one incremental update of `runs`.
 
     A file that cannot be read (or lacks a required column) is reported with status `unreadable` and its
     `error`, and changes nothing; a file whose bytes are already in `ingest_log` is `unchanged`. With
     `strict=True` (the incoming drop folder) a file with any rejected row is not loaded at all (status
-    `rejected`, nothing written). A failure while writing rolls the whole batch back; earlier batches stay
-    and later ones are not written. Memory is bounded by the batch size, not by the number of files. `keys`
-    names the files in the store (default `file_key(path)`). Reports come back in input order; `on_file`
-    sees them as they are decided.
+    `rejected`, nothing written). A failure while writing rolls the whole call back: the store is as it was
+    before it (a killed process leaves nothing of the call either). One transaction costs DuckDB less than
+    one per batch: each commit leaves a partial row group that the next commit or the checkpoint rewrites
+    (benchmarks/ingest_floor.py). Memory is bounded by the batch size, not by the number of files (DuckDB
+    writes the transaction's full row groups to the database file as they fill). `keys` names the files in
+    the store (default `file_key(path)`). Reports come back in input order; `on_file` sees them as they are
+    decided (before the commit).
 
-    Three stages overlap: a pool of two threads reads and parses files a bounded number of files ahead,
-    one thread validates a batch (pure polars) while another writes the batch before it to the store
-    (the only thread that touches `con` until the call returns), so at most two batches are in flight
-    besides the one being gathered. Batches are written in input order."""
+    Three stages overlap: a pool of two threads reads files and checks their bytes a bounded number of files
+    ahead, one thread parses a batch (consecutive simple CSV files with one header in one polars call) and
+    validates it (pure polars), while another inserts the batch before it (the only thread that touches
+    `con` until the call returns), so at most two batches are in flight besides the one being gathered.
+    The first batch is a quarter of the size, so that the writer starts early. Batches are written in input
+    order."""
     ensure_schema(con)
     hw = known_hardware(con)
+    aliases = arch_aliases(con)
     previous = dict(con.execute("select file, sha256 from ingest_log").fetchall())
     reports: list[FileReport] = []
     pending: list[_Read] = []
     pending_rows = 0
+    started = False  # a batch has been handed on (the first is smaller)
     inflight: deque[tuple[list[_Read], Future]] = deque()
     inflight_names: set[str] = set()
     failed = threading.Event()
@@ -315,16 +390,17 @@ def ingest_files(con: duckdb.DuckDBPyConnection, paths: Iterable[str | Path], ki
             batch, done = inflight.popleft()
             sha = {r.name: r.sha for r in batch}
             for rep in done.result():  # re-raises the batch's failure here
-                if not (strict and rep.status == "rejected"):
+                if rep.status != "unreadable" and not (strict and rep.status == "rejected"):
                     previous[rep.file] = sha[rep.file]
                 emit(rep)
             inflight_names.difference_update(sha)
 
     def flush(keep: int = 1) -> None:
-        nonlocal pending, pending_rows
+        nonlocal pending, pending_rows, started
+        started = True
         if pending:
             batch, pending, pending_rows = pending, [], 0
-            checked = validator.submit(_check_batch, batch, hw)
+            checked = validator.submit(_check_batch, batch, hw, aliases)
             replaced = {r.name for r in batch if r.name in previous}
             inflight_names.update(r.name for r in batch)
             inflight.append((batch, writer.submit(write, batch, checked, replaced)))
@@ -367,13 +443,13 @@ def ingest_files(con: duckdb.DuckDBPyConnection, paths: Iterable[str | Path], ki
                         emit(item)
                         continue
                     if on_read is not None:
-                        on_read(item.name, item.frame.height)
+                        on_read(item.name, item.n_rows)
                     if previous.get(item.name) == item.sha:  # e.g. a second copy of a file just written
                         emit(_unchanged(item.name, item.path, item.warnings))
                         continue
                     pending.append(item)
-                    pending_rows += item.frame.height
-                    if pending_rows >= max_batch_rows:
+                    pending_rows += item.n_rows
+                    if pending_rows >= (max_batch_rows if started else max(1, max_batch_rows // 4)):
                         flush()
                 flush(keep=0)
             except BaseException:
@@ -390,7 +466,14 @@ def ingest_files(con: duckdb.DuckDBPyConnection, paths: Iterable[str | Path], ki
     con.execute("SET checkpoint_threshold = '1TiB'")
     con.execute(f"SET threads = {_WRITER_THREADS}")
     try:
-        _run_stages()
+        con.execute("BEGIN TRANSACTION")
+        try:
+            _run_stages()
+            con.execute(f"SET threads = {threads}")  # the other stages are done: the commit may use every core
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
     finally:
         con.execute(f"SET checkpoint_threshold = '{threshold}'")
         con.execute(f"SET threads = {threads}")
@@ -400,12 +483,12 @@ def ingest_files(con: duckdb.DuckDBPyConnection, paths: Iterable[str | Path], ki
     return sorted(reports, key=lambda r: position.get(r.file, len(key_list)))  # input order (stable)
 
 
-def _write_batch(con: duckdb.DuckDBPyConnection, batch: list[_Read], checked: Validated, base: pl.DataFrame,
+def _write_batch(con: duckdb.DuckDBPyConnection, batch: list[_Read], checked: Validated, new_runs: pl.DataFrame,
                  kind: str, strict: bool, replaced: set[str], fail_hook: Callable[[], None] | None
                  ) -> list[FileReport]:
     """Write one validated batch in one transaction. `replaced` names the batch's files that the store
     already holds (their earlier rows are deleted). `runs` is updated incrementally: the rows of run ids
-    new to the store come from `base` (`runs_base` of the batch's accepted rows); those that had rows
+    new to the store come from `new_runs` (`runs_rows` of the batch's accepted rows); those that had rows
     before (the runs of replaced files) are re-derived from `run_metrics` after the insert. As a run id
     belongs to one file, this gives what a full `rebuild_runs` gives."""
     names = [r.name for r in batch]
@@ -416,7 +499,7 @@ def _write_batch(con: duckdb.DuckDBPyConnection, batch: list[_Read], checked: Va
     # a run id belongs to one file: the store's owner wins, then the earlier file of this batch
     clash_found = False
     if accepted.height:
-        ids = base.select("run_id", "source_file")  # runs_base has one row per (source_file, run_id)
+        ids = new_runs.select("run_id", "source_file").unique()
         con.register("_ids", ids.select("run_id").unique().to_arrow())
         owned = con.sql("select distinct m.run_id, m.source_file as owner from run_metrics m join _ids using (run_id)").pl()
         con.unregister("_ids")
@@ -441,6 +524,10 @@ def _write_batch(con: duckdb.DuckDBPyConnection, batch: list[_Read], checked: Va
     dups = checked.duplicates_by_file or {}
     reports, log_rows, load = [], [], []
     for r in batch:
+        if r.error is not None:  # the batch's parse found it unreadable: reported, nothing written
+            reports.append(FileReport(file=r.name, status="unreadable", message=str(r.error), error=r.error,
+                                      path=r.path))
+            continue
         acc, rej = n_acc.get(r.name, 0), n_rej.get(r.name, 0)
         status = "accepted" if rej == 0 else ("partial" if acc else "rejected")
         message = "" if status == "accepted" else f"{rej} row(s) rejected; see rejected_rows"
@@ -461,10 +548,9 @@ def _write_batch(con: duckdb.DuckDBPyConnection, batch: list[_Read], checked: Va
     files = pl.DataFrame({"name": load})
     if len(load) < len(batch) or clash_found:
         accepted = accepted.filter(pl.col("source_file").is_in(load))
-        base = base.join(accepted.select("source_file", "run_id").unique(), on=["source_file", "run_id"],
-                         how="semi")
+        new_runs = new_runs.join(accepted.select("source_file", "run_id").unique(), on=["source_file", "run_id"],
+                                 how="semi")
     rejected = rejected.filter(pl.col("file").is_in(load))
-    con.execute("BEGIN TRANSACTION")
     try:
         con.register("_files", files.to_arrow())
         con.register("_acc", accepted.select("run_id", *[c for c in COLUMNS if c != "run_id"], "source_file",
@@ -478,28 +564,21 @@ def _write_batch(con: duckdb.DuckDBPyConnection, batch: list[_Read], checked: Va
             con.execute("delete from run_metrics where source_file in (select name from _files)")
         con.execute("delete from rejected_rows where file in (select name from _files)")
         con.execute("delete from ingest_log where file in (select name from _files)")
-        con.unregister("_files")
         if accepted.height:
             con.execute(f"insert into run_metrics select {', '.join(COLUMNS)}, source_file, source_line from _acc")
         if rejected.height:
             con.register("_rej", rejected.to_arrow())
             con.execute('insert into rejected_rows select file, line, "column", value, reason from _rej')
-            con.unregister("_rej")
         if fail_hook is not None:
             fail_hook()
         con.register("_log", pl.DataFrame(log_rows, schema=_LOG_SCHEMA, orient="row").to_arrow())
         con.execute("insert into ingest_log select * from _log")
-        con.unregister("_log")
         con.register("_old", old_ids.to_arrow())
-        con.register("_base", base.to_arrow())
-        _update_runs(con, new_base="_base", old_ids="_old")
-        con.unregister("_base")
-        con.unregister("_old")
-        con.unregister("_acc")
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
+        con.register("_new_runs", new_runs.to_arrow())
+        _update_runs(con, new_runs="_new_runs", old_ids="_old")
+    finally:  # the caller's transaction rolls everything back on a failure
+        for view in ("_files", "_acc", "_rej", "_log", "_old", "_new_runs"):
+            con.unregister(view)
     return reports
 
 
@@ -619,8 +698,7 @@ def _runs_select(con: duckdb.DuckDBPyConnection, base: str) -> str:
           select trim(unnest(string_split(aliases, '|'))) as alias, id from architectures
           where aliases is not null)
         select b.run_id, al.id as arch_id, {fill},
-               a.head_dim, a.activation, a.n_experts, a.top_k, a.expert_ffn_dim, a.n_shared_experts,
-               a.n_dense_layers, a.tied_embeddings,
+               {', '.join(f'a.{c}' for c in _ARCH_EXTRA)},
                ({' or '.join(f'(b.{c} is null and a.{c} is not null)' for c in ARCH_FILL)}) as arch_filled,
                {keep}
         from base b left join alias al on al.alias = b.model_name
@@ -654,25 +732,49 @@ def rebuild_runs(con: duckdb.DuckDBPyConnection, only: str | None = None) -> Non
     con.execute("create or replace table runs as " + select.replace("{where}", ""))
 
 
-def _update_runs(con: duckdb.DuckDBPyConnection, new_base: str, old_ids: str) -> None:
+def _update_runs(con: duckdb.DuckDBPyConnection, new_runs: str, old_ids: str) -> None:
     """Bring `runs` up to date after a batch (inside its transaction).
 
-    `new_base` names a table of `runs_base` rows of the batch's accepted rows (now in `run_metrics`);
-    `old_ids` a table of the run ids whose rows the batch deleted (those of the files it replaces). A run id
-    of `new_base` not in `old_ids` had no rows in the store before (a run id belongs to one file), so its
-    `runs` row derives from `new_base` alone; the runs of `old_ids` are re-derived from `run_metrics`
+    `new_runs` names a table of finished `runs` rows (`runs_rows`) of the batch's accepted rows (now in
+    `run_metrics`); `old_ids` a table of the run ids whose rows the batch deleted (those of the files it
+    replaces). A run id of `new_runs` not in `old_ids` had no rows in the store before (a run id belongs to
+    one file), so its `runs` row is the one given; the runs of `old_ids` are re-derived from `run_metrics`
     (or dropped, when no row of theirs is left)."""
     stored = _runs_select(con, _runs_base_sql())
     if not _runs_current(con, stored):
         con.execute("create or replace table runs as " + stored.replace("{where}", ""))
         return
     n_old = con.execute(f"select count(*) from {old_ids}").fetchone()[0]
-    con.execute(f"delete from runs where run_id in (select run_id from {new_base}"
+    con.execute(f"delete from runs where run_id in (select run_id from {new_runs}"
                 + (f" union select run_id from {old_ids})" if n_old else ")"))
     where = f"where run_id not in (select run_id from {old_ids})" if n_old else ""
-    con.execute("insert into runs " + _runs_select(con, f"select * from {new_base} {where}"))
+    con.execute(f"insert into runs by name select * from {new_runs} {where}")
     if n_old:
         con.execute("insert into runs " + stored.replace("{where}", f"where run_id in (select run_id from {old_ids})"))
+
+
+def arch_aliases(con: duckdb.DuckDBPyConnection) -> pl.DataFrame | None:
+    """One row per alias of an architecture (`alias`, `arch_id` and the columns `runs` takes from it), the
+    lookup `_runs_select` joins; None when the store has no architectures table."""
+    if not table_exists(con, "architectures"):
+        return None
+    cols = ", ".join([*ARCH_FILL, *_ARCH_EXTRA])
+    return con.sql(f"select trim(unnest(string_split(aliases, '|'))) as alias, id as arch_id, {cols} "
+                   "from architectures where aliases is not null").pl()
+
+
+def runs_rows(base: pl.DataFrame, aliases: pl.DataFrame | None) -> pl.DataFrame:
+    """What `_runs_select` derives from `runs_base` rows, computed by polars (the validation thread) so that
+    the writer only inserts them: architecture columns joined by alias, missing shape columns filled from
+    it (`arch_filled`). Columns are matched by name when inserted."""
+    if aliases is None:
+        return base.sort("run_id")
+    joined = base.join(aliases, left_on="model_name", right_on="alias", how="left", suffix="_a")
+    filled = [(pl.col(c).is_null() & pl.col(f"{c}_a").is_not_null()) for c in ARCH_FILL]
+    return joined.with_columns(
+        *[pl.coalesce(c, f"{c}_a").alias(c) for c in ARCH_FILL],
+        pl.any_horizontal(filled).alias("arch_filled"),
+    ).drop([f"{c}_a" for c in ARCH_FILL]).sort("run_id")
 
 
 # ---------------------------------------------------------------- snapshot and the writer lock
