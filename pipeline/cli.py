@@ -81,15 +81,17 @@ def ingest(
     files: list[Path] = typer.Argument(..., metavar="FILE...", help="CSV or Parquet files in the measurement schema."),
     publish: bool = typer.Option(True, "--publish/--no-publish", help="Publish a fresh snapshot after a change."),
     batch_rows: int = typer.Option(250_000, "--batch-rows", min=1, metavar="N",
-                                   help="Rows per transaction when ingesting many files (bounds memory)."),
+                                   help="Rows parsed, validated and inserted at a time when ingesting many files "
+                                        "(bounds memory; the whole command is one transaction)."),
 ) -> None:
     """Ingest measurement files into the store (same code path as the pipeline).
 
     A file that cannot be read, or lacks a required column, changes nothing. Rows that fail validation go to
     `rejected_rows`; the command prints file, line, column and reason for each and exits with status 1 when
     anything was rejected. Ingesting the same file twice changes nothing; a changed file replaces its earlier
-    rows. Many files are read ahead in parallel and written in batches of about `--batch-rows` rows, one
-    transaction (and one update of `runs`) per batch; a progress bar shows files and rows.
+    rows. Many files are read ahead in parallel and written in batches of about `--batch-rows` rows (one
+    update of `runs` per batch), all in one transaction: a failure while writing leaves the store as it was
+    before the command. A progress bar shows files and rows.
 
     Example: `stepcast ingest my_runs.csv` or `stepcast ingest drop/*.csv`
     """

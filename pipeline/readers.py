@@ -10,8 +10,9 @@ spanning lines is reported at the line where its row starts.
 
 Two CSV paths give the same result:
 - fast path (polars, all columns as strings) when no quoted field spans lines, there is no blank line and
-  every line has exactly the header's number of delimiters outside quotes (checked with byte counts and
-  the parsed cells, see `_fast_csv`); then the line of data row i is i + 2;
+  every line has exactly the header's number of delimiters outside quotes (checked with byte counts, see
+  `simple_csv`); then the line of data row i is i + 2, and the batch ingest parses such files together
+  (`parse_simple`: one polars call for many files with one header);
 - the csv module otherwise (quotes, blank lines, ragged rows), which tracks exact line numbers.
 """
 
