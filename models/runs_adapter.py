@@ -14,6 +14,7 @@ never silently rests on a guess:
 | sequence_parallel | true for Megatron/NeMo stacks with tp > 1 | Megatron-Core's default with TP (Korthikanti et al. 2022) |
 | dtype empty | bf16 (fp32 on fp32-only parts) | the corpus' dominant precision |
 | gpus_per_node empty | the hardware's scale-up domain, capped at n_gpus | typical deployment |
+| inter_node_bw_gbps empty | the hardware's scale-out bandwidth per accelerator | typical deployment (a run that states its cluster's network uses it) |
 | activation unknown | swiglu when ffn_dim/d_model < 3.9, else gelu | gated MLPs use ~8/3·d (Llama) or 3.5·d; GELU MLPs use 4·d |
 | ffn_dim empty | 4·d_model | GPT convention (Brown et al. 2020) |
 | n_kv_heads empty | n_heads | multi-head attention |
@@ -39,6 +40,10 @@ def _has_any(col: str, words: tuple[str, ...]) -> pl.Expr:
     for w in words:
         expr = expr | low.str.contains(w, literal=True)
     return expr
+
+
+#: hardware columns a run can state for its own cluster (the run's value wins over the hardware table's)
+RUN_HARDWARE_OVERRIDES = ("inter_node_bw_gbps",)
 
 
 def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFrame:
@@ -109,8 +114,14 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
         .then(pl.lit("megatron_2022")).otherwise(pl.lit("default")).alias("software_preset"),
     )
     hw = hardware.rename({"id": "gpu"}) if "id" in hardware.columns else hardware
+    # a run may state its cluster's scale-out network (`inter_node_bw_gbps`); else the hardware's typical one
+    override = [c for c in RUN_HARDWARE_OVERRIDES if c in out.columns and c in hw.columns]
+    hw = hw.rename({c: f"_hw_{c}" for c in override})
     hw_cols = [c for c in hw.columns if c not in out.columns or c == "gpu"]
     out = out.join(hw.select(hw_cols), on="gpu", how="left")
+    if override:
+        out = out.with_columns([pl.coalesce(c, f"_hw_{c}").alias(c) for c in override]).drop(
+            [f"_hw_{c}" for c in override])
     out = out.with_columns(
         pl.coalesce(pl.col("gpus_per_node"),
                     pl.min_horizontal(pl.col("scaleup_size"), pl.col("n_gpus"))).alias("gpus_per_node"),

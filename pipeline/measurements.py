@@ -25,6 +25,7 @@ COLUMNS: tuple[str, ...] = (
     "n_layers", "d_model", "n_heads", "n_kv_heads", "ffn_dim", "vocab", "seq_len", "global_batch_seqs",
     "micro_batch", "gpu", "gpu_as_reported", "n_gpus", "gpus_per_node", "framework", "dtype", "tp", "pp",
     "dp", "cp", "ep", "vpp", "sharding", "recompute", "metric", "value", "unit", "derived", "notes",
+    "inter_node_bw_gbps",
 )
 #: a file without any of these is rejected whole
 REQUIRED: tuple[str, ...] = ("run_id", "source", "source_ref", "model_name", "gpu", "metric", "value", "unit")
@@ -53,6 +54,9 @@ INT_COLUMNS: dict[str, tuple[int, int]] = {
 FLOAT_COLUMNS: dict[str, tuple[float, float]] = {
     "params_b": (1e-6, 1e6),
     "active_params_b": (1e-6, 1e6),
+    # the cluster's scale-out network per accelerator, one direction, GB/s (the hardware table's unit), when it
+    # differs from the hardware's typical one (e.g. 4 NICs per 8-GPU node instead of 8)
+    "inter_node_bw_gbps": (1e-3, 1e5),
 }
 ENUMS: dict[str, tuple[str, ...]] = {
     "arch": ("dense", "moe", "hybrid-mamba-moe"),

@@ -70,6 +70,12 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
           source_file VARCHAR NOT NULL,
           source_line BIGINT NOT NULL
         )""")
+    # a store made before a column joined the schema gets it (inserts name their columns)
+    have = {r[0] for r in con.execute("select column_name from information_schema.columns "
+                                      "where table_name = 'run_metrics' and table_schema = 'main'").fetchall()}
+    for c in COLUMNS:
+        if c not in have:
+            con.execute(f"ALTER TABLE run_metrics ADD COLUMN {c} {_SQL_TYPES[SCHEMA[c]]}")
     # (run_id, metric) is unique by construction (validation keeps one row per pair within a file, and a run
     # id belongs to one file); the blocking asset check `run_metrics_unique` re-checks the stored table. No
     # PRIMARY KEY index: it doubled the cost of a million-row ingest (benchmarks/bench_ingest.py).
@@ -565,7 +571,8 @@ def _write_batch(con: duckdb.DuckDBPyConnection, batch: list[_Read], checked: Va
         con.execute("delete from rejected_rows where file in (select name from _files)")
         con.execute("delete from ingest_log where file in (select name from _files)")
         if accepted.height:
-            con.execute(f"insert into run_metrics select {', '.join(COLUMNS)}, source_file, source_line from _acc")
+            con.execute(f"insert into run_metrics by name select {', '.join(COLUMNS)}, source_file, source_line "
+                        "from _acc")
         if rejected.height:
             con.register("_rej", rejected.to_arrow())
             con.execute('insert into rejected_rows select file, line, "column", value, reason from _rej')

@@ -123,6 +123,7 @@ CASES = [
     ({"sharding": "zero4"}, "sharding", "expected one of"),
     ({"recompute": "some"}, "recompute", "expected one of"),
     ({"n_layers": "1e12"}, "n_layers", "out of range"),
+    ({"inter_node_bw_gbps": "0"}, "inter_node_bw_gbps", "out of range"),
     ({"notes": "x" * 20_000}, "notes", "longer than"),
 ]
 
