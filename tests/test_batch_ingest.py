@@ -134,3 +134,26 @@ def test_rejections_in_a_jointly_parsed_batch_name_their_own_file_and_line(store
     assert [r.status for r in reports] == ["accepted", "partial", "accepted", "accepted"]
     bad = reports[1].rejections
     assert bad.select("file", "line", "column").rows() == [(store.file_key(paths[1]), 3, "value")]
+
+
+def test_a_batch_of_files_with_different_headers_and_endings(store_copy, tmp_path):
+    """Files with other column orders or sets form their own parse groups; a file without a final line feed
+    and one with a BOM join their neighbours' group; every value lands in its own column."""
+    rows = [dict(BASE, run_id=f"bh-{i}", value=str(6000 + i)) for i in range(6)]
+    cols = list(BASE)
+    a = write_rows(tmp_path / "bh_a.csv", rows[:2], cols)
+    b = write_rows(tmp_path / "bh_b.csv", rows[2:3], cols[::-1])  # reversed column order: a group of its own
+    c = write_rows(tmp_path / "bh_c.csv", rows[3:4], cols)
+    c.write_bytes(c.read_bytes().rstrip(b"\r\n"))  # no final line feed
+    d = write_rows(tmp_path / "bh_d.csv", rows[4:6], cols)
+    d.write_bytes(b"\xef\xbb\xbf" + d.read_bytes())  # a BOM
+    reports, tables = _ingest(store_copy, [a, b, c, d])
+    assert [r.status for r in reports] == ["accepted"] * 4 and [r.rows_accepted for r in reports] == [2, 1, 1, 2]
+    con = store.connect(store_copy, read_only=True)
+    try:
+        got = con.execute("select run_id, value, gpu, n_gpus, source_line from run_metrics "
+                          "where run_id like 'bh-%' order by run_id").fetchall()
+    finally:
+        con.close()
+    assert got == [(f"bh-{i}", 6000.0 + i, "h100-sxm5-80gb", 64, line)
+                   for i, line in enumerate([2, 3, 2, 2, 2, 3])]
