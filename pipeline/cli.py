@@ -189,6 +189,10 @@ def predict(
     dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16, fp8, fp8-cs, mxfp8, nvfp4, fp32, tf32."),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", min=1,
                                                 help="Scale-up domain used (default: the hardware's)."),
+    inter_node_gbps: Optional[float] = typer.Option(
+        None, "--inter-node-gbps", min=0.001, metavar="GB/S",
+        help="Your cluster's scale-out bandwidth per accelerator, GB/s one way (default: the hardware's typical "
+             "deployment; e.g. 12.5 for 4 x 200 Gb/s NICs per 8-GPU node)."),
     runs: Optional[Path] = typer.Option(None, "--runs", metavar="FILE",
                                         help="Predict every run of a measurement-schema CSV/Parquet instead."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json."),
@@ -255,6 +259,8 @@ def predict(
         from models.step_time import predict as model_predict
 
         hw = resolve_hardware(pl.DataFrame([hw_row]), strict=False)
+        if inter_node_gbps is not None:  # the run's own network, as a measurement's inter_node_bw_gbps
+            hw = hw.with_columns(pl.lit(float(inter_node_gbps)).alias("inter_node_bw_gbps"))
         row = {c: arch.get(c) for c in catalog.ARCH_MODEL_COLUMNS}
         row.update(run_id="cli", seq_len=seq_len, global_batch_seqs=global_batch, micro_batch=micro_batch,
                    n_gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, sharding=sharding, recompute=recompute,

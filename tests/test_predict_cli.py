@@ -93,3 +93,15 @@ def test_predict_bad_flags_are_named():
     assert r.exit_code == 2 and "unknown model 'llama-9'" in r.output
     r = runner.invoke(app, GPT3 + ["--gpu", "h100"])
     assert r.exit_code == 2 and "unknown hardware 'h100'" in r.output
+
+
+def test_inter_node_gbps_gives_the_configuration_its_clusters_network():
+    """Half the scale-out bandwidth slows the communication that crosses nodes (TP=16 over two 8-GPU nodes here)
+    and the step; the hardware's own value changes nothing."""
+    args = GPT3[:-4] + ["--tp", "16", "--pp", "4", "--format", "json"]
+    default, same, half = (json.loads(runner.invoke(app, args + extra).output)[0]
+                           for extra in ([], ["--inter-node-gbps", "25"], ["--inter-node-gbps", "12.5"]))
+    assert same == default  # a100-sxm4-80gb: one 200 Gb/s NIC per GPU, 25 GB/s
+    assert half["tp_comm_s"] > default["tp_comm_s"] and half["step_time_s"] > default["step_time_s"]
+    bad = runner.invoke(app, args + ["--inter-node-gbps", "0"])
+    assert bad.exit_code != 0 and "--inter-node-gbps" in bad.output
