@@ -10,9 +10,9 @@ Tables (documented in README "The store"):
 
 Only one process writes (DuckDB's file lock enforces it; `writer_lock` is the advisory lock `stepcast ingest`
 takes, and the project's dagster.yaml runs one Dagster run at a time). `ingest_file` is one transaction;
-`ingest_files` writes a batch of files (about 250,000 rows) per transaction with one incremental update of
-`runs`: a failure anywhere rolls the batch back, and ingesting the same bytes again changes nothing.
-Reading, validation and writing run on their own threads, overlapped (see `ingest_files`).
+`ingest_files` is one transaction too, inserting batches of files (about 250,000 rows) with one incremental
+update of `runs` each: a failure anywhere rolls the whole call back, and ingesting the same bytes again changes
+nothing. Reading, validation and writing run on their own threads, overlapped (see `ingest_files`).
 `publish_snapshot` writes the readers' copy beside and renames it into place (see its docstring).
 """
 
@@ -464,9 +464,8 @@ def ingest_files(con: duckdb.DuckDBPyConnection, paths: Iterable[str | Path], ki
                     f.cancel()
                 raise
 
-    # one checkpoint at the end instead of one per batch (DuckDB checkpoints when the WAL passes
-    # checkpoint_threshold, 16 MiB by default, and each checkpoint rewrites the grown `runs`); every batch
-    # is still durable at its commit (in the WAL) and the setting is restored
+    # one checkpoint after the commit, none during the call (DuckDB checkpoints when the WAL passes
+    # checkpoint_threshold, 16 MiB by default); both settings are restored
     threshold, threads = con.execute(
         "select current_setting('checkpoint_threshold'), current_setting('threads')").fetchone()
     con.execute("SET checkpoint_threshold = '1TiB'")
@@ -475,7 +474,6 @@ def ingest_files(con: duckdb.DuckDBPyConnection, paths: Iterable[str | Path], ki
         con.execute("BEGIN TRANSACTION")
         try:
             _run_stages()
-            con.execute(f"SET threads = {threads}")  # the other stages are done: the commit may use every core
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -492,8 +490,8 @@ def ingest_files(con: duckdb.DuckDBPyConnection, paths: Iterable[str | Path], ki
 def _write_batch(con: duckdb.DuckDBPyConnection, batch: list[_Read], checked: Validated, new_runs: pl.DataFrame,
                  kind: str, strict: bool, replaced: set[str], fail_hook: Callable[[], None] | None
                  ) -> list[FileReport]:
-    """Write one validated batch in one transaction. `replaced` names the batch's files that the store
-    already holds (their earlier rows are deleted). `runs` is updated incrementally: the rows of run ids
+    """Write one validated batch inside the caller's transaction. `replaced` names the batch's files that the
+    store already holds (their earlier rows are deleted). `runs` is updated incrementally: the rows of run ids
     new to the store come from `new_runs` (`runs_rows` of the batch's accepted rows); those that had rows
     before (the runs of replaced files) are re-derived from `run_metrics` after the insert. As a run id
     belongs to one file, this gives what a full `rebuild_runs` gives."""
