@@ -305,7 +305,9 @@ def read_measurement_file(path: str | Path, defer_simple: bool = False) -> ReadR
             result = ReadResult(frame=None, sha256=digest, n_bytes=len(data), warnings=warnings, header=simple.header,
                                 simple=simple)
         else:
-            frame, warnings, short = read_csv_text(name, data.decode("ascii") if text is None else text, data)
+            # with defer_simple, `simple_csv` has already refused the bytes: straight to the careful path
+            frame, warnings, short = read_csv_text(name, data.decode("ascii") if text is None else text,
+                                                   None if defer_simple else data)
             result = ReadResult(frame=frame, sha256=digest, n_bytes=len(data), warnings=warnings, short_rows=short)
     else:
         raise FileRejected(name, f"unsupported file type '{p.suffix}': expected .csv or .parquet")

@@ -36,7 +36,7 @@ import polars as pl
 
 from pipeline import adapters
 from pipeline.measurements import COLUMNS, REJECT_SCHEMA, SCHEMA, Validated, missing_required, validate
-from pipeline.readers import (FileRejected, SimpleCsv, parse_simple, read_csv_text, read_measurement_file,
+from pipeline.readers import (FileRejected, SimpleCsv, _decode, parse_simple, read_csv_text, read_measurement_file,
                               sha256_bytes)
 
 _SQL_TYPES = {pl.Int64: "BIGINT", pl.Float64: "DOUBLE", pl.Utf8: "VARCHAR"}
@@ -71,8 +71,7 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
           source_line BIGINT NOT NULL
         )""")
     # a store made before a column joined the schema gets it (inserts name their columns)
-    have = {r[0] for r in con.execute("select column_name from information_schema.columns "
-                                      "where table_name = 'run_metrics' and table_schema = 'main'").fetchall()}
+    have = set(table_columns(con, "run_metrics"))
     for c in COLUMNS:
         if c not in have:
             con.execute(f"ALTER TABLE run_metrics ADD COLUMN {c} {_SQL_TYPES[SCHEMA[c]]}")
@@ -87,6 +86,13 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("""
         CREATE TABLE IF NOT EXISTS rejected_rows (
           file VARCHAR NOT NULL, line BIGINT, "column" VARCHAR, value VARCHAR, reason VARCHAR NOT NULL)""")
+
+
+def table_columns(con: duckdb.DuckDBPyConnection, name: str) -> list[str]:
+    """The columns of a table of the main schema, in order (empty when there is no such table)."""
+    return [r[0] for r in con.execute(
+        "select column_name from information_schema.columns where table_name = ? and table_schema = 'main' "
+        "order by ordinal_position", [name]).fetchall()]
 
 
 def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
@@ -271,8 +277,7 @@ def _batch_frame(batch: list[_Read]) -> tuple[pl.DataFrame | None, bool]:
         if frame is None:
             for g in group:
                 try:
-                    text = g.simple.data.decode("utf-8").removeprefix("\ufeff")
-                    one, _, g.short = read_csv_text(g.path, text, g.simple.data)
+                    one, _, g.short = read_csv_text(g.path, _decode(g.path, g.simple.data), g.simple.data)
                 except FileRejected as err:
                     g.error = err
                     continue
@@ -688,6 +693,11 @@ def runs_base(rows: pl.DataFrame) -> pl.DataFrame:
                       "any_derived", "source_file")
 
 
+#: one row per alias of an architecture (`alias`, `id`): how a run's model_name finds its architecture
+_ALIASES_SQL = ("select trim(unnest(string_split(aliases, '|'))) as alias, id from architectures "
+                "where aliases is not null")
+
+
 def _runs_select(con: duckdb.DuckDBPyConnection, base: str) -> str:
     """The SELECT deriving `runs` rows from `base`, a query of one aggregated row per run (the columns of
     `_runs_base_sql`), filling architecture columns by alias."""
@@ -699,9 +709,7 @@ def _runs_select(con: duckdb.DuckDBPyConnection, base: str) -> str:
                      if c not in ARCH_FILL)
     return f"""
         with base as ({base}),
-        alias as (
-          select trim(unnest(string_split(aliases, '|'))) as alias, id from architectures
-          where aliases is not null)
+        alias as ({_ALIASES_SQL})
         select b.run_id, al.id as arch_id, {fill},
                {', '.join(f'a.{c}' for c in _ARCH_EXTRA)},
                ({' or '.join(f'(b.{c} is null and a.{c} is not null)' for c in ARCH_FILL)}) as arch_filled,
@@ -716,10 +724,7 @@ def _runs_current(con: duckdb.DuckDBPyConnection, select: str) -> bool:
     if not table_exists(con, "runs"):
         return False
     wanted = [d[0] for d in con.execute(select.replace("{where}", "where false")).description]
-    have = [r[0] for r in con.execute(
-        "select column_name from information_schema.columns where table_name = 'runs' and table_schema = 'main' "
-        "order by ordinal_position").fetchall()]
-    return wanted == have
+    return wanted == table_columns(con, "runs")
 
 
 def rebuild_runs(con: duckdb.DuckDBPyConnection, only: str | None = None) -> None:
@@ -763,9 +768,9 @@ def arch_aliases(con: duckdb.DuckDBPyConnection) -> pl.DataFrame | None:
     lookup `_runs_select` joins; None when the store has no architectures table."""
     if not table_exists(con, "architectures"):
         return None
-    cols = ", ".join([*ARCH_FILL, *_ARCH_EXTRA])
-    return con.sql(f"select trim(unnest(string_split(aliases, '|'))) as alias, id as arch_id, {cols} "
-                   "from architectures where aliases is not null").pl()
+    cols = ", ".join(f"a.{c}" for c in [*ARCH_FILL, *_ARCH_EXTRA])
+    return con.sql(f"select al.alias, al.id as arch_id, {cols} from ({_ALIASES_SQL}) al "
+                   "join architectures a on a.id = al.id").pl()
 
 
 def runs_rows(base: pl.DataFrame, aliases: pl.DataFrame | None) -> pl.DataFrame:
