@@ -30,6 +30,7 @@ from typing import Mapping
 import numpy as np
 import polars as pl
 
+from models.domains import generation_group_code
 from models.params import DTYPE_CODES
 
 PEAK_COLUMNS = (
@@ -45,6 +46,7 @@ NUMERIC_COLUMNS = PEAK_COLUMNS + (
     "intra_node_bw_gbps",
     "inter_node_bw_gbps",
     "gpus_per_node_typical",
+    "sm_count",
 )
 REQUIRED_COLUMNS = ("memory_gb", "memory_bw_gbps", "intra_node_bw_gbps")
 HW_MODEL_COLUMNS = PEAK_COLUMNS + (
@@ -56,6 +58,19 @@ HW_MODEL_COLUMNS = PEAK_COLUMNS + (
 )
 
 GIB_TO_GB = 1.073741824
+# Streaming multiprocessors (NVIDIA) / compute units (AMD) per accelerator, used when the hardware row has no
+# `sm_count`: NVIDIA architecture whitepapers (Fermi GF110, Kepler GK210 x2 on K80, Pascal GP100/GP102, Volta
+# GV100, Ampere GA100, Ada AD102/L40S, Hopper GH100 SXM5/PCIe, Blackwell B200 148, Blackwell Ultra 160) and
+# AMD CDNA 2/3/4 whitepapers (MI250X 2 x 110 CUs, MI300X/MI325X 304, MI355X 256).
+SM_COUNT_BY_ID = {
+    "gtx-580": 16, "gtx-580-3gb": 16, "k80": 26, "p100-sxm2-16gb": 56, "gtx-1080-ti": 28, "v100-sxm2-16gb": 80,
+    "v100-sxm2-32gb": 80, "a100-sxm4-40gb": 108, "a100-sxm4-80gb": 108, "a100-pcie-80gb": 108, "rtx-4090": 128,
+    "l40s": 142, "h100-sxm5-80gb": 132, "h100-pcie-80gb": 114, "h800-sxm5-80gb": 132, "h200-sxm-141gb": 132,
+    "b200": 148, "gb200": 148, "b300": 160, "gb300": 160, "mi250x": 220, "mi300x": 304, "mi325x": 304, "mi355x": 256,
+}
+# Without an SM count (TPUs, Gaudi, a custom part): equivalent SMs = 16-bit dense peak / the A100's per-SM
+# 16-bit rate (312 TFLOP/s / 108 SMs), i.e. the GEMM ramp is as long in time as on an A100-class SM array.
+A100_TFLOPS_PER_SM = 312.0 / 108.0
 INTER_NODE_FALLBACK_GBPS = 12.5
 DEFAULT_SCALEUP_SIZE = 8
 
@@ -175,6 +190,20 @@ def resolve_hardware(
         r["fp32_only"] = fp32_only
         r["memory_in_gib_converted"] = gib
         r["hardware_error"] = None if err is None else str(err)
+        # SMs for the GEMM-size ramp (PhysParams.gemm_ramp_flops_per_sm)
+        sm_fallback = False
+        if not (r["sm_count"] is not None and r["sm_count"] > 0):
+            known = SM_COUNT_BY_ID.get(str(r.get("id") or "").strip().lower())
+            if known is not None:
+                r["sm_count"] = float(known)
+            else:
+                peak16 = next((r[c] for c in ("peak_bf16_tflops", "peak_fp16_tflops", "peak_fp32_tflops")
+                               if r[c] is not None and r[c] > 0), None)
+                r["sm_count"] = peak16 / A100_TFLOPS_PER_SM if peak16 else None
+                sm_fallback = True
+        r["sm_count_fallback"] = sm_fallback
+        # calibration domain: the generation group of the part (models.domains), as a code for the arrays
+        r["generation_code"] = float(generation_group_code(r.get("id"), r.get("generation")))
         out_rows.append(r)
 
     schema = dict(df.schema)
@@ -186,6 +215,8 @@ def resolve_hardware(
             "fp32_only": pl.Boolean,
             "memory_in_gib_converted": pl.Boolean,
             "hardware_error": pl.Utf8,
+            "generation_code": pl.Float64,
+            "sm_count_fallback": pl.Boolean,
         }
     )
     return pl.DataFrame(out_rows, schema=schema, orient="row")

@@ -71,12 +71,16 @@ class PhysParams:
     # Achieved fraction of the HBM datasheet bandwidth for streaming kernels.
     # prior: STREAM-like copies reach ~85-92 % of HBM peak on A100/H100 class parts.
     hbm_eff: float = 0.85
-    # GEMM efficiency ramps with the size of the GEMM: eff(w) = matmul_eff * w / (w + w_half),
-    # w = FLOPs of one GEMM. Equivalent to charging ``gemm_half_flops`` extra FLOPs per GEMM
-    # call (tile quantisation, partial last wave, prologue/epilogue). prior: NVIDIA "Matrix
-    # Multiplication Background" (Deep Learning Performance Guide) shows A100 16-bit GEMMs of
-    # about 1024^3 (2 GFLOP) well below half of the large-GEMM throughput; fitted.
-    gemm_half_flops: float = 1e9
+    # GEMM efficiency ramps with the size of the GEMM: eff(w) = matmul_eff * w / (w + w_half), w = FLOPs of
+    # one GEMM, i.e. each GEMM call is charged w_half extra FLOPs. The loss is tile and wave quantisation
+    # (the partial last wave of output tiles over the streaming multiprocessors, prologue/epilogue), so
+    # w_half is about half a wave of tile work: proportional to the number of SMs (compute units) the
+    # GEMM must fill. Stated PER SM, w_half = gemm_ramp_flops_per_sm * sm_count, it means the same on every
+    # device (a FLOP or a time per GEMM would not: it would charge a 16-SM GTX 580 for a 132-SM H100's
+    # wave). prior: NVIDIA "Matrix Multiplication Background" (Deep Learning Performance Guide) shows A100
+    # (108 SMs) 16-bit GEMMs of about 1024^3 (2 GFLOP) well below half the large-GEMM throughput, so
+    # w_half ~ 1 GFLOP / 108 SMs ~ 1e7 FLOP per SM. Fitted.
+    gemm_ramp_flops_per_sm: float = 1e7
     # Host-side (CPU) cost of issuing one GPU operation: Python + framework dispatch +
     # kernel launch. The CPU runs ahead of the GPU, so per micro-batch the model takes
     # max(GPU time, host time) - the overhead only shows when kernels are small.
@@ -197,7 +201,7 @@ FITTABLE_BOUNDS: Mapping[str, tuple[float, float]] = {
     "matmul_eff_16bit": (0.3, 0.95),
     "matmul_eff_8bit": (0.2, 0.95),
     "attn_eff": (0.15, 0.9),
-    "gemm_half_flops": (1e6, 5e10),
+    "gemm_ramp_flops_per_sm": (1e5, 2e9),
     "host_overhead_s_per_op": (1e-7, 2e-4),
     "scaleup_eff": (0.2, 0.95),
     "scaleout_eff": (0.1, 0.95),

@@ -16,7 +16,7 @@ import polars as pl
 from models import collectives as coll
 from models.accounting import normalize_arch, layer_shapes, param_counts
 from models.fastops import clip, divisible
-from models.hardware import choose_peak, peak_table
+from models.hardware import A100_TFLOPS_PER_SM, choose_peak, peak_table
 from models.memory import GB, memory_per_gpu
 from models.params import (
     ACTIVATION_CODES,
@@ -55,6 +55,8 @@ HARDWARE_COLUMNS = (
     "intra_node_bw_gbps",
     "inter_node_bw_gbps",
     "scaleup_size",
+    "generation_code",
+    "sm_count",
 )
 
 # error bits of ``error_code``
@@ -75,7 +77,7 @@ ERROR_MESSAGES = {
     ERR_BATCH: "global_batch_seqs is not divisible by dp*micro_batch",
     ERR_HEADS_TP: "n_heads (or n_kv_heads) not divisible by tp",
     ERR_PP_LAYERS: "pp > n_layers",
-    ERR_EP: "invalid ep (ep>1 needs an MoE model, ep | dp and ep | n_experts)",
+    ERR_EP: "invalid ep (ep>1 needs an MoE model, ep | n_experts and ep | dp or ep | tp*cp*dp)",
     ERR_VPP: "invalid vpp (vpp>1 needs pp>1, micro-batches divisible by pp and >= vpp layers per stage)",
     ERR_CP_SEQ: "seq_len not divisible by cp",
     ERR_CATEGORY: "unknown activation/sharding/recompute/dtype value",
@@ -234,7 +236,8 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     kv_ok = divisible(kvh, t) | divisible(t, np.maximum(kvh, 1))
     _flag(err, ~(divisible(heads, t) & kv_ok), ERR_HEADS_TP)
     _flag(err, p > L, ERR_PP_LAYERS)
-    ep_bad = (e > 1) & ((E <= 0) | ~(divisible(d, e) & divisible(E, e)))
+    # expert parallelism is carved out of dp, or folded over tp x cp x dp (Megatron-Core MoE parallel folding)
+    ep_bad = (e > 1) & ((E <= 0) | ~((divisible(d, e) | divisible(d * c * t, e)) & divisible(E, e)))
     _flag(err, ep_bad, ERR_EP)
     m = B / (d * b)
     Ls = np.ceil(L / p)
@@ -282,20 +285,23 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     # --- GEMMs of one layer, forward, per GPU ---
     attn_m = sh["attn_matmul"]
     attn_bytes = wrt * attn_m + aT * h2 + aTt * (2.0 * (q + kvd))
-    # GEMM-size ramp: eff(w) = eff_max w / (w + w_half) <=> + w_half FLOPs per GEMM call
-    wh = P.gemm_half_flops
-    t_attn_gemm = np.maximum((Tt2 * attn_m + 2.0 * wh) * inv_rate, attn_bytes * inv_hbm)  # QKV, output
+    # GEMM-size ramp: w_half = gemm_ramp_flops_per_sm x SMs extra FLOPs per GEMM call, as time at the GEMM rate
+    sm = g("sm_count")
+    if np.isnan(sm).any():  # no SM count given: A100-equivalent SMs of the 16-bit peak (models.hardware)
+        sm = np.where(np.isnan(sm), peaks[0] / A100_TFLOPS_PER_SM, sm)
+    wh = (P.gemm_ramp_flops_per_sm * sm) * inv_rate
+    t_attn_gemm = np.maximum(Tt2 * attn_m * inv_rate + 2.0 * wh, attn_bytes * inv_hbm)  # QKV, output
     F_dense = arch["ffn_dim"]
     mlp_m = sh["dense_mlp_matmul"]
     mlp_bytes_d = wrt * mlp_m + aT * h2 + aTt * (n_mats * F_dense)
-    t_mlp_d = np.maximum((Tt2 * mlp_m + n_mats * wh) * inv_rate, mlp_bytes_d * inv_hbm)
+    t_mlp_d = np.maximum(Tt2 * mlp_m * inv_rate + n_mats * wh, mlp_bytes_d * inv_hbm)
     if any_moe:
         kns = k + ns
         F_moe = kns * arch["expert_ffn_dim"]
         e_local = np.where(E > 0, E / e, 0.0)
         exp_m, rout_m = sh["expert_matmul"], sh["router_matmul"]
         mlp_bytes_m = wrt * ((e_local + ns) * exp_m + rout_m) + aT * (h2 * (1.0 + k)) + aTt * (n_mats * F_moe)
-        t_mlp_m = np.maximum((Tt2 * (kns * exp_m + rout_m) + (n_mats * wh) * kns) * inv_rate, mlp_bytes_m * inv_hbm)
+        t_mlp_m = np.maximum(Tt2 * (kns * exp_m + rout_m) * inv_rate + (n_mats * wh) * kns, mlp_bytes_m * inv_hbm)
     # --- attention core (forward) ---
     sq_t = (s_loc * s) * (b * inv_t)  # query x key pairs per GPU
     t_core = (4.0 * P.attn_causal_work_fraction) * sq_t * q / attn_rate
@@ -321,7 +327,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     # LM head + cross-entropy on the last stage (forward + 2x backward)
     Vh = V * h
     lm_bytes = wrt * Vh + aT * h + (12.0 * T) * V * inv_t
-    t_lm = 3.0 * np.maximum((Tt2 * Vh + wh) * inv_rate, lm_bytes * inv_hbm)
+    t_lm = 3.0 * np.maximum(Tt2 * Vh * inv_rate + wh, lm_bytes * inv_hbm)
     compute_mb = fwd_layers + bwd_layers + recompute_layers + t_lm
     bwd_mb = bwd_layers + 2.0 / 3.0 * t_lm
     # host (CPU) time to issue the ops of one micro-batch; the GPU waits for it when kernels are short
