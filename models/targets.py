@@ -26,7 +26,7 @@ import polars as pl
 def measured_throughput(run_metrics: pl.DataFrame) -> pl.DataFrame:
     """run_metrics (long form: run_id, metric, value, derived, notes, n_gpus, seq_len, global_batch_seqs)
     -> one row per run: run_id, measured_tokens_per_s_per_gpu, measured_step_time_s, target_kind,
-    whole_run_average."""
+    whole_run_average, measured_model_tflops_per_gpu, measured_mfu, measured_hfu."""
     m = run_metrics.with_columns(
         (pl.col("derived").fill_null("no") == "yes").alias("_derived"),
         pl.col("notes").fill_null("").str.contains("(?i)gpu-hours|chip-hours").alias("_from_hours"),
@@ -56,7 +56,9 @@ def measured_throughput(run_metrics: pl.DataFrame) -> pl.DataFrame:
         step.alias("measured_step_time_s"),
         kind.alias("target_kind"),
         "whole_run_average",
-        "model_tflops_per_gpu", "mfu", "hfu",
+        # the measured figures get their own names: a prediction table joined with this one has its own mfu/hfu
+        pl.col("model_tflops_per_gpu").alias("measured_model_tflops_per_gpu"), pl.col("mfu").alias("measured_mfu"),
+        pl.col("hfu").alias("measured_hfu"),
     ).sort("run_id")
 
 
@@ -70,13 +72,14 @@ def derive_flop_targets(table: pl.DataFrame) -> pl.DataFrame:
     need = table["measured_tokens_per_s_per_gpu"].is_null()
     per_tflops = 1e12 / pl.col("model_flops_per_token")
     tput = pl.coalesce(
-        pl.col("model_tflops_per_gpu") * per_tflops,
-        pl.col("mfu") * pl.col("peak_bf16_tflops") * per_tflops,
-        pl.col("hfu") * pl.col("peak_bf16_tflops") * 1e12 / pl.col("hardware_flops_per_token"),
+        pl.col("measured_model_tflops_per_gpu") * per_tflops,
+        pl.col("measured_mfu") * pl.col("peak_bf16_tflops") * per_tflops,
+        pl.col("measured_hfu") * pl.col("peak_bf16_tflops") * 1e12 / pl.col("hardware_flops_per_token"),
     )
-    kind = (pl.when(pl.col("model_tflops_per_gpu").is_not_null()).then(pl.lit("model_tflops"))
-            .when(pl.col("mfu").is_not_null() & pl.col("peak_bf16_tflops").is_not_null()).then(pl.lit("mfu"))
-            .when(pl.col("hfu").is_not_null() & pl.col("peak_bf16_tflops").is_not_null()).then(pl.lit("hfu")))
+    kind = (pl.when(pl.col("measured_model_tflops_per_gpu").is_not_null()).then(pl.lit("model_tflops"))
+            .when(pl.col("measured_mfu").is_not_null() & pl.col("peak_bf16_tflops").is_not_null()).then(pl.lit("mfu"))
+            .when(pl.col("measured_hfu").is_not_null() & pl.col("peak_bf16_tflops").is_not_null())
+            .then(pl.lit("hfu")))
     tokens_per_step = pl.col("global_batch_seqs").cast(pl.Float64) * pl.col("seq_len")
     return table.with_columns(
         pl.Series("_need", need),
