@@ -6,7 +6,7 @@ import polars as pl
 
 from models.hardware import resolve_hardware
 from models.params import DEFAULT, PhysParams
-from models.runs_adapter import configs_from_runs, predict_by_preset, resolve_recompute
+from models.runs_adapter import configs_from_runs, predict_by_preset, resolve_layout, resolve_recompute
 from models.step_time import predict
 from models.targets import derive_flop_targets, measured_throughput
 
@@ -25,6 +25,7 @@ def prepare_configs(runs: pl.DataFrame, hardware: pl.DataFrame) -> tuple[pl.Data
     hw = resolve_hardware(hardware, strict=False)
     cfg = configs_from_runs(runs, hw)
     ok = cfg.filter(pl.col("config_error").is_null())
+    ok = resolve_layout(ok, lambda c, p: predict(c, p))
     ok = resolve_recompute(ok, lambda c, p: predict(c, p))
     return ok, cfg.filter(pl.col("config_error").is_not_null())
 
@@ -47,8 +48,9 @@ def predict_runs(runs: pl.DataFrame, hardware: pl.DataFrame, run_metrics: pl.Dat
     out = derive_flop_targets(out.join(target, on="run_id", how="left"))
     out = out.with_columns(
         (pl.col("tokens_per_s_per_gpu") / pl.col("measured_tokens_per_s_per_gpu") - 1.0).alias("rel_error"),
+        # a measured run is scored whatever the memory model says: it ran
         (pl.col("target_kind").is_not_null() & ~pl.col("whole_run_average").fill_null(False)
-         & pl.col("feasible").fill_null(False)).alias("scored"),
+         & pl.col("step_time_s").is_not_null()).alias("scored"),
     )
     return out.sort("run_id")
 

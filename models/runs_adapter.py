@@ -7,8 +7,15 @@ never silently rests on a guess:
 | gap | rule | why |
 |---|---|---|
 | tp, pp, cp, ep, vpp empty | 1 | the sources state every degree they use |
+| tp, pp empty but dp stated (dp < n_gpus) | model-parallel size n_gpus/(dp*cp): tp = min(that, scale-up domain), pp = the rest | Megatron-LM's layout: tensor parallel inside the node, pipeline across (Narayanan et al. 2021, section 3.3) |
+| tp, pp, dp all empty and tp=pp=1 impossible | the smallest tp*pp (tp <= scale-up domain first, then pp) that divides n_gpus, leaves a dp dividing the batch and fits in memory (`resolve_layout`) | the framework default of a model-parallel stack: as little model parallelism as fits |
+| dp stated but tp*pp*cp*dp != n_gpus | dp*ep when that completes n_gpus (the source counted dp without the expert ranks), else n_gpus/(tp*pp*cp) | |
 | dp empty | n_gpus / (tp*pp*cp) | definition of dp in the data card |
 | micro_batch empty | 1 | smallest micro-batch; Megatron's default |
+| micro_batch does not divide the per-replica batch | the largest divisor of global_batch/dp below it | the run ran, so its micro-batches tile the batch |
+| seq_len empty | 2,048 up to 2022 (GPT-3, OPT, BLOOM), 4,096 in 2023 (Llama 2), 8,192 from 2024 (Llama 3) | the era's typical context (Brown et al. 2020; Touvron et al. 2023; Dubey et al. 2024) |
+| global_batch_seqs empty | FSDP stacks: dp*micro_batch (no gradient accumulation: torchtitan/fms-fsdp defaults); others: the era's typical batch in tokens (0.5M to 2020, 3.1M 2021-22 as GPT-3's 1,536 x 2,048, 4M in 2023 as Llama 2, 16M from 2024 as Llama 3 405B) / seq_len, rounded up to a multiple of dp*micro_batch | the source's era; a step-time + throughput pair fixes it exactly (`targets`) |
+| global_batch_seqs not divisible by dp | rounded up to the next multiple of dp*micro_batch | |
 | sharding empty | `fsdp` for FSDP stacks (llm-foundry, torchtitan, fms-fsdp), `zero1` for Megatron/NeMo (distributed optimizer is their default), else `none` | framework defaults |
 | recompute empty/unknown | the cheapest mode that fits in memory: none, else selective, else full | a run that was measured did fit |
 | sequence_parallel | true for Megatron/NeMo stacks with tp > 1 | Megatron-Core's default with TP (Korthikanti et al. 2022) |
@@ -22,12 +29,14 @@ never silently rests on a guess:
 | tied_embeddings empty | false | |
 | software era | `megatron_2022` (attention scores materialised, full-square softmax, no DP overlap: `models.params.MEGATRON_2022`) for DeepSpeed-based stacks and for Megatron stacks reported up to 2022; `default` (FlashAttention-era) otherwise | FlashAttention (Dao 2022) became the default attention in Megatron-Core/TE, PyTorch SDPA, llm-foundry and torchtitan after 2022 |
 
-A run that cannot be predicted at all (no n_gpus, no sequence length or global batch, no architecture
-shape) keeps its row with the reason in `config_error`.
+A run that cannot be predicted at all (no n_gpus, no architecture shape, an accelerator that is not known)
+keeps its row with the reason in `config_error`. Memory never refuses a measured run: its time is predicted
+and the memory model's figure is reported beside the capacity.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 FSDP_STACKS = ("fsdp", "llm-foundry", "torchtitan", "composer", "fms")
@@ -46,18 +55,128 @@ def _has_any(col: str, words: tuple[str, ...]) -> pl.Expr:
 RUN_HARDWARE_OVERRIDES = ("inter_node_bw_gbps",)
 
 
+def _era_seq_len(year: np.ndarray) -> np.ndarray:
+    """Typical context of the run's era: GPT-3/OPT/BLOOM 2,048 (<= 2022), Llama 2 4,096 (2023), Llama 3 8,192."""
+    y = np.nan_to_num(year, nan=2024.0)
+    return np.where(y <= 2022, 2048.0, np.where(y <= 2023, 4096.0, 8192.0))
+
+
+def _era_batch_tokens(year: np.ndarray) -> np.ndarray:
+    """Typical global batch in tokens of the run's era: 0.5M (<= 2020: Megatron-LM 2019, 512 x 1,024), 3.1M
+    (2021-22: GPT-3 175B's 1,536 x 2,048, Brown et al. 2020), 4M (2023: Llama 2, Touvron et al. 2023), 16M
+    (>= 2024: Llama 3 405B, Dubey et al. 2024)."""
+    y = np.nan_to_num(year, nan=2024.0)
+    return np.where(y <= 2020, 524288.0, np.where(y <= 2022, 1536.0 * 2048, np.where(y <= 2023, 4.0e6, 16.0e6)))
+
+
+def _pow2_divisor_at_most(n: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """The largest power of two that divides n and is <= cap (elementwise, n >= 1)."""
+    out = np.ones_like(n)
+    k = np.ones_like(n)
+    for _ in range(12):
+        k = k * 2
+        ok = (np.mod(n, k) == 0) & (k <= cap)
+        out = np.where(ok, k, out)
+    return out
+
+
+def _largest_divisor_at_most(n: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """The largest divisor of n that is <= cap (elementwise; small caps: micro-batches)."""
+    out = np.ones_like(n)
+    for d in range(2, 257):
+        ok = (np.mod(n, d) == 0) & (d <= cap)
+        out = np.where(ok, float(d), out)
+    return out
+
+
+def infer_layout(frame: pl.DataFrame) -> pl.DataFrame:
+    """Fill tp, pp, dp, cp, ep, vpp, micro_batch, seq_len and global_batch_seqs by the documented rules (module
+    docstring) and append what was inferred to `assumptions`. Needs `scaleup_size` (the hardware joined),
+    `n_gpus`, `year`, `framework`. Adds `layout_unstated` for `resolve_layout`."""
+    f = lambda c: frame[c].cast(pl.Float64).to_numpy()  # noqa: E731
+    n, year, node = f("n_gpus"), f("year"), f("scaleup_size")
+    tp0, pp0, dp0, cp0, ep0, mb0 = f("tp"), f("pp"), f("dp"), f("cp"), f("ep"), f("micro_batch")
+    seq0, B0 = f("seq_len"), f("global_batch_seqs")
+    fr = frame["framework"].fill_null("").str.to_lowercase()
+    fsdp = np.zeros(frame.height, dtype=bool)
+    for w in FSDP_STACKS:
+        fsdp |= fr.str.contains(w, literal=True).to_numpy()
+    node = np.where(np.isfinite(node), np.minimum(node, np.nan_to_num(n, nan=1.0)), 8.0)
+    notes: list[list[str]] = [[] for _ in range(frame.height)]
+
+    def note(mask, text):
+        for i in np.flatnonzero(mask):
+            notes[i].append(text if isinstance(text, str) else text[i])
+
+    cp = np.nan_to_num(cp0, nan=1.0)
+    ep = np.nan_to_num(ep0, nan=1.0)
+    seq = np.where(np.isnan(seq0), _era_seq_len(year), seq0)
+    note(np.isnan(seq0), [f"seq_len={x:.0f} (the era's typical context)" for x in seq])
+    # Megatron layout when only dp is stated: tensor parallel inside the node, pipeline across
+    mp = n / (dp0 * cp)
+    from_dp = np.isnan(tp0) & np.isnan(pp0) & np.isfinite(dp0) & np.isfinite(mp) & (mp >= 1) & (mp == np.floor(mp))
+    tp_dp = _pow2_divisor_at_most(np.where(from_dp, mp, 1.0), node)
+    tp = np.where(from_dp, tp_dp, np.nan_to_num(tp0, nan=1.0))
+    pp = np.where(from_dp, np.where(from_dp, mp, 1.0) / tp_dp, np.nan_to_num(pp0, nan=1.0))
+    note(from_dp, [f"tp={a:.0f}, pp={b:.0f} (model-parallel size n/dp: tp inside the node, pp across)"
+                   for a, b in zip(tp, pp)])
+    note(np.isnan(tp0) & ~from_dp, "tp=1 (not stated)")
+    note(np.isnan(pp0) & ~from_dp, "pp=1 (not stated)")
+    layout_unstated = np.isnan(tp0) & np.isnan(pp0) & np.isnan(dp0)
+    base = tp * pp * cp
+    dp = np.where(np.isnan(dp0), n / base, dp0)
+    note(np.isnan(dp0), "dp=n_gpus/(tp*pp*cp)")
+    bad = np.isfinite(dp0) & (base * dp != n)
+    fold_ep = bad & (base * dp0 * ep == n)
+    dp = np.where(fold_ep, dp0 * ep, dp)
+    note(fold_ep, "dp=dp*ep (the source counted dp without the expert ranks)")
+    refit = bad & ~fold_ep & (np.mod(n, base) == 0)
+    dp = np.where(refit, n / base, dp)
+    note(refit, "dp=n_gpus/(tp*pp*cp) (the stated dp did not complete n_gpus)")
+    mb = np.nan_to_num(mb0, nan=1.0)
+    note(np.isnan(mb0), "micro_batch=1")
+    # global batch: FSDP stacks take no gradient accumulation by default; others the era's typical batch
+    era_B = np.ceil(_era_batch_tokens(year) / seq / (dp * mb)) * dp * mb
+    B = np.where(np.isnan(B0), np.where(fsdp, dp * mb, era_B), B0)
+    note(np.isnan(B0) & fsdp, "global_batch_seqs=dp*micro_batch (FSDP default: no gradient accumulation)")
+    note(np.isnan(B0) & ~fsdp, [f"global_batch_seqs={x:.0f} (the era's typical batch in tokens)" for x in B])
+    round_up = np.isfinite(B0) & ~layout_unstated & (np.mod(B, dp) != 0) & np.isfinite(dp) & (dp >= 1)
+    B = np.where(round_up, np.ceil(B / (dp * mb)) * dp * mb, B)
+    note(round_up, "global_batch_seqs rounded up to a multiple of dp*micro_batch")
+    per = B / dp
+    mb_fix = np.isfinite(per) & (per == np.floor(per)) & (np.mod(per, mb) != 0)
+    mb = np.where(mb_fix, _largest_divisor_at_most(np.where(mb_fix, per, 1.0), mb), mb)
+    note(mb_fix, "micro_batch lowered to a divisor of global_batch/dp")
+    vpp = np.nan_to_num(f("vpp"), nan=1.0)
+    text = ["; ".join(x) for x in notes]
+    return frame.with_columns(
+        pl.Series("tp", tp).cast(pl.Int64, strict=False), pl.Series("pp", pp).cast(pl.Int64, strict=False),
+        pl.Series("dp", np.where(np.isfinite(dp), np.round(dp), np.nan)).cast(pl.Int64, strict=False),
+        pl.Series("cp", cp).cast(pl.Int64), pl.Series("ep", ep).cast(pl.Int64), pl.Series("vpp", vpp).cast(pl.Int64),
+        pl.Series("micro_batch", mb).cast(pl.Int64),
+        pl.Series("seq_len", seq).cast(pl.Int64, strict=False),
+        pl.Series("global_batch_seqs", B).cast(pl.Int64, strict=False),
+        pl.Series("layout_unstated", layout_unstated),
+        pl.concat_str([pl.col("assumptions"), pl.Series(text)], separator="; ", ignore_nulls=True)
+        .str.strip_chars("; ").replace("", None).alias("assumptions"),
+    )
+
+
 def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFrame:
     """`runs` rows (the store's runs table) + resolved hardware -> model input columns.
 
     `hardware` is the output of `models.hardware.resolve_hardware` (one row per hardware id). Returns one
     row per run with run_id, the architecture/layout/hardware columns `models.step_time.predict` needs,
-    `assumptions` and `config_error`. Recompute is not resolved here (see `resolve_recompute`).
+    `assumptions` and `config_error`. Recompute is not resolved here (see `resolve_recompute`), nor a wholly
+    unstated layout (see `resolve_layout`).
     """
     r = runs
     for c, dtype in (("activation", pl.Utf8), ("n_experts", pl.Int64), ("top_k", pl.Int64),
                      ("expert_ffn_dim", pl.Int64), ("n_shared_experts", pl.Int64), ("n_dense_layers", pl.Int64),
                      ("tied_embeddings", pl.Boolean), ("head_dim", pl.Int64), ("framework", pl.Utf8),
-                     ("cp", pl.Int64), ("ep", pl.Int64), ("vpp", pl.Int64), ("gpus_per_node", pl.Int64)):
+                     ("cp", pl.Int64), ("ep", pl.Int64), ("vpp", pl.Int64), ("gpus_per_node", pl.Int64),
+                     ("year", pl.Int64), ("micro_batch", pl.Int64), ("seq_len", pl.Int64),
+                     ("global_batch_seqs", pl.Int64), ("tp", pl.Int64), ("pp", pl.Int64), ("dp", pl.Int64)):
         if c not in r.columns:
             r = r.with_columns(pl.lit(None, dtype=dtype).alias(c))
     notes: list[pl.Expr] = []
@@ -65,16 +184,9 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     def note(cond: pl.Expr, text: str) -> None:
         notes.append(pl.when(cond).then(pl.lit(text)))
 
-    fsdp = _has_any("framework", FSDP_STACKS)
     megatron = _has_any("framework", MEGATRON_STACKS)
-    tp = pl.col("tp").fill_null(1)
-    pp = pl.col("pp").fill_null(1)
-    cp = pl.col("cp").fill_null(1)
+    fsdp = _has_any("framework", FSDP_STACKS)
     ratio = pl.col("ffn_dim").cast(pl.Float64) / pl.col("d_model").cast(pl.Float64)
-    for c in ("tp", "pp"):
-        note(pl.col(c).is_null(), f"{c}=1 (not stated)")
-    note(pl.col("dp").is_null(), "dp=n_gpus/(tp*pp*cp)")
-    note(pl.col("micro_batch").is_null(), "micro_batch=1")
     note(pl.col("sharding").is_null(), "sharding from framework default")
     note(pl.col("dtype").is_null(), "dtype=bf16")
     note(pl.col("gpus_per_node").is_null(), "gpus_per_node=scale-up domain")
@@ -84,17 +196,11 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     note(pl.col("vocab").is_null(), "vocab=51200")
 
     out = r.with_columns(
-        tp.alias("tp"), pp.alias("pp"), cp.alias("cp"),
-        pl.col("ep").fill_null(1).alias("ep"),
-        pl.col("vpp").fill_null(1).alias("vpp"),
-        pl.coalesce(pl.col("dp"), pl.col("n_gpus") // (tp * pp * cp)).alias("dp"),
-        pl.col("micro_batch").fill_null(1).alias("micro_batch"),
         pl.coalesce(
             pl.col("sharding"),
             pl.when(fsdp).then(pl.lit("fsdp")).when(megatron).then(pl.lit("zero1")).otherwise(pl.lit("none")),
         ).alias("sharding"),
         pl.col("recompute").replace("unknown", None).alias("recompute"),
-        (megatron & (tp > 1)).alias("sequence_parallel"),
         pl.col("dtype").fill_null("bf16").alias("dtype"),
         pl.coalesce(
             pl.col("activation"),
@@ -122,14 +228,14 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     if override:
         out = out.with_columns([pl.coalesce(c, f"_hw_{c}").alias(c) for c in override]).drop(
             [f"_hw_{c}" for c in override])
+    out = infer_layout(out)
     out = out.with_columns(
         pl.coalesce(pl.col("gpus_per_node"),
                     pl.min_horizontal(pl.col("scaleup_size"), pl.col("n_gpus"))).alias("gpus_per_node"),
+        (megatron & (pl.col("tp") > 1)).alias("sequence_parallel"),
     )
     problems = [
         pl.when(pl.col("n_gpus").is_null()).then(pl.lit("n_gpus not stated (whole-run totals cannot be predicted)")),
-        pl.when(pl.col("seq_len").is_null()).then(pl.lit("seq_len not stated")),
-        pl.when(pl.col("global_batch_seqs").is_null()).then(pl.lit("global_batch_seqs not stated")),
         pl.when(pl.col("n_layers").is_null() | pl.col("d_model").is_null() | pl.col("n_heads").is_null())
         .then(pl.lit("architecture shape unknown (no n_layers/d_model/n_heads and no architectures alias)")),
         pl.when((pl.col("arch") != "dense") & (pl.col("n_experts") == 0))
@@ -140,6 +246,64 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
         problems.append(pl.col("hardware_error"))
     return out.with_columns(pl.concat_str(problems, separator="; ", ignore_nulls=True).replace("", None)
                             .alias("config_error"))
+
+
+#: model-parallel layouts tried, in order, for a run that states none (tp inside the node first, then pp)
+LAYOUT_CANDIDATES = ((1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16), (8, 32), (8, 64))
+
+
+def resolve_layout(configs: pl.DataFrame, predict) -> pl.DataFrame:
+    """Runs that state no layout at all (`layout_unstated`) and cannot run as pure data parallel (the batch
+    does not split over n_gpus replicas, or the model does not fit): the first of LAYOUT_CANDIDATES whose tp
+    fits the scale-up domain and divides the heads, whose dp divides the batch and that fits in memory with
+    full recompute. `predict` is `models.step_time.predict`."""
+    if "layout_unstated" not in configs.columns or not configs["layout_unstated"].any():
+        return configs
+    df = configs.with_row_index("_row")
+    todo = df.filter(pl.col("layout_unstated"))
+    trial0 = todo.drop("_row").with_columns(pl.lit("full").alias("recompute"))
+    ok0 = predict_by_preset(trial0, predict)["feasible"].to_numpy()
+    B = todo["global_batch_seqs"].cast(pl.Float64).to_numpy()
+    n = todo["n_gpus"].cast(pl.Float64).to_numpy()
+    need = ~ok0 | (np.mod(B, n) != 0)
+    chosen_tp = np.full(todo.height, np.nan)
+    chosen_pp = np.full(todo.height, np.nan)
+    heads = todo["n_heads"].cast(pl.Float64).to_numpy()
+    node = todo["scaleup_size"].cast(pl.Float64).to_numpy()
+    for tp, pp in LAYOUT_CANDIDATES:
+        left = need & np.isnan(chosen_tp)
+        if not left.any():
+            break
+        dp = n / (tp * pp)
+        cand = left & (dp >= 1) & (dp == np.floor(dp)) & (tp <= node) & (np.mod(heads, tp) == 0)
+        cand &= np.mod(B, np.where(dp >= 1, dp, 1.0)) == 0
+        if not cand.any():
+            continue
+        trial = trial0.with_columns(pl.lit(tp).alias("tp"), pl.lit(pp).alias("pp"),
+                                    pl.Series("dp", np.maximum(np.floor(dp), 1.0)).cast(pl.Int64),
+                                    pl.lit(1).alias("micro_batch"), pl.lit(tp > 1).alias("sequence_parallel"))
+        fits = predict_by_preset(trial, predict)["feasible"].to_numpy()
+        hit = cand & fits
+        chosen_tp[hit], chosen_pp[hit] = tp, pp
+    got = np.isfinite(chosen_tp)
+    if not got.any():
+        return configs
+    tpv = np.where(got, chosen_tp, todo["tp"].cast(pl.Float64).to_numpy())
+    ppv = np.where(got, chosen_pp, todo["pp"].cast(pl.Float64).to_numpy())
+    upd = todo.with_columns(
+        pl.Series("tp", tpv).cast(pl.Int64), pl.Series("pp", ppv).cast(pl.Int64),
+        pl.Series("dp", np.where(got, n / (tpv * ppv), todo["dp"].cast(pl.Float64).to_numpy())).cast(pl.Int64),
+        pl.when(pl.Series(got)).then(pl.lit(1)).otherwise(pl.col("micro_batch")).alias("micro_batch"),
+        pl.when(pl.Series(got)).then(pl.Series(tpv) > 1).otherwise(pl.col("sequence_parallel"))
+        .alias("sequence_parallel"),
+        pl.when(pl.Series(got)).then(pl.concat_str([pl.col("assumptions"), pl.format(
+            "tp={}, pp={} (no layout stated: the smallest model parallelism that fits and splits the batch)",
+            pl.Series(tpv).cast(pl.Int64), pl.Series(ppv).cast(pl.Int64))], separator="; ", ignore_nulls=True))
+        .otherwise(pl.col("assumptions")).alias("assumptions"),
+    ).with_columns(  # the (tp=1, pp=1) notes no longer apply
+        pl.col("assumptions").str.replace_all(r"tp=1 \(not stated\); |pp=1 \(not stated\); ", ""))
+    rest = df.filter(~pl.col("layout_unstated"))
+    return pl.concat([rest, upd.select(rest.columns)], how="vertical_relaxed").sort("_row").drop("_row")
 
 
 PRESETS = ("default", "megatron_2022")
