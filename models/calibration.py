@@ -1,23 +1,30 @@
-"""Calibration of the analytical model on measured runs: physics first, then a residual regressor, grouped
-validation and conformal intervals (pure: arrays and DataFrames in, a bundle and tables out).
+"""Calibration of the analytical model on measured runs: fitted physics, a residual regression, validation
+that measures transfer, and intervals that hold off the corpus (pure: arrays and DataFrames in, a
+`models.predictor.Calibration` and tables out).
 
 1. Target: log(measured tokens/s/GPU) per run (`models.targets`; MFU/HFU/TFLOP-only runs converted and
    flagged `target_derived`; whole-run GPU-hour averages excluded: they include downtime).
 2. Physics: the named `PhysParams` fields in `FIT_FIELDS` (+ per-software-preset `PRESET_FIELDS`) are fitted
    with `scipy.optimize.least_squares` (soft-L1 loss on the log ratio, bounded by
    `models.params.FITTABLE_BOUNDS`, a weak pull towards the priors so unidentified fields stay put). Runs are
-   weighted `n_source^-1/4` so the 1,440 vTrain single-node runs do not drown the other sources (each
-   source's total weight grows as sqrt(n)).
-3. Residual: a regressor on `models.features` predicts the remaining log(measured / physics). Candidates:
-   `physics` (no residual model), `ridge` (standardised ridge regression), `gbm` (histogram gradient
-   boosting). The one with the lowest leave-one-source-out MdAPE is kept.
-4. Grouped validation: leave-one-source-out (`loso`) and leave-one-hardware-out (`loho`); for every fold
-   the physics AND the residual model are re-fitted without the held-out group (`fold_train_ids` records
-   what each fold saw). Sources / hardware with fewer than `MIN_GROUP` runs are held out together as one
-   pooled group ("other"), which is stricter than one at a time.
-5. Intervals: normalised conformal (models.conformal) on the out-of-group log errors; kappa (how fast
-   intervals widen with distance from the training data) is the one with the narrowest median width among
-   those whose leave-one-source-out coverage is within 0.85-0.95.
+   weighted `n_source^-1/4` so the 1,440 vTrain single-node runs do not drown the other sources. Every
+   fitted field is in units that mean the same on every device (fractions of a peak or of a link, seconds
+   per kernel or per collective step). The fit records its domain (`models.domains.Domain`: hardware
+   generation groups, precision families, software eras, largest cluster): the fitted values answer inside
+   it, the priors outside it (`models.predictor`).
+3. Residual: `ridge` (weighted ridge regression in numpy on `models.predictor.FEATURE_NAMES`) or `physics`
+   (none); the kind whose WORST transfer protocol has the lowest MdAPE is kept.
+4. Validation (`PROTOCOLS`): leave-one-source-out (`loso`),
+   leave-one-hardware-generation-out (`logo`: pre-Ampere, Ampere, Ada, Hopper, Blackwell, AMD, Gaudi, TPU),
+   leave-one-architecture-family-out (`lofo`: dense, MoE, hybrid), leave-one-precision-out (`lopo`: 16-bit,
+   32-bit, fp8, fp4), and scale extrapolation (`scale`: fit on runs with <= 256 accelerators, score the
+   larger ones). Every fold re-fits the physics AND the residual without its held-out runs and predicts them
+   through the serving function (`models.predictor.predict_arrays`), so a held-out generation is predicted
+   exactly as a new one would be: priors, no correction, the wider interval. Groups with fewer than
+   `MIN_GROUP` runs are held out together as one pooled group ("other").
+5. Intervals: split-conformal quantiles of the out-of-fold |log error| of every protocol, one for
+   configurations inside the fit's domain (`q_inside`) and one for extrapolated ones (`q_extrapolated`);
+   coverage per protocol is measured leave-one-fold-out (the quantile for a fold comes from the other folds).
 """
 
 from __future__ import annotations
@@ -29,29 +36,36 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from models import conformal
-from models.features import FEATURE_NAMES, FeatureError, build_features, validate
+from models import conformal, domains
 from models.params import DEFAULT, FITTABLE_BOUNDS, PhysParams
 from models.runs_adapter import PRESETS, preset_params
+from models.predictor import FEATURE_NAMES, Calibration, encode, residual_features
+from models.predictor import predict_arrays as serve_arrays
 from models.step_time import OUTPUT_COLUMNS, encode_configs, predict_arrays
 
-FIT_CODE_VERSION = "stepcast-calibration/1"
-FIT_FIELDS = ("matmul_eff_16bit", "matmul_eff_8bit", "attn_eff", "gemm_half_flops", "host_overhead_s_per_op",
+FIT_CODE_VERSION = "stepcast-calibration/2"
+FIT_FIELDS = ("matmul_eff_16bit", "matmul_eff_8bit", "attn_eff", "gemm_ramp_flops_per_sm", "host_overhead_s_per_op",
               "scaleup_eff", "scaleout_eff", "alpha_scaleup_s", "tp_overlap", "dp_overlap", "fsdp_gather_overlap")
 PRESET_FIELDS = {"megatron_2022": ("host_overhead_s_per_op",)}
-LOG_FIELDS = {"gemm_half_flops", "host_overhead_s_per_op", "alpha_scaleup_s", "alpha_scaleout_s"}
-MODEL_KINDS = ("physics", "ridge", "gbm")
+LOG_FIELDS = {"gemm_ramp_flops_per_sm", "host_overhead_s_per_op", "alpha_scaleup_s", "alpha_scaleout_s"}
+MODEL_KINDS = ("physics", "ridge")
+PROTOCOLS = ("loso", "logo", "lofo", "lopo", "scale")
+#: every protocol `stepcast fit --protocols` accepts (loho, one hardware model at a time, is subsumed by logo's
+#: whole generations and costs a dozen more folds, so it is not part of every fit)
+ALL_PROTOCOLS = ("loso", "loho", "logo", "lofo", "lopo", "scale", "vtrain_multi_lomso")
+PROTOCOL_NAMES = {"loso": "leave one source out", "loho": "leave one hardware model out",
+                  "logo": "leave one hardware generation out", "lofo": "leave one architecture family out",
+                  "lopo": "leave one precision out", "scale": "fit on <= 256 accelerators, score larger runs",
+                  "vtrain_multi_lomso": "vTrain multi-node: leave one model size out"}
+SCALE_SPLIT_N_GPUS = 256
 MIN_GROUP = 5
 ALPHA = 0.10
-KAPPAS = (0.0, 0.1, 0.25, 0.5, 1.0)
 COVERAGE_BAND = (0.85, 0.95)
 HYPER = {
     "prior_weight": 0.3, "soft_l1_scale": 0.05, "max_nfev": 30, "source_weight_power": -0.25,
     "physics_subsample_over": 400,
-    "ridge_alpha": 10.0,
-    "gbm": {"max_iter": 80, "learning_rate": 0.08, "max_leaf_nodes": 15, "min_samples_leaf": 20,
-            "l2_regularization": 1.0},
-    "alpha": ALPHA, "kappas": list(KAPPAS), "min_group": MIN_GROUP,
+    "ridge_alpha": 30.0,
+    "alpha": ALPHA, "min_group": MIN_GROUP, "protocols": list(PROTOCOLS), "scale_split": SCALE_SPLIT_N_GPUS,
 }
 OUT_COLUMNS = ("step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo",
                "tokens_per_s_per_gpu_hi", "fit_version")
@@ -75,6 +89,20 @@ class FitData:
 
     def subset(self, rows: np.ndarray) -> "FitData":
         return FitData(self.configs[rows], self.log_target[rows], self.weight[rows])
+
+    def labels(self, protocol: str) -> np.ndarray:
+        """Per-run group of a transfer protocol: hardware generation group (`logo`), architecture family
+        (`lofo`) or precision family (`lopo`) (models.domains)."""
+        c = self.configs
+        if protocol == "logo":
+            gen = c["generation"] if "generation" in c.columns else None
+            return domains.generation_groups(c["gpu"], gen)
+        if protocol == "lofo":
+            mamba = c["n_mamba_layers"].to_numpy() if "n_mamba_layers" in c.columns else None
+            return domains.arch_family(c["n_experts"].cast(pl.Float64).to_numpy(), mamba)
+        if protocol == "lopo":
+            return domains.precision_family(c["dtype"].to_list())
+        raise ValueError(f"no labels for protocol {protocol!r}")
 
 
 def fit_data(configs: pl.DataFrame, targets: pl.DataFrame) -> FitData:
@@ -122,6 +150,7 @@ class Physics:
         presets = configs["software_preset"].fill_null("default").to_numpy() if "software_preset" in \
             configs.columns else np.full(configs.height, "default")
         self.n = configs.height
+        self.configs = configs
         self.parts = []
         for name in PRESETS:
             idx = np.flatnonzero(presets == name)
@@ -135,6 +164,10 @@ class Physics:
             for c in columns:
                 out[c][idx] = res[c]
         return out
+
+    def arrays_all(self) -> dict:
+        """Encoded arrays of every row in the original order (for the residual features)."""
+        return encode(self.configs)
 
     def log_tput(self, params: PhysParams, overrides: dict) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -218,44 +251,40 @@ def fit_physics(data: FitData, base: PhysParams = DEFAULT, max_nfev: int | None 
 
 
 # --------------------------------------------------------------------------------------- residual
-def _make_model(kind: str):
-    from sklearn.ensemble import HistGradientBoostingRegressor
-    from sklearn.linear_model import Ridge
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    if kind == "ridge":
-        return make_pipeline(StandardScaler(), Ridge(alpha=HYPER["ridge_alpha"]))
-    if kind == "gbm":
-        return HistGradientBoostingRegressor(random_state=0, early_stopping=False, **HYPER["gbm"])
-    raise ValueError(f"unknown model kind {kind!r}; expected one of {MODEL_KINDS}")
-
-
-def _fit_model(kind: str, X: np.ndarray, y: np.ndarray, w: np.ndarray):
-    if kind == "physics":
-        return None
-    from threadpoolctl import threadpool_limits
-
-    m = _make_model(kind)
-    with threadpool_limits(limits=1):  # tiny data: OpenMP threads only contend (measured 5x slower)
-        if kind == "ridge":
-            m.fit(X, y, ridge__sample_weight=w)
-        else:
-            m.fit(X, y, sample_weight=w)
-    return m
+def fit_ridge(X: np.ndarray, y: np.ndarray, w: np.ndarray, alpha: float | None = None):
+    """Weighted ridge on standardised features, in numpy: (mean, scale, coef, intercept)."""
+    alpha = HYPER["ridge_alpha"] if alpha is None else alpha
+    w = w / w.sum()
+    mean = w @ X
+    scale = np.sqrt(w @ (X - mean) ** 2)
+    scale = np.where(scale > 1e-9, scale, 1.0)
+    Z = (X - mean) / scale
+    ybar = float(w @ y)
+    A = Z.T @ (Z * w[:, None]) + (alpha / len(y)) * np.eye(Z.shape[1])
+    coef = np.linalg.solve(A, Z.T @ (w * (y - ybar)))
+    return mean, scale, coef, ybar
 
 
-def _model_predict(model, X: np.ndarray) -> np.ndarray:
-    if model is None:
-        return np.zeros(len(X))
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1):
-        return np.asarray(model.predict(X), dtype=float)
+def domain_of(data: "FitData") -> domains.Domain:
+    return domains.Domain.of(data.labels("logo"), data.labels("lopo"), data.group("software_preset"),
+                             data.configs["n_gpus"].cast(pl.Float64).to_numpy(), data.labels("lofo"))
 
 
-def _features(phys: Physics, data: FitData, params: PhysParams, over: dict) -> np.ndarray:
-    return build_features(phys.frame(params, over), data.configs, check=False)
+def build_calibration(train: "FitData", version: str = "fold", max_nfev: int | None = None) -> dict[str, Calibration]:
+    """Fit physics + every residual kind on `train`; {kind: Calibration} (interval half-widths 0: set later)."""
+    params, over = fit_physics(train, max_nfev=max_nfev)
+    phys = Physics(train.configs)
+    out = phys.predict(params, over, OUTPUT_COLUMNS)
+    X = residual_features(phys.arrays_all(), out)
+    y = train.log_target - np.log(out["tokens_per_s_per_gpu"])
+    ok = np.isfinite(y) & np.isfinite(X).all(axis=1)
+    dom = domain_of(train)
+    n_f = X.shape[1]
+    cals = {"physics": Calibration(version, params, over, dom, "physics", np.zeros(n_f), np.ones(n_f),
+                                   np.zeros(n_f), 0.0, 0.0, 0.0)}
+    mean, scale, coef, icpt = fit_ridge(X[ok], y[ok], train.weight[ok])
+    cals["ridge"] = Calibration(version, params, over, dom, "ridge", mean, scale, coef, icpt, 0.0, 0.0)
+    return cals
 
 
 # ------------------------------------------------------------------------------------ grouped CV
@@ -266,44 +295,94 @@ def pooled_groups(labels: np.ndarray, min_group: int = MIN_GROUP) -> np.ndarray:
     return np.array([("other" if x in small else x) for x in labels], dtype=object)
 
 
+def protocol_folds(data: "FitData", scheme: str) -> tuple[np.ndarray, list]:
+    """(fold label per run, the fold labels to hold out) of a validation protocol."""
+    if scheme == "loso":
+        f = pooled_groups(data.group("source"))
+    elif scheme == "loho":
+        f = pooled_groups(data.group("gpu"))
+    elif scheme in ("logo", "lofo", "lopo"):
+        f = pooled_groups(data.labels(scheme))
+    elif scheme == "scale":
+        big = data.configs["n_gpus"].cast(pl.Float64).to_numpy() > SCALE_SPLIT_N_GPUS
+        f = np.where(big, f"n>{SCALE_SPLIT_N_GPUS}", f"n<={SCALE_SPLIT_N_GPUS}").astype(object)
+        return f, ([f"n>{SCALE_SPLIT_N_GPUS}"] if big.any() and (~big).any() else [])
+    elif scheme == "vtrain_multi_lomso":
+        vm = np.array([str(r).startswith("vtrain_m") for r in data.run_id])
+        size = data.configs["d_model"].cast(pl.Utf8).to_numpy().astype(object)
+        f = np.where(vm, "h=" + size, "never").astype(object)
+        return f, sorted(set(f[vm])) if vm.sum() >= 2 * MIN_GROUP else []
+    else:
+        raise ValueError(f"unknown protocol {scheme!r}; expected one of {ALL_PROTOCOLS}")
+    held = sorted(set(f))
+    # a protocol with one group has nothing to hold out against
+    return f, (held if len(held) > 1 else [])
+
+
 @dataclass
 class CVResult:
     scheme: str
     folds: np.ndarray                      # held-out fold label of each run
-    log_pred: dict[str, np.ndarray]        # predictor -> out-of-group log tokens/s/GPU per run
-    distance: np.ndarray                   # novelty distance of each run w.r.t. its fold's training set
+    log_pred: dict[str, np.ndarray]        # predictor -> out-of-fold log tokens/s/GPU per run
+    domain_code: np.ndarray                # models.predictor DOMAIN_* of each run w.r.t. its fold's fit
     fold_train_ids: dict[str, list[str]] = field(default_factory=dict)
 
 
-def grouped_cv(data: FitData, folds: np.ndarray, scheme: str, kinds=MODEL_KINDS,
-               hold_out: list | None = None, max_nfev: int | None = None) -> CVResult:
-    """For every fold label in `hold_out` (default: all), fit physics + residual models on the runs of the
-    other folds only and predict the held-out runs. Runs whose fold is not held out keep NaN."""
-    n = len(folds)
-    log_pred = {"analytical": np.full(n, np.nan)} | {k: np.full(n, np.nan) for k in kinds}
-    dist = np.full(n, np.nan)
-    phys_all = Physics(data.configs)
-    base_log = phys_all.log_tput(DEFAULT, {})
-    train_ids: dict[str, list[str]] = {}
-    for g in (hold_out if hold_out is not None else list(np.unique(folds))):
-        test = folds == g
-        if not test.any():
-            continue
-        train = ~test
-        tr = data.subset(np.flatnonzero(train))
-        train_ids[str(g)] = sorted(tr.run_id.tolist())
-        # every fold fits the physics exactly as the final fit does (same evaluation budget), so the
-        # cross-validated figures describe the procedure that produces the shipped fit
-        params, over = fit_physics(tr, max_nfev=max_nfev or HYPER["max_nfev"])
-        X = _features(phys_all, data, params, over)
-        phys_log = phys_all.log_tput(params, over)
-        y = data.log_target - phys_log
-        log_pred["analytical"][test] = base_log[test]
-        for kind in kinds:
-            model = _fit_model(kind, X[train], y[train], data.weight[train])
-            log_pred[kind][test] = phys_log[test] + _model_predict(model, X[test])
-        dist[test] = conformal.Novelty.fit(X[train]).distance(X[test])
-    return CVResult(scheme, folds, log_pred, dist, train_ids)
+def fold_predictions(job: tuple) -> dict:
+    """One fold: fit physics + residual kinds on the runs outside `test` and predict the `test` runs through
+    the serving function. `job` = (data, test row indices); a top-level function, so a process pool can run
+    folds in parallel. Returns {kind: log tokens/s/GPU of the test rows, 'domain_code': ..., 'train_ids': ...}."""
+    data, test_idx, max_nfev = job
+    test = np.zeros(len(data.log_target), dtype=bool)
+    test[test_idx] = True
+    tr = data.subset(np.flatnonzero(~test))
+    cals = build_calibration(tr, max_nfev=max_nfev)
+    arrays = encode(data.configs[test_idx])
+    out = {"train_ids": sorted(tr.run_id.tolist())}
+    for kind, c in cals.items():
+        res = serve_arrays(arrays, c)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out[kind] = np.log(res["tokens_per_s_per_gpu"])
+        out["domain_code"] = res["domain_code"]
+    return out
+
+
+def grouped_cv(data: "FitData", scheme: str, max_nfev: int | None = None, map_fn=map) -> CVResult:
+    """For every fold of `scheme`, fit physics + residual kinds without it and predict it through the serving
+    function (`map_fn` maps `fold_predictions` over the folds: the builtin map, or a process pool's).
+    Runs whose fold is not held out keep NaN."""
+    return cross_validate(data, [scheme], max_nfev=max_nfev, map_fn=map_fn)[0]
+
+
+def cross_validate(data: "FitData", schemes, max_nfev: int | None = None, map_fn=map) -> list[CVResult]:
+    """`grouped_cv` for several protocols, every fold of every protocol in one `map_fn` call."""
+    base_log = Physics(data.configs).log_tput(DEFAULT, {})
+    jobs, keys, folds_of = [], [], {}
+    for scheme in schemes:
+        folds, hold_out = protocol_folds(data, scheme)
+        folds_of[scheme] = folds
+        for g in hold_out:
+            jobs.append((data, np.flatnonzero(folds == g), max_nfev))
+            keys.append((scheme, g))
+    results = list(map_fn(fold_predictions, jobs))
+    n = len(data.log_target)
+    out = []
+    for scheme in schemes:
+        folds = folds_of[scheme]
+        log_pred = {k: np.full(n, np.nan) for k in ("analytical",) + MODEL_KINDS}
+        code = np.full(n, -1, dtype=np.int64)
+        train_ids = {}
+        for (sch, g), job, res in zip(keys, jobs, results):
+            if sch != scheme:
+                continue
+            idx = job[1]
+            log_pred["analytical"][idx] = base_log[idx]
+            for kind in MODEL_KINDS:
+                log_pred[kind][idx] = res[kind]
+            code[idx] = res["domain_code"]
+            train_ids[str(g)] = res["train_ids"]
+        out.append(CVResult(scheme, folds, log_pred, code, train_ids))
+    return out
 
 
 def _metrics(rel: np.ndarray) -> dict:
@@ -318,146 +397,156 @@ def _rel(log_pred: np.ndarray, log_target: np.ndarray) -> np.ndarray:
     return np.exp(log_pred - log_target) - 1.0
 
 
+# ---------------------------------------------------------------------------------------- intervals
+def _is_extrapolated(code: np.ndarray) -> np.ndarray:
+    from models.predictor import DOMAIN_INSIDE
+
+    return code != DOMAIN_INSIDE
+
+
+def interval_quantiles(cvs: list[CVResult], kind: str, log_target: np.ndarray, alpha: float = ALPHA):
+    """(q_inside, q_extrapolated): conformal quantiles of |log error| over every protocol's out-of-fold
+    predictions, per class. With fewer than 1/alpha extrapolated predictions, q_extrapolated = the larger of
+    q_inside and the quantile of all predictions."""
+    err_in, err_out = [], []
+    for cv in cvs:
+        e = np.abs(cv.log_pred[kind] - log_target)
+        ok = np.isfinite(e)
+        ext = _is_extrapolated(cv.domain_code)
+        err_in.append(e[ok & ~ext])
+        err_out.append(e[ok & ext])
+    e_in, e_out = np.concatenate(err_in), np.concatenate(err_out)
+    q_in = conformal.conformal_quantile(e_in, alpha)
+    if len(e_out) >= int(np.ceil(1.0 / alpha)) * 2:
+        q_out = max(conformal.conformal_quantile(e_out, alpha), q_in)
+    else:
+        q_out = max(q_in, conformal.conformal_quantile(np.concatenate([e_in, e_out]), alpha))
+    return float(q_in), float(q_out)
+
+
+def protocol_coverage(cvs: list[CVResult], kind: str, log_target: np.ndarray, run_id: np.ndarray,
+                      alpha: float = ALPHA) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per protocol: (covered per run, relative width per run), each fold's quantiles estimated from every
+    protocol's out-of-fold errors EXCEPT those of the fold's own runs (leave-one-fold-out conformal)."""
+    errs, exts, ids = [], [], []
+    for cv in cvs:
+        e = np.abs(cv.log_pred[kind] - log_target)
+        ok = np.isfinite(e)
+        errs.append(e[ok])
+        exts.append(_is_extrapolated(cv.domain_code)[ok])
+        ids.append(run_id[ok])
+    E, X, I = np.concatenate(errs), np.concatenate(exts), np.concatenate(ids)
+    out = {}
+    for cv in cvs:
+        e = np.abs(cv.log_pred[kind] - log_target)
+        held = np.isfinite(e)
+        covered = np.full(len(e), np.nan)
+        width = np.full(len(e), np.nan)
+        ext = _is_extrapolated(cv.domain_code)
+        for g in np.unique(cv.folds[held]):
+            sel = held & (cv.folds == g)
+            keep = ~np.isin(I, run_id[sel])
+            q_in = conformal.conformal_quantile(E[keep & ~X], alpha)
+            q_out = max(conformal.conformal_quantile(E[keep & X], alpha) if (keep & X).sum() >= 20 else
+                        conformal.conformal_quantile(E[keep], alpha), q_in)
+            q = np.where(ext[sel], q_out, q_in)
+            covered[sel] = e[sel] <= q
+            width[sel] = np.exp(q) - np.exp(-q)
+        out[cv.scheme] = (covered, width)
+    return out
+
+
 # --------------------------------------------------------------------------------------- the fit
-@dataclass
-class CalibrationBundle:
-    """A fitted calibration: physics params, residual model, conformal interval; `apply_calibration` uses it."""
-
-    version: str
-    params: PhysParams
-    preset_overrides: dict
-    model_kind: str
-    model: object
-    kappa: float
-    q: float
-    alpha: float
-    novelty: conformal.Novelty
-    feature_names: tuple = FEATURE_NAMES
-    hardware_seen: tuple = ()
-    metrics: dict = field(default_factory=dict)
-
-    def params_for(self, preset: str = "default") -> PhysParams:
-        return preset_params(preset, self.params, self.preset_overrides)
+def _labels_for(cv: CVResult, data: "FitData") -> dict[str, np.ndarray]:
+    if cv.scheme == "vtrain_multi_lomso":
+        return {"model_size": cv.folds}
+    per = {"loso": "source", "loho": "gpu", "logo": "generation", "lofo": "family", "lopo": "precision",
+           "scale": "scale"}[cv.scheme]
+    out = {"source": data.group("source"), "gpu": data.group("gpu")}
+    if per not in out:
+        out[per] = cv.folds
+    return out
 
 
-def fit_calibration(data: FitData, max_nfev: int | None = None, vtrain_multi_prefix: str = "vtrain_m",
-                    protocols=("loso", "loho")):
-    """Fit everything on `data` and validate it under the grouped protocols.
+def fit_calibration(data: "FitData", max_nfev: int | None = None, protocols=PROTOCOLS, map_fn=map):
+    """Fit everything on `data` and validate it under the transfer protocols.
 
-    Returns (bundle, report): report has `metrics` (rows: scheme, grouping, group, predictor, n_runs, mdape,
-    mape, within_10pct, coverage_90, median_width), `oof` (per-run out-of-group predictions of the
-    leave-one-source-out protocol, with interval and coverage), `chosen`, `fold_train_ids`."""
+    Returns (calibration, report): report has `metrics` (rows: scheme, grouping, group, predictor, n_runs,
+    mdape, mape, within_10pct, coverage_90, median_width), `oof_long` (scheme, run_id, fold, log_pred,
+    log_target, domain_code: every protocol's out-of-fold calibrated prediction per run), `oof` (per-run
+    leave-one-source-out prediction with interval and coverage), `chosen`, `q_inside`, `q_extrapolated`,
+    `worst` ({kind: (protocol, mdape)}), `fold_train_ids`, `folds`. `map_fn` runs the folds (see
+    `grouped_cv`)."""
     version = fit_version(data)
-    src = data.group("source")
-    gpu = data.group("gpu")
-    loso = grouped_cv(data, pooled_groups(src), "loso", max_nfev=max_nfev)
-    loho = grouped_cv(data, pooled_groups(gpu), "loho", max_nfev=max_nfev)
-    cvs = [loso, loho]
-    if "vtrain_multi_lomso" not in protocols:
-        vtrain_multi_prefix = "\0"  # matches no run
-    # vTrain multi-node: leave each model size out (the other sizes and every other source stay in)
     rid = data.run_id
-    vm = np.array([str(r).startswith(vtrain_multi_prefix) for r in rid])
-    if vm.sum() >= 2 * MIN_GROUP:
-        size = data.configs["d_model"].cast(pl.Utf8).to_numpy().astype(object)
-        folds = np.where(vm, "h=" + size, "never")
-        sizes = sorted(set(folds[vm]))
-        cvs.append(grouped_cv(data, folds, "vtrain_multi_lomso", hold_out=sizes, max_nfev=max_nfev))
+    cvs = cross_validate(data, protocols, max_nfev=max_nfev, map_fn=map_fn)
+    cvs = [cv for cv in cvs if np.isfinite(cv.log_pred["physics"]).any()]
 
-    # choose the residual model under leave-one-source-out
-    scores = {k: _metrics(_rel(loso.log_pred[k], data.log_target))["mdape"] for k in MODEL_KINDS}
-    chosen = min(MODEL_KINDS, key=lambda k: (scores[k], MODEL_KINDS.index(k)))
+    # choose the residual kind by its worst protocol
+    def worst(kind):
+        scores = [(cv.scheme, _metrics(_rel(cv.log_pred[kind], data.log_target))["mdape"]) for cv in cvs]
+        scores = [s for s in scores if s[1] is not None]
+        return max(scores, key=lambda s: s[1]) if scores else ("none", float("inf"))
+    worsts = {k: worst(k) for k in MODEL_KINDS}
+    chosen = min(MODEL_KINDS, key=lambda k: (worsts[k][1], MODEL_KINDS.index(k)))
+    q_in, q_out = interval_quantiles(cvs, chosen, data.log_target)
 
-    # choose kappa: narrowest median width with LOSO coverage inside the band
-    abs_err = np.abs(data.log_target - loso.log_pred[chosen])
-    best = None
-    for kappa in KAPPAS:
-        sig = conformal.sigma(loso.distance, kappa)
-        cov, _, width = conformal.grouped_coverage(abs_err, sig, loso.folds, ALPHA)
-        c = float(cov.mean())
-        inside = COVERAGE_BAND[0] <= c <= COVERAGE_BAND[1]
-        key = (not inside, float(np.median(width)) if inside else abs(c - 0.9))
-        if best is None or key < best[0]:
-            best = (key, kappa)
-    kappa = best[1]
+    final = build_calibration(data, version=version)[chosen]
+    final.q_inside, final.q_extrapolated = q_in, q_out
 
-    # final fit on everything
-    params, over = fit_physics(data)
-    phys_all = Physics(data.configs)
-    X = _features(phys_all, data, params, over)
-    phys_log = phys_all.log_tput(params, over)
-    model = _fit_model(chosen, X, data.log_target - phys_log, data.weight)
-    q = conformal.conformal_quantile(abs_err / conformal.sigma(loso.distance, kappa), ALPHA)
-    bundle = CalibrationBundle(version=version, params=params, preset_overrides=over, model_kind=chosen,
-                               model=model, kappa=kappa, q=q, alpha=ALPHA, novelty=conformal.Novelty.fit(X),
-                               hardware_seen=tuple(sorted(set(gpu))))
-
-    # metrics: every protocol x grouping x predictor, plus interval coverage of the chosen predictor
+    cover = protocol_coverage(cvs, chosen, data.log_target, rid)
     rows = []
     for cv in cvs:
+        covered, width = cover[cv.scheme]
         held = np.isfinite(cv.log_pred[chosen])
-        sig = conformal.sigma(cv.distance, kappa)
-        cov = np.full(len(rid), np.nan)
-        width = np.full(len(rid), np.nan)
-        c, _, w = conformal.grouped_coverage(abs(data.log_target - cv.log_pred[chosen])[held], sig[held],
-                                             cv.folds[held], ALPHA)
-        cov[held], width[held] = c, w
-        groupings = {"source": src, "gpu": gpu} if cv.scheme != "vtrain_multi_lomso" else {"model_size": cv.folds}
-        for gname, labels in groupings.items():
+        for gname, labels in _labels_for(cv, data).items():
             for grp in ["ALL"] + sorted(set(labels[held])):
                 sel = held & ((labels == grp) if grp != "ALL" else True)
-                for pred_name in ("analytical", "physics", "ridge", "gbm", "calibrated"):
+                for pred_name in ("analytical", "physics", "ridge", "calibrated"):
                     lp = cv.log_pred[chosen if pred_name == "calibrated" else pred_name]
                     m = _metrics(_rel(lp[sel], data.log_target[sel]))
                     is_cal = pred_name == "calibrated"
                     rows.append({"scheme": cv.scheme, "grouping": gname, "group": grp, "predictor": pred_name, **m,
-                                 "coverage_90": float(np.mean(cov[sel])) if is_cal and sel.any() else None,
-                                 "median_width": float(np.median(width[sel])) if is_cal and sel.any() else None})
-            if cv.scheme == "vtrain_multi_lomso":
-                break
+                                 "coverage_90": float(np.nanmean(covered[sel])) if is_cal and sel.any() else None,
+                                 "median_width": float(np.nanmedian(width[sel])) if is_cal and sel.any() else None})
     metrics = pl.DataFrame(rows, schema_overrides={"coverage_90": pl.Float64, "median_width": pl.Float64,
                                                    "mdape": pl.Float64, "mape": pl.Float64,
                                                    "within_10pct": pl.Float64})
-    sig = conformal.sigma(loso.distance, kappa)
-    cov, qs, width = conformal.grouped_coverage(abs_err, sig, loso.folds, ALPHA)
-    lo_t, hi_t = np.exp(loso.log_pred[chosen] - qs * sig), np.exp(loso.log_pred[chosen] + qs * sig)
+    oof_long = pl.concat([pl.DataFrame({
+        "scheme": [cv.scheme] * len(rid), "run_id": rid.astype(str), "fold": cv.folds.astype(str),
+        "log_pred": cv.log_pred[chosen], "log_target": data.log_target, "domain_code": cv.domain_code,
+    }).filter(pl.col("log_pred").is_finite()) for cv in cvs])
+    loso = next((cv for cv in cvs if cv.scheme == "loso"), cvs[0])
+    loho = next((cv for cv in cvs if cv.scheme == "loho"), None)
+    covered, _ = cover[loso.scheme]
+    q_row = np.where(_is_extrapolated(loso.domain_code), q_out, q_in)
+    lp = loso.log_pred[chosen]
     oof = pl.DataFrame({
-        "run_id": rid, "loso_fold": loso.folds.astype(str),
-        "loso_tokens_per_s_per_gpu": np.exp(loso.log_pred[chosen]),
-        "loso_tokens_per_s_per_gpu_lo": lo_t, "loso_tokens_per_s_per_gpu_hi": hi_t, "loso_covered": cov,
-        "loho_tokens_per_s_per_gpu": np.exp(loho.log_pred[chosen]),
+        "run_id": rid, "loso_fold": loso.folds.astype(str), "loso_tokens_per_s_per_gpu": np.exp(lp),
+        "loso_tokens_per_s_per_gpu_lo": np.exp(lp - q_row), "loso_tokens_per_s_per_gpu_hi": np.exp(lp + q_row),
+        "loso_covered": covered,
+        "loho_tokens_per_s_per_gpu": np.exp(loho.log_pred[chosen]) if loho is not None else np.full(len(rid), np.nan),
     })
-    overall = metrics.filter((pl.col("scheme") == "loso") & (pl.col("grouping") == "source")
-                             & (pl.col("group") == "ALL"))
-    summary = {r["predictor"]: r for r in overall.to_dicts()}
-    bundle.metrics = {"loso": summary, "scores": scores}
-    report = {"metrics": metrics, "oof": oof, "chosen": chosen, "kappa": kappa, "q": q,
-              "fold_train_ids": {cv.scheme: cv.fold_train_ids for cv in cvs}, "folds": {
-                  cv.scheme: dict(zip(rid.tolist(), cv.folds.astype(str).tolist())) for cv in cvs}}
-    return bundle, report
+    summary = {r["scheme"]: r for r in metrics.filter((pl.col("grouping") == "source") & (pl.col("group") == "ALL")
+                                                      & (pl.col("predictor") == "calibrated")).to_dicts()}
+    final.metrics = {"protocols": summary, "worst": {k: list(v) for k, v in worsts.items()}, "chosen": chosen}
+    report = {"metrics": metrics, "oof": oof, "oof_long": oof_long, "chosen": chosen, "q_inside": q_in,
+              "q_extrapolated": q_out, "kappa": 0.0, "q": q_in, "worst": worsts,
+              "fold_train_ids": {cv.scheme: cv.fold_train_ids for cv in cvs},
+              "folds": {cv.scheme: dict(zip(rid.tolist(), cv.folds.astype(str).tolist())) for cv in cvs}}
+    return final, report
 
 
 # ------------------------------------------------------------------------------------------ serve
-def apply_calibration(bundle: CalibrationBundle, analytical: pl.DataFrame, features_input: pl.DataFrame) -> pl.DataFrame:
-    """Calibrated step time / throughput with the conformal interval, one row per input row.
+def apply_calibration(bundle: Calibration, analytical: pl.DataFrame, features_input: pl.DataFrame) -> pl.DataFrame:
+    """Calibrated step time / throughput with the interval, one row per row of `features_input` (the
+    configurations: architecture, layout, resolved hardware, optional software_preset). A thin wrapper over
+    `models.predictor.predict`, kept for callers of the earlier API; `analytical` is only checked for its
+    length (the physics is re-evaluated by the one prediction function)."""
+    from models.predictor import predict
 
-    `analytical`: `models.step_time.predict` output made with `bundle.params_for(preset)` (columns
-    models.features.REQUIRED_ANALYTICAL + tokens_per_s_per_gpu); `features_input`: the configurations
-    (models.features.REQUIRED_CONFIG: architecture, layout, resolved hardware; optional columns listed
-    there). A `models.search.search` result frame serves as both. Raises models.features.FeatureError for
-    missing columns, unknown hardware (null hardware columns) and null/NaN/non-positive values."""
-    if "tokens_per_s_per_gpu" not in analytical.columns:
-        raise FeatureError("analytical: missing column tokens_per_s_per_gpu")
-    validate(analytical, features_input)
-    X = build_features(analytical, features_input, check=True)
-    shift = _model_predict(bundle.model, X)
-    sig = conformal.sigma(bundle.novelty.distance(X), bundle.kappa)
-    width = bundle.q * sig
-    step = analytical["step_time_s"].cast(pl.Float64).to_numpy() * np.exp(-shift)
-    tput = analytical["tokens_per_s_per_gpu"].cast(pl.Float64).to_numpy() * np.exp(shift)
-    return pl.DataFrame({
-        "step_time_s": step, "step_time_lo_s": step * np.exp(-width), "step_time_hi_s": step * np.exp(width),
-        "tokens_per_s_per_gpu": tput, "tokens_per_s_per_gpu_lo": tput * np.exp(-width),
-        "tokens_per_s_per_gpu_hi": tput * np.exp(width),
-        "fit_version": [bundle.version] * len(step),
-    })
+    if analytical.height != features_input.height:
+        raise ValueError(f"analytical has {analytical.height} rows but features_input has {features_input.height}")
+    res = predict(features_input, bundle)
+    return res.select("step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu",
+                      "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "fit_version", "calibration_domain")

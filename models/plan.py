@@ -170,7 +170,7 @@ def best_layouts(arch: dict, hardware_rows: list[dict], tokens_per_step_seqs: in
     from models.search import search
 
     search_fn = search_fn or search
-    params = params or DEFAULT
+    params = DEFAULT if params is None else params
     out: list[dict] = []
     for hw in hardware_rows:
         for n in cluster_sizes(hw.get("scaleup_size") or 8, max_gpus):
@@ -182,6 +182,34 @@ def best_layouts(arch: dict, hardware_rows: list[dict], tokens_per_step_seqs: in
             row.update(hardware=hw["id"], n_gpus=n)
             out.append(row)
     return out
+
+
+def plan_rows(arch: dict, hardware_rows: list[dict], tokens: float, tokens_per_step_seqs: int, seq_len: int,
+              max_gpus: int, usd_per_gpu_hour: dict, dtype: str = "bf16", model=None, grid: dict | None = None):
+    """Every accelerator x cluster size with its best layout under `model` (`models.predictor`: the one
+    prediction function; ranking, throughput, MFU and interval all come from it), and the days, dollars and
+    energy that follow from that one step time (`days_lo`/`days_hi` from the interval's throughput).
+    `stepcast plan` and the `hardware_choice` table both call this. Returns a polars DataFrame."""
+    import polars as pl
+
+    rows = best_layouts(arch, hardware_rows, tokens_per_step_seqs, seq_len, max_gpus, dtype=dtype, params=model,
+                        grid=grid)
+    if not rows:
+        return pl.DataFrame()
+    f = pl.DataFrame(rows, infer_schema_length=None)
+    tdp_by_id = {r["id"]: r.get("tdp_w") for r in hardware_rows}
+    price = np.array([usd_per_gpu_hour[h] for h in f["hardware"]], dtype=float)
+    tdp = np.array([tdp_by_id.get(h) or np.nan for h in f["hardware"]], dtype=float)
+    n = f["n_gpus"].to_numpy().astype(float)
+    par = f["params"].to_numpy()
+    mid = time_and_cost(tokens, n, f["tokens_per_s_per_gpu"].to_numpy(), par, price, tdp)
+    slow = time_and_cost(tokens, n, f["tokens_per_s_per_gpu_lo"].to_numpy(), par, price, tdp)
+    fast = time_and_cost(tokens, n, f["tokens_per_s_per_gpu_hi"].to_numpy(), par, price, tdp)
+    return f.with_columns(
+        pl.Series("usd_per_gpu_hour", price), *[pl.Series(k, v) for k, v in mid.items()],
+        pl.Series("days_lo", fast["days"]), pl.Series("days_hi", slow["days"]),
+        pl.Series("cost_usd_lo", fast["cost_usd"]), pl.Series("cost_usd_hi", slow["cost_usd"]),
+    ).filter(pl.col("days").is_finite())
 
 
 def time_and_cost(tokens: float, n_gpus, tokens_per_s_per_gpu, params, usd_per_gpu_hour, tdp_w,

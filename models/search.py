@@ -32,7 +32,8 @@ from models.params import (
     SHARDING_CODES,
     PhysParams,
 )
-from models.step_time import HARDWARE_COLUMNS, OUTPUT_COLUMNS, predict_arrays
+from models.predictor import EXTRA_COLUMNS, Model, as_predictor, domain_text, predict_arrays
+from models.step_time import HARDWARE_COLUMNS, OUTPUT_COLUMNS
 
 LAYOUT_DIMS = ("tp", "pp", "cp", "dp", "ep", "vpp", "micro_batch", "sharding", "recompute", "sequence_parallel")
 _CODES = {"sharding": SHARDING_CODES, "recompute": RECOMPUTE_CODES}
@@ -162,31 +163,42 @@ def search(
     top_k: int = 10,
     rank_by: str = "throughput",
     usd_per_gpu_hour: float | None = None,
-    params: PhysParams = DEFAULT,
+    params: Model = DEFAULT,
     gpus_per_node: int | None = None,
     return_count: bool = False,
+    dedupe: bool = True,
 ):
     """Best feasible layouts, ranked by tokens/s (``rank_by='throughput'``) or by GPU-seconds
     (and USD when ``usd_per_gpu_hour`` is given) per token (``rank_by='cost'``).
 
-    Returns a polars DataFrame (layout columns with string categoricals + predictions +
-    ``gpu_s_per_mtoken``/``usd_per_mtoken``), best first; with ``return_count=True`` a tuple
-    (frame, number of layouts evaluated).
+    ``params`` is the prediction model (``models.predictor``: PhysParams for the analytical model, or a
+    calibration/Predictor: ranking is then by the calibrated figure). Layouts whose prediction is identical
+    (same step time and memory, e.g. ZeRO-3 and FSDP where they coincide) are shown once (``dedupe``).
+    Returns a polars DataFrame (layout columns with string categoricals + predictions + the interval +
+    ``fit_version``/``assumptions``/``calibration_domain`` + ``gpu_s_per_mtoken``/``usd_per_mtoken``), best
+    first; with ``return_count=True`` a tuple (frame, number of layouts evaluated).
     """
     if rank_by not in ("throughput", "cost"):
         raise ValueError("rank_by must be 'throughput' or 'cost'")
     lay = enumerate_layouts(arch_row, hw_row, n_gpus, global_batch_seqs, seq_len, fixed, dtype,
                             gpus_per_node=gpus_per_node)
     count = len(lay["tp"])
-    res = predict_arrays(lay, params) if count else {c: np.zeros(0) for c in OUTPUT_COLUMNS}
+    res = predict_arrays(lay, params) if count else {c: np.zeros(0) for c in OUTPUT_COLUMNS + EXTRA_COLUMNS}
     ok = np.asarray(res["feasible"], dtype=bool) if count else np.zeros(0, dtype=bool)
     idx = np.flatnonzero(ok)
+    if dedupe and len(idx):  # identical predictions (to 10 significant digits) are one answer
+        key2 = np.round(np.log(res["step_time_s"][idx]), 10) * 1e6 + np.round(res["memory_gb_per_gpu"][idx], 6)
+        _, first = np.unique(key2, return_index=True)
+        idx = idx[np.sort(first)]
     gpu_s_per_mtok = n_gpus * res["step_time_s"][idx] / (global_batch_seqs * seq_len) * 1e6 if count else np.zeros(0)
     if rank_by == "throughput":
         key = -res["tokens_per_s_per_gpu"][idx]
     else:
         key = gpu_s_per_mtok
     order = idx[np.argsort(key, kind="stable")][:top_k]
+    # provenance of every row: which parameters and assumptions answered
+    model = as_predictor(params)
+    sub = {k: (v[order] if np.ndim(v) else v) for k, v in lay.items()} if count else lay
     data: dict[str, Any] = {}
     for c in LAYOUT_DIMS:
         col = lay[c][order]
@@ -197,8 +209,11 @@ def search(
         else:
             data[c] = col.astype(np.int64)
     data["dtype"] = [dtype] * len(order)
-    for c in OUTPUT_COLUMNS:
+    for c in OUTPUT_COLUMNS + EXTRA_COLUMNS:
         data[c] = res[c][order]
+    data["fit_version"] = pl.Series([getattr(model, "fit_version", None)] * len(order), dtype=pl.Utf8)
+    data["assumptions"] = [getattr(model, "assumptions", "analytical")] * len(order)
+    data["calibration_domain"] = domain_text(params, sub, res["domain_code"][order]) if len(order) else []
     df = pl.DataFrame(data)
     df = df.with_columns(
         (pl.lit(float(n_gpus)) * pl.col("step_time_s") / (global_batch_seqs * seq_len) * 1e6).alias("gpu_s_per_mtoken")

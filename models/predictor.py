@@ -1,0 +1,359 @@
+"""The one prediction function: physics with the parameters of the configuration's domain, the residual
+correction and the interval, vectorized over configurations (pure numpy, no scikit-learn).
+
+Every path that prints or stores a number calls `predict_arrays(arrays, model)` (or its polars front-end
+`predict`): `stepcast predict`, `search`, `curve`, `frontier`, `plan`, the tables behind the SQL views.
+`model` is one of
+
+* a `PhysParams` -- the analytical model with exactly those parameters (`--analytical-only` passes the priors);
+* a `Calibration` -- a fitted calibration under the realistic assumptions;
+* a `Predictor` -- a calibration (or none) together with the named assumptions (`realistic` or `ideal`).
+
+Realistic: per row, a configuration inside the fit's domain (its hardware generation, precision family and
+software era were all in the training runs, `models.domains`) is predicted with the fitted physical
+parameters and corrected by the residual regression; outside it, with the priors (`models.params.DEFAULT`)
+and no correction, and its interval takes the wider `q_extrapolated` measured on the transfer protocols.
+A cluster larger than any in the fit keeps the fitted parameters but the wider interval.
+
+Reconciliation of the breakdown: the residual multiplies the step by r = exp(-shift); every breakdown column
+(compute_s ... optimizer_s) is multiplied by the same r, so the parts still sum to the calibrated step, and
+throughput, MFU and HFU are recomputed from the calibrated step (HFU >= MFU always: hardware FLOPs include
+the model FLOPs). `analytical_step_time_s` keeps the physics step before the residual.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Union
+
+import numpy as np
+import polars as pl
+
+from models.domains import Domain
+from models.params import DEFAULT, PhysParams
+from models.step_time import OUTPUT_COLUMNS, encode_configs
+from models.step_time import predict_arrays as physics_arrays
+
+ASSUMPTIONS = ("realistic", "ideal")
+ERA_CODES = {"default": 0, "megatron_2022": 1}
+BREAKDOWN = ("compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
+             "optimizer_s")
+EXTRA_COLUMNS = ("analytical_step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu_lo",
+                 "tokens_per_s_per_gpu_hi", "domain_code")
+# domain_code values
+DOMAIN_ANALYTICAL, DOMAIN_INSIDE, DOMAIN_OUTSIDE, DOMAIN_SCALE = 0, 1, 2, 3
+
+FEATURE_NAMES = (
+    # where the physics time goes (fractions of the predicted step)
+    "frac_compute", "frac_tp", "frac_bubble", "frac_pp", "frac_dp", "frac_cp", "frac_ep", "frac_optimizer",
+    # per-GPU shapes (GEMM sizes, kernel counts)
+    "log_tokens_per_mb", "log_hidden_per_tp", "log_ffn_per_tp", "log_layers_per_stage", "log_microbatches",
+    # degrees
+    "log_tp", "log_pp", "log_dp", "log_n_gpus",
+    # precision, recompute, sharding, memory pressure, MoE
+    "is_8bit", "recompute_selective", "recompute_full", "fsdp_like", "zero", "sequence_parallel", "mem_fill",
+    "is_moe",
+)
+
+
+@dataclass
+class Calibration:
+    """A fitted calibration as plain numbers: physics parameters, domain, ridge residual, interval half-widths.
+
+    Residual: shift = ((x - feature_mean) / feature_scale) . coef + intercept on `FEATURE_NAMES`, the log of
+    measured / physics throughput; `coef` all zero for the physics-only kind. Interval: a configuration
+    inside the domain gets +- q_inside (log), others +- q_extrapolated (split-conformal quantiles of the
+    out-of-fold errors of the transfer protocols, `models.calibration`)."""
+
+    version: str
+    params: PhysParams
+    preset_overrides: dict
+    domain: Domain
+    model_kind: str
+    feature_mean: np.ndarray
+    feature_scale: np.ndarray
+    coef: np.ndarray
+    intercept: float
+    q_inside: float
+    q_extrapolated: float
+    alpha: float = 0.10
+    metrics: dict = field(default_factory=dict)
+    # which physical parameters answer outside the domain: "fitted" (the pooled fit over every domain seen:
+    # the population estimate of a portable parameter) or "prior" (models.params.DEFAULT)
+    outside: str = "fitted"
+
+    @property
+    def q(self) -> float:  # the inside half-width (the single `q` of earlier fits)
+        return self.q_inside
+
+    @property
+    def kappa(self) -> float:  # earlier fits widened with a novelty distance; this one by domain
+        return 0.0
+
+    @property
+    def hardware_seen(self) -> tuple:
+        return self.domain.generations
+
+    def params_for(self, preset: str = "default") -> PhysParams:
+        from models.runs_adapter import preset_params
+
+        return preset_params(preset, self.params, self.preset_overrides)
+
+
+@dataclass(frozen=True)
+class Predictor:
+    """A calibration (or None: the priors answer) under named assumptions."""
+
+    calibration: Calibration | None = None
+    assumptions: str = "realistic"
+
+    def __post_init__(self):
+        if self.assumptions not in ASSUMPTIONS:
+            raise ValueError(f"unknown assumptions '{self.assumptions}': expected one of {', '.join(ASSUMPTIONS)}")
+
+    @property
+    def fit_version(self) -> str | None:
+        return None if self.calibration is None or self.assumptions == "ideal" else self.calibration.version
+
+
+Model = Union[PhysParams, Calibration, Predictor, None]
+
+
+def ideal_params(base: PhysParams = DEFAULT) -> PhysParams:
+    """Epoch AI's "ideal conditions" (Erdil & Schneider-Joseph 2024): no host overhead or GEMM-size ramp,
+    perfect overlap where the schedule allows it, no memory allowance beyond the model's own state; latency
+    stays."""
+    try:  # the named assumption sets, when the frontier's module is present
+        from models.assumptions import params_for
+
+        return params_for("ideal", base)
+    except ImportError:
+        return base.with_(host_overhead_s_per_op=0.0, gemm_ramp_flops_per_sm=0.0, tp_overlap=1.0, dp_overlap=1.0,
+                          fsdp_gather_overlap=1.0, ep_overlap=1.0, pp_overlap=1.0, mem_overhead_gb=0.0,
+                          mem_fragmentation_frac=0.0)
+
+
+def as_predictor(model: Model) -> Predictor | PhysParams:
+    if model is None:
+        return Predictor(None)
+    if isinstance(model, Calibration):
+        return Predictor(model)
+    return model
+
+
+# ------------------------------------------------------------------------------------------ features
+def _b(x, n) -> np.ndarray:
+    a = np.asarray(x, dtype=np.float64)
+    return np.broadcast_to(a, (n,)) if a.ndim == 0 else a
+
+
+def residual_features(a: Mapping[str, np.ndarray], out: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Feature matrix (rows x FEATURE_NAMES) from the configuration arrays and the physics outputs."""
+    n = len(out["step_time_s"])
+    g = lambda k, d=np.nan: _b(a[k], n) if k in a and a[k] is not None else np.full(n, float(d))  # noqa: E731
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inv = 1.0 / out["step_time_s"]
+        cols = [out[c] * inv for c in BREAKDOWN]
+        tp, pp, dp = g("tp"), g("pp"), g("dp")
+        cp = np.nan_to_num(g("cp", 1.0), nan=1.0)
+        dt = np.nan_to_num(g("dtype", 0.0)).astype(np.int64)
+        rc = np.nan_to_num(g("recompute", 0.0)).astype(np.int64)
+        sh = np.nan_to_num(g("sharding", 0.0)).astype(np.int64)
+        cols += [np.log(g("micro_batch") * g("seq_len") / cp), np.log(g("d_model") / tp), np.log(g("ffn_dim") / tp),
+                 np.log(np.ceil(g("n_layers") / pp)), np.log(out["n_microbatches"]),
+                 np.log(tp), np.log(pp), np.log(dp), np.log(g("n_gpus")),
+                 ((dt >= 2) & (dt <= 5)).astype(float), (rc == 1).astype(float), (rc == 2).astype(float),
+                 ((sh >= 3) & (sh <= 5)).astype(float), ((sh == 1) | (sh == 2)).astype(float),
+                 (np.nan_to_num(g("sequence_parallel", 0.0)) > 0).astype(float),
+                 np.clip(out["memory_gb_per_gpu"] / g("memory_gb"), 0.0, 5.0),
+                 (np.nan_to_num(g("n_experts", 0.0)) > 0).astype(float)]
+    return np.column_stack(cols)
+
+
+def residual_shift(cal: Calibration, X: np.ndarray) -> np.ndarray:
+    if cal.model_kind == "physics" or not np.any(cal.coef):
+        return np.zeros(len(X))
+    return ((X - cal.feature_mean) / cal.feature_scale) @ cal.coef + cal.intercept
+
+
+# ------------------------------------------------------------------------------------------ predict
+def _rows(a: Mapping[str, np.ndarray], idx: np.ndarray, n: int) -> dict:
+    return {k: (v[idx] if np.ndim(v) and len(v) == n else v) for k, v in a.items()}
+
+
+def _physics_groups(a: Mapping[str, np.ndarray], n: int, groups: list[tuple[np.ndarray | None, PhysParams]]) -> dict:
+    """Physics outputs for rows split into groups, each predicted with its own PhysParams."""
+    if len(groups) == 1 and groups[0][0] is None:
+        return physics_arrays(a, groups[0][1])
+    out: dict[str, np.ndarray] = {}
+    for idx, params in groups:
+        if idx is None or not len(idx):
+            continue
+        part = physics_arrays(_rows(a, idx, n), params)
+        if not out:
+            out = {k: np.empty(n, dtype=v.dtype) for k, v in part.items()}
+        for k, v in part.items():
+            out[k][idx] = v
+    return out
+
+
+def _era_codes(a, n) -> np.ndarray:
+    x = a.get("era_code")
+    return np.zeros(n, dtype=np.int64) if x is None else np.nan_to_num(_b(x, n)).astype(np.int64)
+
+
+def predict_arrays(a: Mapping[str, np.ndarray], model: Model = None) -> dict[str, np.ndarray]:
+    """Step time, throughput, MFU, HFU, interval and breakdown for every configuration in `a`.
+
+    `a`: the arrays of `models.step_time.predict_arrays` (+ optional `era_code`, 0 = default software era,
+    1 = megatron_2022; `generation_code` from `models.hardware.resolve_hardware`). Returns the physics
+    outputs (OUTPUT_COLUMNS, calibrated where a calibration applies) plus EXTRA_COLUMNS."""
+    model = as_predictor(model)
+    n = len(np.asarray(a["n_layers"])) if np.ndim(a["n_layers"]) else 1
+    era = _era_codes(a, n)
+    eras = np.unique(era)
+
+    def by_era(make):
+        if len(eras) == 1:
+            return [(None, make(int(eras[0])))]
+        return [(np.flatnonzero(era == e), make(int(e))) for e in eras]
+
+    def preset(e, base, overrides=None):
+        from models.runs_adapter import PRESETS, preset_params
+
+        return preset_params(PRESETS[e] if 0 <= e < len(PRESETS) else "default", base, overrides)
+
+    if isinstance(model, PhysParams):
+        out = _physics_groups(a, n, by_era(lambda e: preset(e, model)))
+        return _finish(out, n, None, np.zeros(n), np.zeros(n), np.full(n, DOMAIN_ANALYTICAL))
+    cal = model.calibration
+    if model.assumptions == "ideal":
+        out = _physics_groups(a, n, by_era(lambda e: ideal_params(preset(e, DEFAULT))))
+        return _finish(out, n, None, np.zeros(n), np.zeros(n), np.full(n, DOMAIN_ANALYTICAL))
+    if cal is None:
+        out = _physics_groups(a, n, by_era(lambda e: preset(e, DEFAULT)))
+        return _finish(out, n, None, np.zeros(n), np.zeros(n), np.full(n, DOMAIN_ANALYTICAL))
+    gen = a.get("generation_code")
+    gen = np.full(n, -1, dtype=np.int64) if gen is None else np.nan_to_num(_b(gen, n), nan=-1).astype(np.int64)
+    dt = a.get("dtype")
+    dt = np.zeros(n, dtype=np.int64) if dt is None else np.nan_to_num(_b(dt, n)).astype(np.int64)
+    inside = cal.domain.inside(np.where(gen < 0, 10_000, gen), dt, era) & (gen >= 0)
+    groups = []
+    for e in eras:
+        sel = era == e
+        for ins in (True, False):
+            idx = np.flatnonzero(sel & (inside == ins))
+            if len(idx):
+                fitted = ins or cal.outside == "fitted"
+                params = preset(int(e), cal.params, cal.preset_overrides) if fitted else preset(int(e), DEFAULT)
+                groups.append((idx, params))
+    if len(groups) == 1:
+        groups = [(None, groups[0][1])]
+    out = _physics_groups(a, n, groups)
+    shift = np.zeros(n)
+    if inside.any() and cal.model_kind != "physics":
+        X = residual_features(a, out)
+        s = residual_shift(cal, X)
+        shift = np.where(inside & np.isfinite(s), s, 0.0)
+    beyond = _b(np.asarray(a["n_gpus"], dtype=float), n) > cal.domain.max_n_gpus
+    code = np.where(~inside, DOMAIN_OUTSIDE, np.where(beyond, DOMAIN_SCALE, DOMAIN_INSIDE))
+    width = np.where(code == DOMAIN_INSIDE, cal.q_inside, cal.q_extrapolated)
+    return _finish(out, n, cal, shift, width, code)
+
+
+def _finish(out: dict, n: int, cal, shift: np.ndarray, width: np.ndarray, code: np.ndarray) -> dict:
+    """Apply the residual shift to the step and its parts, recompute the derived figures, add the interval."""
+    step0 = out["step_time_s"]
+    res = dict(out)
+    res["analytical_step_time_s"] = step0
+    if np.any(shift):
+        r = np.exp(-shift)
+        step = step0 * r
+        res["step_time_s"] = step
+        for c in BREAKDOWN:
+            res[c] = out[c] * r
+        inv_r = 1.0 / r
+        for c in ("tokens_per_s_per_gpu", "mfu", "hfu"):
+            res[c] = out[c] * inv_r
+    step = res["step_time_s"]
+    tput = res["tokens_per_s_per_gpu"]
+    if np.any(width):
+        lo, hi = np.exp(-width), np.exp(width)
+        res["step_time_lo_s"], res["step_time_hi_s"] = step * lo, step * hi
+        res["tokens_per_s_per_gpu_lo"], res["tokens_per_s_per_gpu_hi"] = tput * lo, tput * hi
+    else:
+        res["step_time_lo_s"], res["step_time_hi_s"] = step, step
+        res["tokens_per_s_per_gpu_lo"], res["tokens_per_s_per_gpu_hi"] = tput, tput
+    res["domain_code"] = np.asarray(code, dtype=np.int64)
+    return res
+
+
+# ------------------------------------------------------------------------------------------ polars
+def encode(configs: pl.DataFrame) -> dict[str, np.ndarray]:
+    """`models.step_time.encode_configs` + the era code of `software_preset` (null -> default)."""
+    arrays = encode_configs(configs)
+    if "software_preset" in configs.columns:
+        arrays["era_code"] = (configs["software_preset"].cast(pl.Utf8).fill_null("default")
+                              .replace_strict(ERA_CODES, default=0, return_dtype=pl.Int64).to_numpy())
+    return arrays
+
+
+def domain_text(model: Model, arrays: Mapping[str, np.ndarray], codes: np.ndarray) -> list[str]:
+    """`calibration_domain` per row: 'analytical', 'ideal', 'no fit: priors', 'inside' or 'extrapolated: why'."""
+    model = as_predictor(model)
+    n = len(codes)
+    if isinstance(model, PhysParams):
+        return ["analytical"] * n
+    if model.assumptions == "ideal":
+        return ["ideal (no calibration)"] * n
+    if model.calibration is None:
+        return ["no fit: priors"] * n
+    dom = model.calibration.domain
+    gen = arrays.get("generation_code")
+    gen = np.full(n, -1) if gen is None else np.nan_to_num(_b(gen, n), nan=-1).astype(np.int64)
+    dt = np.nan_to_num(_b(arrays.get("dtype", 0), n)).astype(np.int64)
+    era = _era_codes(arrays, n)
+    N = _b(np.asarray(arrays["n_gpus"], dtype=float), n)
+    cache: dict = {}
+    texts = []
+    for i in range(n):
+        key = (int(gen[i]), int(dt[i]), int(era[i]), int(codes[i]), float(N[i]) if codes[i] == DOMAIN_SCALE else 0)
+        if key not in cache:
+            if codes[i] == DOMAIN_SCALE:
+                cache[key] = (f"extrapolated: {N[i]:,.0f} accelerators > the largest cluster in the fit "
+                              f"({dom.max_n_gpus:,.0f}); fitted parameters, wider interval")
+            elif gen[i] < 0:
+                cache[key] = "extrapolated: hardware generation unknown; priors, wider interval"
+            else:
+                t = dom.explain(gen[i], dt[i], era[i])
+                cache[key] = t + ("; priors, wider interval" if t != "inside" else "")
+        texts.append(cache[key])
+    return texts
+
+
+def predict(configs: pl.DataFrame, model: Model = None) -> pl.DataFrame:
+    """Polars front-end: one row per input row with the physics columns (`models.step_time.predict`'s, the
+    error text included), EXTRA_COLUMNS and the provenance columns `fit_version`, `assumptions`,
+    `calibration_domain`."""
+    from models.step_time import _error_strings
+
+    arrays = encode(configs)
+    res = predict_arrays(arrays, model)
+    cols = list(OUTPUT_COLUMNS) + list(EXTRA_COLUMNS)
+    df = pl.DataFrame({k: res[k] for k in cols})
+    df = df.with_columns([pl.col(c).fill_nan(None) for c in cols if df.schema[c] == pl.Float64])
+    df = df.with_columns(pl.Series("__memory_cap", arrays["memory_gb"]))
+    df = df.with_columns(_error_strings(df)).drop("__memory_cap")
+    p = as_predictor(model)
+    version = None if isinstance(p, PhysParams) else p.fit_version
+    assumptions = "analytical" if isinstance(p, PhysParams) else p.assumptions
+    df = df.with_columns(pl.lit(version, dtype=pl.Utf8).alias("fit_version"),
+                         pl.lit(assumptions).alias("assumptions"),
+                         pl.Series("calibration_domain", domain_text(model, arrays, res["domain_code"]),
+                                   dtype=pl.Utf8))
+    return df.select(["feasible", "error", *[c for c in df.columns if c not in ("feasible", "error")]])
+
+
+def with_assumptions(model: Model, assumptions: str) -> Predictor | PhysParams:
+    p = as_predictor(model)
+    return p if isinstance(p, PhysParams) else replace(p, assumptions=assumptions)
