@@ -12,7 +12,8 @@ COVERAGE_BAND = (0.85, 0.95)
 
 @dg.asset(group_name="calibrate", kinds={"duckdb"}, deps=[runs, hardware],
           description="Fits the named physical parameters and a residual regressor on the measured runs, "
-                      "validated leave-one-source-out and leave-one-hardware-out, with conformal 90% intervals; "
+                      "validated under transfer protocols (leave one source, hardware generation, architecture "
+                      "family, precision out; fit small clusters, score large ones), with conformal 90% intervals; "
                       "stores the version in `fits` / `fit_metrics` / `fit_artifacts` (promotion rule in "
                       "pipeline/fits.py) and writes `calibrated_predictions` with the promoted fit.")
 def calibrated_predictions(duckdb: DuckDBResource) -> dg.MaterializeResult:
@@ -28,8 +29,11 @@ def calibrated_predictions(duckdb: DuckDBResource) -> dg.MaterializeResult:
         "loso_mdape": dg.MetadataValue.float(float(f["mdape"])),
         "loso_mdape_analytical": dg.MetadataValue.float(float(f["analytical_mdape"])),
         "loso_coverage_90": dg.MetadataValue.float(float(f["coverage_90"])),
-        "loho_mdape": dg.MetadataValue.float(float(f["loho_mdape"])),
         "n_train": dg.MetadataValue.int(int(f["n_train"])),
+        **{f"{r['scheme']}_mdape": dg.MetadataValue.float(float(r["mdape"]))
+           for r in res["metrics"].filter((pl.col("grouping") == "source") & (pl.col("group") == "ALL")
+                                          & (pl.col("predictor") == "calibrated")).iter_rows(named=True)
+           if r["mdape"] is not None},
     })
 
 

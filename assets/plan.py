@@ -5,54 +5,58 @@ import numpy as np
 import polars as pl
 from dagster_duckdb import DuckDBResource
 
+from assets.fit import calibrated_predictions
 from assets.ingest import architectures, hardware
 from models import plan as P
 from models.hardware import resolve_hardware
+from models.predictor import Calibration, Predictor
 from pipeline import store
+from pipeline.fits import load_promoted_fit
 from pipeline.resources import MeasurementsResource
 
 #: the largest cluster the hardware-choice table considers
 MAX_GPUS = 32_768
 
 
-@dg.asset(group_name="plan", kinds={"duckdb"}, deps=[hardware, architectures],
+@dg.asset(group_name="plan", kinds={"duckdb"}, deps=[hardware, architectures, calibrated_predictions],
           description="For each target run in measurements/target_runs.csv (a named model, token budget, sequence "
                       "and batch, with its source): every accelerator with a price x node-aligned cluster size up to "
                       f"{MAX_GPUS:,}, the best layout, days with and without interruptions, cost (median cloud price), "
-                      "energy and MFU. Table `hardware_choice`; view `v_hardware_choice` keeps the cheapest size per "
+                      "energy and MFU, from the promoted fit through the one prediction function (the same numbers as "
+                      "`stepcast plan`). Table `hardware_choice`; view `v_hardware_choice` keeps the cheapest size per "
                       "target x accelerator that finishes within 90 days.")
 def hardware_choice(measurements: MeasurementsResource, duckdb: DuckDBResource) -> dg.MaterializeResult:
     targets = pl.read_csv(measurements.path("target_runs.csv"))
     with duckdb.get_connection() as con:
         hw = con.sql("select * from hardware").pl()
         arch = con.sql("select * from architectures").pl()
+        promoted = load_promoted_fit(con)
+    if promoted is not None and not isinstance(promoted, Calibration):
+        promoted = None  # a fit of an earlier format: the priors answer until the next fit
     hw = resolve_hardware(hw, strict=False)
     priced = hw.filter(pl.col("cloud_usd_per_hour").is_not_null() & pl.col("hardware_error").is_null())
     rows = list(priced.iter_rows(named=True))
+    prices = dict(zip(priced["id"], priced["cloud_usd_per_hour"]))
+    model = Predictor(promoted)  # the same prediction function and fit as `stepcast plan`
     frames = []
     for t in targets.iter_rows(named=True):
         a = arch.filter(pl.col("id") == t["model"])
         if a.height != 1:
             raise ValueError(f"target_runs.csv: model '{t['model']}' of target {t['id']} is not in architectures")
         seqs = max(int(t["global_batch_tokens"]) // int(t["seq_len"]), 1)
-        best = P.best_layouts(a.row(0, named=True), rows, seqs, int(t["seq_len"]), MAX_GPUS)
-        if not best:
+        f = P.plan_rows(a.row(0, named=True), rows, float(t["tokens"]), seqs, int(t["seq_len"]), MAX_GPUS, prices,
+                        model=model)
+        if f.height == 0:
             continue
-        f = pl.DataFrame(best, infer_schema_length=None)
-        price = f["hardware"].replace_strict(dict(zip(priced["id"], priced["cloud_usd_per_hour"])),
-                                             return_dtype=pl.Float64).to_numpy()
-        tdp = f["hardware"].replace_strict(dict(zip(priced["id"], priced["tdp_w"].cast(pl.Float64))),
-                                           return_dtype=pl.Float64).to_numpy()
-        tc = P.time_and_cost(float(t["tokens"]), f["n_gpus"].to_numpy(), f["tokens_per_s_per_gpu"].to_numpy(),
-                             f["params"].to_numpy(), price, tdp)
         frames.append(f.select(
             pl.lit(t["id"]).alias("target_id"), pl.lit(t["model"]).alias("model"),
             pl.lit(float(t["tokens"])).alias("tokens"), "hardware", "n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp",
-            "micro_batch", "sharding", "recompute", "step_time_s", "tokens_per_s_per_gpu", "mfu",
-            "memory_gb_per_gpu",
-        ).with_columns(pl.Series("usd_per_gpu_hour", price),
-                       *[pl.Series(k, np.where(np.isfinite(v), v, np.nan), dtype=pl.Float64).fill_nan(None)
-                         for k, v in tc.items()]))
+            "micro_batch", "sharding", "recompute", "step_time_s", "step_time_lo_s", "step_time_hi_s",
+            "tokens_per_s_per_gpu", "mfu", "hfu", "memory_gb_per_gpu", "usd_per_gpu_hour", "days_ideal", "days",
+            "days_lo", "days_hi", "goodput", "expected_interruptions", "checkpoint_interval_min", "checkpoint_write_s",
+            "mtbf_h", "cost_usd", "cost_usd_lo", "cost_usd_hi", "cost_usd_ideal", "energy_mwh", "fit_version",
+            "assumptions", "calibration_domain",
+        ).with_columns([pl.col(c).fill_nan(None) for c in ("days", "cost_usd", "energy_mwh")]))
     table = pl.concat(frames, how="vertical_relaxed")
     with duckdb.get_connection() as con:
         store.replace_table(con, "hardware_choice", table)

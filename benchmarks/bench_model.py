@@ -1,11 +1,16 @@
-"""Benchmark of the analytical model.
+"""Benchmark of the prediction function.
 
-    cd /work/main && uv run python benchmarks/bench_model.py [--n 1000000] [--repeat 5]
+    uv run python benchmarks/bench_model.py [--n 1000000] [--repeat 5] [--store out/stepcast.duckdb]
 
-Prints predict_arrays throughput on random valid configurations (numpy runs single-threaded
-for these element-wise kernels; OMP/MKL threads are pinned to 1 anyway), and the wall time of
-an exhaustive layout search for MT-NLG 530B on 4,096 A100-SXM4-80GB (global batch 1,920,
-seq 2,048) with the number of layouts evaluated and the best layout.
+Prints, on random valid configurations (numpy runs single-threaded for these element-wise kernels;
+OMP/MKL threads are pinned to 1 anyway):
+- the physics alone (`models.step_time.predict_arrays`), and
+- the calibrated prediction every command serves (`models.predictor.predict_arrays`: physics with the
+  parameters of each row's domain, the residual correction and the interval) with the promoted fit of
+  `--store` (or, without a store, a stand-in calibration with a ridge residual on every feature, so the
+  residual path is timed);
+and the wall time of an exhaustive, calibrated layout search for MT-NLG 530B on 4,096 A100-SXM4-80GB (global
+batch 1,920, seq 2,048) with the number of layouts evaluated and the best layout.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import polars as pl  # noqa: E402
 from models.hardware import resolve_hardware  # noqa: E402
 from models.search import search  # noqa: E402
 from models.step_time import HARDWARE_COLUMNS, predict_arrays  # noqa: E402
+from models import predictor  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,10 +70,36 @@ def random_configs(n: int, hw: pl.DataFrame, seed: int = 0) -> dict[str, np.ndar
     return out
 
 
+def load_or_standin(store: Path | None):
+    """The promoted fit of `store`, or a stand-in: the default parameters, a ridge residual with a small weight on
+    every feature and a domain of Ampere/Hopper/Blackwell in 16-bit and fp8 (so AMD rows are extrapolated)."""
+    if store is not None:
+        import duckdb
+
+        from pipeline.fits import load_promoted_fit
+
+        con = duckdb.connect(str(store), read_only=True)
+        try:
+            fit = load_promoted_fit(con)
+        finally:
+            con.close()
+        if isinstance(fit, predictor.Calibration):
+            return fit
+        print(f"no current promoted fit in {store}: timing the stand-in calibration")
+    from models.domains import Domain
+    from models.params import DEFAULT
+
+    k = len(predictor.FEATURE_NAMES)
+    dom = Domain.of(["Ampere", "Hopper", "Blackwell"], ["16-bit", "fp8"], ["default"], np.array([4096.0]))
+    return predictor.Calibration("stand-in", DEFAULT, {}, dom, "ridge", np.zeros(k), np.ones(k), np.full(k, 1e-3),
+                                 0.0, 0.3, 0.5)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=5, help="timed calls (best and median are printed)")
+    ap.add_argument("--store", type=Path, default=None, help="read the promoted fit from this store")
     args = ap.parse_args()
     hw = resolve_hardware(pl.read_csv(ROOT / "measurements" / "hardware_specs.csv", infer_schema_length=0),
                           strict=False)
@@ -85,11 +117,23 @@ def main() -> None:
           f"(best of {args.repeat}; median {args.n / float(np.median(walls)):,.0f}/s; CPU time per call "
           f"{min(cpus):.3f}-{max(cpus):.3f} s; {valid:,} valid, {int(res['feasible'].sum()):,} feasible)")
 
+    cal = load_or_standin(args.store)
+    walls = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        res = predictor.predict_arrays(cfg, cal)
+        walls.append(time.perf_counter() - t0)
+    best = min(walls)
+    inside = int((res["domain_code"] == predictor.DOMAIN_INSIDE).sum())
+    print(f"calibrated predict_arrays ({cal.model_kind}, fit {cal.version}): {args.n:,} configs in {best:.3f} s -> "
+          f"{args.n / best:,.0f} configs/s (best of {args.repeat}; median {args.n / float(np.median(walls)):,.0f}/s; "
+          f"{inside:,} inside the fit's domain)")
+
     a100 = hw.filter(pl.col("id") == "a100-sxm4-80gb").to_dicts()[0]
     mtnlg = dict(n_layers=105, d_model=20480, n_heads=128, ffn_dim=81920, vocab=51200, activation="gelu",
                  tied_embeddings=False)
     t0 = time.perf_counter()
-    df, count = search(mtnlg, a100, 4096, 1920, 2048, top_k=5, return_count=True)
+    df, count = search(mtnlg, a100, 4096, 1920, 2048, top_k=5, return_count=True, params=cal)
     dt = time.perf_counter() - t0
     print(f"search MT-NLG 530B on 4,096 a100-sxm4-80gb (batch 1,920 x 2,048): {count:,} layouts in {dt:.2f} s "
           f"({count / dt:,.0f} layouts/s)")

@@ -36,10 +36,8 @@ def main() -> None:
     targets = predict_runs(runs, hw, metrics)
     data = cal.fit_data(ok, targets.select("run_id", "measured_tokens_per_s_per_gpu", "whole_run_average"))
     vm = np.array([str(r).startswith("vtrain_m") for r in data.run_id])
-    size = data.configs["d_model"].cast(pl.Utf8).to_numpy().astype(object)
-    folds = np.where(vm, "h=" + size, "never")
     t0 = time.perf_counter()
-    cv = cal.grouped_cv(data, folds, "vtrain_multi_lomso", hold_out=sorted(set(folds[vm])))
+    cv = cal.grouped_cv(data, "vtrain_multi_lomso")
     print(f"leave-one-model-size-out on {int(vm.sum())} vTrain multi-node runs ({time.perf_counter() - t0:.0f} s):")
     df = data.configs.filter(pl.Series(vm)).select("d_model")
     for k, lp in cv.log_pred.items():

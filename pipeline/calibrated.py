@@ -36,20 +36,39 @@ def _from_readable_store(cfg: Settings, read):
 
 
 def promoted_fit(cfg: Settings):
-    """The promoted fit from the snapshot (or the store when there is no snapshot), or None."""
+    """The promoted fit (a `models.predictor.Calibration`) from the snapshot (or the store when there is no
+    snapshot), or None. A stored fit of an earlier format (before the one prediction function) is reported
+    and skipped: run `stepcast fit` to make a current one."""
     try:
         from pipeline.fits import load_promoted_fit
     except ImportError:
         return None
+    from models.predictor import Calibration
 
     def read(con, path):
         try:
-            return load_promoted_fit(con)
+            fit = load_promoted_fit(con)
         except Exception as err:  # noqa: BLE001 - an unreadable fit must not stop an analytical answer
             print(f"warning: promoted fit in {path} not usable ({err}); analytical figures only", file=sys.stderr)
             return None
+        if fit is not None and not isinstance(fit, Calibration):
+            print(f"warning: the promoted fit in {path} is of an earlier format; run `stepcast fit` "
+                  "(analytical figures until then)", file=sys.stderr)
+            return None
+        return fit
 
     return _from_readable_store(cfg, read)
+
+
+def model_for(cfg: Settings, analytical_only: bool = False, assumptions: str = "realistic"):
+    """The prediction model every command uses (`models.predictor`): the priors' analytical model with
+    `--analytical-only`, else the promoted calibration (None -> priors) under the named assumptions."""
+    from models.params import DEFAULT
+    from models.predictor import Predictor
+
+    if analytical_only:
+        return DEFAULT
+    return Predictor(None if assumptions == "ideal" else promoted_fit(cfg), assumptions)
 
 
 def calibrate_rows(bundle, frame: pl.DataFrame, arch: dict, hw_by_id: dict[str, dict], seq_len: int,

@@ -156,11 +156,20 @@ def ingest(
 
 # ---------------------------------------------------------------- predict
 
-PREDICT_COLUMNS = ["run_id", "feasible", "error", "step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gb_per_gpu",
-                   "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s",
-                   "ep_comm_s", "optimizer_s"]
-TABLE_COLUMNS = ["run_id", "feasible", "step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gb_per_gpu",
-                 "compute_s", "tp_comm_s", "pp_bubble_s", "dp_comm_exposed_s", "error"]
+PREDICT_COLUMNS = ["run_id", "feasible", "error", "step_time_s", "step_time_lo_s", "step_time_hi_s",
+                   "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu", "hfu",
+                   "memory_gb_per_gpu", "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s",
+                   "cp_comm_s", "ep_comm_s", "optimizer_s", "fit_version", "assumptions", "calibration_domain"]
+TABLE_COLUMNS = ["run_id", "feasible", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu",
+                 "mfu", "memory_gb_per_gpu", "compute_s", "tp_comm_s", "pp_bubble_s", "dp_comm_exposed_s", "error"]
+RUNS_TABLE_COLUMNS = ["run_id", "step_time_s", "tokens_per_s_per_gpu", "measured_tokens_per_s_per_gpu", "error_pct",
+                      "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "memory_fits", "calibration_domain",
+                      "error"]
+FORMAT_HELP = "Output: table, csv or json."
+ASSUMPTIONS_HELP = ("realistic (the calibrated model: fitted parameters, residual correction, 90% interval) or "
+                    "ideal (Epoch AI's ideal conditions: no host overhead or GEMM-size ramp, perfect overlap, no "
+                    "memory allowance; latency stays).")
+ANALYTICAL_HELP = "The analytical model with the prior parameters: no fit, no correction, no interval."
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -170,43 +179,45 @@ def _fail(message: str, code: int = 2) -> None:
 
 @app.command()
 def predict(
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Architecture id, e.g. llama3-70b, gpt3-175b."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="Hardware id, e.g. h100-sxm5-80gb."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Architecture id or name, e.g. llama3-70b."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Accelerator id or name, e.g. h100-sxm5-80gb."),
     gpus: Optional[int] = typer.Option(None, "--gpus", "-n", min=1, help="Accelerators in the job (N)."),
     global_batch: Optional[int] = typer.Option(None, "--global-batch", "-b", min=1, help="Sequences per step."),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", min=1, help="Tokens per sequence."),
-    micro_batch: int = typer.Option(1, "--micro-batch", min=1, help="Sequences per micro-batch."),
+    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", min=1,
+                                              help="Sequences per micro-batch [default: 1]."),
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree."),
     pp: int = typer.Option(1, "--pp", min=1, help="Pipeline-parallel degree."),
-    dp: Optional[int] = typer.Option(None, "--dp", min=1, help="Data-parallel degree (default N/(tp*pp*cp))."),
+    dp: Optional[int] = typer.Option(None, "--dp", min=1, help="Data-parallel degree [default: N / (tp x pp x cp)]."),
     cp: int = typer.Option(1, "--cp", min=1, help="Context-parallel degree."),
     ep: int = typer.Option(1, "--ep", min=1, help="Expert-parallel degree (carved out of dp)."),
     vpp: int = typer.Option(1, "--vpp", min=1, help="Interleaved pipeline chunks per stage (1 = plain 1F1B)."),
-    sharding: str = typer.Option("zero1", "--sharding", help="none, zero1, zero2, zero3, fsdp or hsdp."),
-    recompute: str = typer.Option("selective", "--recompute", help="none, selective or full."),
+    sharding: Optional[str] = typer.Option(None, "--sharding",
+                                           help="none, zero1, zero2, zero3, fsdp or hsdp [default: zero1]."),
+    recompute: Optional[str] = typer.Option(None, "--recompute", help="none, selective or full [default: selective]."),
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
-                                                     help="Megatron sequence parallelism (default: on when tp > 1)."),
-    dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16, fp8, fp8-cs, mxfp8, nvfp4, fp32, tf32."),
+                                                     help="Megatron sequence parallelism [default: on when tp > 1]."),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16, fp8, fp8-cs, mxfp8, nvfp4, fp32 or tf32."),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", min=1,
-                                                help="Scale-up domain used (default: the hardware's)."),
+                                                help="Scale-up domain used [default: the accelerator's]."),
     inter_node_gbps: Optional[float] = typer.Option(
         None, "--inter-node-gbps", min=0.001, metavar="GB/S",
-        help="Your cluster's scale-out bandwidth per accelerator, GB/s one way (default: the hardware's typical "
-             "deployment; e.g. 12.5 for 4 x 200 Gb/s NICs per 8-GPU node)."),
+        help="Your cluster's scale-out bandwidth per accelerator, GB/s one way [default: the accelerator's typical "
+             "deployment; e.g. 12.5 for 4 x 200 Gb/s NICs per 8-GPU node]."),
     runs: Optional[Path] = typer.Option(None, "--runs", metavar="FILE",
                                         help="Predict every run of a measurement-schema CSV/Parquet instead."),
-    fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the result to this file."),
-    analytical_only: bool = typer.Option(False, "--analytical-only",
-                                         help="Skip the calibration: the analytical model with prior parameters."),
+    assumptions: str = typer.Option("realistic", "--assumptions", help=ASSUMPTIONS_HELP),
+    analytical_only: bool = typer.Option(False, "--analytical-only", help=ANALYTICAL_HELP),
+    fmt: str = typer.Option("table", "--format", "-f", help=FORMAT_HELP),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="FILE", help="Write the result to this file."),
 ) -> None:
     """Predict step time, throughput, MFU, memory and the time breakdown of one configuration.
 
-    By default the promoted calibration fit of the store (or its snapshot) is used: fitted physical parameters,
-    the residual correction and a 90% interval (`step_time_lo_s`, `step_time_hi_s`, `tokens_per_s_per_gpu_lo`,
-    `tokens_per_s_per_gpu_hi`, `fit_version`; `analytical_step_time_s` is the uncorrected analytical step with the
-    fitted parameters; the breakdown is scaled to the calibrated step). Without a promoted fit, or with
-    `--analytical-only`, the analytical model with prior parameters answers and the interval columns are empty.
+    The promoted calibration of the store (or its snapshot) answers: fitted physical parameters inside the
+    fit's domain, the residual correction and a 90% interval (`step_time_lo_s` .. `step_time_hi_s`). Every
+    row says which parameters answered (`fit_version`), under which `assumptions` (with every default the
+    command applied) and whether the configuration is inside the fit's domain or extrapolated
+    (`calibration_domain`). The breakdown columns are scaled to the calibrated step, so they add up to it.
 
     Examples:
 
@@ -214,70 +225,54 @@ def predict(
 
     `stepcast predict --runs measurements/measured_runs.csv --format csv --out predictions.csv`
 
-    With `--runs`, every distinct run_id gets one row (metric/value columns are ignored); a run that cannot be
-    predicted keeps its row with the reason in `error`. Only file-level problems exit non-zero.
+    With `--runs`, every distinct run_id gets one row, with the measured throughput and the error beside the
+    prediction when the file carries a measurement; unstated fields are inferred by documented rules (listed
+    in `assumptions`); a run the memory model calls too big is still predicted (`memory_fits` false). Only
+    file-level problems exit non-zero. An invalid layout (e.g. tp x pp x cp x dp != N) exits 2 with the reason.
     """
-    import polars as pl
-
-    from pipeline import catalog
-    from pipeline.calibrated import promoted_fit
+    from pipeline import api
     from pipeline.output import render
 
     if fmt not in ("table", "csv", "json"):
         _fail(f"--format must be table, csv or json, got '{fmt}'")
     cfg = settings()
-    bundle = None if analytical_only else promoted_fit(cfg)
     if runs is not None:
+        from pipeline.calibrated import model_for
         from pipeline.predict_runs import predict_file
         from pipeline.readers import FileRejected
 
         try:
-            result = predict_file(runs, cfg.measurements, bundle)
+            api.check_choice("--assumptions", assumptions, api.ASSUMPTION_SETS)
+            result = predict_file(runs, cfg.measurements, model_for(cfg, analytical_only, assumptions))
         except FileRejected as err:
             _fail(str(err), 1)
-    else:
-        missing = [flag for flag, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus),
-                                        ("--global-batch", global_batch), ("--seq-len", seq_len)) if v is None]
-        if missing:
-            _fail(f"missing {', '.join(missing)} (or give --runs FILE). See `stepcast predict --help`.")
-        try:
-            arch = catalog.find_architecture(cfg.measurements, model)
-            hw_row = catalog.find_hardware(cfg.measurements, gpu)
-        except catalog.UnknownName as err:
+        except api.InputError as err:
             _fail(str(err))
-        for name, value, allowed in (("--sharding", sharding, ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp")),
-                                     ("--recompute", recompute, ("none", "selective", "full")),
-                                     ("--dtype", dtype, ("bf16", "fp16", "fp8", "fp8-cs", "mxfp8", "nvfp4", "fp32",
-                                                         "tf32"))):
-            if value not in allowed:
-                _fail(f"{name} must be one of {', '.join(allowed)}, got '{value}'")
-        if dp is None:
-            if gpus % (tp * pp * cp):
-                _fail(f"--gpus {gpus} is not divisible by tp*pp*cp = {tp * pp * cp}")
-            dp = gpus // (tp * pp * cp)
-        from models.hardware import resolve_hardware
-        from models.step_time import predict as model_predict
-
-        hw = resolve_hardware(pl.DataFrame([hw_row]), strict=False)
-        if inter_node_gbps is not None:  # the run's own network, as a measurement's inter_node_bw_gbps
-            hw = hw.with_columns(pl.lit(float(inter_node_gbps)).alias("inter_node_bw_gbps"))
-        row = {c: arch.get(c) for c in catalog.ARCH_MODEL_COLUMNS}
-        row.update(run_id="cli", seq_len=seq_len, global_batch_seqs=global_batch, micro_batch=micro_batch,
-                   n_gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, sharding=sharding, recompute=recompute,
-                   sequence_parallel=(tp > 1) if sequence_parallel is None else sequence_parallel, dtype=dtype,
-                   gpus_per_node=gpus_per_node or min(int(hw["scaleup_size"][0] or 8), gpus))
-        configs = pl.DataFrame([row]).hstack(hw.drop([c for c in hw.columns if c in row]))
-        from pipeline.predict_runs import calibrate
-
-        params = bundle.params_for("default") if bundle is not None else None
-        result = pl.DataFrame({"run_id": ["cli"]}).hstack(model_predict(configs, *([params] if params else [])))
-        result = calibrate(result, configs, bundle)
+        render(result, fmt, out, title=api.title_of("predict --runs", result), table_columns=RUNS_TABLE_COLUMNS)
+        return
+    missing = [flag for flag, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus),
+                                    ("--global-batch", global_batch), ("--seq-len", seq_len)) if v is None]
+    if missing:
+        _fail(f"missing {', '.join(missing)} (or give --runs FILE). See `stepcast predict --help`.")
+    try:
+        result = api.predict_config(cfg, model=model, gpu=gpu, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
+                                    micro_batch=micro_batch, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp,
+                                    sharding=sharding, recompute=recompute, sequence_parallel=sequence_parallel,
+                                    dtype=dtype, gpus_per_node=gpus_per_node, inter_node_gbps=inter_node_gbps,
+                                    analytical_only=analytical_only, assumptions=assumptions)
+    except api.InputError as err:
+        _fail(str(err))
+    if fmt == "table" and out is None:
+        inputs = result.select("model", "gpu", "n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch",
+                               "global_batch_seqs", "seq_len", "sharding", "recompute", "sequence_parallel", "dtype",
+                               "gpus_per_node", "inter_node_bw_gbps").row(0, named=True)
+        console.print("inputs: " + ", ".join(f"{k}={v}" for k, v in inputs.items()))
+        console.print(f"assumptions: {result['assumptions'][0]}")
+        if not result["feasible"][0]:
+            console.print(f"[yellow]does not fit in memory[/yellow]: {result['error'][0]}")
     extra = [c for c in result.columns if c not in PREDICT_COLUMNS]
     result = result.select(PREDICT_COLUMNS + extra)
-    title = f"stepcast predict (calibrated, fit {bundle.version})" if bundle is not None else \
-        "stepcast predict (analytical)"
-    render(result, fmt, out, title=title, table_columns=TABLE_COLUMNS + (
-        ["step_time_lo_s", "step_time_hi_s"] if bundle is not None else []))
+    render(result, fmt, out, title=api.title_of("predict", result), table_columns=TABLE_COLUMNS)
 
 
 # ---------------------------------------------------------------- info

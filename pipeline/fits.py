@@ -149,13 +149,14 @@ def read_inputs(con: duckdb.DuckDBPyConnection) -> tuple[pl.DataFrame, pl.DataFr
     return runs, hw, metrics
 
 
-def run_fit(con: duckdb.DuckDBPyConnection, protocols=("loso", "loho"), force: bool = False) -> dict:
+def run_fit(con: duckdb.DuckDBPyConnection, protocols=None, force: bool = False) -> dict:
     """Fit on the store's runs (unless this exact version is already stored and `force` is False), store it,
     rewrite `calibrated_predictions` with the promoted fit. Returns {'fit': row, 'reused': bool,
     'metrics': fit_metrics rows of this version}."""
     from models import calibration as cal
     from models.evaluate import predict_runs, prepare_configs
 
+    protocols = tuple(protocols or cal.PROTOCOLS)
     runs, hw, metrics = read_inputs(con)
     ok, _ = prepare_configs(runs, hw)
     targets = predict_runs(runs, hw, metrics)
@@ -164,7 +165,9 @@ def run_fit(con: duckdb.DuckDBPyConnection, protocols=("loso", "loho"), force: b
     _ensure(con)
     reused = bool(con.execute("select count(*) from fits where version = ?", [version]).fetchone()[0]) and not force
     if not reused:
-        bundle, report = cal.fit_calibration(data, protocols=protocols)
+        from pipeline.parallel import pool_map
+
+        bundle, report = cal.fit_calibration(data, protocols=protocols, map_fn=pool_map)
         if con.execute("select count(*) from fits where version = ?", [version]).fetchone()[0]:
             con.execute("delete from fit_metrics where version = ?", [version])
             con.register("_fm", report["metrics"].with_columns(pl.lit(version).alias("version")).select(
@@ -190,9 +193,7 @@ def calibrated_frame(bundle, configs: pl.DataFrame, targets: pl.DataFrame, oof: 
     """One row per predictable measured run: analytical (prior physics), physics (fitted), calibrated with its
     90% interval, the measured target and the error; `loso_*` = the out-of-source prediction of the same fit
     (the honest number for runs like these from a source the fit has not seen)."""
-    from models.calibration import apply_calibration
-    from models.runs_adapter import predict_by_preset
-    from models.step_time import predict
+    from models.predictor import predict
 
     base = targets.select("run_id", "source", "gpu", pl.col("step_time_s").alias("analytical_step_time_s"),
                           pl.col("tokens_per_s_per_gpu").alias("analytical_tokens_per_s_per_gpu"),
@@ -200,12 +201,13 @@ def calibrated_frame(bundle, configs: pl.DataFrame, targets: pl.DataFrame, oof: 
                           pl.col("target_derived").fill_null(False), pl.col("whole_run_average").fill_null(False))
     if bundle is None:
         return base.with_columns(pl.lit(None, dtype=pl.Utf8).alias("fit_version"))
-    phys = predict_by_preset(configs, predict, bundle.params, overrides=bundle.preset_overrides)
-    valid = phys["step_time_s"].is_not_null()
-    cfg, ph = configs.filter(valid), phys.filter(valid)
-    cal = apply_calibration(bundle, ph, cfg)
-    out = cfg.select("run_id").hstack(ph.select(pl.col("step_time_s").alias("physics_step_time_s"),
-                                               pl.col("feasible"))).hstack(cal)
+    res = predict(configs, bundle)  # the one prediction function, as every command serves it
+    valid = res["step_time_s"].is_not_null()
+    cal = res.filter(valid)
+    out = configs.filter(valid).select("run_id").hstack(cal.select(
+        pl.col("analytical_step_time_s").alias("physics_step_time_s"), "feasible", "step_time_s", "step_time_lo_s",
+        "step_time_hi_s", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi",
+        "fit_version", "calibration_domain"))
     out = base.join(out, on="run_id", how="inner")
     if oof is not None:
         out = out.join(oof, on="run_id", how="left")

@@ -1,4 +1,5 @@
-"""`stepcast predict --runs FILE`: predict every run of a measurement-schema file."""
+"""`stepcast predict --runs FILE`: predict every run of a measurement-schema file through the one prediction
+function, with the measured throughput and the error beside each prediction when the file carries one."""
 
 from __future__ import annotations
 
@@ -10,59 +11,47 @@ from pipeline import catalog
 from pipeline.measurements import COLUMNS, SCHEMA
 from pipeline.readers import FileRejected, read_measurement_file
 
-
-CALIBRATED_COLUMNS = ["analytical_step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu_lo",
-                      "tokens_per_s_per_gpu_hi", "fit_version"]
 BREAKDOWN = ["compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
              "optimizer_s"]
+RUN_COLUMNS = ["run_id", "gpu", "model_name", "n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch",
+               "global_batch_seqs", "seq_len", "sharding", "recompute", "dtype", "software_preset"]
+OUT_COLUMNS = ["feasible", "error", "step_time_s", "step_time_lo_s", "step_time_hi_s", "analytical_step_time_s",
+               "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu", "hfu",
+               "memory_gb_per_gpu", "memory_gb", "memory_fits"] + BREAKDOWN + [
+               "fit_version", "assumptions", "calibration_domain"]
 
 
-def calibrate(result: pl.DataFrame, configs: pl.DataFrame, bundle) -> pl.DataFrame:
-    """Add the calibrated columns to analytical `result` rows (same order as `configs`).
-
-    With a bundle, rows with a valid analytical prediction get step_time_s / tokens_per_s_per_gpu / mfu from the
-    calibrated model, the breakdown scaled proportionally (so the parts still add up to step_time_s), the
-    90% interval and fit_version; `analytical_step_time_s` keeps the analytical step (fitted physics). Without a
-    bundle (`--analytical-only`, or no promoted fit) analytical_step_time_s = step_time_s and the interval and
-    fit_version are null."""
-    out = result.with_columns(pl.col("step_time_s").alias("analytical_step_time_s"),
-                              *[pl.lit(None, dtype=pl.Float64).alias(c) for c in CALIBRATED_COLUMNS[1:-1]],
-                              pl.lit(None, dtype=pl.Utf8).alias("fit_version"))
-    if bundle is None:
-        return out
-    from models.calibration import apply_calibration
-
-    valid = out["step_time_s"].is_not_null().to_numpy()
-    if not valid.any():
-        return out
-    import numpy as np
-
-    idx = np.flatnonzero(valid)
-    cal = apply_calibration(bundle, out[idx], configs[idx])
-    ratio = cal["step_time_s"].to_numpy() / out["step_time_s"].to_numpy()[idx]
-    cols = {}
-    for c in ["step_time_s", "tokens_per_s_per_gpu", "mfu"] + BREAKDOWN + CALIBRATED_COLUMNS[1:]:
-        if c not in out.columns:
-            continue
-        col = out[c].to_numpy().copy() if out[c].dtype != pl.Utf8 else np.array(out[c].to_list(), dtype=object)
-        if c in ("step_time_s", "tokens_per_s_per_gpu") or c in CALIBRATED_COLUMNS:
-            col[idx] = cal[c].to_numpy()
-        elif c == "mfu":
-            col[idx] = col[idx] / ratio
-        else:
-            col[idx] = col[idx] * ratio
-        cols[c] = pl.Series(c, col, dtype=out[c].dtype)
-    return out.with_columns(list(cols.values()))
+def _metrics_of(frame: pl.DataFrame) -> pl.DataFrame:
+    """The file's metric rows in the run_metrics shape `models.targets.measured_throughput` reads."""
+    need = ("run_id", "metric", "value")
+    if not all(c in frame.columns for c in need):
+        return pl.DataFrame(schema={"run_id": pl.Utf8, "metric": pl.Utf8, "value": pl.Float64, "derived": pl.Utf8,
+                                    "notes": pl.Utf8, "n_gpus": pl.Int64, "seq_len": pl.Int64,
+                                    "global_batch_seqs": pl.Int64})
+    return frame.select(
+        pl.col("run_id").str.strip_chars(), pl.col("metric").str.strip_chars(),
+        pl.col("value").str.strip_chars().cast(pl.Float64, strict=False),
+        *[pl.col(c).str.strip_chars().alias(c) if c in frame.columns else pl.lit(None, dtype=pl.Utf8).alias(c)
+          for c in ("derived", "notes")],
+        *[pl.col(c).str.strip_chars().cast(pl.Int64, strict=False) if c in frame.columns
+          else pl.lit(None, dtype=pl.Int64).alias(c) for c in ("n_gpus", "seq_len", "global_batch_seqs")],
+    ).filter(pl.col("run_id").is_not_null() & pl.col("value").is_not_null())
 
 
-def predict_file(path: Path, measurements: Path, bundle=None) -> pl.DataFrame:
-    """One row per distinct run_id of the file: the analytical prediction or the reason it cannot be made.
+def predict_file(path: Path, measurements: Path, model=None) -> pl.DataFrame:
+    """One row per distinct run_id of the file: the prediction (`models.predictor.predict` with `model`), or
+    the reason it cannot be made, and -- when the file has a measurement -- `measured_tokens_per_s_per_gpu` and
+    `error_pct` (100 x (predicted / measured - 1)).
 
-    Cells are parsed leniently (a bad number becomes empty and the run says what is missing); only problems
-    with the file as a whole raise FileRejected."""
+    Unstated fields are inferred by the documented rules of `models.runs_adapter` (listed in `assumptions`
+    after the assumption set). Memory never refuses a run: `memory_gb_per_gpu` is reported beside the
+    capacity `memory_gb` and `memory_fits`. Cells are parsed leniently (a bad number becomes empty and the run
+    says what is missing); only problems with the file as a whole raise FileRejected."""
     from models.hardware import resolve_hardware
-    from models.runs_adapter import configs_from_runs, predict_by_preset, resolve_recompute
-    from models.step_time import predict
+    from models.predictor import predict
+    from models.runs_adapter import configs_from_runs, resolve_layout, resolve_recompute
+    from models.step_time import predict as physics
+    from models.targets import derive_flop_targets, measured_throughput
 
     frame = read_measurement_file(path).frame
     if "run_id" not in frame.columns:
@@ -83,14 +72,27 @@ def predict_file(path: Path, measurements: Path, bundle=None) -> pl.DataFrame:
         pl.when(pl.Series(unknown_gpu)).then(pl.format("unknown hardware id '{}'", pl.col("gpu")))
         .otherwise(pl.col("config_error")).alias("config_error"))
     ok = cfg.filter(pl.col("config_error").is_null())
-    ok = resolve_recompute(ok, predict)
-    base, over = (bundle.params, bundle.preset_overrides) if bundle is not None else (None, None)
-    good = ok.select("run_id", "software_preset", "assumptions").hstack(predict_by_preset(ok, predict, base, over))
-    good = calibrate(good, ok, bundle)
+    ok = resolve_layout(ok, physics)
+    ok = resolve_recompute(ok, physics)
+    pred = predict(ok, model)
+    pred = pred.with_columns(
+        pl.concat_str([pl.col("assumptions"), pl.Series(ok["assumptions"])], separator="; ", ignore_nulls=True)
+        .alias("assumptions"),
+        pl.Series("memory_gb", ok["memory_gb"]).cast(pl.Float64),
+    ).with_columns((pl.col("memory_gb_per_gpu") <= pl.col("memory_gb")).alias("memory_fits"))
+    good = ok.select([c for c in RUN_COLUMNS if c in ok.columns] + ["peak_bf16_tflops"]).hstack(
+        pred.select(OUT_COLUMNS + ["model_flops_per_token", "hardware_flops_per_token"]))
     bad = cfg.filter(pl.col("config_error").is_not_null()).select(
-        "run_id", pl.lit(False).alias("feasible"), pl.col("config_error").alias("error"))
+        [c for c in RUN_COLUMNS if c in cfg.columns and c not in ("recompute",)],
+        pl.lit(False).alias("feasible"), pl.col("config_error").alias("error"))
     out = pl.concat([good, bad], how="diagonal_relaxed")
-    if "fit_version" not in out.columns:
-        out = calibrate(out, out, None)
+    # the measurement, where the file has one (the same target rules as the calibration)
+    target = measured_throughput(_metrics_of(frame))
+    if target.height:
+        out = derive_flop_targets(out.join(target, on="run_id", how="left"))
+        out = out.with_columns(
+            (100.0 * (pl.col("tokens_per_s_per_gpu") / pl.col("measured_tokens_per_s_per_gpu") - 1.0)).alias("error_pct"))
+    out = out.drop([c for c in ("peak_bf16_tflops", "model_flops_per_token", "hardware_flops_per_token",
+                                "measured_model_tflops_per_gpu", "measured_mfu", "measured_hfu") if c in out.columns])
     order = runs.select("run_id").with_row_index("_i")
     return out.join(order, on="run_id").sort("_i").drop("_i")

@@ -5,39 +5,56 @@ from __future__ import annotations
 import json
 
 
+from typing import Optional
+
 import typer
 
 from pipeline.cli import _fail, app, console, settings
 
-PROTOCOLS = ("loso", "loho", "vtrain_multi_lomso")
+PROTOCOLS = ("loso", "loho", "logo", "lofo", "lopo", "scale", "vtrain_multi_lomso")
+GROUPINGS = {"loso": "source", "loho": "gpu", "logo": "generation", "lofo": "family", "lopo": "precision",
+             "scale": "scale"}
 
 
 @app.command()
 def fit(
-    grouping: str = typer.Option("source", "--by", help="Rows of the table: source or gpu."),
-    scheme: str = typer.Option("loso", "--scheme", help="loso (leave one source out), loho (leave one hardware "
-                                                        "out) or vtrain_multi_lomso."),
+    grouping: Optional[str] = typer.Option(None, "--by", help="Rows of the per-group table: source, gpu, or the "
+                                                                "scheme's own groups [default: the scheme's]."),
+    scheme: str = typer.Option("logo", "--scheme", help="The protocol of the per-group table: loso, loho, logo, "
+                                                         "lofo, lopo, scale or vtrain_multi_lomso."),
+    protocols: str = typer.Option("loso,logo,lofo,lopo,scale", "--protocols",
+                                  help="Comma-separated validation protocols to run (loso: leave one source out; "
+                                       "loho: one hardware model; logo: one hardware generation; lofo: one "
+                                       "architecture family; lopo: one precision; scale: fit <= 256 accelerators, "
+                                       "score larger runs; vtrain_multi_lomso: vTrain multi-node model sizes)."),
     force: bool = typer.Option(False, "--force", help="Re-fit even if this data's version is already stored."),
-    vtrain_lomso: bool = typer.Option(True, "--vtrain-lomso/--no-vtrain-lomso",
-                                      help="Also validate leave-one-model-size-out on vTrain multi-node runs."),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
     publish: bool = typer.Option(True, "--publish/--no-publish", help="Publish a fresh snapshot afterwards."),
 ) -> None:
-    """Fit physics parameters + residual model, validate grouped, store a versioned fit, print the comparison.
+    """Fit physics parameters + residual model, validate under the transfer protocols, store a versioned fit,
+    print the comparison.
 
-    The table compares, per group, the analytical model with prior parameters (`analytical`), with fitted
-    parameters (`physics`), the residual models (`ridge`, `gbm`) and the kept one (`calibrated`, with the
-    coverage and median relative width of its 90% interval), all predicted out-of-group. Needs a built store
-    (`stepcast build`). Example: `stepcast fit --by gpu --scheme loho`.
+    The first table has one row per protocol and predictor: the analytical model with prior parameters
+    (`analytical`), with fitted parameters (`physics`), the ridge residual (`ridge`) and the kept one
+    (`calibrated`, with the coverage and median relative width of its 90% interval), all predicted out of
+    fold: MdAPE, MAPE, share within +-10%. The second breaks one protocol down by its held-out groups. Every
+    fold re-fits the physics and the residual without its runs. Needs a built store (`stepcast build`).
+
+    Example: `stepcast fit --scheme lopo` (per precision), `stepcast fit --protocols loso,loho --scheme loho`.
     """
     import polars as pl
 
     from pipeline import fits, store
 
-    if grouping not in ("source", "gpu"):
-        _fail(f"--by must be source or gpu, got '{grouping}'")
-    if scheme not in PROTOCOLS:
-        _fail(f"--scheme must be one of {', '.join(PROTOCOLS)}, got '{scheme}'")
+    wanted = tuple(p.strip() for p in protocols.split(",") if p.strip())
+    bad = [p for p in wanted + (scheme,) if p not in PROTOCOLS]
+    if bad:
+        _fail(f"unknown protocol '{bad[0]}': expected one of {', '.join(PROTOCOLS)}")
+    if scheme not in wanted:
+        wanted = wanted + (scheme,)
+    grouping = grouping or GROUPINGS.get(scheme, "source")
+    if grouping not in ("source", "gpu", GROUPINGS.get(scheme, "source")):
+        _fail(f"--by must be source, gpu or {GROUPINGS.get(scheme, 'source')} for --scheme {scheme}, got '{grouping}'")
     if fmt not in ("table", "json"):
         _fail(f"--format must be table or json, got '{fmt}'")
     cfg = settings()
@@ -47,14 +64,17 @@ def fit(
     try:
         if not store.table_exists(con, "runs"):
             _fail(f"{cfg.store}: no runs table (run `stepcast build` first)", 1)
-        protocols = ("loso", "loho") + (("vtrain_multi_lomso",) if vtrain_lomso or scheme == "vtrain_multi_lomso"
-                                        else ())
-        res = fits.run_fit(con, protocols=protocols, force=force or "vtrain_multi_lomso" in protocols)
+        from models.calibration import PROTOCOLS as DEFAULT_PROTOCOLS
+
+        res = fits.run_fit(con, protocols=wanted, force=force or set(wanted) != set(DEFAULT_PROTOCOLS))
     finally:
         con.close()
     if publish:
         store.publish_snapshot(cfg.store, cfg.snapshot)
     f, m = res["fit"], res["metrics"]
+    overall = m.filter(((pl.col("grouping") == "source") | (pl.col("scheme") == "vtrain_multi_lomso"))
+                       & (pl.col("group") == "ALL") & pl.col("predictor").is_in(["analytical", "physics", "ridge",
+                                                                                  "calibrated"]))
     sel = m.filter(pl.col("scheme") == scheme)
     if scheme != "vtrain_multi_lomso":
         sel = sel.filter(pl.col("grouping") == grouping)
@@ -64,13 +84,22 @@ def fit(
         on="group").sort(pl.col("group") != "ALL", -pl.col("n_runs"))
     if fmt == "json":
         print(json.dumps({"fit": {k: (str(v) if k.endswith("_at") else v) for k, v in f.items()},
-                          "scheme": scheme, "grouping": grouping, "rows": wide.to_dicts()}, indent=2, default=str))
+                          "protocols": overall.to_dicts(), "scheme": scheme, "grouping": grouping,
+                          "rows": wide.to_dicts()}, indent=2, default=str))
         return
     from rich.table import Table
 
+    pct = lambda v: "-" if v is None else f"{v:.1%}"  # noqa: E731
+    t0 = Table(title="every protocol, all held-out runs: out-of-fold error of throughput per predictor")
+    for c in ("protocol", "predictor", "n_runs", "MdAPE", "MAPE", "within ±10%", "coverage_90", "median_width"):
+        t0.add_column(c, justify="left" if c in ("protocol", "predictor") else "right")
+    for r in overall.sort("scheme", "predictor").iter_rows(named=True):
+        t0.add_row(r["scheme"], r["predictor"], str(r["n_runs"]), pct(r["mdape"]), pct(r["mape"]),
+                   pct(r["within_10pct"]), pct(r["coverage_90"]), pct(r["median_width"]))
+    console.print(t0)
     t = Table(title=f"{scheme} by {grouping}: out-of-group MdAPE of throughput per predictor; calibrated MAPE, "
                     "share within ±10%, 90% interval coverage and median relative width")
-    cols = ["group", "n_runs", "analytical", "physics", "ridge", "gbm", "calibrated", "mape", "within_10pct",
+    cols = ["group", "n_runs", "analytical", "physics", "ridge", "calibrated", "mape", "within_10pct",
             "coverage_90", "median_width"]
     for c in cols:
         t.add_column(c, justify="left" if c == "group" else "right")
@@ -81,6 +110,8 @@ def fit(
     status = "promoted" if f["promoted"] else "kept, not promoted"
     console.print(f"fit {f['version']} ({f['model_kind']}; {status}: {f['promotion_reason']}); "
                   f"{'reused stored fit' if res['reused'] else 'fitted now'}; promoted fit: {res['promoted']}")
-    console.print(f"LOSO: MdAPE {f['mdape']:.1%} (analytical {f['analytical_mdape']:.1%}, physics "
-                  f"{f['physics_mdape']:.1%}), coverage {f['coverage_90']:.1%}, median width "
-                  f"{f['median_width']:.1%}; LOHO MdAPE {f['loho_mdape']:.1%}, coverage {f['loho_coverage_90']:.1%}")
+    cal_rows = overall.filter(pl.col("predictor") == "calibrated").drop_nulls("mdape")
+    if cal_rows.height:
+        worst = cal_rows.sort("mdape", descending=True).row(0, named=True)
+        console.print(f"worst protocol: {worst['scheme']} MdAPE {worst['mdape']:.1%}, MAPE {worst['mape']:.1%}, "
+                      f"coverage {pct(worst['coverage_90'])}")

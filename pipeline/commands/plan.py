@@ -9,14 +9,16 @@ from typing import Optional
 
 import typer
 
-from pipeline.cli import _fail, app, settings
+from pipeline.cli import ANALYTICAL_HELP, ASSUMPTIONS_HELP, _fail, app, settings
 
 PLAN_COLUMNS = ["rank", "hardware", "n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding",
                 "recompute", "days", "days_lo", "days_hi", "days_ideal", "cost_usd", "cost_usd_lo", "cost_usd_hi",
                 "energy_mwh", "mfu", "tokens_per_s_per_gpu", "goodput", "expected_interruptions",
-                "checkpoint_interval_min", "usd_per_gpu_hour", "price_source", "fit_version"]
+                "checkpoint_interval_min", "usd_per_gpu_hour", "price_source", "hfu", "step_time_s",
+                "step_time_lo_s", "step_time_hi_s", "fit_version", "assumptions", "calibration_domain"]
 TABLE_COLUMNS = ["rank", "hardware", "n_gpus", "tp", "pp", "dp", "cp", "days", "days_lo", "days_hi", "cost_usd",
                  "energy_mwh", "mfu", "goodput"]
+NO_DEADLINE_HORIZON_DAYS = 365
 OPTIMAL_COLUMNS = ["rank", "hardware", "n_gpus", "params", "tokens", "loss", "training_flop", "days", "cost_usd",
                    "energy_mwh", "mfu", "tp", "pp", "dp", "cp", "n_layers", "d_model", "usd_per_gpu_hour"]
 
@@ -80,6 +82,8 @@ def plan(
     optimal: bool = typer.Option(False, "--optimal", help="Choose the model size too: the compute-optimal "
                                                           "(Chinchilla) size and token count for the budget."),
     top: int = typer.Option(10, "--top", "-k", min=1, help="How many options to show."),
+    assumptions: str = typer.Option("realistic", "--assumptions", help=ASSUMPTIONS_HELP),
+    analytical_only: bool = typer.Option(False, "--analytical-only", help=ANALYTICAL_HELP),
     fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the result to this file."),
 ) -> None:
@@ -103,11 +107,13 @@ def plan(
 
     from models import plan as P
     from models.hardware import resolve_hardware
-    from pipeline import catalog
+    from pipeline import api, catalog
     from pipeline.output import render
 
     if fmt not in ("table", "csv", "json"):
         _fail(f"--format must be table, csv or json, got '{fmt}'")
+    if assumptions not in api.ASSUMPTION_SETS:
+        _fail(f"--assumptions must be one of {', '.join(api.ASSUMPTION_SETS)}, got '{assumptions}'")
     if tokens is not None and not (tokens > 0 and math.isfinite(tokens)):
         _fail(f"--tokens must be a positive number, got {tokens}")
     for name, v in (("--deadline-days", deadline_days), ("--budget-usd", budget_usd)):
@@ -136,10 +142,10 @@ def plan(
         wanted = [h for h in hw_all["id"].to_list() if h in prices]
     hw_rows = [r for r in hw_all.filter(pl.col("id").is_in(wanted) & pl.col("hardware_error").is_null())
                .iter_rows(named=True)]
-    from pipeline.calibrated import calibrate_rows, promoted_fit
+    from pipeline.calibrated import model_for
 
-    bundle = promoted_fit(cfg)
-    phys = bundle.params_for("default") if bundle is not None else None
+    pred_model = model_for(cfg, analytical_only, assumptions)
+    phys = pred_model
     seqs = max(batch_tokens // seq_len, 1)
 
     if optimal:
@@ -159,39 +165,13 @@ def plan(
         arch = catalog.find_architecture(cfg.measurements, model)
     except catalog.UnknownName as err:
         _fail(str(err))
-    rows = P.best_layouts(arch, hw_rows, seqs, seq_len, max_gpus, dtype=dtype, params=phys)
-    if not rows:
+    frame = P.plan_rows(arch, hw_rows, tokens, seqs, seq_len, max_gpus, prices, dtype=dtype, model=pred_model)
+    if frame.height == 0:
         print(f"{arch['id']} fits on none of {', '.join(wanted)} up to {max_gpus} accelerators; raise --max-gpus",
               file=sys.stderr)
         raise typer.Exit(1)
-    frame = pl.DataFrame(rows, infer_schema_length=None)
-    point = frame["tokens_per_s_per_gpu"].to_numpy()
-    lo = hi = point
-    fit_version = None
-    cal = None if bundle is None else calibrate_rows(bundle, frame, arch, {r["id"]: r for r in hw_rows}, seq_len,
-                                                       seqs)
-    if cal is not None:
-        point = cal["tokens_per_s_per_gpu"].to_numpy()
-        lo = cal["tokens_per_s_per_gpu_lo"].to_numpy()
-        hi = cal["tokens_per_s_per_gpu_hi"].to_numpy()
-        fit_version = cal["fit_version"].drop_nulls().first()
-    price = np.array([prices[h] for h in frame["hardware"]])
-    tdp_by_id = {r["id"]: r.get("tdp_w") for r in hw_rows}
-    tdp = np.array([tdp_by_id[h] or np.nan for h in frame["hardware"]])
-    n = frame["n_gpus"].to_numpy()
-    par = frame["params"].to_numpy()
-    mid = P.time_and_cost(tokens, n, point, par, price, tdp)
-    slow = P.time_and_cost(tokens, n, lo, par, price, tdp)
-    fast = P.time_and_cost(tokens, n, hi, par, price, tdp)
-    frame = frame.with_columns(
-        pl.Series("tokens_per_s_per_gpu", point),
-        pl.Series("mfu", frame["mfu"].to_numpy() * point / frame["tokens_per_s_per_gpu"].to_numpy()),
-        pl.Series("usd_per_gpu_hour", price), pl.lit(price_label).alias("price_source"),
-        (cal["fit_version"] if cal is not None else pl.lit(None, dtype=pl.Utf8)).alias("fit_version"),
-        *[pl.Series(k, v) for k, v in mid.items()],
-        pl.Series("days_lo", fast["days"]), pl.Series("days_hi", slow["days"]),
-        pl.Series("cost_usd_lo", fast["cost_usd"]), pl.Series("cost_usd_hi", slow["cost_usd"]),
-    ).filter(pl.col("days").is_finite())
+    frame = frame.with_columns(pl.lit(price_label).alias("price_source"))
+    fit_version = frame["fit_version"].drop_nulls().first() if "fit_version" in frame.columns else None
     ok = frame
     if deadline_days is not None:
         ok = ok.filter(pl.col("days") <= deadline_days)
@@ -215,12 +195,22 @@ def plan(
             print("[]")
         raise typer.Exit(1)
     order = "cost_usd" if deadline_days is not None or budget_usd is None else "days"
-    ok = ok.sort([order, "days"]).head(top).with_row_index("rank", offset=1)
+    late = pl.lit(False)
+    if deadline_days is None and budget_usd is None:
+        # no deadline: the cheapest plans are the slowest; those past a year are ranked last, with a warning
+        late = pl.col("days") > NO_DEADLINE_HORIZON_DAYS
+        n_late = ok.filter(late).height
+        if n_late:
+            print(f"warning: no --deadline-days given; {n_late} of {ok.height} plans take more than "
+                  f"{NO_DEADLINE_HORIZON_DAYS} days and are ranked last (give --deadline-days to rank by cost within "
+                  "it)", file=sys.stderr)
+    ok = ok.with_columns(late.alias("_late")).sort(["_late", order, "days"]).drop("_late").head(top) \
+        .with_row_index("rank", offset=1)
     cols = [c for c in PLAN_COLUMNS if c in ok.columns]
     title = (f"{arch['id']}, {tokens:.3g} tokens: best {ok.height} by {order.replace('_usd', '')}"
              + (f" within {deadline_days:g} days" if deadline_days else "")
              + (f" within ${budget_usd:,.0f}" if budget_usd else "")
-             + ("" if fit_version else " (analytical; no promoted fit: days_lo = days_hi = days)"))
+             + f" — {api.title_of('plan', ok).split(' — ', 1)[-1]}")
     if fmt == "table":
         render(ok.select(cols), fmt, out, title=title, table_columns=TABLE_COLUMNS)
     else:

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from pipeline.cli import _fail, app, settings
+from pipeline.cli import ANALYTICAL_HELP, ASSUMPTIONS_HELP, _fail, app, settings
 
 SEARCH_COLUMNS = ["rank", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding", "recompute",
                   "sequence_parallel", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu",
@@ -46,11 +46,10 @@ def search(
     micro_batch: Optional[int] = typer.Option(None, "--micro-batch", min=1, help="Fix the micro-batch."),
     sharding: Optional[str] = typer.Option(None, "--sharding", help="Fix: none, zero1, zero2, zero3, fsdp, hsdp."),
     recompute: Optional[str] = typer.Option(None, "--recompute", help="Fix: none, selective, full."),
-    analytical_only: bool = typer.Option(False, "--analytical-only",
-                                         help="Prior physical parameters (default: the promoted fit's fitted ones)."),
-    intervals: bool = typer.Option(False, "--intervals",
-                                   help="Add the promoted fit's residual correction and 90% interval to the top "
-                                        "layouts (loads scikit-learn: slower start-up)."),
+    assumptions: str = typer.Option("realistic", "--assumptions", help=ASSUMPTIONS_HELP),
+    analytical_only: bool = typer.Option(False, "--analytical-only", help=ANALYTICAL_HELP),
+    intervals: bool = typer.Option(True, "--intervals/--no-intervals", hidden=True,
+                                   help="Kept for scripts: the interval is always part of the prediction."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the result to this file."),
 ) -> None:
@@ -66,10 +65,6 @@ def search(
     `stepcast search --model llama3-8b --gpu h100-sxm5-80gb --gpus 64 -b 256 -s 8192 --tp 1 --pp 1 --sharding fsdp`
     """
     start = time.perf_counter()
-    import polars as pl
-
-    from models.hardware import resolve_hardware
-    from models.search import search as run_search
     from pipeline import catalog
     from pipeline.output import render
 
@@ -98,55 +93,28 @@ def search(
         hw_row = catalog.find_hardware(cfg.measurements, gpu)
     except catalog.UnknownName as err:
         _fail(str(err))
-    hw = resolve_hardware(pl.DataFrame([hw_row]), strict=False).row(0, named=True)
-    if hw.get("hardware_error"):
-        _fail(f"hardware {gpu}: {hw['hardware_error']}")
     fixed = {k: v for k, v in dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch,
                                    sharding=sharding, recompute=recompute).items() if v is not None}
-    price = hw_row.get("cloud_usd_per_hour")
-    from pipeline.calibrated import calibrate_rows, promoted_fit, promoted_params
+    from pipeline import api
 
-    bundle, phys, version = None, None, None
-    if intervals and not analytical_only:
-        bundle = promoted_fit(cfg)  # loads scikit-learn: about 2-4 s more start-up
-        if bundle is not None:
-            phys, version = bundle.params_for("default"), bundle.version
-    elif not analytical_only:
-        phys, version = promoted_params(cfg)
-    extra = {"params": phys} if phys is not None else {}
-    result, n_evaluated = run_search(arch, hw, gpus, global_batch, seq_len, fixed=fixed, dtype=dtype, top_k=top,
-                                     rank_by=rank_by, usd_per_gpu_hour=price, return_count=True, **extra)
-    elapsed = time.perf_counter() - start
+    try:
+        result, n_evaluated, _ = api.search_layouts(cfg, arch=arch, hw_row=hw_row, gpus=gpus, global_batch=global_batch,
+                                                    seq_len=seq_len, fixed=fixed, dtype=dtype, top=top,
+                                                    rank_by=rank_by, analytical_only=analytical_only,
+                                                    assumptions=assumptions)
+    except api.InputError as err:
+        _fail(str(err))
     if result.height == 0:
         print(f"no feasible layout among {n_evaluated:,} evaluated for {arch['id']} on {gpus} x {gpu} "
               f"(batch {global_batch} x {seq_len}{', fixed ' + str(fixed) if fixed else ''}). Try more GPUs, a "
               f"smaller micro-batch, recompute, or sharding.", file=sys.stderr)
         raise typer.Exit(1)
-    if bundle is not None:
-        cal = calibrate_rows(bundle, result.with_columns(pl.lit(gpu).alias("hardware")), arch, {gpu: hw}, seq_len,
-                             global_batch, n_gpus=gpus)
-        if cal is not None:
-            result = result.with_columns(
-                pl.col("step_time_s").alias("analytical_step_time_s"),
-                *[cal[c] for c in ("step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu",
-                                   "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "fit_version")],
-                (pl.col("mfu") * cal["tokens_per_s_per_gpu"] / pl.col("tokens_per_s_per_gpu")).alias("mfu"),
-            )
-            if rank_by == "throughput":  # the correction can reorder the analytical top K
-                result = result.sort("tokens_per_s_per_gpu", descending=True, maintain_order=True)
     result = result.with_row_index("rank", offset=1)
     extra = [c for c in result.columns if c not in SEARCH_COLUMNS]
     result = result.select([c for c in SEARCH_COLUMNS if c in result.columns] + extra)
     elapsed = time.perf_counter() - start
-    if "fit_version" in result.columns and result["fit_version"][0]:
-        fit_note = f"calibrated with interval, fit {result['fit_version'][0]}"
-    elif version:
-        result = result.with_columns(pl.lit(version).alias("fit_version"))
-        fit_note = f"fitted physics of fit {version}; --intervals adds the correction and interval"
-    else:
-        fit_note = "analytical, prior parameters"
     title = (f"{arch['id']} on {gpus} x {gpu}, batch {global_batch} x {seq_len}: best {result.height} of "
-             f"{n_evaluated:,} layouts ({elapsed:.2f} s, {fit_note})")
+             f"{n_evaluated:,} layouts ({elapsed:.2f} s) — {api.title_of('search', result).split(' — ', 1)[-1]}")
     if fmt == "table":
         render(result, fmt, out, title=title, table_columns=TABLE_COLUMNS)
     else:
