@@ -38,8 +38,8 @@ import polars as pl
 
 from models import conformal, domains
 from models.params import DEFAULT, FITTABLE_BOUNDS, PhysParams
-from models.runs_adapter import PRESETS, preset_params
-from models.predictor import FEATURE_NAMES, Calibration, encode, residual_features
+from models.runs_adapter import PRESETS
+from models.predictor import FEATURE_NAMES, GEN_KEY, Calibration, encode, group_params, residual_features
 from models.predictor import predict_arrays as serve_arrays
 from models.step_time import OUTPUT_COLUMNS, encode_configs, predict_arrays
 
@@ -47,6 +47,11 @@ FIT_CODE_VERSION = "stepcast-calibration/2"
 FIT_FIELDS = ("matmul_eff_16bit", "matmul_eff_8bit", "attn_eff", "gemm_ramp_flops_per_sm", "host_overhead_s_per_op",
               "scaleup_eff", "scaleout_eff", "alpha_scaleup_s", "tp_overlap", "dp_overlap", "fsdp_gather_overlap")
 PRESET_FIELDS = {"megatron_2022": ("host_overhead_s_per_op",)}
+#: fractions of a peak fitted per hardware generation group (the largest group in the data defines the shared
+#: value; every other group with at least MIN_GENERATION_RUNS runs gets its own): A100 and H100 GEMMs reach
+#: different shares of their datasheet peaks, a constant with the same meaning but not the same value
+GENERATION_FIELDS = ("matmul_eff_16bit", "matmul_eff_8bit")
+MIN_GENERATION_RUNS = 30
 LOG_FIELDS = {"gemm_ramp_flops_per_sm", "host_overhead_s_per_op", "alpha_scaleup_s", "alpha_scaleout_s"}
 MODEL_KINDS = ("physics", "ridge")
 PROTOCOLS = ("loso", "logo", "lofo", "lopo", "scale")
@@ -137,7 +142,8 @@ def fit_version(data: FitData) -> str:
     h.update(FIT_CODE_VERSION.encode())
     h.update(json.dumps(HYPER, sort_keys=True).encode())
     h.update(json.dumps(DEFAULT.to_dict(), sort_keys=True).encode())
-    h.update(json.dumps([FIT_FIELDS, PRESET_FIELDS, FEATURE_NAMES], sort_keys=True, default=list).encode())
+    h.update(json.dumps([FIT_FIELDS, PRESET_FIELDS, FEATURE_NAMES, GENERATION_FIELDS, MIN_GENERATION_RUNS],
+                        sort_keys=True, default=list).encode())
     h.update(data_hash(data).encode())
     return h.hexdigest()[:16]
 
@@ -149,18 +155,20 @@ class Physics:
     def __init__(self, configs: pl.DataFrame):
         presets = configs["software_preset"].fill_null("default").to_numpy() if "software_preset" in \
             configs.columns else np.full(configs.height, "default")
+        gens = generation_labels(configs)
         self.n = configs.height
         self.configs = configs
         self.parts = []
         for name in PRESETS:
-            idx = np.flatnonzero(presets == name)
-            if len(idx):
-                self.parts.append((name, idx, encode_configs(configs[idx])))
+            for g in np.unique(gens):
+                idx = np.flatnonzero((presets == name) & (gens == g))
+                if len(idx):
+                    self.parts.append((name, g, idx, encode_configs(configs[idx])))
 
     def predict(self, params: PhysParams, overrides: dict, columns=("tokens_per_s_per_gpu",)) -> dict:
         out = {c: np.full(self.n, np.nan) for c in columns}
-        for name, idx, arrays in self.parts:
-            res = predict_arrays(arrays, preset_params(name, params, overrides))
+        for name, gen, idx, arrays in self.parts:
+            res = predict_arrays(arrays, group_params(name, gen, params, overrides))
             for c in columns:
                 out[c][idx] = res[c]
         return out
@@ -178,9 +186,27 @@ class Physics:
         return pl.DataFrame(res)
 
 
+def generation_labels(configs: pl.DataFrame) -> np.ndarray:
+    gen = configs["generation"] if "generation" in configs.columns else None
+    return domains.generation_groups(configs["gpu"], gen) if "gpu" in configs.columns else \
+        np.full(configs.height, "unknown", dtype=object)
+
+
 def _slots(configs: pl.DataFrame) -> list[tuple[str | None, str]]:
     presets = set(configs["software_preset"].fill_null("default").to_list())
-    return [(None, f) for f in FIT_FIELDS] + [(p, f) for p, fs in PRESET_FIELDS.items() if p in presets for f in fs]
+    slots = [(None, f) for f in FIT_FIELDS] + [(p, f) for p, fs in PRESET_FIELDS.items() if p in presets for f in fs]
+    gens, counts = np.unique(generation_labels(configs), return_counts=True)
+    dt = configs["dtype"].fill_null("bf16").to_numpy()
+    g_all = generation_labels(configs)
+    for g, c in sorted(zip(gens, counts), key=lambda x: -x[1])[1:]:  # the largest group defines the shared value
+        if c < MIN_GENERATION_RUNS or g == "unknown":
+            continue
+        eight = int(np.isin(dt[g_all == g], ["fp8", "fp8-cs", "mxfp8", "nvfp4"]).sum())
+        for f in GENERATION_FIELDS:
+            if f == "matmul_eff_8bit" and eight < MIN_GENERATION_RUNS // 3:
+                continue  # too few low-precision runs of this generation to tell its own 8-bit efficiency
+            slots.append((GEN_KEY + str(g), f))
+    return slots
 
 
 def _to_unit(name: str, value: float) -> float:

@@ -133,6 +133,20 @@ def ideal_params(base: PhysParams = DEFAULT) -> PhysParams:
                           mem_fragmentation_frac=0.0)
 
 
+GEN_KEY = "gen:"  # overrides key of the values fitted for one hardware generation group, e.g. "gen:Hopper"
+
+
+def group_params(preset: str, generation: str | None, base: PhysParams, overrides: dict | None) -> PhysParams:
+    """The parameters of one software era and hardware generation group: `base` with the era's documented
+    differences and fitted values, then the values fitted for that generation (fractions of a peak that differ
+    between generations, e.g. Hopper's GEMMs reach a smaller share of their peak than Ampere's)."""
+    from models.runs_adapter import preset_params
+
+    p = preset_params(preset, base, overrides)
+    extra = (overrides or {}).get(GEN_KEY + generation) if generation else None
+    return p.with_(**extra) if extra else p
+
+
 def as_predictor(model: Model) -> Predictor | PhysParams:
     if model is None:
         return Predictor(None)
@@ -238,15 +252,26 @@ def predict_arrays(a: Mapping[str, np.ndarray], model: Model = None) -> dict[str
     dt = a.get("dtype")
     dt = np.zeros(n, dtype=np.int64) if dt is None else np.nan_to_num(_b(dt, n)).astype(np.int64)
     inside = cal.domain.inside(np.where(gen < 0, 10_000, gen), dt, era) & (gen >= 0)
+    from models.domains import GENERATION_GROUPS
+    from models.runs_adapter import PRESETS
+
     groups = []
+    gens = np.unique(gen)
     for e in eras:
         sel = era == e
+        name = PRESETS[int(e)] if 0 <= e < len(PRESETS) else "default"
         for ins in (True, False):
-            idx = np.flatnonzero(sel & (inside == ins))
-            if len(idx):
-                fitted = ins or cal.outside == "fitted"
-                params = preset(int(e), cal.params, cal.preset_overrides) if fitted else preset(int(e), DEFAULT)
-                groups.append((idx, params))
+            part = sel & (inside == ins)
+            if not part.any():
+                continue
+            if not ins and cal.outside != "fitted":
+                groups.append((np.flatnonzero(part), preset(int(e), DEFAULT)))
+                continue
+            for gc in (gens if ins else [None]):  # the generation's own fitted values apply inside the domain
+                idx = np.flatnonzero(part & (gen == gc)) if gc is not None else np.flatnonzero(part)
+                if len(idx):
+                    g = GENERATION_GROUPS[int(gc)] if gc is not None and 0 <= gc < len(GENERATION_GROUPS) else None
+                    groups.append((idx, group_params(name, g, cal.params, cal.preset_overrides)))
     if len(groups) == 1:
         groups = [(None, groups[0][1])]
     out = _physics_groups(a, n, groups)
