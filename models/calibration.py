@@ -160,15 +160,26 @@ class Physics:
         self.configs = configs
         self.parts = []
         for name in PRESETS:
-            for g in np.unique(gens):
-                idx = np.flatnonzero((presets == name) & (gens == g))
-                if len(idx):
-                    self.parts.append((name, g, idx, encode_configs(configs[idx])))
+            idx = np.flatnonzero(presets == name)
+            if len(idx):
+                self.parts.append((name, gens[idx], idx, encode_configs(configs[idx])))
 
     def predict(self, params: PhysParams, overrides: dict, columns=("tokens_per_s_per_gpu",)) -> dict:
+        """Every row with its software era's parameters and its generation's fitted GEMM efficiencies (passed
+        per row, so one physics call serves every generation of an era)."""
         out = {c: np.full(self.n, np.nan) for c in columns}
-        for name, gen, idx, arrays in self.parts:
-            res = predict_arrays(arrays, group_params(name, gen, params, overrides))
+        for name, gens, idx, arrays in self.parts:
+            p = group_params(name, None, params, overrides)
+            per_gen = {g: (overrides or {}).get(GEN_KEY + g, {}) for g in np.unique(gens)}
+            if any(per_gen.values()):
+                arrays = dict(arrays)
+                for f in GENERATION_FIELDS:
+                    vals = np.full(len(idx), getattr(p, f))
+                    for g, extra in per_gen.items():
+                        if f in extra:
+                            vals[gens == g] = extra[f]
+                    arrays[f] = vals
+            res = predict_arrays(arrays, p)
             for c in columns:
                 out[c][idx] = res[c]
         return out

@@ -266,7 +266,14 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     act_b = 2.0 + 2.0 * is_fp32
     w_read_b = np.take(_W_READ_BYTES, dt, mode="clip")
     e16, e8, e32 = P.matmul_eff_16bit, P.matmul_eff_8bit, P.matmul_eff_32bit
-    eff = np.take(np.array([e16, e16, e8, e8, e8, e8, e32, e32]), dt, mode="clip")
+    if "matmul_eff_16bit" in a or "matmul_eff_8bit" in a:
+        # per-row GEMM efficiencies (a calibration's values for each row's hardware generation)
+        e16 = g("matmul_eff_16bit", e16)
+        e8 = g("matmul_eff_8bit", e8)
+        low = (dt >= 2) & (dt <= 5)
+        eff = np.where(low, e8, np.where((dt == 6) | (dt == 7), e32, e16))
+    else:
+        eff = np.take(np.array([e16, e16, e8, e8, e8, e8, e32, e32]), dt, mode="clip")
     inv_rate = 1.0 / (peak_tf * (1e12 * eff))
     inv_hbm = 1.0 / hbm_bw
     attn_rate = attn_peak_tf * (1e12 * P.attn_eff)

@@ -20,9 +20,13 @@ def no_store(tmp_path, monkeypatch):
     """These tests exercise the analytical path: no store, hence no promoted calibration fit
     (tests/test_calibration.py covers the calibrated columns against the built store)."""
     monkeypatch.setenv("STEPCAST_STORE", str(tmp_path / "none" / "stepcast.duckdb"))
-REQUIRED = ["run_id", "feasible", "error", "step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gb_per_gpu",
-            "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
-            "optimizer_s"]
+REQUIRED = ["run_id", "feasible", "error", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu",
+            "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu", "hfu", "memory_gb_per_gpu", "compute_s",
+            "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s", "optimizer_s",
+            "fit_version", "assumptions", "calibration_domain"]
+RUNS_REQUIRED = ["run_id", "feasible", "error", "step_time_s", "step_time_lo_s", "step_time_hi_s",
+                 "tokens_per_s_per_gpu", "mfu", "hfu", "memory_gb_per_gpu", "memory_gb", "memory_fits", "fit_version",
+                 "assumptions", "calibration_domain", "measured_tokens_per_s_per_gpu", "error_pct"]
 GPT3 = ["predict", "--model", "gpt3-175b", "--gpu", "a100-sxm4-80gb", "--gpus", "1024", "--global-batch", "1536",
         "--seq-len", "2048", "--tp", "8", "--pp", "8"]
 
@@ -35,6 +39,9 @@ def test_predict_one_configuration_json():
     row = rows[0]
     assert list(row)[: len(REQUIRED)] == REQUIRED
     assert row["feasible"] is True and row["error"] is None
+    # the command echoes what it resolved and every default it applied
+    assert row["model"] == "gpt3-175b" and row["dp"] == 16 and row["calibration_domain"] == "no fit: priors"
+    assert row["assumptions"].startswith("realistic; defaults: dp=N/(tp*pp*cp)=16, micro_batch=1, sharding=zero1")
     # the parts add up to no more than the step, and the step's throughput matches its definition
     assert row["step_time_s"] > row["compute_s"] > 0
     assert row["tokens_per_s_per_gpu"] == __import__("pytest").approx(1536 * 2048 / (row["step_time_s"] * 1024))
@@ -54,13 +61,20 @@ def test_predict_runs_file_one_row_per_run(tmp_path):
     result = runner.invoke(app, ["predict", "--runs", str(MEASUREMENTS / "measured_runs.csv"), "--format", "csv",
                                  "--out", str(out)])
     assert result.exit_code == 0, result.output
-    pred = pl.read_csv(out)
-    assert pred.columns[: len(REQUIRED)] == REQUIRED
+    pred = pl.read_csv(out, infer_schema_length=None)
+    assert set(RUNS_REQUIRED) <= set(pred.columns)
     assert pred.height == 599 and pred["run_id"].n_unique() == 599
     # whole-run GPU-hour totals name no GPU count: kept, with the reason
     llama2 = pred.filter(pl.col("run_id") == "llama2_70b").row(0, named=True)
     assert llama2["feasible"] is False and "n_gpus not stated" in llama2["error"]
-    assert pred["feasible"].sum() > 450
+    # every run with an accelerator, a shape and a GPU count gets a prediction, whatever the memory model says
+    assert pred["step_time_s"].is_not_null().sum() >= 560
+    # and the measurement with the error beside it, where the file has one
+    scored = pred.filter(pl.col("error_pct").is_not_null())
+    assert scored.height > 500
+    row = scored.row(0, named=True)
+    assert row["error_pct"] == pytest.approx(100 * (row["tokens_per_s_per_gpu"] / row["measured_tokens_per_s_per_gpu"]
+                                                    - 1))
 
 
 def test_predict_runs_bad_rows_keep_their_run_id(tmp_path):
@@ -71,7 +85,8 @@ def test_predict_runs_bad_rows_keep_their_run_id(tmp_path):
     rows = {r["run_id"]: r for r in json.loads(result.output)}
     assert rows["t-run-1"]["feasible"] is True
     assert "unknown hardware id 'h900'" in rows["t-2"]["error"]
-    assert "seq_len not stated" in rows["t-3"]["error"]
+    # an unstated sequence length is inferred by a documented rule, and the row says so
+    assert rows["t-3"]["step_time_s"] is not None and "seq_len=" in rows["t-3"]["assumptions"]
 
 
 def test_predict_runs_unreadable_file_exits_nonzero(tmp_path):
