@@ -7,7 +7,8 @@ Every path that prints or stores a number calls `predict_arrays(arrays, model)` 
 
 * a `PhysParams` -- the analytical model with exactly those parameters (`--analytical-only` passes the priors);
 * a `Calibration` -- a fitted calibration under the realistic assumptions;
-* a `Predictor` -- a calibration (or none) together with the named assumptions (`realistic` or `ideal`).
+* a `Predictor` -- a calibration (or none) together with the named assumptions (`realistic` or `ideal`:
+  Epoch AI's ideal conditions applied to the fitted parameters (the priors without a fit), no residual).
 
 Realistic: per row, a configuration inside the fit's domain (its hardware generation, precision family and
 software era were all in the training runs, `models.domains`) is predicted with the fitted physical
@@ -113,7 +114,7 @@ class Predictor:
 
     @property
     def fit_version(self) -> str | None:
-        return None if self.calibration is None or self.assumptions == "ideal" else self.calibration.version
+        return None if self.calibration is None else self.calibration.version
 
 
 Model = Union[PhysParams, Calibration, Predictor, None]
@@ -241,8 +242,10 @@ def predict_arrays(a: Mapping[str, np.ndarray], model: Model = None) -> dict[str
         out = _physics_groups(a, n, by_era(lambda e: preset(e, model)))
         return _finish(out, n, None, np.zeros(n), np.zeros(n), np.full(n, DOMAIN_ANALYTICAL))
     cal = model.calibration
-    if model.assumptions == "ideal":
-        out = _physics_groups(a, n, by_era(lambda e: ideal_params(preset(e, DEFAULT))))
+    if model.assumptions == "ideal":  # the physical bound: ideal conditions on the fitted (else prior) parameters
+        base = cal.params if cal is not None else DEFAULT
+        over = cal.preset_overrides if cal is not None else None
+        out = _physics_groups(a, n, by_era(lambda e: ideal_params(preset(e, base, over))))
         return _finish(out, n, None, np.zeros(n), np.zeros(n), np.full(n, DOMAIN_ANALYTICAL))
     if cal is None:
         out = _physics_groups(a, n, by_era(lambda e: preset(e, DEFAULT)))
@@ -330,7 +333,8 @@ def domain_text(model: Model, arrays: Mapping[str, np.ndarray], codes: np.ndarra
     if isinstance(model, PhysParams):
         return ["analytical"] * n
     if model.assumptions == "ideal":
-        return ["ideal (no calibration)"] * n
+        return ["ideal: " + ("the fit's physical parameters" if model.calibration is not None else "the priors")
+                + " under Epoch AI's ideal conditions, no residual"] * n
     if model.calibration is None:
         return ["no fit: priors"] * n
     dom = model.calibration.domain
