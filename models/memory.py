@@ -41,6 +41,24 @@ from models.params import DEFAULT, PhysParams
 
 GB = 1e9
 
+#: Bytes in one "GB" of an accelerator's memory capacity as vendors state it. HBM/GDDR capacities are binary:
+#: nvidia-smi reports memory.total 81920 MiB for an "A100-SXM4-80GB" and 81559 MiB for an "H100 80GB HBM3"
+#: (85.9e9 and 85.5e9 bytes), 40960 MiB for an "A100-SXM4-40GB", 143771 MiB for a "141 GB" H200 (HBM stacks are
+#: 2^k GiB: five 16 GiB HBM3 stacks = 80 GiB). The model's bytes (decimal GB in its outputs) compare with
+#: ``capacity_bytes(memory_gb)``, not ``memory_gb * 1e9``, which understates every capacity by 7.4 %.
+CAPACITY_BYTES_PER_GB = 2.0**30
+
+#: Portable fixed allowance (CUDA context, NCCL and cuBLAS workspaces) as a fraction of the device capacity.
+#: prior: the 1.0 GB of ``PhysParams.mem_overhead_gb`` was set on A100/H100 80 GB parts (1.0e9 / (80 x 2^30));
+#: as a fraction it scales with the device instead of charging a 1.5 GB GTX 580 a whole GB.
+OVERHEAD_FRAC_OF_CAPACITY = 1.0e9 / (80.0 * CAPACITY_BYTES_PER_GB)
+
+
+def capacity_bytes(memory_gb) -> np.ndarray:
+    """Usable bytes of a device whose capacity is stated as ``memory_gb`` vendor "GB" (binary, see
+    CAPACITY_BYTES_PER_GB)."""
+    return _f(memory_gb) * CAPACITY_BYTES_PER_GB
+
 
 def _f(x) -> np.ndarray:
     """float64 array of x: x itself (no copy, no wrapper call) when it already is one."""
@@ -57,6 +75,26 @@ def _activation_elems(tokens, seq_len, d_model, n_heads, inv_t, rep_div_inv, sha
     scores = (scores_stored * 5.0 * n_heads) * tokens * seq_len * inv_t if np.any(scores_stored) else 0.0
     checkpoint = (2.0 * d_model) * tokens * rep_div_inv
     return kept, scores, checkpoint
+
+
+#: torchtitan op-level selective activation checkpointing (``selective_ac_option = "op"``;
+#: pytorch/torchtitan torchtitan/parallelisms/parallelize_llama.py, ``_save_list`` and
+#: ``_custom_policy``): inside each TransformerBlock checkpoint, save the outputs of aten.mm
+#: except every second one (block order wq, wk, wv, wo, w1, w3, w2 -> wq, wv, w1, w2 saved), of
+#: scaled-dot-product attention and of reduce_scatter; recompute everything else. Per token
+#: (2-byte elements, Korthikanti's byte coefficients): block input 2h (sequence-sharded under
+#: TP: torchtitan's TP plan puts SequenceParallel on the norms), wq 2q/t, wv 2kv/t, w1 2F/t,
+#: attention output 2q/t, w2's local matmul output 2h (its full-sequence partial sum before the
+#: reduce-scatter, not divided by t), and with TP the two reduce-scatter outputs 2 x 2h/t.
+SELECTIVE_OP_SAC = 1
+
+
+def _op_sac_elems(act_args, shapes, F, t):
+    """Stored bytes of one layer for one micro-batch under torchtitan op-level SAC (see SELECTIVE_OP_SAC)."""
+    h = act_args[2]
+    rep = 2.0 + 4.0 * (t > 1)
+    sharded = 4.0 * shapes["q_dim"] + 2.0 * shapes["kv_dim"] + 2.0 * F + 2.0 * h * t
+    return _activation_elems(*act_args, sharded, rep, 0.0)[0]
 
 
 def activation_bytes_per_layer(
@@ -125,6 +163,15 @@ def memory_per_gpu(
     params: PhysParams = DEFAULT,
     layers_per_stage=None,
     act_bytes=None,
+    grad_bytes=None,
+    trainable_frac=None,
+    selective_policy=None,
+    logits_bytes=None,
+    logits_chunks=None,
+    act_offload_frac=None,
+    fsdp_unsharded_stage=None,
+    capacity_gb=None,
+    overhead_frac_of_capacity=None,
 ) -> dict[str, np.ndarray]:
     """Bytes per GPU on the most loaded stage: weights, grads, optimizer, activations, overhead.
 
@@ -135,6 +182,26 @@ def memory_per_gpu(
     ``act_bytes`` = 4 for fp32/tf32 runs else 2.
     Returns bytes (not GB) and the in-flight micro-batch count; ``optimizer_params_local`` is
     the parameter count whose optimizer state this GPU holds (optimizer bytes / state bytes).
+
+    Framework-dependent terms (models.frameworks presets; each None keeps the behaviour of
+    ``params``, i.e. the model before presets existed):
+    ``grad_bytes``       bytes per gradient element of 16-bit runs (4 = Megatron fp32
+                         ``main_grad``, 2 = 16-bit gradients); fp32/tf32 runs keep 4.
+    ``trainable_frac``   fraction of the parameters that get gradients and optimizer state
+                         (LoRA: the adapters; frozen base weights keep only their 16-bit copy).
+    ``selective_policy`` what ``recompute`` = selective stores: 0 Megatron-LM/Korthikanti
+                         (everything but the attention core), 1 torchtitan op-level SAC
+                         (``SELECTIVE_OP_SAC``: block input, every other matmul output, the
+                         attention output, reduce-scatter outputs).
+    ``logits_bytes``     bytes per logit element the loss keeps for backward (default 4: fp32).
+    ``logits_chunks``    the loss runs over this many token chunks (only one chunk's logits live).
+    ``act_offload_frac`` fraction of the stored layer activations offloaded to host memory.
+    ``fsdp_unsharded_stage`` FSDP with pipeline parallelism (torchtitan): the stage's 16-bit
+                         weights stay gathered from forward to backward (``reshard_after_forward=False``)
+                         and gradients accumulate unsharded over the micro-batches (torch.distributed.pipelining
+                         ``set_requires_gradient_sync(last_backward)``), upcast to ``grad_bytes``.
+    ``capacity_gb`` + ``overhead_frac_of_capacity``: the fixed allowance is this fraction of the
+                         device's capacity instead of ``params.mem_overhead_gb`` (portable).
 
     Implementation note: written for few numpy calls per row block (the step-time model's
     hot path): block-level branches skip terms whose rows are absent (MoE, sharding modes,
@@ -223,12 +290,24 @@ def memory_per_gpu(
             layer_local = (plc + np.where(is_moe, ns_expert + E_expert_e, dense_mlp)) * inv_t
         else:
             layer_local = (plc + dense_mlp) * inv_t
-        weights = weights + w_sh * (2.0 * wb * layer_local)
-    gb, gb32 = params.grad_bytes, 4.0
-    grads = (gb * S_g) if gb == gb32 else np.where(fp32, gb32, gb) * S_g
+        prefetch = 2.0 * wb * layer_local
+        if fsdp_unsharded_stage is not None and np.any(fsdp_unsharded_stage):
+            # FSDP without reshard-after-forward (torchtitan with pp > 1): the whole stage's 16-bit
+            # weights stay gathered from forward to backward, in place of the two prefetch buffers
+            prefetch = np.where(np.asarray(fsdp_unsharded_stage, dtype=bool), wb * S_none, prefetch)
+        weights = weights + w_sh * prefetch
+    gb, gb32 = (params.grad_bytes if grad_bytes is None else _f(grad_bytes)), 4.0
+    grads = (gb * S_g) if np.all(gb == gb32) else np.where(fp32, gb32, gb) * S_g
     ob_m, ob_32 = params.optimizer_state_bytes_mixed, params.optimizer_state_bytes_fp32
     ob = np.where(fp32, ob_32, ob_m) if np.any(fp32) else ob_m
     optimizer = ob * S_o
+    if fsdp_unsharded_stage is not None and np.any(fsdp_unsharded_stage):
+        grads = grads + (np.asarray(fsdp_unsharded_stage, dtype=bool) * w_sh * (m > 1)) * (gb * S_none)
+    if trainable_frac is not None:  # LoRA: frozen weights have no gradient and no optimizer state
+        tf = _f(trainable_frac)
+        grads = grads * tf
+        optimizer = optimizer * tf
+        S_o = S_o * tf
 
     # activations (per layer, per micro-batch; models.memory docstring, Korthikanti et al. 2022).
     # The stored bytes are linear in the sharded FFN width F, so a stage mixing dense and MoE
@@ -254,6 +333,9 @@ def memory_per_gpu(
     rep_elems = 8.0 + params.dropout_mask_elems
     kept, scores, checkpoint = _activation_elems(*act_args, attn_part + cf * F_mix, rep_elems, ass)
     stored = np.where(rc == 0, kept + scores, kept) if ass else kept
+    if selective_policy is not None and np.any(op_sac := (np.asarray(selective_policy) == 1) & (rc == 1)):
+        kept_op = _op_sac_elems(act_args, shapes, F_mix, t)
+        stored = np.where(op_sac, kept_op, stored)
     if any_full:
         is_full = rc == 2
         stored = np.where(is_full, checkpoint, stored)
@@ -263,19 +345,28 @@ def memory_per_gpu(
     else:
         working = 0.0
     stage_acts = scale * stored * Ls
+    if act_offload_frac is not None:
+        stage_acts = stage_acts * (1.0 - _f(act_offload_frac))
     if np.any(v > 1):
         inflight = np.where(v > 1, p + (p - 1.0) / v, p)
         inflight = np.maximum(np.minimum(inflight, m), 1.0)
     else:
         inflight = np.maximum(np.minimum(p, m), 1.0)
-    logits = (4.0 * tokens) * V * inv_t
+    lb = 4.0 if logits_bytes is None else _f(logits_bytes)
+    if logits_chunks is not None:
+        lb = lb / np.maximum(_f(logits_chunks), 1.0)
+    logits = (lb * tokens) * V * inv_t
     # first stage: all in-flight micro-batches; last stage: one, plus the fp32 logits. With
     # pp = 1 the in-flight count is 1 and both are the same stage (max = stage + logits).
     act_last = stage_acts + working + logits
     activations = np.maximum(stage_acts * inflight + working, act_last)
 
     modelled = weights + grads + optimizer + activations
-    overhead = params.mem_fragmentation_frac * modelled + params.mem_overhead_gb * GB
+    if overhead_frac_of_capacity is not None and capacity_gb is not None:
+        fixed = _f(overhead_frac_of_capacity) * _f(capacity_gb) * GB
+    else:
+        fixed = params.mem_overhead_gb * GB
+    overhead = params.mem_fragmentation_frac * modelled + fixed
     total = modelled + overhead
     return {
         "mem_weights_bytes": weights,
