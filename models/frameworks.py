@@ -252,23 +252,30 @@ def source_layout(runs: pl.DataFrame) -> pl.DataFrame:
 
 # ---- to memory_per_gpu ---------------------------------------------------------------------------------------------
 _FIELDS = ("selective_policy", "grad_bytes", "logits_bytes", "logits_chunks", "act_offload_frac")
+#: integer code of each preset (for the array-level API, like models.params.*_CODES); -1/unknown -> "default"
+PRESET_CODES: dict[str, int] = {k: i for i, k in enumerate(PRESETS)}
+_TABLES = {f: np.array([getattr(v, f) for v in PRESETS.values()],
+                       dtype=np.int64 if f == "selective_policy" else np.float64) for f in _FIELDS}
+_KEEP_GATHERED = np.array([v.unsharded_weights_with_pp for v in PRESETS.values()])
 
 
-def memory_arguments(preset: np.ndarray, pp=None, sharding=None) -> dict[str, np.ndarray]:
-    """Keyword arguments of ``models.memory.memory_per_gpu`` for an array of preset names (vectorized: one lookup
-    per preset). ``pp`` turns on ``fsdp_unsharded_stage`` for presets whose FSDP keeps stage weights gathered."""
-    names = np.asarray(preset, dtype=object)
-    keys = list(PRESETS)
-    idx = np.array([keys.index(x) if x in PRESETS else keys.index("default") for x in names], dtype=np.int64) \
-        if names.size else np.zeros(0, dtype=np.int64)
-    out: dict[str, np.ndarray] = {}
-    for f in _FIELDS:
-        table = np.array([getattr(PRESETS[k], f) for k in keys],
-                         dtype=np.int64 if f == "selective_policy" else np.float64)
-        out[f] = table[idx]
+def preset_codes(preset) -> np.ndarray:
+    """Integer codes (PRESET_CODES) of an array of preset names or codes; unknown names -> the 'default' code."""
+    a = np.asarray(preset)
+    if a.dtype.kind in "iu":
+        return np.where((a >= 0) & (a < len(PRESETS)), a, PRESET_CODES["default"]).astype(np.int64)
+    uniq, inv = np.unique(a.astype(str), return_inverse=True)
+    lut = np.array([PRESET_CODES.get(u, PRESET_CODES["default"]) for u in uniq], dtype=np.int64)
+    return lut[inv].reshape(a.shape)
+
+
+def memory_arguments(preset, pp=None) -> dict[str, np.ndarray]:
+    """Keyword arguments of ``models.memory.memory_per_gpu`` for an array of preset codes (fast: table lookups) or
+    names. ``pp`` turns on ``fsdp_unsharded_stage`` for presets whose FSDP keeps stage weights gathered."""
+    idx = preset_codes(preset)
+    out = {f: t[idx] for f, t in _TABLES.items()}
     if pp is not None:
-        keep = np.array([PRESETS[k].unsharded_weights_with_pp for k in keys])[idx]
-        out["fsdp_unsharded_stage"] = keep & (np.asarray(pp, dtype=np.float64) > 1)
+        out["fsdp_unsharded_stage"] = _KEEP_GATHERED[idx] & (np.asarray(pp, dtype=np.float64) > 1)
     return out
 
 

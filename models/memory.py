@@ -363,7 +363,7 @@ def memory_per_gpu(
 
     modelled = weights + grads + optimizer + activations
     if overhead_frac_of_capacity is not None and capacity_gb is not None:
-        fixed = _f(overhead_frac_of_capacity) * _f(capacity_gb) * GB
+        fixed = _f(overhead_frac_of_capacity) * capacity_bytes(capacity_gb)
     else:
         fixed = params.mem_overhead_gb * GB
     overhead = params.mem_fragmentation_frac * modelled + fixed
