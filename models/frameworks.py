@@ -21,9 +21,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import polars as pl
 
-from models.memory import SELECTIVE_OP_SAC
-
-SELECTIVE_ATTENTION_CORE = 0  # models.memory: recompute=selective drops only the attention core (Korthikanti)
+from models.memory import MAXTEXT_REMAT, SELECTIVE_ATTENTION_CORE, SELECTIVE_OP_SAC
 
 
 @dataclass(frozen=True)
@@ -165,6 +163,17 @@ def framework_preset(framework, year=None) -> pl.Expr:
 def preset_table() -> pl.DataFrame:
     """One row per preset with its memory parameters and source."""
     return pl.DataFrame([{"memory_preset": k} | asdict(v) for k, v in PRESETS.items()])
+
+
+def remat_words(policy) -> pl.Expr:
+    """(recompute, selective_policy) for a MaxText ``remat_policy`` word: 'full' -> full recompute (the layer input
+    only), 'none' -> none, a save-list policy -> selective with its models.memory code; a struct column with
+    fields ``recompute`` (str) and ``selective_policy`` (int, null when the word is not a MaxText policy)."""
+    w = (pl.col(policy) if isinstance(policy, str) else policy).fill_null("").str.to_lowercase().str.strip_chars()
+    code = w.replace_strict(MAXTEXT_REMAT, default=None, return_dtype=pl.Int64)
+    rc = (pl.when(w == "full").then(pl.lit("full")).when(w == "none").then(pl.lit("none"))
+          .when(code.is_not_null()).then(pl.lit("selective")).otherwise(pl.lit(None, dtype=pl.Utf8)))
+    return pl.struct(rc.alias("recompute"), code.alias("selective_policy")).alias("remat")
 
 
 # ---- fine-tuning --------------------------------------------------------------------------------------------------

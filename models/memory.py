@@ -27,7 +27,13 @@ Context parallelism divides the token dimension by cp (scores: local queries x a
 In-flight micro-batches on the first stage: 1F1B holds min(pp, m) micro-batches of its
 layers; interleaved 1F1B holds pp + (pp-1)/vpp (Korthikanti eq. 5: L (1 + (p-1)/(p v))
 layers' worth in total). The last stage additionally holds fp32 logits 4 s b V / t.
-Allowance: ``mem_overhead_gb`` + ``mem_fragmentation_frac`` x modelled bytes (priors).
+Allowance: ``mem_overhead_gb`` + ``mem_fragmentation_frac`` x modelled bytes (priors); with ``capacity_gb`` and
+``overhead_frac_of_capacity`` the fixed part is a fraction of the device instead (portable).
+Capacity: vendor "GB" are binary (``CAPACITY_BYTES_PER_GB``; compare with ``capacity_bytes``).
+
+What a training stack's words mean (selective = attention core in Megatron, a save list in torchtitan and
+MaxText; fp32 main_grad vs 16-bit gradients; the loss's logits bytes; LoRA; FSDP with pipeline parallelism) enters
+through keyword arguments of ``memory_per_gpu``; models.frameworks holds the sourced presets that fill them.
 """
 
 from __future__ import annotations
@@ -77,23 +83,46 @@ def _activation_elems(tokens, seq_len, d_model, n_heads, inv_t, rep_div_inv, sha
     return kept, scores, checkpoint
 
 
-#: torchtitan op-level selective activation checkpointing (``selective_ac_option = "op"``;
-#: pytorch/torchtitan torchtitan/parallelisms/parallelize_llama.py, ``_save_list`` and
-#: ``_custom_policy``): inside each TransformerBlock checkpoint, save the outputs of aten.mm
-#: except every second one (block order wq, wk, wv, wo, w1, w3, w2 -> wq, wv, w1, w2 saved), of
-#: scaled-dot-product attention and of reduce_scatter; recompute everything else. Per token
-#: (2-byte elements, Korthikanti's byte coefficients): block input 2h (sequence-sharded under
-#: TP: torchtitan's TP plan puts SequenceParallel on the norms), wq 2q/t, wv 2kv/t, w1 2F/t,
-#: attention output 2q/t, w2's local matmul output 2h (its full-sequence partial sum before the
-#: reduce-scatter, not divided by t), and with TP the two reduce-scatter outputs 2 x 2h/t.
+#: What recompute = selective stores, by ``selective_policy`` code, for save-list policies: bytes per token per layer
+#: as coefficients of (block input h [sequence-sharded with SP], extra h-wide replicated tensors when tp > 1,
+#: q, kv, F, extra F of a gated MLP, h-wide tensors sharded by t, h-wide tensors not divided by t); 2 bytes per
+#: saved element (Korthikanti's byte coefficients). Code 0 is Korthikanti's attention-core recompute (the formula
+#: of the module docstring), not a save list.
+#:  1 torchtitan op-level SAC (``selective_ac_option = "op"``; pytorch/torchtitan
+#:    torchtitan/parallelisms/parallelize_llama.py ``_save_list``/``_custom_policy``): inside each TransformerBlock
+#:    checkpoint, outputs of aten.mm except every second one (block order wq, wk, wv, wo, w1, w3, w2 -> wq, wv, w1,
+#:    w2), of scaled-dot-product attention and of reduce_scatter are saved: block input 2h, wq 2q, wv 2kv, w1 2F,
+#:    attention output 2q, w2's local matmul output 2h (its full-sequence partial sum before the reduce-scatter,
+#:    not divided by t) and with TP the two reduce-scatter outputs 2 x 2h/t (torchtitan's TP plan puts
+#:    SequenceParallel on the norms, so they are sequence-sharded).
+#:  2-6 MaxText ``remat_policy`` (AI-Hypercomputer/maxtext decoders.py get_remat_policy): the scanned decoder
+#:    layer's input plus the named projections - 2 ``minimal`` (checkpoint_dots_with_no_batch_dims: query, key,
+#:    value, out, mlpwi (gate and up), mlpwo), 3 ``save_dot_except_mlpwi`` (query, key, value, out_proj, mlpwo),
+#:    4 ``save_dot_except_mlp`` (query, key, value, out_proj), 5 ``save_qkv_proj`` (query, key, value),
+#:    6 ``save_dot_with_context_except_mlp`` (query, key, value, context, out_proj).
+SELECTIVE_ATTENTION_CORE = 0
 SELECTIVE_OP_SAC = 1
+MAXTEXT_REMAT = {"minimal": 2, "save_dot_except_mlpwi": 3, "save_dot_except_mlp": 4, "save_qkv_proj": 5,
+                 "save_dot_with_context_except_mlp": 6}
+_SAVE_LISTS = np.array([
+    # rep_h, rep_h_tp, q, kv, F, F_gated, h_sharded, h_full
+    [0, 0, 0, 0, 0, 0, 0, 0],  # 0: not a save list (attention-core recompute)
+    [2, 4, 4, 2, 2, 0, 0, 2],  # 1: torchtitan op SAC
+    [2, 0, 2, 4, 2, 2, 4, 0],  # 2: MaxText minimal
+    [2, 0, 2, 4, 0, 0, 4, 0],  # 3: MaxText save_dot_except_mlpwi
+    [2, 0, 2, 4, 0, 0, 2, 0],  # 4: MaxText save_dot_except_mlp
+    [2, 0, 2, 4, 0, 0, 0, 0],  # 5: MaxText save_qkv_proj
+    [2, 0, 4, 4, 0, 0, 2, 0],  # 6: MaxText save_dot_with_context_except_mlp
+], dtype=np.float64)
 
 
-def _op_sac_elems(act_args, shapes, F, t):
-    """Stored bytes of one layer for one micro-batch under torchtitan op-level SAC (see SELECTIVE_OP_SAC)."""
+def _save_list_elems(act_args, shapes, F, t, code):
+    """Stored bytes of one layer for one micro-batch under a save-list selective policy (``_SAVE_LISTS``)."""
     h = act_args[2]
-    rep = 2.0 + 4.0 * (t > 1)
-    sharded = 4.0 * shapes["q_dim"] + 2.0 * shapes["kv_dim"] + 2.0 * F + 2.0 * h * t
+    c = [np.take(_SAVE_LISTS[:, j], code, mode="clip") for j in range(_SAVE_LISTS.shape[1])]
+    gated = shapes["mlp_mats"] > 2
+    rep = c[0] + c[1] * (t > 1)
+    sharded = c[2] * shapes["q_dim"] + c[3] * shapes["kv_dim"] + (c[4] + c[5] * gated) * F + c[6] * h + c[7] * h * t
     return _activation_elems(*act_args, sharded, rep, 0.0)[0]
 
 
@@ -190,9 +219,8 @@ def memory_per_gpu(
     ``trainable_frac``   fraction of the parameters that get gradients and optimizer state
                          (LoRA: the adapters; frozen base weights keep only their 16-bit copy).
     ``selective_policy`` what ``recompute`` = selective stores: 0 Megatron-LM/Korthikanti
-                         (everything but the attention core), 1 torchtitan op-level SAC
-                         (``SELECTIVE_OP_SAC``: block input, every other matmul output, the
-                         attention output, reduce-scatter outputs).
+                         (everything but the attention core), 1 torchtitan op-level SAC, 2-6
+                         MaxText remat policies (``_SAVE_LISTS``, ``MAXTEXT_REMAT``).
     ``logits_bytes``     bytes per logit element the loss keeps for backward (default 4: fp32).
     ``logits_chunks``    the loss runs over this many token chunks (only one chunk's logits live).
     ``act_offload_frac`` fraction of the stored layer activations offloaded to host memory.
@@ -333,9 +361,13 @@ def memory_per_gpu(
     rep_elems = 8.0 + params.dropout_mask_elems
     kept, scores, checkpoint = _activation_elems(*act_args, attn_part + cf * F_mix, rep_elems, ass)
     stored = np.where(rc == 0, kept + scores, kept) if ass else kept
-    if selective_policy is not None and np.any(op_sac := (np.asarray(selective_policy) == 1) & (rc == 1)):
-        kept_op = _op_sac_elems(act_args, shapes, F_mix, t)
-        stored = np.where(op_sac, kept_op, stored)
+    recomputed = 0.0
+    if selective_policy is not None and np.any(listed := (np.asarray(selective_policy) > 0) & (rc == 1)):
+        code = np.asarray(selective_policy).astype(np.int64)
+        saved = _save_list_elems(act_args, shapes, F_mix, t, code)
+        stored = np.where(listed, saved, stored)
+        # during a layer's backward its unsaved tensors are recomputed: the rest of its working set, once
+        recomputed = scale * (listed * np.maximum(kept - saved, 0.0))
     if any_full:
         is_full = rc == 2
         stored = np.where(is_full, checkpoint, stored)
@@ -344,6 +376,7 @@ def memory_per_gpu(
         working = scale * (is_full * (kept_work + scores))  # one layer's full working set during its backward
     else:
         working = 0.0
+    working = working + recomputed
     stage_acts = scale * stored * Ls
     if act_offload_frac is not None:
         stage_acts = stage_acts * (1.0 - _f(act_offload_frac))

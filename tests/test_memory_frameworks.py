@@ -137,10 +137,12 @@ def test_zero_paper_fig1_with_deepspeed_zero_preset(sharding, expected_gb):
 
 def test_op_sac_stores_the_torchtitan_save_list():
     """torchtitan op SAC on Llama 3.1 8B, t = 1: block input h + wq q + wv kv + w1 F + w2 h + SDPA output q, 2 bytes
-    each = 2 (4096 + 4096 + 1024 + 14336 + 4096 + 4096) = 63,488 bytes per token per layer (logits left out)."""
+    each = 2 (4096 + 4096 + 1024 + 14336 + 4096 + 4096) = 63,488 bytes per token per layer, plus once the rest of
+    one layer's working set recomputed in its backward (139,264 - 63,488: Korthikanti's 8h + 4q + 4kv + 6F without
+    dropout masks); logits left out."""
     ar, sh = _arch(*LLAMA31["8b"])
     mem = _mem(ar, sh, preset="torchtitan", s=8192, rc=1, sharding=0, logits_bytes=np.array([0.0]))
-    assert mem["mem_activations_bytes"][0] == pytest.approx(63488 * 8192 * 32, rel=1e-9)
+    assert mem["mem_activations_bytes"][0] == pytest.approx((63488 * 32 + 139264 - 63488) * 8192, rel=1e-9)
 
 
 def test_op_sac_between_full_and_no_recompute():
@@ -267,3 +269,28 @@ def test_source_layout_fills_from_siblings_then_stack_defaults():
     rules = out["layout_rule"].to_list()
     assert rules[0] is None and "same source" in rules[2] and "MaxText" in rules[3] and "Habana" in rules[4]
     assert rules[5] is None
+
+
+def test_maxtext_remat_policies_order_as_documented():
+    """MaxText docs (guides, 'Provided Remat policies'): minimal, save_dot_with_context_except_mlp,
+    save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, ..., full run from highest to lowest HBM usage."""
+    from models.memory import MAXTEXT_REMAT
+    ar, sh = _arch(*LLAMA31["8b"])
+    order = ["minimal", "save_dot_with_context_except_mlp", "save_dot_except_mlpwi", "save_dot_except_mlp",
+             "save_qkv_proj"]
+    acts = [_mem(ar, sh, s=8192, rc=1, selective_policy=np.array([MAXTEXT_REMAT[w]]),
+                 logits_bytes=np.array([0.0]))["mem_activations_bytes"][0] for w in order]
+    acts.append(_mem(ar, sh, s=8192, rc=2, logits_bytes=np.array([0.0]))["mem_activations_bytes"][0])
+    assert all(a >= b for a, b in zip(acts, acts[1:])) and acts[0] > acts[-2] > acts[-1]
+    # save_qkv_proj: layer input h + q + k + v = 4096 + 4096 + 2 x 1024 elements of 2 bytes per token per layer,
+    # plus once the recomputed rest of one layer's working set (139,264 bytes per token in all)
+    saved = 2 * (4096 + 4096 + 2048)
+    assert acts[4] == pytest.approx((saved * 32 + 139264 - saved) * 8192)
+
+
+def test_remat_words():
+    from models.frameworks import remat_words
+    df = pl.DataFrame({"w": ["full", "save_dot_except_mlp", "none", "unknown", None]})
+    out = df.select(remat_words("w")).unnest("remat")
+    assert out["recompute"].to_list() == ["full", "selective", "none", None, None]
+    assert out["selective_policy"].to_list() == [None, 4, None, None, None]
