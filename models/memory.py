@@ -27,7 +27,13 @@ Context parallelism divides the token dimension by cp (scores: local queries x a
 In-flight micro-batches on the first stage: 1F1B holds min(pp, m) micro-batches of its
 layers; interleaved 1F1B holds pp + (pp-1)/vpp (Korthikanti eq. 5: L (1 + (p-1)/(p v))
 layers' worth in total). The last stage additionally holds fp32 logits 4 s b V / t.
-Allowance: ``mem_overhead_gb`` + ``mem_fragmentation_frac`` x modelled bytes (priors).
+Allowance: ``mem_overhead_gb`` + ``mem_fragmentation_frac`` x modelled bytes (priors); with ``capacity_gb`` and
+``overhead_frac_of_capacity`` the fixed part is a fraction of the device instead (portable).
+Capacity: vendor "GB" are binary (``CAPACITY_BYTES_PER_GB``; compare with ``capacity_bytes``).
+
+What a training stack's words mean (selective = attention core in Megatron, a save list in torchtitan and
+MaxText; fp32 main_grad vs 16-bit gradients; the loss's logits bytes; LoRA; FSDP with pipeline parallelism) enters
+through keyword arguments of ``memory_per_gpu``; models.frameworks holds the sourced presets that fill them.
 """
 
 from __future__ import annotations
@@ -40,6 +46,24 @@ from models.fastops import clip
 from models.params import DEFAULT, PhysParams
 
 GB = 1e9
+
+#: Bytes in one "GB" of an accelerator's memory capacity as vendors state it. HBM/GDDR capacities are binary:
+#: nvidia-smi reports memory.total 81920 MiB for an "A100-SXM4-80GB" and 81559 MiB for an "H100 80GB HBM3"
+#: (85.9e9 and 85.5e9 bytes), 40960 MiB for an "A100-SXM4-40GB", 143771 MiB for a "141 GB" H200 (HBM stacks are
+#: 2^k GiB: five 16 GiB HBM3 stacks = 80 GiB). The model's bytes (decimal GB in its outputs) compare with
+#: ``capacity_bytes(memory_gb)``, not ``memory_gb * 1e9``, which understates every capacity by 7.4 %.
+CAPACITY_BYTES_PER_GB = 2.0**30
+
+#: Portable fixed allowance (CUDA context, NCCL and cuBLAS workspaces) as a fraction of the device capacity.
+#: prior: the 1.0 GB of ``PhysParams.mem_overhead_gb`` was set on A100/H100 80 GB parts (1.0e9 / (80 x 2^30));
+#: as a fraction it scales with the device instead of charging a 1.5 GB GTX 580 a whole GB.
+OVERHEAD_FRAC_OF_CAPACITY = 1.0e9 / (80.0 * CAPACITY_BYTES_PER_GB)
+
+
+def capacity_bytes(memory_gb) -> np.ndarray:
+    """Usable bytes of a device whose capacity is stated as ``memory_gb`` vendor "GB" (binary, see
+    CAPACITY_BYTES_PER_GB)."""
+    return _f(memory_gb) * CAPACITY_BYTES_PER_GB
 
 
 def _f(x) -> np.ndarray:
@@ -57,6 +81,49 @@ def _activation_elems(tokens, seq_len, d_model, n_heads, inv_t, rep_div_inv, sha
     scores = (scores_stored * 5.0 * n_heads) * tokens * seq_len * inv_t if np.any(scores_stored) else 0.0
     checkpoint = (2.0 * d_model) * tokens * rep_div_inv
     return kept, scores, checkpoint
+
+
+#: What recompute = selective stores, by ``selective_policy`` code, for save-list policies: bytes per token per layer
+#: as coefficients of (block input h [sequence-sharded with SP], extra h-wide replicated tensors when tp > 1,
+#: q, kv, F, extra F of a gated MLP, h-wide tensors sharded by t, h-wide tensors not divided by t); 2 bytes per
+#: saved element (Korthikanti's byte coefficients). Code 0 is Korthikanti's attention-core recompute (the formula
+#: of the module docstring), not a save list.
+#:  1 torchtitan op-level SAC (``selective_ac_option = "op"``; pytorch/torchtitan
+#:    torchtitan/parallelisms/parallelize_llama.py ``_save_list``/``_custom_policy``): inside each TransformerBlock
+#:    checkpoint, outputs of aten.mm except every second one (block order wq, wk, wv, wo, w1, w3, w2 -> wq, wv, w1,
+#:    w2), of scaled-dot-product attention and of reduce_scatter are saved: block input 2h, wq 2q, wv 2kv, w1 2F,
+#:    attention output 2q, w2's local matmul output 2h (its full-sequence partial sum before the reduce-scatter,
+#:    not divided by t) and with TP the two reduce-scatter outputs 2 x 2h/t (torchtitan's TP plan puts
+#:    SequenceParallel on the norms, so they are sequence-sharded).
+#:  2-6 MaxText ``remat_policy`` (AI-Hypercomputer/maxtext decoders.py get_remat_policy): the scanned decoder
+#:    layer's input plus the named projections - 2 ``minimal`` (checkpoint_dots_with_no_batch_dims: query, key,
+#:    value, out, mlpwi (gate and up), mlpwo), 3 ``save_dot_except_mlpwi`` (query, key, value, out_proj, mlpwo),
+#:    4 ``save_dot_except_mlp`` (query, key, value, out_proj), 5 ``save_qkv_proj`` (query, key, value),
+#:    6 ``save_dot_with_context_except_mlp`` (query, key, value, context, out_proj).
+SELECTIVE_ATTENTION_CORE = 0
+SELECTIVE_OP_SAC = 1
+MAXTEXT_REMAT = {"minimal": 2, "save_dot_except_mlpwi": 3, "save_dot_except_mlp": 4, "save_qkv_proj": 5,
+                 "save_dot_with_context_except_mlp": 6}
+_SAVE_LISTS = np.array([
+    # rep_h, rep_h_tp, q, kv, F, F_gated, h_sharded, h_full
+    [0, 0, 0, 0, 0, 0, 0, 0],  # 0: not a save list (attention-core recompute)
+    [2, 4, 4, 2, 2, 0, 0, 2],  # 1: torchtitan op SAC
+    [2, 0, 2, 4, 2, 2, 4, 0],  # 2: MaxText minimal
+    [2, 0, 2, 4, 0, 0, 4, 0],  # 3: MaxText save_dot_except_mlpwi
+    [2, 0, 2, 4, 0, 0, 2, 0],  # 4: MaxText save_dot_except_mlp
+    [2, 0, 2, 4, 0, 0, 0, 0],  # 5: MaxText save_qkv_proj
+    [2, 0, 4, 4, 0, 0, 2, 0],  # 6: MaxText save_dot_with_context_except_mlp
+], dtype=np.float64)
+
+
+def _save_list_elems(act_args, shapes, F, t, code):
+    """Stored bytes of one layer for one micro-batch under a save-list selective policy (``_SAVE_LISTS``)."""
+    h = act_args[2]
+    c = [np.take(_SAVE_LISTS[:, j], code, mode="clip") for j in range(_SAVE_LISTS.shape[1])]
+    gated = shapes["mlp_mats"] > 2
+    rep = c[0] + c[1] * (t > 1)
+    sharded = c[2] * shapes["q_dim"] + c[3] * shapes["kv_dim"] + (c[4] + c[5] * gated) * F + c[6] * h + c[7] * h * t
+    return _activation_elems(*act_args, sharded, rep, 0.0)[0]
 
 
 def activation_bytes_per_layer(
@@ -125,6 +192,15 @@ def memory_per_gpu(
     params: PhysParams = DEFAULT,
     layers_per_stage=None,
     act_bytes=None,
+    grad_bytes=None,
+    trainable_frac=None,
+    selective_policy=None,
+    logits_bytes=None,
+    logits_chunks=None,
+    act_offload_frac=None,
+    fsdp_unsharded_stage=None,
+    capacity_gb=None,
+    overhead_frac_of_capacity=None,
 ) -> dict[str, np.ndarray]:
     """Bytes per GPU on the most loaded stage: weights, grads, optimizer, activations, overhead.
 
@@ -135,6 +211,25 @@ def memory_per_gpu(
     ``act_bytes`` = 4 for fp32/tf32 runs else 2.
     Returns bytes (not GB) and the in-flight micro-batch count; ``optimizer_params_local`` is
     the parameter count whose optimizer state this GPU holds (optimizer bytes / state bytes).
+
+    Framework-dependent terms (models.frameworks presets; each None keeps the behaviour of
+    ``params``, i.e. the model before presets existed):
+    ``grad_bytes``       bytes per gradient element of 16-bit runs (4 = Megatron fp32
+                         ``main_grad``, 2 = 16-bit gradients); fp32/tf32 runs keep 4.
+    ``trainable_frac``   fraction of the parameters that get gradients and optimizer state
+                         (LoRA: the adapters; frozen base weights keep only their 16-bit copy).
+    ``selective_policy`` what ``recompute`` = selective stores: 0 Megatron-LM/Korthikanti
+                         (everything but the attention core), 1 torchtitan op-level SAC, 2-6
+                         MaxText remat policies (``_SAVE_LISTS``, ``MAXTEXT_REMAT``).
+    ``logits_bytes``     bytes per logit element the loss keeps for backward (default 4: fp32).
+    ``logits_chunks``    the loss runs over this many token chunks (only one chunk's logits live).
+    ``act_offload_frac`` fraction of the stored layer activations offloaded to host memory.
+    ``fsdp_unsharded_stage`` FSDP with pipeline parallelism (torchtitan): the stage's 16-bit
+                         weights stay gathered from forward to backward (``reshard_after_forward=False``)
+                         and gradients accumulate unsharded over the micro-batches (torch.distributed.pipelining
+                         ``set_requires_gradient_sync(last_backward)``), upcast to ``grad_bytes``.
+    ``capacity_gb`` + ``overhead_frac_of_capacity``: the fixed allowance is this fraction of the
+                         device's capacity instead of ``params.mem_overhead_gb`` (portable).
 
     Implementation note: written for few numpy calls per row block (the step-time model's
     hot path): block-level branches skip terms whose rows are absent (MoE, sharding modes,
@@ -223,12 +318,24 @@ def memory_per_gpu(
             layer_local = (plc + np.where(is_moe, ns_expert + E_expert_e, dense_mlp)) * inv_t
         else:
             layer_local = (plc + dense_mlp) * inv_t
-        weights = weights + w_sh * (2.0 * wb * layer_local)
-    gb, gb32 = params.grad_bytes, 4.0
-    grads = (gb * S_g) if gb == gb32 else np.where(fp32, gb32, gb) * S_g
+        prefetch = 2.0 * wb * layer_local
+        if fsdp_unsharded_stage is not None and np.any(fsdp_unsharded_stage):
+            # FSDP without reshard-after-forward (torchtitan with pp > 1): the whole stage's 16-bit
+            # weights stay gathered from forward to backward, in place of the two prefetch buffers
+            prefetch = np.where(np.asarray(fsdp_unsharded_stage, dtype=bool), wb * S_none, prefetch)
+        weights = weights + w_sh * prefetch
+    gb, gb32 = (params.grad_bytes if grad_bytes is None else _f(grad_bytes)), 4.0
+    grads = (gb * S_g) if np.all(gb == gb32) else np.where(fp32, gb32, gb) * S_g
     ob_m, ob_32 = params.optimizer_state_bytes_mixed, params.optimizer_state_bytes_fp32
     ob = np.where(fp32, ob_32, ob_m) if np.any(fp32) else ob_m
     optimizer = ob * S_o
+    if fsdp_unsharded_stage is not None and np.any(fsdp_unsharded_stage):
+        grads = grads + (np.asarray(fsdp_unsharded_stage, dtype=bool) * w_sh * (m > 1)) * (gb * S_none)
+    if trainable_frac is not None:  # LoRA: frozen weights have no gradient and no optimizer state
+        tf = _f(trainable_frac)
+        grads = grads * tf
+        optimizer = optimizer * tf
+        S_o = S_o * tf
 
     # activations (per layer, per micro-batch; models.memory docstring, Korthikanti et al. 2022).
     # The stored bytes are linear in the sharded FFN width F, so a stage mixing dense and MoE
@@ -254,6 +361,13 @@ def memory_per_gpu(
     rep_elems = 8.0 + params.dropout_mask_elems
     kept, scores, checkpoint = _activation_elems(*act_args, attn_part + cf * F_mix, rep_elems, ass)
     stored = np.where(rc == 0, kept + scores, kept) if ass else kept
+    recomputed = 0.0
+    if selective_policy is not None and np.any(listed := (np.asarray(selective_policy) > 0) & (rc == 1)):
+        code = np.asarray(selective_policy).astype(np.int64)
+        saved = _save_list_elems(act_args, shapes, F_mix, t, code)
+        stored = np.where(listed, saved, stored)
+        # during a layer's backward its unsaved tensors are recomputed: the rest of its working set, once
+        recomputed = scale * (listed * np.maximum(kept - saved, 0.0))
     if any_full:
         is_full = rc == 2
         stored = np.where(is_full, checkpoint, stored)
@@ -262,20 +376,30 @@ def memory_per_gpu(
         working = scale * (is_full * (kept_work + scores))  # one layer's full working set during its backward
     else:
         working = 0.0
+    working = working + recomputed
     stage_acts = scale * stored * Ls
+    if act_offload_frac is not None:
+        stage_acts = stage_acts * (1.0 - _f(act_offload_frac))
     if np.any(v > 1):
         inflight = np.where(v > 1, p + (p - 1.0) / v, p)
         inflight = np.maximum(np.minimum(inflight, m), 1.0)
     else:
         inflight = np.maximum(np.minimum(p, m), 1.0)
-    logits = (4.0 * tokens) * V * inv_t
+    lb = 4.0 if logits_bytes is None else _f(logits_bytes)
+    if logits_chunks is not None:
+        lb = lb / np.maximum(_f(logits_chunks), 1.0)
+    logits = (lb * tokens) * V * inv_t
     # first stage: all in-flight micro-batches; last stage: one, plus the fp32 logits. With
     # pp = 1 the in-flight count is 1 and both are the same stage (max = stage + logits).
     act_last = stage_acts + working + logits
     activations = np.maximum(stage_acts * inflight + working, act_last)
 
     modelled = weights + grads + optimizer + activations
-    overhead = params.mem_fragmentation_frac * modelled + params.mem_overhead_gb * GB
+    if overhead_frac_of_capacity is not None and capacity_gb is not None:
+        fixed = _f(overhead_frac_of_capacity) * capacity_bytes(capacity_gb)
+    else:
+        fixed = params.mem_overhead_gb * GB
+    overhead = params.mem_fragmentation_frac * modelled + fixed
     total = modelled + overhead
     return {
         "mem_weights_bytes": weights,
