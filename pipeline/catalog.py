@@ -33,7 +33,7 @@ NAME_IGNORED = "[ \t\r\n._-]"
 _IGNORED_RE = re.compile(NAME_IGNORED)
 _WORD_RE = re.compile(r"[a-z0-9]+")
 #: words that only tell variants of one chip apart: form factor and memory size
-_VARIANT_WORD_RE = re.compile(r"^(sxm\d*|pcie|oam|\d+gb|hbm\w*|nvl\d+)$")
+VARIANT_WORD_RE = re.compile(r"^(sxm\d*|pcie|oam|\d+gb|hbm\w*|nvl\d+)$")
 
 
 class UnknownName(ValueError):
@@ -68,29 +68,27 @@ def _suggest(name: str, options: list[str]) -> str:
 
 # ---------------------------------------------------------------- architectures
 
-def arch_name_keys(arch: pl.DataFrame) -> pl.DataFrame:
-    """One row per normalized name (`key`) of an architecture and its `id`: ids, names and aliases. Keys that
-    two architectures share are left out (they would be ambiguous)."""
+def _arch_names(arch: pl.DataFrame) -> pl.DataFrame:
+    """Every (normalized name `key`, `id`) pair of the table: ids, names and aliases."""
     names = pl.concat([
         arch.select("id", pl.col("id").alias("name")),
         arch.select("id", pl.col("name").cast(pl.Utf8)),
         arch.select("id", pl.col("aliases").cast(pl.Utf8).fill_null("").str.split("|").alias("name"))
         .explode("name"),
     ])
-    keys = names.select(normalize_expr("name").alias("key"), "id").filter(pl.col("key") != "").unique()
+    return names.select(normalize_expr("name").alias("key"), "id").filter(pl.col("key") != "").unique()
+
+
+def arch_name_keys(arch: pl.DataFrame) -> pl.DataFrame:
+    """One row per normalized name (`key`) of an architecture and its `id`: ids, names and aliases. Keys that
+    two architectures share are left out (they would be ambiguous)."""
+    keys = _arch_names(arch)
     return keys.filter(pl.col("key").is_unique()).sort("key")
 
 
 def ambiguous_arch_keys(arch: pl.DataFrame) -> dict[str, list[str]]:
     """Normalized names that more than one architecture claims, with the ids (empty for the shipped table)."""
-    names = pl.concat([
-        arch.select("id", pl.col("id").alias("name")),
-        arch.select("id", pl.col("name").cast(pl.Utf8)),
-        arch.select("id", pl.col("aliases").cast(pl.Utf8).fill_null("").str.split("|").alias("name"))
-        .explode("name"),
-    ])
-    keys = names.select(normalize_expr("name").alias("key"), "id").filter(pl.col("key") != "").unique()
-    dup = keys.group_by("key").agg(pl.col("id").sort()).filter(pl.col("id").list.len() > 1)
+    dup = _arch_names(arch).group_by("key").agg(pl.col("id").sort()).filter(pl.col("id").list.len() > 1)
     return {r["key"]: r["id"] for r in dup.iter_rows(named=True)}
 
 
@@ -171,7 +169,7 @@ def resolve_gpu(hw: pl.DataFrame, name: str) -> tuple[dict, str | None]:
                           f"{_suggest(name.strip().lower(), hw['id'].to_list())}")
     ids = ", ".join(r["id"] for r in fits)
     variants = all(
-        all(q in words for q in query) and all(_VARIANT_WORD_RE.match(w) for w in words if w not in query)
+        all(q in words for q in query) and all(VARIANT_WORD_RE.match(w) for w in words if w not in query)
         for words in (set(_words(r["id"])) for r in fits))
     if not variants:
         raise UnknownName(f"hardware '{name}' is ambiguous: it fits {ids}; give one of these ids")

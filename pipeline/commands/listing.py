@@ -34,12 +34,12 @@ def _check(fmt: str) -> None:
 def gpu_short_names(hw: pl.DataFrame) -> list[str]:
     """Per row, the words of its id that `--gpu` resolves to that row (`h100` -> h100-sxm5-80gb, the
     documented default of the H100 variants), `|`-separated."""
-    from pipeline.catalog import _VARIANT_WORD_RE, UnknownName, resolve_gpu
+    from pipeline.catalog import VARIANT_WORD_RE, UnknownName, resolve_gpu
 
     out = []
     for hw_id in hw["id"].to_list():
         words = [w for w in hw_id.split("-")
-                 if w != hw_id and any(ch.isdigit() for ch in w) and not _VARIANT_WORD_RE.match(w)]
+                 if w != hw_id and any(ch.isdigit() for ch in w) and not VARIANT_WORD_RE.match(w)]
         names = []
         for w in words:
             try:
