@@ -338,7 +338,10 @@ def from_hf_config(cfg: Mapping, source: str) -> dict:
     d = _READERS[mt](cfg, source, f"Hugging Face config (model_type '{mt}')")
     if d.get("expert_ffn_dim") is None and d["n_experts"]:
         d["expert_ffn_dim"] = d["ffn_dim"]
-    name = cfg.get("_name_or_path") or (cfg.get("architectures") or [mt])[0]
+    # the model's name: `_name_or_path`, else the file's stem (unless it is the generic "config"), else its class
+    stem = str(source).replace("\\", "/").rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    name = cfg.get("_name_or_path") or (stem if stem and stem != "config" else None) \
+        or (cfg.get("architectures") or [mt])[0]
     d.setdefault("id", str(name))
     d.setdefault("name", str(name))
     return _finish(d)

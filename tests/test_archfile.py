@@ -69,6 +69,7 @@ def test_nemotron_h_config_round_trips_including_the_mamba_fields():
                       "mamba_head_dim", "mamba_n_groups", "mamba_chunk_size", "mamba_conv_kernel", "mamba_expand"):
         assert d[c] == row[c] or (not d[c] and not row[c]), c
     assert d["arch"] == "hybrid-mamba" and d["layer_pattern"].count("*") == 4
+    assert d["id"] == "nemotron-h-8b"  # named after the file (a file called config.json: after its class)
 
 
 # ---------------------------------------------------------------- published totals
