@@ -88,7 +88,7 @@ def predict_file(path: Path, measurements: Path, model=None) -> pl.DataFrame:
     good = ok.select([c for c in RUN_COLUMNS if c in ok.columns] + ["peak_bf16_tflops"]).hstack(
         pred.select(OUT_COLUMNS + ["model_flops_per_token", "hardware_flops_per_token"]))
     bad = cfg.filter(pl.col("config_error").is_not_null()).select(
-        [c for c in RUN_COLUMNS if c in cfg.columns and c not in ("recompute",)],
+        *[c for c in RUN_COLUMNS if c in cfg.columns and c not in ("recompute",)],
         pl.lit(False).alias("feasible"), pl.col("config_error").alias("error"))
     out = pl.concat([good, bad], how="diagonal_relaxed")
     # the measurement, where the file has one (the same target rules as the calibration)
