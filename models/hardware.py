@@ -40,7 +40,11 @@ PEAK_COLUMNS = (
     "peak_fp16_tflops",
     "peak_fp8_tflops",
 )
+#: dense FP4 peak (NVFP4/MXFP4; vendor sparse figures halved), empty for parts without FP4 tensor cores. Exposed to
+#: the model (hardware_arrays) but not yet chosen by `peak_tflops_for` (nvfp4 still uses the fp8 peak, flagged).
+FP4_PEAK_COLUMN = "peak_fp4_tflops"
 NUMERIC_COLUMNS = PEAK_COLUMNS + (
+    FP4_PEAK_COLUMN,
     "memory_gb",
     "memory_bw_gbps",
     "intra_node_bw_gbps",
@@ -50,6 +54,7 @@ NUMERIC_COLUMNS = PEAK_COLUMNS + (
 )
 REQUIRED_COLUMNS = ("memory_gb", "memory_bw_gbps", "intra_node_bw_gbps")
 HW_MODEL_COLUMNS = PEAK_COLUMNS + (
+    FP4_PEAK_COLUMN,
     "memory_gb",
     "memory_bw_gbps",
     "intra_node_bw_gbps",

@@ -238,8 +238,11 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
         pl.when(pl.col("n_gpus").is_null()).then(pl.lit("n_gpus not stated (whole-run totals cannot be predicted)")),
         pl.when(pl.col("n_layers").is_null() | pl.col("d_model").is_null() | pl.col("n_heads").is_null())
         .then(pl.lit("architecture shape unknown (no n_layers/d_model/n_heads and no architectures alias)")),
-        pl.when((pl.col("arch") != "dense") & (pl.col("n_experts") == 0))
+        pl.when((pl.col("arch") != "dense") & ~pl.col("arch").str.contains("hybrid") & (pl.col("n_experts") == 0))
         .then(pl.format("{} architecture without expert shapes", pl.col("arch"))),
+        # Mamba blocks are not in the step-time model yet: refuse rather than count them as transformer layers
+        pl.when(pl.col("arch").str.contains("hybrid"))
+        .then(pl.format("{} architecture: Mamba layers are not modelled yet", pl.col("arch"))),
         pl.when(pl.col("scaleup_size").is_null()).then(pl.lit("hardware not resolvable")),
     ]
     if "hardware_error" in out.columns:

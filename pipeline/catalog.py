@@ -1,12 +1,25 @@
 """Named architectures and hardware for the CLI, read straight from measurements/ (no store needed).
 
-`--model ID` accepts an architecture id (`llama3-70b`), case-insensitively, or one of its aliases
-(`LLAMA3_70B`, `Llama 3 70B`); `--gpu ID` accepts a hardware id (`h100-sxm5-80gb`).
+Names resolve the same way everywhere (`--model`, `--gpu`, a measurement file's `model_name` and `gpu`, the
+store's `runs` table): `normalize_name` drops case, spaces, `-`, `_` and `.`, so `DeepSeek-V3`, `deepseekv3`
+and `DeepSeekV3` are one name, as are `LLAMA3_70B`, `Llama 3 70B` and `llama3-70b`.
+
+* An architecture is found by its id, its name or one of its `aliases` (`|`-separated). A normalized key that
+  two rows share is ambiguous and resolves to neither (the shipped table has none; tests/test_names.py checks).
+* Hardware is found by its id or name; failing that, by words: every word of the query must start a word of
+  the row's id or name (`H100 SXM` -> h100-sxm5-80gb, `A100 40GB` -> a100-sxm4-40gb). When several rows fit
+  and they differ only in form factor or memory size (`A100` fits a100-sxm4-40gb, a100-sxm4-80gb and
+  a100-pcie-80gb), the documented default is the SXM/OAM part before a PCIe card, then the one with the most
+  memory (`choose_default_variant`), and a note names the other candidates. Rows that differ otherwise
+  (`TPU`, `MI3`, `Blackwell`) are an error listing the candidates.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
+import re
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -15,9 +28,27 @@ import polars as pl
 ARCH_MODEL_COLUMNS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "vocab", "activation",
                       "n_experts", "top_k", "expert_ffn_dim", "n_shared_experts", "n_dense_layers", "tied_embeddings")
 
+#: characters a name comparison ignores (the same class is used in the store's SQL, pipeline/store.py)
+NAME_IGNORED = "[ \t\r\n._-]"
+_IGNORED_RE = re.compile(NAME_IGNORED)
+_WORD_RE = re.compile(r"[a-z0-9]+")
+#: words that only tell variants of one chip apart: form factor and memory size
+VARIANT_WORD_RE = re.compile(r"^(sxm\d*|pcie|oam|\d+gb|hbm\w*|nvl\d+)$")
+
 
 class UnknownName(ValueError):
     pass
+
+
+def normalize_name(name: str | None) -> str:
+    """A name as compared: lower case, without spaces, '-', '_' and '.'."""
+    return _IGNORED_RE.sub("", str(name or "").strip().lower())
+
+
+def normalize_expr(col: str | pl.Expr) -> pl.Expr:
+    """`normalize_name` as a polars expression."""
+    expr = pl.col(col) if isinstance(col, str) else col
+    return expr.cast(pl.Utf8).str.strip_chars().str.to_lowercase().str.replace_all(NAME_IGNORED, "")
 
 
 @lru_cache(maxsize=4)
@@ -35,41 +66,60 @@ def _suggest(name: str, options: list[str]) -> str:
     return f" Did you mean {', '.join(close)}?" if close else ""
 
 
+# ---------------------------------------------------------------- architectures
+
+def _arch_names(arch: pl.DataFrame) -> pl.DataFrame:
+    """Every (normalized name `key`, `id`) pair of the table: ids, names and aliases."""
+    names = pl.concat([
+        arch.select("id", pl.col("id").alias("name")),
+        arch.select("id", pl.col("name").cast(pl.Utf8)),
+        arch.select("id", pl.col("aliases").cast(pl.Utf8).fill_null("").str.split("|").alias("name"))
+        .explode("name"),
+    ])
+    return names.select(normalize_expr("name").alias("key"), "id").filter(pl.col("key") != "").unique()
+
+
+def arch_name_keys(arch: pl.DataFrame) -> pl.DataFrame:
+    """One row per normalized name (`key`) of an architecture and its `id`: ids, names and aliases. Keys that
+    two architectures share are left out (they would be ambiguous)."""
+    keys = _arch_names(arch)
+    return keys.filter(pl.col("key").is_unique()).sort("key")
+
+
+def ambiguous_arch_keys(arch: pl.DataFrame) -> dict[str, list[str]]:
+    """Normalized names that more than one architecture claims, with the ids (empty for the shipped table)."""
+    dup = _arch_names(arch).group_by("key").agg(pl.col("id").sort()).filter(pl.col("id").list.len() > 1)
+    return {r["key"]: r["id"] for r in dup.iter_rows(named=True)}
+
+
 def find_architecture(measurements: Path, name: str) -> dict:
     arch = architectures(measurements)
-    key = name.strip().lower()
-    hit = arch.filter(pl.col("id").str.to_lowercase() == key)
-    if hit.height == 0:
-        aliases = arch.select("id", pl.col("aliases").fill_null("").str.split("|")).explode("aliases")
-        ids = aliases.filter(pl.col("aliases").str.strip_chars().str.to_lowercase() == key)["id"].unique()
-        hit = arch.filter(pl.col("id").is_in(ids))
+    key = normalize_name(name)
+    clash = ambiguous_arch_keys(arch).get(key)
+    if clash:
+        raise UnknownName(f"model '{name}' is ambiguous: it names {', '.join(clash)} in "
+                          f"measurements/architectures.csv; give one of these ids")
+    hit = arch_name_keys(arch).filter(pl.col("key") == key)
     if hit.height != 1:
-        raise UnknownName(f"unknown model '{name}': expected an id from measurements/architectures.csv "
-                          f"(e.g. gpt3-175b, llama3-70b, mixtral-8x7b).{_suggest(key, arch['id'].to_list())}")
-    return hit.row(0, named=True)
-
-
-def find_hardware(measurements: Path, gpu: str) -> dict:
-    hw = hardware(measurements)
-    hit = hw.filter(pl.col("id") == gpu.strip().lower())
-    if hit.height != 1:
-        raise UnknownName(f"unknown hardware '{gpu}': expected an id from measurements/hardware_specs.csv "
-                          f"(e.g. h100-sxm5-80gb, a100-sxm4-80gb, gb200).{_suggest(gpu, hw['id'].to_list())}")
-    return hit.row(0, named=True)
+        raise UnknownName(f"unknown model '{name}': expected an id, name or alias from measurements/architectures.csv "
+                          f"(e.g. gpt3-175b, llama3-70b, DeepSeek-V3; `stepcast list models` prints them all)."
+                          f"{_suggest(name.strip().lower(), arch['id'].to_list())}")
+    return arch.filter(pl.col("id") == hit["id"][0]).row(0, named=True)
 
 
 def fill_from_architectures(runs: pl.DataFrame, measurements: Path) -> pl.DataFrame:
-    """Fill empty architecture columns of run rows from the architecture whose alias is the run's model_name
-    (the same rule the store's `runs` table applies)."""
+    """Fill empty architecture columns (and an empty `arch`) of run rows from the architecture the run's
+    model_name names (id, name or alias, compared by `normalize_name`; the rule the store's `runs` table
+    applies)."""
     arch = architectures(measurements)
-    alias = (arch.select("id", pl.col("aliases").fill_null("").str.split("|").alias("alias")).explode("alias")
-             .with_columns(pl.col("alias").str.strip_chars()).filter(pl.col("alias") != ""))
-    out = runs.join(alias.rename({"id": "arch_id"}), left_on="model_name", right_on="alias", how="left")
-    shapes = arch.select("id", *[c for c in ARCH_MODEL_COLUMNS if c in arch.columns]).rename(
-        {c: f"_a_{c}" for c in ARCH_MODEL_COLUMNS if c in arch.columns})
+    keys = arch_name_keys(arch).rename({"id": "arch_id", "key": "_name_key"})
+    out = runs.with_columns(normalize_expr("model_name").alias("_name_key")).join(keys, on="_name_key", how="left")
+    out = out.drop("_name_key")
+    fill = [c for c in ("arch", *ARCH_MODEL_COLUMNS) if c in arch.columns]
+    shapes = arch.select("id", *fill).rename({c: f"_a_{c}" for c in fill})
     out = out.join(shapes, left_on="arch_id", right_on="id", how="left")
     exprs = []
-    for c in ARCH_MODEL_COLUMNS:
+    for c in fill:
         if f"_a_{c}" not in out.columns:
             continue
         if c in out.columns:
@@ -77,3 +127,153 @@ def fill_from_architectures(runs: pl.DataFrame, measurements: Path) -> pl.DataFr
         else:
             exprs.append(pl.col(f"_a_{c}").alias(c))
     return out.with_columns(exprs).drop([c for c in out.columns if c.startswith("_a_")])
+
+
+# ---------------------------------------------------------------- hardware
+
+def _words(*texts) -> list[str]:
+    return [w for t in texts for w in _WORD_RE.findall(str(t or "").lower())]
+
+
+def choose_default_variant(rows: list[dict]) -> dict:
+    """The documented default among variants of one chip: an SXM/OAM/superchip part before a PCIe card, then
+    the most memory, then the latest release."""
+    def rank(r: dict) -> tuple:
+        pcie = "pcie" in _words(r.get("id"), r.get("form_factor"))
+        return (pcie, -float(r.get("memory_gb") or 0), -float(r.get("release_year") or 0), r["id"])
+    return sorted(rows, key=rank)[0]
+
+
+def resolve_gpu(hw: pl.DataFrame, name: str) -> tuple[dict, str | None]:
+    """The hardware row a name means, and a note when a documented default chose among variants.
+
+    Raises UnknownName when nothing fits, or when several different chips fit (the message lists them)."""
+    key = normalize_name(name)
+    rows = hw.to_dicts()
+    exact = [r for r in rows if key in (normalize_name(r["id"]), normalize_name(r.get("name")))]
+    if len(exact) == 1:
+        return exact[0], None
+    query = _words(name)
+    if not query:
+        raise UnknownName(f"unknown hardware '{name}': give an id from measurements/hardware_specs.csv")
+    fits = []
+    for r in rows:
+        words = _words(r["id"], r.get("name"))
+        if all(any(w.startswith(q) for w in words) for q in query):
+            fits.append(r)
+    if len(fits) == 1:
+        return fits[0], None
+    if not fits:
+        raise UnknownName(f"unknown hardware '{name}': expected an id or name from measurements/hardware_specs.csv "
+                          f"(e.g. h100-sxm5-80gb, H100, A100 80GB, gb200; `stepcast list gpus` prints them all)."
+                          f"{_suggest(name.strip().lower(), hw['id'].to_list())}")
+    ids = ", ".join(r["id"] for r in fits)
+    variants = all(
+        all(q in words for q in query) and all(VARIANT_WORD_RE.match(w) for w in words if w not in query)
+        for words in (set(_words(r["id"])) for r in fits))
+    if not variants:
+        raise UnknownName(f"hardware '{name}' is ambiguous: it fits {ids}; give one of these ids")
+    chosen = choose_default_variant(fits)
+    return chosen, (f"'{name}' fits {ids}; using {chosen['id']} (default: SXM/OAM before PCIe, then the most "
+                    f"memory); name one of them to choose")
+
+
+def find_hardware(measurements: Path, gpu: str, *, quiet: bool = False) -> dict:
+    """The hardware row `gpu` names (see `resolve_gpu`); the note on a default goes to stderr."""
+    row, note = resolve_gpu(hardware(measurements), gpu)
+    if note and not quiet:
+        print(f"note: {note}", file=sys.stderr)
+    return row
+
+
+def resolve_gpu_column(gpus: pl.Series, hw: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
+    """A measurement file's `gpu` values as hardware ids (unresolvable values kept as they are), and per value
+    the note on a documented default (null when the value named one row)."""
+    ids, notes = {}, {}
+    for g in gpus.drop_nulls().unique().to_list():
+        try:
+            row, note = resolve_gpu(hw, g)
+            ids[g], notes[g] = row["id"], (f"gpu {note}" if note else None)
+        except UnknownName:
+            ids[g], notes[g] = g, None
+    return (gpus.replace_strict(ids, default=None, return_dtype=pl.Utf8).alias(gpus.name),
+            gpus.replace_strict(notes, default=None, return_dtype=pl.Utf8).alias("gpu_note"))
+
+
+# ---------------------------------------------------------------- architecture and hardware files
+
+def read_table_file(path: Path) -> list[dict]:
+    """Rows of a JSON (an object or a list of objects) or CSV file, as dicts of strings/values."""
+    path = Path(path)
+    if not path.exists():
+        raise UnknownName(f"{path}: file not found")
+    text = path.read_text(encoding="utf-8-sig")
+    if path.suffix.lower() == ".json" or text.lstrip().startswith(("{", "[")):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise UnknownName(f"{path}: not valid JSON ({err})") from None
+        rows = data if isinstance(data, list) else [data]
+        if not all(isinstance(r, dict) for r in rows):
+            raise UnknownName(f"{path}: expected a JSON object or a list of objects")
+        return rows
+    try:
+        frame = pl.read_csv(path, infer_schema_length=0)
+    except Exception as err:  # noqa: BLE001
+        raise UnknownName(f"{path}: unreadable CSV ({err})") from None
+    return frame.to_dicts()
+
+
+def _pick_row(rows: list[dict], name: str | None, path: Path) -> dict:
+    if not rows:
+        raise UnknownName(f"{path}: no rows")
+    if len(rows) == 1:
+        return rows[0]
+    if name is None:
+        raise UnknownName(f"{path}: {len(rows)} rows; give a file with one row, or name one with --model/--gpu")
+    key = normalize_name(name)
+    hit = [r for r in rows if key in {normalize_name(r.get("id")), normalize_name(r.get("name")),
+                                      *(normalize_name(a) for a in str(r.get("aliases") or "").split("|"))}]
+    if len(hit) != 1:
+        raise UnknownName(f"{path}: {len(hit)} rows named '{name}' (expected one)")
+    return hit[0]
+
+
+def resolve_architecture(model: str | None, arch_file: Path | None, *, measurements: Path | None = None) -> dict:
+    """The architecture dict of `--arch-file PATH` (a row of our schema as CSV/JSON, or a Hugging Face
+    config.json; with several rows, `model` picks one), else of `--model NAME` from the table.
+
+    Raises UnknownName (a ValueError) with a message naming the file and the missing key, or the name."""
+    from models.archfile import ArchFileError, architecture_from_mapping
+
+    if arch_file is not None:
+        rows = read_table_file(arch_file)
+        try:
+            return architecture_from_mapping(_pick_row(rows, model, Path(arch_file)), str(arch_file))
+        except ArchFileError as err:
+            raise UnknownName(str(err)) from None
+    if model is None:
+        raise UnknownName("give --model NAME or --arch-file PATH")
+    return find_architecture(measurements or _default_measurements(), model)
+
+
+def resolve_hardware_row(gpu: str | None, hardware_file: Path | None, *, measurements: Path | None = None) -> dict:
+    """The hardware row of `--hardware-file PATH` (a row of the hardware_specs.csv schema as CSV/JSON; with
+    several rows, `gpu` picks one), else of `--gpu NAME` from the table (see `resolve_gpu`)."""
+    from models.archfile import ArchFileError, hardware_from_mapping
+
+    if hardware_file is not None:
+        rows = read_table_file(hardware_file)
+        try:
+            return hardware_from_mapping(_pick_row(rows, gpu, Path(hardware_file)), str(hardware_file))
+        except ArchFileError as err:
+            raise UnknownName(str(err)) from None
+    if gpu is None:
+        raise UnknownName("give --gpu NAME or --hardware-file PATH")
+    return find_hardware(measurements or _default_measurements(), gpu)
+
+
+def _default_measurements() -> Path:
+    from pipeline.settings import Settings
+
+    return Settings.load().measurements

@@ -179,8 +179,10 @@ def _fail(message: str, code: int = 2) -> None:
 
 @app.command()
 def predict(
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Architecture id or name, e.g. llama3-70b."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="Accelerator id or name, e.g. h100-sxm5-80gb."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Architecture id, name or alias, e.g. "
+                                        "llama3-70b, DeepSeek-V3 (`stepcast list models`)."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Hardware id or name, e.g. h100-sxm5-80gb, H100 "
+                                      "(`stepcast list gpus`)."),
     gpus: Optional[int] = typer.Option(None, "--gpus", "-n", min=1, help="Accelerators in the job (N)."),
     global_batch: Optional[int] = typer.Option(None, "--global-batch", "-b", min=1, help="Sequences per step."),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", min=1, help="Tokens per sequence."),
@@ -204,6 +206,12 @@ def predict(
         None, "--inter-node-gbps", min=0.001, metavar="GB/S",
         help="Your cluster's scale-out bandwidth per accelerator, GB/s one way [default: the accelerator's typical "
              "deployment; e.g. 12.5 for 4 x 200 Gb/s NICs per 8-GPU node]."),
+    arch_file: Optional[Path] = typer.Option(
+        None, "--arch-file", metavar="PATH", help="Architecture from a file instead of --model: a row of the "
+        "architectures.csv schema (CSV/JSON) or a Hugging Face config.json."),
+    hardware_file: Optional[Path] = typer.Option(
+        None, "--hardware-file", metavar="PATH", help="Accelerator from a file instead of --gpu: a row of the "
+        "hardware_specs.csv schema (CSV/JSON)."),
     runs: Optional[Path] = typer.Option(None, "--runs", metavar="FILE",
                                         help="Predict every run of a measurement-schema CSV/Parquet instead."),
     assumptions: str = typer.Option("realistic", "--assumptions", help=ASSUMPTIONS_HELP),
@@ -250,13 +258,23 @@ def predict(
             _fail(str(err))
         render(result, fmt, out, title=api.title_of("predict --runs", result), table_columns=RUNS_TABLE_COLUMNS)
         return
-    missing = [flag for flag, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus),
-                                    ("--global-batch", global_batch), ("--seq-len", seq_len)) if v is None]
+    missing = [flag for flag, v in (("--model", model or arch_file), ("--gpu", gpu or hardware_file),
+                                    ("--gpus", gpus), ("--global-batch", global_batch), ("--seq-len", seq_len))
+               if v is None]
     if missing:
         _fail(f"missing {', '.join(missing)} (or give --runs FILE). See `stepcast predict --help`.")
+    from pipeline import catalog
+
+    try:  # by name, or from --arch-file / --hardware-file (catalog.resolve_architecture / resolve_hardware_row)
+        arch = catalog.resolve_architecture(model, arch_file, measurements=cfg.measurements)
+        hw_row = catalog.resolve_hardware_row(gpu, hardware_file, measurements=cfg.measurements)
+    except catalog.UnknownName as err:
+        _fail(str(err))
+    if "hybrid" in str(arch.get("arch") or ""):
+        _fail(f"{arch['id']}: {arch['arch']} architecture: Mamba layers are not in the step-time model yet")
     try:
-        result = api.predict_config(cfg, model=model, gpu=gpu, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
-                                    micro_batch=micro_batch, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp,
+        result = api.predict_config(cfg, arch=arch, hw_row=hw_row, gpus=gpus, global_batch=global_batch,
+                                    seq_len=seq_len, micro_batch=micro_batch, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp,
                                     sharding=sharding, recompute=recompute, sequence_parallel=sequence_parallel,
                                     dtype=dtype, gpus_per_node=gpus_per_node, inter_node_gbps=inter_node_gbps,
                                     analytical_only=analytical_only, assumptions=assumptions)
@@ -321,6 +339,7 @@ def info(fmt: str = typer.Option("table", "--format", "-f", help="table or json"
 
 # Commands that live in their own modules register themselves on `app` when imported.
 from pipeline import commands  # noqa: E402,F401
+from pipeline.commands import listing  # noqa: E402,F401  (stepcast list models|gpus)
 
 
 def main() -> None:

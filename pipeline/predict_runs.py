@@ -65,8 +65,13 @@ def predict_file(path: Path, measurements: Path, model=None) -> pl.DataFrame:
     ).filter(pl.col("run_id").is_not_null())
     runs = typed.group_by("run_id", maintain_order=True).first()
     runs = catalog.fill_from_architectures(runs, measurements)
+    # `gpu` by id, name or a short name (`H100`: a documented default, recorded in assumptions; catalog.resolve_gpu)
+    gpu_ids, gpu_notes = catalog.resolve_gpu_column(runs["gpu"], catalog.hardware(measurements))
+    runs = runs.with_columns(gpu_ids, gpu_notes.alias("_gpu_note"))
     hw = resolve_hardware(catalog.hardware(measurements), strict=False)
     cfg = configs_from_runs(runs, hw)
+    cfg = cfg.with_columns(pl.concat_str(["assumptions", "_gpu_note"], separator="; ", ignore_nulls=True)
+                           .replace("", None).alias("assumptions")).drop("_gpu_note")
     unknown_gpu = ~cfg["gpu"].is_in(hw["id"].to_list())
     cfg = cfg.with_columns(
         pl.when(pl.Series(unknown_gpu)).then(pl.format("unknown hardware id '{}'", pl.col("gpu")))

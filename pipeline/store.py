@@ -35,6 +35,7 @@ import numpy as np
 import polars as pl
 
 from pipeline import adapters
+from pipeline.catalog import NAME_IGNORED, normalize_expr
 from pipeline.measurements import COLUMNS, REJECT_SCHEMA, SCHEMA, Validated, missing_required, validate
 from pipeline.readers import (FileRejected, SimpleCsv, _decode, parse_simple, read_csv_text, read_measurement_file,
                               sha256_bytes)
@@ -693,9 +694,18 @@ def runs_base(rows: pl.DataFrame) -> pl.DataFrame:
                       "any_derived", "source_file")
 
 
-#: one row per alias of an architecture (`alias`, `id`): how a run's model_name finds its architecture
-_ALIASES_SQL = ("select trim(unnest(string_split(aliases, '|'))) as alias, id from architectures "
-                "where aliases is not null")
+def _norm_sql(expr: str) -> str:
+    """`pipeline.catalog.normalize_name` in SQL: lower case, without spaces, '-', '_' and '.'."""
+    return f"regexp_replace(lower(trim({expr})), '{NAME_IGNORED}', '', 'g')"
+
+
+#: one row per name of an architecture (`alias` = its normalized id, name or alias; `id`): how a run's
+#: model_name finds its architecture (`DeepSeek-V3`, `deepseekv3` and `DeepSeekV3` alike); a key two
+#: architectures share is left out, as in `catalog.arch_name_keys`
+_ALIASES_SQL = (f"select alias, min(id) as id from (select {_norm_sql('n')} as alias, id from ("
+                "select id, unnest(list_concat([id::varchar, name::varchar], "
+                "coalesce(string_split(aliases::varchar, '|'), []))) as n "
+                "from architectures)) where alias <> '' group by alias having count(distinct id) = 1")
 
 
 def _runs_select(con: duckdb.DuckDBPyConnection, base: str) -> str:
@@ -714,7 +724,7 @@ def _runs_select(con: duckdb.DuckDBPyConnection, base: str) -> str:
                {', '.join(f'a.{c}' for c in _ARCH_EXTRA)},
                ({' or '.join(f'(b.{c} is null and a.{c} is not null)' for c in ARCH_FILL)}) as arch_filled,
                {keep}
-        from base b left join alias al on al.alias = b.model_name
+        from base b left join alias al on al.alias = {_norm_sql('b.model_name')}
         left join architectures a on a.id = al.id
         order by b.run_id"""
 
@@ -779,7 +789,8 @@ def runs_rows(base: pl.DataFrame, aliases: pl.DataFrame | None) -> pl.DataFrame:
     it (`arch_filled`). Columns are matched by name when inserted."""
     if aliases is None:
         return base.sort("run_id")
-    joined = base.join(aliases, left_on="model_name", right_on="alias", how="left", suffix="_a")
+    joined = (base.with_columns(normalize_expr("model_name").alias("_name_key"))
+              .join(aliases, left_on="_name_key", right_on="alias", how="left", suffix="_a").drop("_name_key"))
     filled = [(pl.col(c).is_null() & pl.col(f"{c}_a").is_not_null()) for c in ARCH_FILL]
     return joined.with_columns(
         *[pl.coalesce(c, f"{c}_a").alias(c) for c in ARCH_FILL],

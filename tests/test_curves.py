@@ -185,8 +185,8 @@ def test_cli_frontier_contract_and_errors():
         out["breakdown"]["step_time_s"], rel=1e-9)
     bad = CliRunner().invoke(app, ["frontier", "--gpu", "h100-sxm5-80gb", "--min-utilization", "80"])
     assert bad.exit_code == 2 and "--min-utilization must be in (0, 1]" in bad.output
-    unknown = CliRunner().invoke(app, ["frontier", "--gpu", "h100"])
-    assert unknown.exit_code == 2 and "unknown hardware 'h100'" in unknown.output
+    unknown = CliRunner().invoke(app, ["frontier", "--gpu", "h900"])  # `h100` names the H100 (tests/test_names.py)
+    assert unknown.exit_code == 2 and "unknown hardware 'h900'" in unknown.output
 
 
 def test_cli_curve_json_and_bad_policy():

@@ -1,0 +1,193 @@
+"""Names resolve the same way everywhere: `--model`, `--gpu`, a measurement file's model_name and gpu, the store's
+`runs` table (pipeline/catalog.py); `stepcast list models|gpus`."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from pipeline import catalog, store
+from pipeline.cli import app
+from tests.conftest import MEASUREMENTS
+from tests.test_ingest import BASE, write_rows
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def no_store(tmp_path, monkeypatch):
+    """Analytical path only: no store, hence no promoted calibration fit."""
+    monkeypatch.setenv("STEPCAST_STORE", str(tmp_path / "none" / "stepcast.duckdb"))
+
+
+# ---------------------------------------------------------------- architectures
+
+@pytest.mark.parametrize("name, arch_id", [
+    ("DeepSeek-V3", "deepseek-v3"), ("deepseekv3", "deepseek-v3"), ("DeepSeekV3", "deepseek-v3"),
+    ("deepseek_v3", "deepseek-v3"), ("LLAMA3_70B", "llama3-70b"), ("Llama 3 70B", "llama3-70b"),
+    ("llama3-70b", "llama3-70b"), ("Llama-3.1-70B", "llama3-70b"), ("qwen3 30b a3b", "qwen3-30b-a3b"),
+    ("Mixtral 8x7B", "mixtral-8x7b"), ("GPT OSS 20B", "gpt-oss-20b"), ("Nemotron_3_Nano", "nemotron-3-nano"),
+])
+def test_model_names_resolve_ignoring_case_spaces_and_separators(name, arch_id):
+    assert catalog.find_architecture(MEASUREMENTS, name)["id"] == arch_id
+
+
+def test_shipped_architecture_names_are_unambiguous():
+    # two rows whose id, name or alias normalize alike would make a name resolve to neither
+    assert catalog.ambiguous_arch_keys(catalog.architectures(MEASUREMENTS)) == {}
+
+
+def test_ambiguous_model_name_lists_the_candidates(tmp_path):
+    meas = tmp_path / "m"
+    meas.mkdir()
+    arch = catalog.architectures(MEASUREMENTS)
+    twin = arch.filter(pl.col("id") == "llama3-8b").with_columns(pl.lit("my-llama").alias("id"),
+                                                                  pl.lit("My Llama").alias("name"))
+    pl.concat([arch, twin]).write_csv(meas / "architectures.csv")
+    with pytest.raises(catalog.UnknownName, match="ambiguous.*llama3-8b, my-llama"):
+        catalog.find_architecture(meas, "Llama 3 8B")
+    assert catalog.find_architecture(meas, "my_llama")["id"] == "my-llama"
+
+
+def test_unknown_model_is_refused_with_a_suggestion():
+    with pytest.raises(catalog.UnknownName, match="unknown model 'llama3-7b'.*Did you mean"):
+        catalog.find_architecture(MEASUREMENTS, "llama3-7b")
+
+
+def test_run_model_names_fill_architecture_like_the_store():
+    runs = pl.DataFrame({"model_name": ["DeepSeek-V3", "deepseek_v3", "LLAMA3_70B", "Llama 3 70B", "nope"],
+                         "n_layers": [None, None, None, 99, None]}, schema_overrides={"n_layers": pl.Int64})
+    out = catalog.fill_from_architectures(runs, MEASUREMENTS)
+    assert out["arch_id"].to_list() == ["deepseek-v3", "deepseek-v3", "llama3-70b", "llama3-70b", None]
+    assert out["n_layers"].to_list() == [61, 61, 80, 99, None]  # a run's own value wins
+    assert out["n_experts"].to_list()[:2] == [256, 256]
+
+
+def test_store_alias_sql_matches_the_catalog_keys():
+    """The store's `runs` table and `predict --runs` map names with one rule (SQL and polars)."""
+    con = duckdb.connect()
+    arch = catalog.architectures(MEASUREMENTS)
+    con.register("_a", arch.to_arrow())
+    con.execute("create table architectures as select * from _a")
+    sql = set(con.sql(store._ALIASES_SQL).pl().select("alias", "id").rows())
+    py = set(catalog.arch_name_keys(arch).select("key", "id").rows())
+    assert sql == py and ("deepseekv3", "deepseek-v3") in sql
+    base = pl.DataFrame({"model_name": ["DeepSeek-V3", "Llama 3.1 405B"], "run_id": ["a", "b"]})
+    base = base.with_columns(*[pl.lit(None, dtype=pl.Int64).alias(c) for c in store.ARCH_FILL])
+    rows = store.runs_rows(base, store.arch_aliases(con))
+    assert rows["arch_id"].to_list() == ["deepseek-v3", "llama3-405b"]
+    assert rows["n_layers"].to_list() == [61, 126] and rows["arch_filled"].all()
+
+
+# ---------------------------------------------------------------- hardware
+
+@pytest.mark.parametrize("name, hw_id, note_names", [
+    ("h100-sxm5-80gb", "h100-sxm5-80gb", None),
+    ("H100", "h100-sxm5-80gb", "h100-pcie-80gb"),
+    ("h100", "h100-sxm5-80gb", "h100-pcie-80gb"),
+    ("H100 SXM", "h100-sxm5-80gb", None),
+    ("H100 PCIe", "h100-pcie-80gb", None),
+    ("A100", "a100-sxm4-80gb", "a100-sxm4-40gb, a100-sxm4-80gb, a100-pcie-80gb"),
+    ("A100 80GB", "a100-sxm4-80gb", "a100-pcie-80gb"),
+    ("A100 40GB", "a100-sxm4-40gb", None),
+    ("gb200", "gb200", None),
+    ("GB200", "gb200", None),
+    ("MI300", "mi300x", None),
+    ("TPU v5p", "tpu-v5p", None),
+    ("GTX 580", "gtx-580", None),
+    ("GTX 580 3GB", "gtx-580-3gb", None),
+])
+def test_gpu_names_resolve(name, hw_id, note_names):
+    row, note = catalog.resolve_gpu(catalog.hardware(MEASUREMENTS), name)
+    assert row["id"] == hw_id
+    if note_names is None:
+        assert note is None
+    else:
+        assert note_names in note and f"using {hw_id}" in note
+
+
+@pytest.mark.parametrize("name, candidates", [
+    ("TPU", "tpu-v3, tpu-v4, tpu-v5e, tpu-v5p, tpu-v6e"),
+    ("Blackwell", "gb200, b300, gb300"),
+    ("MI3", "mi300x, mi325x, mi355x"),
+])
+def test_gpu_name_fitting_different_chips_is_an_error_listing_them(name, candidates):
+    with pytest.raises(catalog.UnknownName, match=f"'{name}' is ambiguous: it fits {candidates}; give one"):
+        catalog.resolve_gpu(catalog.hardware(MEASUREMENTS), name)
+
+
+def test_unknown_gpu_is_refused():
+    with pytest.raises(catalog.UnknownName, match="unknown hardware 'H9000'"):
+        catalog.resolve_gpu(catalog.hardware(MEASUREMENTS), "H9000")
+
+
+# ---------------------------------------------------------------- commands
+
+def test_predict_resolves_deepseek_v3_and_h100_with_a_note():
+    result = runner.invoke(app, ["predict", "--model", "DeepSeek-V3", "--gpu", "H100", "--gpus", "1024",
+                                 "--global-batch", "4096", "--seq-len", "4096", "--pp", "16", "--ep", "64",
+                                 "--dtype", "fp8", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert "using h100-sxm5-80gb" in result.stderr
+    row = json.loads(result.stdout)[0]
+    assert row["step_time_s"] > 0 and row["peak_tflops"] == pytest.approx(1978.9)
+
+
+def test_predict_refuses_a_hybrid_mamba_model():
+    result = runner.invoke(app, ["predict", "--model", "Nemotron-H 8B", "--gpu", "H100", "--gpus", "8",
+                                 "--global-batch", "64", "--seq-len", "8192"])
+    assert result.exit_code == 2 and "Mamba layers are not in the step-time model" in result.stderr
+
+
+def test_predict_runs_file_resolves_model_and_gpu_names(tmp_path):
+    rows = [dict(BASE, run_id="a", model_name="DeepSeek-V3", arch="moe", params_b="", n_layers="", d_model="",
+                 n_heads="", n_kv_heads="", ffn_dim="", vocab="", gpu="H100", n_gpus="1024", dp="", tp="1",
+                 pp="16", ep="64", seq_len="4096", global_batch_seqs="4096", sharding="zero1",
+                 framework="Megatron-Core"),
+            dict(BASE, run_id="b", gpu="TPU")]
+    path = write_rows(tmp_path / "runs.csv", rows)
+    result = runner.invoke(app, ["predict", "--runs", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    out = {r["run_id"]: r for r in json.loads(result.stdout)}
+    assert out["a"]["error"] is None or "expert shapes" not in out["a"]["error"]
+    assert out["a"]["step_time_s"] > 0
+    assert "gpu 'H100' fits h100-sxm5-80gb, h100-pcie-80gb; using h100-sxm5-80gb" in out["a"]["assumptions"]
+    assert "unknown hardware id 'TPU'" in out["b"]["error"]  # an ambiguous name is not guessed
+
+
+def test_list_gpus_json():
+    result = runner.invoke(app, ["list", "gpus", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["id"]: r for r in json.loads(result.stdout)}
+    assert len(rows) == catalog.hardware(MEASUREMENTS).height
+    assert rows["h100-sxm5-80gb"]["short_names"] == "H100" and rows["h100-pcie-80gb"]["short_names"] == ""
+    assert rows["b200"]["peak_fp4_tflops"] == 9000 and rows["h100-sxm5-80gb"]["peak_fp4_tflops"] is None
+    assert rows["gtx-580-3gb"]["memory_gb"] == 3 and rows["mi355x"]["generation"] == "CDNA4"
+
+
+def test_list_models_csv_and_bad_format():
+    result = runner.invoke(app, ["list", "models", "--format", "csv"])
+    assert result.exit_code == 0, result.output
+    frame = pl.read_csv(result.stdout.encode())
+    assert frame.height == catalog.architectures(MEASUREMENTS).height
+    assert {"id", "name", "aliases", "params_b", "n_experts"} <= set(frame.columns)
+    bad = runner.invoke(app, ["list", "gpus", "--format", "xml"])
+    assert bad.exit_code == 2 and "--format must be table, csv or json" in bad.stderr
+
+
+def test_hardware_copy_extends_the_upstream_table():
+    """measurements/hardware_specs.csv extends ../shared/data/hardware_specs.csv: one more row (gtx-580-3gb), three
+    more columns, sources appended; every upstream value otherwise unchanged."""
+    upstream = MEASUREMENTS.parent.parent / "shared" / "data" / "hardware_specs.csv"
+    if not upstream.exists():
+        pytest.skip("no upstream copy on this machine")
+    up = pl.read_csv(upstream, infer_schema_length=0)
+    ours = pl.read_csv(MEASUREMENTS / "hardware_specs.csv", infer_schema_length=0)
+    assert set(ours["id"]) - set(up["id"]) == {"gtx-580-3gb"}
+    assert set(ours.columns) - set(up.columns) == {"generation", "sm_count", "peak_fp4_tflops"}
+    same = [c for c in up.columns if c not in ("source_ref", "notes")]
+    assert ours.filter(pl.col("id").is_in(up["id"])).select(same).sort("id").equals(up.select(same).sort("id"))
