@@ -318,19 +318,27 @@ def cursor_load(cursor: str | None) -> SensorState:
 LOST_RUN_S = 600.0
 
 
-def _failure_reason(instance: dg.DagsterInstance, run) -> str:
-    """The user code's error of a failed run's first failed step (Dagster's wrappers unwrapped), else the
-    run failure message."""
-    for rec in instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE).records:
-        ev = rec.event_log_entry.dagster_event
-        err = ev.step_failure_data.error if ev.step_failure_data else None
-        while err is not None and err.cause is not None and err.cls_name.startswith("Dagster"):
-            err = err.cause
-        if err is not None:
-            return f"run {run.run_id} step {ev.step_key}: {err.cls_name}: {err.message.strip()}"
-    recs = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE).records
-    message = recs[-1].event_log_entry.dagster_event.message if recs else None
-    return f"run {run.run_id} {run.status.value}: {message or 'no failure message'}"
+def _user_error(err):
+    """The user code's error inside Dagster's wrappers (DagsterExecutionStepExecutionError, ...)."""
+    while err is not None and err.cause is not None and err.cls_name.startswith("Dagster"):
+        err = err.cause
+    return err
+
+
+def failure_reason(instance: dg.DagsterInstance, run) -> str:
+    """Why a run failed: the user code's error of its first failed step, else of the run failure (a
+    resource that could not be set up, e.g. StoreBusy), else the run failure message."""
+    for kind in (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE):
+        for rec in instance.get_records_for_run(run.run_id, of_type=kind).records:
+            ev = rec.event_log_entry.dagster_event
+            err = _user_error(getattr(ev.event_specific_data, "error", None))
+            if err is not None:
+                where = f" step {ev.step_key}" if ev.step_key else ""
+                msg = err.message.strip()
+                return f"run {run.run_id}{where}: {msg if msg.startswith(err.cls_name) else err.cls_name + ': ' + msg}"
+            if kind == dg.DagsterEventType.RUN_FAILURE and ev.message:
+                return f"run {run.run_id} {run.status.value}: {ev.message}"
+    return f"run {run.run_id} {run.status.value}: no failure message"
 
 
 def settle_pending(state: SensorState, instance: dg.DagsterInstance, current: dict[str, str], now: float) -> None:
@@ -356,7 +364,7 @@ def settle_pending(state: SensorState, instance: dg.DagsterInstance, current: di
             if left:
                 _count_failure(state, left, f"run {run.run_id} succeeded but left the file in place", now)
         else:
-            _count_failure(state, req["files"], _failure_reason(instance, run), now)
+            _count_failure(state, req["files"], failure_reason(instance, run), now)
 
 
 def _count_failure(state: SensorState, files: dict[str, str], reason: str, now: float) -> None:
