@@ -5,7 +5,8 @@
   `preset_overrides` (JSON), `cv_scheme` ('leave-one-source-out'), `mdape, mape, within_10pct, coverage_90,
   median_width` (fractions, of the calibrated predictions under that scheme), `analytical_mdape`,
   `physics_mdape`, `loho_mdape, loho_coverage_90`, `kappa, q`, `n_train, n_sources, n_hardware`,
-  `features, hyperparameters` (JSON), `code_version`, `promotion_reason`.
+  `features, hyperparameters` (JSON), `code_version`, `promotion_reason`, `promotion_detail` (JSON: the
+  comparison behind the decision).
 - `fit_metrics`: per version x scheme (loso, loho, vtrain_multi_lomso) x grouping x group x predictor
   (analytical, physics, ridge, gbm, calibrated): n_runs, mdape, mape, within_10pct, coverage_90, median_width.
 - `fit_artifacts`: version, format ('pickle'), sklearn_version, n_bytes, bytes (BLOB): the serialized

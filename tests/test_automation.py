@@ -373,8 +373,9 @@ class Daemon:
         """The refit runs, oldest first."""
         return [r.dagster_run for r in reversed(self.instance.get_run_records(dg.RunsFilter(job_name="refit")))]
 
-    def wait(self, done, timeout_s: float = 420, what: str = "") -> list[dg.DagsterRun]:
-        """Poll the runs until done(runs) (bounded: start-up plus a full run of the graph on 2 busy cores)."""
+    def wait(self, done, timeout_s: float = 900, what: str = "") -> list[dg.DagsterRun]:
+        """Poll the runs until done(runs) (bounded: start-up plus a full run of the graph, fit included, on 2
+        cores shared with other jobs: 2-3 min alone, 6-8 min when busy)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             runs = self.runs()
