@@ -76,8 +76,9 @@ def oof_long(report: dict, data) -> pl.DataFrame:
     """Per-run out-of-fold rows (scheme, run_id, fold, log_pred, log_target) of a fit report: the report's
     `oof_long` when models.calibration gives it, else derived from `oof` and `folds` (loso and loho)."""
     schema = {"scheme": pl.Utf8, "run_id": pl.Utf8, "fold": pl.Utf8, "log_pred": pl.Float64, "log_target": pl.Float64}
+    finite = pl.col("log_pred").is_finite() & pl.col("log_target").is_finite()  # a run its scheme never held out
     if report.get("oof_long") is not None:
-        return report["oof_long"].select([pl.col(c).cast(t) for c, t in schema.items()])
+        return report["oof_long"].select([pl.col(c).cast(t) for c, t in schema.items()]).filter(finite)
     oof = report.get("oof")
     if oof is None:
         return pl.DataFrame(schema=schema)
@@ -91,8 +92,7 @@ def oof_long(report: dict, data) -> pl.DataFrame:
                                 pl.col("run_id").cast(pl.Utf8).replace_strict(folds, default=None).alias("fold"),
                                 pl.col(col).log().alias("log_pred")).join(target, on="run_id", how="left"))
     out = pl.concat(parts) if parts else pl.DataFrame(schema=schema)
-    return out.select([pl.col(c).cast(t) for c, t in schema.items()]).filter(
-        pl.col("log_pred").is_finite() & pl.col("log_target").is_finite())
+    return out.select([pl.col(c).cast(t) for c, t in schema.items()]).filter(finite)
 
 
 def _abs_rel(pred: str, target: str = "log_target") -> pl.Expr:
@@ -191,7 +191,12 @@ def load_fit(con: duckdb.DuckDBPyConnection, version: str):
     if not store.table_exists(con, "fit_artifacts"):
         return None
     row = con.execute("select bytes from fit_artifacts where version = ?", [version]).fetchone()
-    return pickle.loads(row[0]) if row else None
+    if not row:
+        return None
+    try:
+        return pickle.loads(row[0])
+    except (AttributeError, ModuleNotFoundError, ImportError, pickle.UnpicklingError):
+        return None  # written by an older code version whose classes are gone: it cannot be served
 
 
 def load_promoted_fit(con: duckdb.DuckDBPyConnection):
