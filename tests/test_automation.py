@@ -455,6 +455,8 @@ def test_daemon_refuses_a_contradicting_drop_visibly_and_ingest_waits_then_stops
     served = next(f for f in _fits(daemon.store) if f["promoted"])
     drop(daemon.incoming, "half.csv", lambda p: copied_runs(built_store, p, "half-", 0.5, offset=8))
     daemon.wait(lambda rs: len(rs) > n_runs and rs[-1].status == dg.DagsterRunStatus.STARTED, what="the run to start")
+    lock = Path(str(daemon.store) + ".lock")
+    daemon.wait(lambda rs: "dagster run" in store.lock_holder(lock), what="the run to hold the store's lock")
     other = good_file(tmp_path / "other.csv", "ingest-during-run")
     env = dict(daemon.env)
     env.pop("DAGSTER_HOME")
@@ -578,8 +580,8 @@ def test_sigkill_during_build_keeps_snapshot_and_next_build_recovers(built_store
     env.pop("DAGSTER_HOME", None)
     cmd = [str(BIN / "stepcast"), "build", "--quiet"]
     rng = random.Random(7)
-    # kill points: during start-up/ingest, and during the later assets (a build takes ~10-25 s here); the
-    # publish step itself is covered by test_publish_failure_or_leftovers_never_touch_the_snapshot
+    # kill points: during start-up/ingest, and during the later assets; the publish step itself is covered by
+    # test_sigkill_inside_the_publish_window_leaves_the_old_or_the_new_snapshot
     for low, high in ((1.0, 4.0), (5.0, 12.0)):
         delay = rng.uniform(low, high)
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
