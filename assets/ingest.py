@@ -39,11 +39,13 @@ def cloud_prices(measurements: MeasurementsResource, duckdb: DuckDBResource) -> 
     return _load_reference("cloud_prices", measurements, duckdb)
 
 
-@dg.asset(group_name=GROUP, kinds={"duckdb"}, deps=[hardware, architectures],
+@dg.asset(group_name=GROUP, kinds={"duckdb"}, deps=[hardware, architectures], output_required=False,
           description="Measured runs in long form: measured_runs.csv plus the vTrain single-node file through its "
-                      "adapter; the vTrain multi-node file is recognised as a duplicate of rows already present.")
-def run_metrics(context: AssetExecutionContext, measurements: MeasurementsResource,
-                duckdb: DuckDBResource) -> dg.MaterializeResult:
+                      "adapter; the vTrain multi-node file is recognised as a duplicate of rows already present. "
+                      "A sensor run ingests the incoming files its tags name; when it brings no new rows (every "
+                      "named file quarantined or unchanged), nothing downstream runs (no re-fit, no publish).")
+def run_metrics(context: AssetExecutionContext, measurements: MeasurementsResource, duckdb: DuckDBResource):
+    names = automation.tagged_files(context.run.tags)
     with duckdb.get_connection() as con:
         reports = [
             store.ingest_file(con, measurements.measured_runs),
@@ -51,14 +53,20 @@ def run_metrics(context: AssetExecutionContext, measurements: MeasurementsResour
             store.check_vtrain_multi(con, measurements.vtrain_multi),
         ]
         # the drop folder (pipeline/automation.py): processed/ files again, then new files, moved after
-        incoming = automation.ingest_incoming(con, measurements.incoming, context.log) if measurements.incoming else None
+        incoming = automation.ingest_incoming(con, measurements.incoming, context.log, names=names) \
+            if measurements.incoming else None
         counts = store.row_counts(con, ("run_metrics", "rejected_rows"))
     for rep in reports:
         for warning in rep.warnings:
             context.log.warning(warning)
         context.log.info(f"{rep.file}: {rep.status} ({rep.rows_accepted} accepted, {rep.rows_rejected} rejected, "
                          f"{rep.rows_duplicate} duplicate) {rep.message}")
-    return dg.MaterializeResult(metadata={
+    shipped_changed = any(rep.status not in ("unchanged", "duplicate") for rep in reports)
+    if names is not None and not shipped_changed and not (incoming and incoming.changed):
+        context.log.info(f"the files this run names ({', '.join(names)}) brought no new rows: quarantined "
+                         f"{incoming.quarantined if incoming else []}; nothing downstream runs")
+        return
+    yield dg.MaterializeResult(metadata={
         "rows": dg.MetadataValue.int(counts["run_metrics"]),
         "rejected_rows": dg.MetadataValue.int(counts["rejected_rows"]),
         "files": dg.MetadataValue.md("\n".join(

@@ -1,26 +1,35 @@
 """Re-fits that run themselves: the `refit` job, a nightly schedule, and a sensor on the incoming folder.
 
 Flow: a measurement file dropped into the incoming folder (`Settings.incoming`: `measurements/incoming/`,
-env `STEPCAST_INCOMING`) is seen by the `incoming_files` sensor, which requests one `refit` run per new or
-changed file (cursor: file name -> sha256 of its bytes; run key `<name>@<sha256>`, so the same bytes never
-start two runs). The run rebuilds the whole graph; its `run_metrics` asset calls `ingest_incoming`, which
+env `STEPCAST_INCOMING`) is seen by the `incoming_files` sensor, which requests one `refit` run naming every
+new, changed or due-for-retry file of that tick (tag `stepcast/incoming_files`, a JSON list; run key
+`incoming-<n>-<hash>`). The sensor's cursor remembers the runs it asked for; a file counts as handled only
+when its run SUCCEEDED and moved it away. A failed run (a held store lock, a crash) counts a failure for each
+file it named: the file is asked for again after `retry_backoff_s()` (doubling), and after `max_attempts()`
+failures the sensor moves it to `quarantine/` with the last failure's reason. The run rebuilds the whole
+graph; its `run_metrics` asset calls `ingest_incoming` with the run's files, which
 
 - re-ingests every file already in `<incoming>/processed/` (so that a rebuild from scratch still holds every
   accepted incoming file; unchanged files cost one hash each),
-- ingests each settled file of `<incoming>/` strictly (all or nothing: a file with any rejected row is not
-  loaded), stored under its `processed/` name, then moves it to `<incoming>/processed/<name>`,
+- ingests exactly the files the run names (a run without the tag, e.g. the nightly one: every settled file)
+  strictly (all or nothing: a file with any rejected row is not loaded), stored under its `processed/` name,
+  then moves it to `<incoming>/processed/<name>`,
 - moves a file that failed to `<incoming>/quarantine/<name>` with `<name>.reason.txt` beside it (the reason,
-  and one line per rejected row: `file:line: column NAME = 'VALUE': reason`),
-- leaves a file that changed while being read where it is: the sensor sees its new hash and asks again.
+  and one line per rejected row: `file:line: column NAME = 'VALUE': reason`) and its rows to `rejected_rows`,
+- leaves a file that changed while being read where it is (the sensor asks again).
+
+When the run's files bring no new rows (all quarantined, or the same bytes again), `run_metrics` materializes
+nothing and everything downstream is skipped: no re-fit, no republish.
 
 "Settled" means not modified for `STEPCAST_INCOMING_SETTLE_S` seconds (default 2): a file still being
 copied in is not picked up half-written. Safer still: write it under a name starting with `.` and rename it
 when complete (hidden names, `*.tmp`, `*.part`, `*~`, `README*` and `*.reason.txt` are never picked up).
 
 The nightly schedule (`nightly_refit`, 03:00 UTC, env `STEPCAST_REFIT_CRON`) runs the same job. Both start
-RUNNING in `dagster dev`. One writer: every run of this project writes the store, so the project's
-`dagster.yaml` allows one run in progress at a time (others wait in the queue); the job runs its steps in
-one process (in-process executor), so steps never contend for the DuckDB file lock either. Blocking asset
+RUNNING in `dagster dev`. One writer: every run holds the store's writer lock for its whole duration
+(`StoreResource`, the same lock `stepcast build`, `ingest` and `fit` take); the project's `dagster.yaml`
+allows one run in progress at a time (others wait in the queue); the job runs its steps in one process
+(in-process executor), so steps never contend for the DuckDB file lock either. Blocking asset
 checks stop everything downstream of a failed check, including the snapshot: readers keep the last good one.
 """
 
@@ -30,18 +39,21 @@ import datetime as dt
 import json
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
+import polars as pl
+from dagster_duckdb import DuckDBResource
 
 from pipeline import store
 from pipeline.readers import sha256_bytes
 
 JOB_NAME = "refit"
 WRITER_TAG = "stepcast/writes_store"
-FILE_TAG = "stepcast/incoming_file"
-SHA_TAG = "stepcast/incoming_sha256"
+FILES_TAG = "stepcast/incoming_files"  # JSON list of the incoming file names a sensor run ingests
+RUN_KEY_TAG = "dagster/run_key"
 SUFFIXES = (".csv", ".parquet", ".pq")
 IGNORED_SUFFIXES = (".tmp", ".part", ".partial", "~", ".reason.txt", ".md")
 
@@ -49,6 +61,19 @@ IGNORED_SUFFIXES = (".tmp", ".part", ".partial", "~", ".reason.txt", ".md")
 def _env_float(name: str, default: float) -> float:
     value = os.environ.get(name, "").strip()
     return float(value) if value else default
+
+
+def retry_backoff_s() -> float:
+    """Wait before the first retry of a file whose run failed; doubled after each further failure (env
+    STEPCAST_RETRY_BACKOFF_S). With the default 4 attempts, the waits of 60, 120 and 240 s plus the runs'
+    own lock waits (store.LOCK_WAIT_S) outlast a `stepcast build` holding the store (80 s alone, a few
+    minutes on a busy machine), the usual reason for a run to fail on an intact file."""
+    return _env_float("STEPCAST_RETRY_BACKOFF_S", 60.0)
+
+
+def max_attempts() -> int:
+    """Runs a file gets before it is quarantined with the last failure's reason (env STEPCAST_INCOMING_MAX_ATTEMPTS)."""
+    return max(1, int(_env_float("STEPCAST_INCOMING_MAX_ATTEMPTS", 4)))
 
 
 def settle_seconds() -> float:
@@ -106,6 +131,8 @@ class IncomingResult:
     retry: list[str] = field(default_factory=list)         # changed while being read: left in place
     reprocessed: list[store.FileReport] = field(default_factory=list)  # files of processed/, every run
     messages: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)      # named by the run's tags but not in the folder
+    changed: bool = False                                 # an accepted file brought rows the store lacked
 
 
 def _reason_text(rep: store.FileReport) -> str:
@@ -131,9 +158,37 @@ def _quarantine(path: Path, incoming: Path, text: str) -> Path:
     return target
 
 
-def ingest_incoming(con, incoming: str | Path, log=None) -> IncomingResult:
+def _record_rejections(con, rep: store.FileReport, key: str) -> int:
+    """Write a quarantined file's rejected rows (or its whole-file reason) to `rejected_rows` under `key`
+    (its quarantine/ name), replacing rows an earlier quarantine of the same name left. Returns rows written."""
+    from pipeline.measurements import REJECT_SCHEMA
+
+    if rep.rejections is not None and rep.rejections.height:
+        rows = rep.rejections.with_columns(pl.lit(key).alias("file"))
+    else:
+        err = rep.error
+        rows = pl.DataFrame({"file": [key], "line": [getattr(err, "line", None)], "column": [getattr(err, "column", None)],
+                             "value": [None], "reason": [getattr(err, "reason", None) or rep.message or rep.status]},
+                            schema=REJECT_SCHEMA)
+    store.ensure_schema(con)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute("delete from rejected_rows where file = ?", [key])
+        con.register("_rej", rows.select(list(REJECT_SCHEMA)).to_arrow())
+        con.execute('insert into rejected_rows (file, line, "column", value, reason) select * from _rej')
+        con.unregister("_rej")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return rows.height
+
+
+def ingest_incoming(con, incoming: str | Path, log=None, names: list[str] | None = None) -> IncomingResult:
     """Ingest the processed/ files again and the new files of the incoming folder; move each new file to
-    processed/ or quarantine/. Store semantics are those of `store.ingest_files` (strict mode)."""
+    processed/ or quarantine/ (its rejected rows go to `rejected_rows` under its quarantine name). Store
+    semantics are those of `store.ingest_files` (strict mode). `names`: only these files of the folder (a
+    sensor run ingests exactly the files its tags name); None: every settled file (build, nightly run)."""
     incoming = Path(incoming)
     result = IncomingResult()
     if not incoming.is_dir():
@@ -142,12 +197,26 @@ def ingest_incoming(con, incoming: str | Path, log=None) -> IncomingResult:
     kept = sorted(p for p in done.iterdir() if p.is_file() and p.suffix.lower() in SUFFIXES) if done.is_dir() else []
     if kept:
         result.reprocessed = store.ingest_files(con, kept, strict=True)
+        result.changed = any(rep.ok and rep.status != "unchanged" for rep in result.reprocessed)
         for rep in result.reprocessed:
             if not rep.ok:
                 result.messages.append(f"processed file no longer ingests: {rep.file}: {rep.status} {rep.message}")
-    new = candidates(incoming)
-    if not new:
-        return result
+    if names is None:
+        new = candidates(incoming)
+    else:
+        new = [incoming / n for n in sorted(set(names)) if (incoming / n).is_file()]
+        result.missing = sorted(set(names) - {p.name for p in new})
+        result.messages += [f"{n}: named by the run but no longer in {incoming}" for n in result.missing]
+    if new:
+        _ingest_new(con, incoming, new, result)
+    if log is not None:
+        for m in result.messages:
+            log.warning(m)
+    return result
+
+
+def _ingest_new(con, incoming: Path, new: list[Path], result: IncomingResult) -> None:
+    done = processed_dir(incoming)
     keys = [store.file_key(done / p.name) for p in new]
     by_key = {rep.file: rep for rep in store.ingest_files(con, new, strict=True, keys=keys)}
     for path, key in zip(new, keys):
@@ -156,6 +225,7 @@ def ingest_incoming(con, incoming: str | Path, log=None) -> IncomingResult:
             done.mkdir(parents=True, exist_ok=True)
             os.replace(path, done / path.name)
             result.accepted.append(path.name)
+            result.changed |= rep.status != "unchanged"
         elif rep.error is not None and rep.error.retry:
             result.retry.append(path.name)
             result.messages.append(f"{path.name}: {rep.message}")
@@ -164,12 +234,30 @@ def ingest_incoming(con, incoming: str | Path, log=None) -> IncomingResult:
                 rep.message = str(rep.error)
             rep.path = str(path)
             target = _quarantine(path, incoming, _reason_text(rep))
+            _record_rejections(con, rep, store.file_key(target))
             result.quarantined.append(path.name)
             result.messages.append(f"{path.name}: quarantined to {target}: {rep.message}")
-    if log is not None:
-        for m in result.messages:
-            log.warning(m)
-    return result
+
+
+# ---------------------------------------------------------------- one writer
+
+class StoreResource(DuckDBResource):
+    """The store as the assets see it (a DuckDBResource) that also holds the store's writer lock
+    (`store.writer_lock`) for the whole run: Dagster sets a resource up once per run under the in-process
+    executor and tears it down when the run ends, so every daemon run (sensor, schedule, a launch from the
+    UI) is one writer like `stepcast build`, `ingest` and `fit`. A run that cannot get the lock within the
+    bound fails with StoreBusy (the sensor retries its files, see `make_incoming_sensor`)."""
+
+    def yield_for_execution(self, context):  # noqa: D401 - Dagster's hook
+        return _holding_lock(self, context)
+
+
+@contextmanager
+def _holding_lock(resource: "StoreResource", context):
+    run = getattr(context, "dagster_run", None)
+    command = f"dagster run {run.run_id} (job {run.job_name})" if run is not None else "dagster run"
+    with store.writer_lock(resource.database, command=command):
+        yield resource
 
 
 # ---------------------------------------------------------------- job, schedule, sensor
@@ -188,22 +276,142 @@ nightly_refit = dg.ScheduleDefinition(
 )
 
 
-def cursor_load(cursor: str | None) -> dict[str, str]:
+def tagged_files(tags) -> list[str] | None:
+    """The incoming file names a run's tags name (None: a run that names none, e.g. the nightly one)."""
+    value = (tags or {}).get(FILES_TAG)
+    if value is None:
+        return None
+    try:
+        names = json.loads(value)
+    except json.JSONDecodeError:
+        return None
+    return [str(n) for n in names] if isinstance(names, list) else None
+
+
+@dataclass
+class SensorState:
+    """The sensor's cursor. `pending`: run key -> {"files": {name: sha256}, "at": request time}, runs asked
+    for and not yet seen finished. `files`: name -> {"sha", "failures", "retry_at", "reason"} for files
+    whose runs failed. `seq` numbers the requests (run keys are never reused, so a retry needs a new one)."""
+
+    seq: int = 0
+    pending: dict = field(default_factory=dict)
+    files: dict = field(default_factory=dict)
+
+    def dumps(self) -> str:
+        return json.dumps({"seq": self.seq, "pending": self.pending, "files": self.files}, sort_keys=True)
+
+
+def cursor_load(cursor: str | None) -> SensorState:
     if not cursor:
-        return {}
+        return SensorState()
     try:
         value = json.loads(cursor)
     except json.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
+        return SensorState()
+    if not isinstance(value, dict) or "pending" not in value:
+        return SensorState()  # an older cursor (name -> sha256): start afresh, files are asked for again
+    return SensorState(int(value.get("seq", 0)), dict(value["pending"]), dict(value.get("files", {})))
 
 
-def requests_for(seen: dict[str, str], current: dict[str, str]) -> list[dg.RunRequest]:
-    """One run request per file that is new or whose bytes changed since the cursor was written."""
-    return [
-        dg.RunRequest(run_key=f"{name}@{sha}", tags={FILE_TAG: name, SHA_TAG: sha, WRITER_TAG: "true"})
-        for name, sha in sorted(current.items()) if seen.get(name) != sha
-    ]
+#: a requested run that has not appeared after this long is taken as lost (the request is made again)
+LOST_RUN_S = 600.0
+
+
+def _user_error(err):
+    """The user code's error inside Dagster's wrappers (DagsterExecutionStepExecutionError, ...)."""
+    while err is not None and err.cause is not None and err.cls_name.startswith("Dagster"):
+        err = err.cause
+    return err
+
+
+def failure_reason(instance: dg.DagsterInstance, run) -> str:
+    """Why a run failed: the user code's error of its first failed step, else of the run failure (a
+    resource that could not be set up, e.g. StoreBusy), else the run failure message."""
+    for kind in (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE):
+        for rec in instance.get_records_for_run(run.run_id, of_type=kind).records:
+            ev = rec.event_log_entry.dagster_event
+            err = _user_error(getattr(ev.event_specific_data, "error", None))
+            if err is not None:
+                where = f" step {ev.step_key}" if ev.step_key else ""
+                msg = err.message.strip()
+                return f"run {run.run_id}{where}: {msg if msg.startswith(err.cls_name) else err.cls_name + ': ' + msg}"
+            if kind == dg.DagsterEventType.RUN_FAILURE and ev.message:
+                return f"run {run.run_id} {run.status.value}: {ev.message}"
+    return f"run {run.run_id} {run.status.value}: no failure message"
+
+
+def settle_pending(state: SensorState, instance: dg.DagsterInstance, current: dict[str, str], now: float) -> None:
+    """Update `state` with the outcome of the runs it asked for. A file is handled when its run succeeded
+    and moved it away; a failed run (or a successful one that left the file, e.g. because it changed while
+    being read) counts a failure for each file it named, with the reason and the next retry time."""
+    for key, req in list(state.pending.items()):
+        found = instance.get_runs(dg.RunsFilter(tags={RUN_KEY_TAG: key}), limit=1)
+        if not found:
+            if now - req["at"] > LOST_RUN_S:
+                del state.pending[key]
+                _count_failure(state, req["files"], "the requested run never started", now)
+            continue
+        run = found[0]
+        if not run.is_finished:
+            continue
+        del state.pending[key]
+        if run.status == dg.DagsterRunStatus.SUCCESS:
+            left = {n: sha for n, sha in req["files"].items() if current.get(n) == sha}
+            for n in req["files"]:
+                if n not in left:
+                    state.files.pop(n, None)
+            if left:
+                _count_failure(state, left, f"run {run.run_id} succeeded but left the file in place", now)
+        else:
+            _count_failure(state, req["files"], failure_reason(instance, run), now)
+
+
+def _count_failure(state: SensorState, files: dict[str, str], reason: str, now: float) -> None:
+    for name, sha in files.items():
+        f = state.files.get(name)
+        if f is None or f.get("sha") != sha:
+            f = {"sha": sha, "failures": 0}
+        f["failures"] += 1
+        f["reason"] = reason
+        f["retry_at"] = now + retry_backoff_s() * 2 ** (f["failures"] - 1)
+        state.files[name] = f
+
+
+def plan_tick(state: SensorState, current: dict[str, str], now: float) -> tuple[dict[str, str], dict[str, str]]:
+    """({name: sha} to ask a run for now, {name: reason} to quarantine) for the settled files `current`.
+    Files of a pending run wait for it; a failed file waits for its retry time; one that failed
+    `max_attempts()` times is quarantined. Changed bytes start afresh. Files that left the folder are
+    forgotten."""
+    state.files = {n: f for n, f in state.files.items() if n in current}
+    busy = {n for req in state.pending.values() for n in req["files"]}
+    ready, give_up = {}, {}
+    for name, sha in sorted(current.items()):
+        if name in busy:
+            continue
+        f = state.files.get(name)
+        if f is not None and f["sha"] != sha:
+            state.files.pop(name)
+            f = None
+        if f is None:
+            ready[name] = sha
+        elif f["failures"] >= max_attempts():
+            give_up[name] = f"{f['failures']} runs failed; the last: {f['reason']}"
+        elif now >= f["retry_at"]:
+            ready[name] = sha
+    return ready, give_up
+
+
+def quarantine_failed(incoming: Path, name: str, reason: str) -> Path | None:
+    """Move a file whose runs kept failing to quarantine/ with the reason beside it (not the store: the
+    sensor never writes it)."""
+    path = Path(incoming) / name
+    if not path.is_file():
+        return None
+    stamp = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return _quarantine(path, Path(incoming), f"{path}: {reason}\nquarantined at {stamp} after {max_attempts()} "
+                                             f"failed runs\nFix the cause and drop the file into the incoming "
+                                             f"folder again.\n")
 
 
 def make_incoming_sensor(incoming: str | Path | None = None) -> dg.SensorDefinition:
@@ -213,18 +421,31 @@ def make_incoming_sensor(incoming: str | Path | None = None) -> dg.SensorDefinit
 
     @dg.sensor(name="incoming_files", job=refit_job, minimum_interval_seconds=interval,
                default_status=dg.DefaultSensorStatus.RUNNING,
-               description="One refit run per new or changed file in the incoming folder (cursor: name -> sha256).")
+               description="One refit run naming every new, changed or due-for-retry file of the incoming folder; "
+                           "a file counts as handled only once its run succeeded (failed runs are retried with "
+                           "backoff, then the file is quarantined with the reason).")
     def incoming_files(context: dg.SensorEvaluationContext):
         from pipeline.settings import Settings
 
         folder = Path(incoming) if incoming is not None else Settings.load().incoming
-        seen = cursor_load(context.cursor)
+        now = time.time()
+        state = cursor_load(context.cursor)
         current = scan(folder)
-        requests = requests_for(seen, current)
-        # files that left the folder (moved to processed/ or quarantine/) leave the cursor too
-        cursor = json.dumps(current, sort_keys=True)
-        if not requests:
-            return dg.SensorResult(skip_reason=dg.SkipReason(f"no new or changed files in {folder}"), cursor=cursor)
-        return dg.SensorResult(run_requests=requests, cursor=cursor)
+        settle_pending(state, context.instance, current, now)
+        ready, give_up = plan_tick(state, current, now)
+        for name, reason in give_up.items():
+            target = quarantine_failed(folder, name, reason)
+            state.files.pop(name, None)
+            context.log.warning(f"{name}: quarantined to {target}: {reason}")
+        if not ready:
+            waiting = sorted(state.files) + sorted(n for r in state.pending.values() for n in r["files"])
+            return dg.SensorResult(skip_reason=dg.SkipReason(
+                f"no new or changed files in {folder}" + (f" (waiting: {', '.join(waiting)})" if waiting else "")),
+                cursor=state.dumps())
+        state.seq += 1
+        key = f"incoming-{state.seq}-" + sha256_bytes(json.dumps(ready, sort_keys=True).encode())[:12]
+        state.pending[key] = {"files": ready, "at": now}
+        tags = {FILES_TAG: json.dumps(sorted(ready)), WRITER_TAG: "true"}
+        return dg.SensorResult(run_requests=[dg.RunRequest(run_key=key, tags=tags)], cursor=state.dumps())
 
     return incoming_files

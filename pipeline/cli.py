@@ -103,7 +103,7 @@ def ingest(
     failed = False
     changed = False
     try:
-        lock = store.writer_lock(cfg.store, timeout_s=0)
+        lock = store.writer_lock(cfg.store)
         lock.__enter__()
     except store.StoreBusy as err:
         _fail(str(err), 1)
@@ -297,8 +297,9 @@ def predict(
 
 @app.command()
 def info(fmt: str = typer.Option("table", "--format", "-f", help="table or json")) -> None:
-    """Print where the store, snapshot, reports and incoming folder are, and the row counts of the main tables."""
-    from pipeline import store
+    """Print where the store, snapshot, reports and incoming folder are, the row counts of the main tables,
+    the served (promoted) calibration fit and the latest candidate fit with the promotion decision's reason."""
+    from pipeline import fits, store
 
     cfg = settings()
     out: dict = {
@@ -316,6 +317,7 @@ def info(fmt: str = typer.Option("table", "--format", "-f", help="table or json"
         if con is not None:
             try:
                 out["tables"] = {k: v for k, v in store.row_counts(con).items() if v is not None}
+                out["fits"] = fits.fit_status(con)
             finally:
                 con.close()
     out["counted_from"] = str(source) if source else None
@@ -335,6 +337,14 @@ def info(fmt: str = typer.Option("table", "--format", "-f", help="table or json"
         console.print(counts)
     else:
         console.print("no store yet: run `stepcast build`")
+    for role in ("served", "latest"):
+        f = (out.get("fits") or {}).get(role)
+        if f is None:
+            continue
+        state = "promoted" if f["promoted"] else "NOT promoted"
+        label = "served fit" if role == "served" else "latest candidate"
+        console.print(f"{label}: {f['version']} (n_train {f['n_train']}, created {f['created_at']}, {state}): "
+                      f"{f['promotion_reason']}", highlight=False)
 
 
 # Commands that live in their own modules register themselves on `app` when imported.

@@ -6,7 +6,6 @@ other asset, so it is always written last and only after everything upstream suc
 from __future__ import annotations
 
 import dagster as dg
-from dagster_duckdb import DuckDBResource
 
 from assets import checks, ingest, plan, predict, publish
 from assets import fit as fit_assets
@@ -42,7 +41,7 @@ def make_definitions(settings: Settings | None = None) -> dg.Definitions:
         schedules=[automation.nightly_refit],
         sensors=[automation.make_incoming_sensor(settings.incoming)],
         resources={
-            "duckdb": DuckDBResource(database=str(settings.store)),
+            "duckdb": automation.StoreResource(database=str(settings.store)),
             "measurements": MeasurementsResource(root=str(settings.measurements), incoming=str(settings.incoming)),
             "paths": publish.SnapshotConfig(store=str(settings.store), snapshot=str(settings.snapshot),
                                             reports=str(settings.reports)),

@@ -8,8 +8,10 @@ Tables (documented in README "The store"):
 - `ingest_log`: one row per ingested file: sha256, rows accepted / rejected / duplicate, status, time.
 - `rejected_rows`: file, line, column, value, reason for every rejected row.
 
-Only one process writes (DuckDB's file lock enforces it; `writer_lock` is the advisory lock `stepcast ingest`
-takes, and the project's dagster.yaml runs one Dagster run at a time). `ingest_file` is one transaction;
+Only one process writes: every writer (`stepcast build`, `ingest`, `fit`, the snapshot publish, every Dagster
+run) holds `writer_lock` (an flock on `<store>.lock`); a second writer waits up to a bound, then stops with
+"another process is writing <store> (pid, command, since)". The project's dagster.yaml also runs one Dagster
+run at a time. `ingest_file` is one transaction;
 `ingest_files` is one transaction too, inserting batches of files (about 250,000 rows) with one incremental
 update of `runs` each: a failure anywhere rolls the whole call back, and ingesting the same bytes again changes
 nothing. Reading, validation and writing run on their own threads, overlapped (see `ingest_files`).
@@ -843,6 +845,12 @@ def publish_snapshot(store: Path, snapshot: Path) -> Path:
     store, snapshot = Path(store), Path(snapshot)
     snapshot.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_tmp(snapshot)
+    with writer_lock(store):  # the checkpoint writes the store, and no writer may change it during the copy
+        _checkpoint_and_copy(store, snapshot)
+    return snapshot
+
+
+def _checkpoint_and_copy(store: Path, snapshot: Path) -> None:
     tmp = snapshot.with_name(f".{snapshot.name}.{os.getpid()}.tmp")
     con = duckdb.connect(str(store))
     try:
@@ -865,21 +873,75 @@ def publish_snapshot(store: Path, snapshot: Path) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     _fsync_dir(snapshot.parent)
-    return snapshot
 
 
 class StoreBusy(RuntimeError):
     """Another process holds the store's writer lock."""
 
 
+#: how long a writer waits for the lock before giving up (env STEPCAST_LOCK_WAIT_S): longer than the usual
+#: short holds (`stepcast ingest` of a drop, a snapshot publish: seconds), shorter than a whole build, so a
+#: command started during a daemon run says so within half a minute instead of hanging for the run
+LOCK_WAIT_S = 30.0
+
+#: locks this process holds: lock path -> [open file, depth]. flock() conflicts between two open files of
+#: the same process too, so a nested writer (the build job inside `stepcast build`, the snapshot asset
+#: inside a daemon run) re-enters the lock its process already holds instead of waiting on itself
+_HELD: dict[str, list] = {}
+_HELD_MUTEX = threading.Lock()
+
+
+def lock_wait_s() -> float:
+    try:
+        return float(os.environ.get("STEPCAST_LOCK_WAIT_S", LOCK_WAIT_S))
+    except ValueError:
+        return LOCK_WAIT_S
+
+
+def lock_holder(lock_path: str | Path) -> str:
+    """'pid N, command C, since T' as written by the holder into the lock file ('unknown holder' if unreadable)."""
+    try:
+        text = Path(lock_path).read_text(encoding="utf-8").strip()
+    except OSError:
+        text = ""
+    fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    if not fields.get("pid"):
+        return "unknown holder"
+    return f"pid {fields['pid']}, command {fields.get('command', '?')!r}, since {fields.get('since', '?')}"
+
+
+def _describe_self() -> str:
+    import sys
+
+    cmd = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv and sys.argv[0] else "python"
+    return cmd.replace("\n", " ")[:200]
+
+
 @contextmanager
-def writer_lock(store: str | Path, timeout_s: float = 0.0):
+def writer_lock(store: str | Path, timeout_s: float | None = None, command: str | None = None):
     """Hold the one-writer lock of a store (`<store>.lock`, an flock released by the OS when the holder
-    dies, so a killed writer never leaves a stale lock). Waits up to `timeout_s`, then raises StoreBusy."""
+    dies, so a killed writer never leaves a stale lock). Every writer takes it: `stepcast build`, `ingest`,
+    `fit`, the snapshot publish and every Dagster run (pipeline.resources.StoreResource). The holder writes
+    its pid, command and start time into the lock file; a waiter that gives up after `timeout_s` (default
+    `lock_wait_s()`) raises StoreBusy("another process is writing <store> (pid, command, since)").
+    Re-entrant within a process."""
     import fcntl
 
     lock_path = Path(str(store) + ".lock")
     lock_path.parent.mkdir(parents=True, exist_ok=True)
+    key = str(lock_path.resolve())
+    with _HELD_MUTEX:
+        held = _HELD.get(key)
+        if held is not None:
+            held[1] += 1
+    if held is not None:
+        try:
+            yield lock_path
+        finally:
+            with _HELD_MUTEX:
+                held[1] -= 1
+        return
+    timeout_s = lock_wait_s() if timeout_s is None else timeout_s
     fh = open(lock_path, "a+")
     deadline = time.monotonic() + timeout_s
     try:
@@ -889,9 +951,24 @@ def writer_lock(store: str | Path, timeout_s: float = 0.0):
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise StoreBusy(f"another process is writing {store} (lock {lock_path}); "
-                                    f"try again when it has finished") from None
+                    raise StoreBusy(f"another process is writing {store} ({lock_holder(lock_path)}); waited "
+                                    f"{timeout_s:g} s (env STEPCAST_LOCK_WAIT_S), try again when it has "
+                                    f"finished") from None
                 time.sleep(0.2)
-        yield lock_path
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid={os.getpid()}\ncommand={command or _describe_self()}\n"
+                 f"since={_now().isoformat(sep=' ')} UTC\n")
+        fh.flush()
+        with _HELD_MUTEX:
+            _HELD[key] = [fh, 1]
+        try:
+            yield lock_path
+        finally:
+            with _HELD_MUTEX:
+                _HELD.pop(key, None)
+            fh.seek(0)
+            fh.truncate()  # the lock file names no holder once released
+            fh.flush()
     finally:
         fh.close()  # closing the descriptor releases the flock

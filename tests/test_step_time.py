@@ -1,4 +1,5 @@
-"""Step-time model: collectives, hardware resolution, validity, properties, measured runs."""
+"""Step-time model: collectives, hardware resolution, validity, properties (published measurements:
+tests/test_published_figures.py)."""
 
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 from models import collectives as coll
 from models.hardware import HardwareSpecError, peak_tflops_for, resolve_hardware
-from models.params import DEFAULT, MEGATRON_2022, PhysParams
+from models.params import DEFAULT, PhysParams
 from models.step_time import HARDWARE_COLUMNS, predict, predict_arrays
 
 ROOT = Path(__file__).resolve().parents[1] / "measurements"
@@ -215,74 +216,3 @@ def test_params_roundtrip():
     assert PhysParams.from_dict(p.to_dict()) == p
     with pytest.raises(ValueError):
         PhysParams.from_dict({"nope": 1.0})
-
-
-# ---------------- measured runs ----------------
-def _gpt_runs(hw, rows, recompute_col=True):
-    recs = []
-    for r in rows:
-        recs.append(dict(n_layers=r["L"], d_model=r["h"], n_heads=r["a"], ffn_dim=4 * r["h"], vocab=51200,
-                         activation="gelu", tied_embeddings=True, seq_len=2048, global_batch_seqs=r["B"],
-                         micro_batch=r["b"], n_gpus=r["n"], tp=r["t"], pp=r["p"], dp=r["d"], vpp=r.get("v", 1),
-                         recompute=r["rc"], sequence_parallel=r["rc"] == "selective", sharding="none", dtype="fp16",
-                         gpus_per_node=8, **hw_row(hw, "a100-sxm4-80gb")))
-    return pl.DataFrame(recs)
-
-
-KORTHIKANTI_RUNS = [  # Korthikanti et al. 2022 Table 5 via measured_runs.csv (run_id, ...)
-    ("korthikanti_22B_fullrecompute", 48, 6144, 64, 4, 4, 8, 8, 1, 1, 1, "full"),
-    ("korthikanti_22B_present", 48, 6144, 64, 4, 4, 8, 8, 1, 1, 1, "selective"),
-    ("korthikanti_175B_fullrecompute", 96, 12288, 96, 64, 1, 64, 8, 8, 1, 3, "full"),
-    ("korthikanti_175B_present", 96, 12288, 96, 64, 1, 64, 8, 8, 1, 3, "selective"),
-    ("korthikanti_530B_fullrecompute", 105, 20480, 128, 280, 1, 280, 8, 35, 1, 3, "full"),
-    ("korthikanti_530B_present", 105, 20480, 128, 280, 1, 280, 8, 35, 1, 3, "selective"),
-    ("korthikanti_1T_fullrecompute", 128, 25600, 160, 512, 1, 512, 8, 64, 1, 1, "full"),
-    ("korthikanti_1T_present", 128, 25600, 160, 512, 1, 512, 8, 64, 1, 1, "selective"),
-    ("korthikanti_530B_dp8_present", 105, 20480, 128, 2240, 1, 2240, 8, 35, 8, 3, "selective"),
-]
-TOL_KORTHIKANTI = 0.20  # first-principles priors, uncalibrated: observed 0.87-0.99 of measured
-
-
-def test_korthikanti_step_times_within_tolerance(hw):
-    runs = pl.read_csv(ROOT / "measured_runs.csv", infer_schema_length=0).filter(pl.col("metric") == "step_time_s")
-    meas = dict(zip(runs["run_id"], runs["value"].cast(pl.Float64)))
-    keys = ("L", "h", "a", "B", "b", "n", "t", "p", "d", "v", "rc")
-    rows = [dict(zip(keys, r[1:])) for r in KORTHIKANTI_RUNS]
-    out = predict(_gpt_runs(hw, rows), MEGATRON_2022)
-    assert out["feasible"].all(), out["error"].to_list()
-    for (rid, *_), pred in zip(KORTHIKANTI_RUNS, out["step_time_s"]):
-        assert abs(pred / meas[rid] - 1) < TOL_KORTHIKANTI, (rid, pred, meas[rid])
-    # the selective-recompute speed-up over full recompute is reproduced in direction and size
-    full, sel = out["step_time_s"][2], out["step_time_s"][3]
-    assert 1.15 < full / sel < 1.6  # measured 18.13 / 13.75 = 1.32
-
-
-def test_narayanan_gpt3_175b_1024_gpus(hw):
-    """Narayanan et al. 2021, GPT-3 175B on 1024 A100 (t8 p8 d16, batch 1536, full recompute): ~140
-    TFLOP/s/GPU with their formula -> step ~31.4 s. Tolerance 25 % (uncalibrated priors)."""
-    from models.accounting import megatron_flops_per_iteration
-
-    step_ref = float(megatron_flops_per_iteration(1536, 2048, 96, 12288, 51200)) / (1024 * 140e12)
-    out = predict(_gpt_runs(hw, [dict(L=96, h=12288, a=96, B=1536, b=1, n=1024, t=8, p=8, d=16, rc="full")]),
-                  MEGATRON_2022)
-    assert out["feasible"][0]
-    assert abs(out["step_time_s"][0] / step_ref - 1) < 0.25
-
-
-VTRAIN_TOL_MEDIAN = 0.25  # median |ratio - 1| bound over all 109 multi-node rows
-VTRAIN_TOL_ROW = (0.45, 1.6)  # every single row (worst observed 0.51 and 1.07)
-
-
-def test_vtrain_multinode_step_times(hw):
-    """vTrain (Bang et al. 2024) released multi-node ground truth: GPT 3.6B-175B on 64-512 A100,
-    Megatron-DeepSpeed, full recompute (use_checkpoint=true), vocab padded to 51200 (not stated)."""
-    runs = pl.read_csv(ROOT / "measured_runs.csv", infer_schema_length=0).filter(
-        pl.col("source").str.starts_with("vTrain") & (pl.col("metric") == "step_time_s"))
-    rows = [dict(L=int(r["n_layers"]), h=int(r["d_model"]), a=int(r["n_heads"]), B=int(r["global_batch_seqs"]),
-                 b=int(r["micro_batch"]), n=int(r["n_gpus"]), t=int(r["tp"]), p=int(r["pp"]), d=int(r["dp"]),
-                 rc="full") for r in runs.to_dicts()]
-    out = predict(_gpt_runs(hw, rows), MEGATRON_2022)
-    ratio = out["step_time_s"].to_numpy() / runs["value"].cast(pl.Float64).to_numpy()
-    assert len(ratio) == 109 and np.isfinite(ratio).all()
-    assert abs(np.median(ratio) - 1) < VTRAIN_TOL_MEDIAN
-    assert ((ratio > VTRAIN_TOL_ROW[0]) & (ratio < VTRAIN_TOL_ROW[1])).all()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-
-
 from typing import Optional
 
 import typer
@@ -30,6 +28,10 @@ def fit(
     force: bool = typer.Option(False, "--force", help="Re-fit even if this data's version is already stored."),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
     publish: bool = typer.Option(True, "--publish/--no-publish", help="Publish a fresh snapshot afterwards."),
+    promote_version: Optional[str] = typer.Option(
+        None, "--promote", metavar="VERSION",
+        help="Serve this stored fit version instead of re-fitting (a person's decision over the promotion rule; "
+             "`stepcast info` shows the served fit and the latest candidate with the reason)."),
 ) -> None:
     """Fit physics parameters + residual model, validate under the transfer protocols, store a versioned fit,
     print the comparison.
@@ -41,6 +43,10 @@ def fit(
     fold re-fits the physics and the residual without its runs. Needs a built store (`stepcast build`).
 
     Example: `stepcast fit --scheme lopo` (per precision), `stepcast fit --protocols loso,loho --scheme loho`.
+
+    A new fit is served only if it is not worse than the served one on equal terms (pipeline/fits.py); a
+    refused one is kept. `stepcast fit --promote VERSION` serves a stored version by hand. Like every writer,
+    the command holds the store's writer lock (waits up to STEPCAST_LOCK_WAIT_S seconds for another writer).
     """
     import polars as pl
 
@@ -60,17 +66,31 @@ def fit(
     cfg = settings()
     if not cfg.store.exists():
         _fail(f"store not found: {cfg.store} (run `stepcast build` first)", 1)
-    con = store.connect(cfg.store)
     try:
-        if not store.table_exists(con, "runs"):
-            _fail(f"{cfg.store}: no runs table (run `stepcast build` first)", 1)
-        from models.calibration import PROTOCOLS as DEFAULT_PROTOCOLS
+        with store.writer_lock(cfg.store):
+            con = store.connect(cfg.store)
+            try:
+                if not store.table_exists(con, "runs"):
+                    _fail(f"{cfg.store}: no runs table (run `stepcast build` first)", 1)
+                if promote_version is not None:
+                    try:
+                        row = fits.promote(con, promote_version)
+                    except KeyError as err:
+                        _fail(err.args[0], 1)
+                else:
+                    from models.calibration import PROTOCOLS as DEFAULT_PROTOCOLS
 
-        res = fits.run_fit(con, protocols=wanted, force=force or set(wanted) != set(DEFAULT_PROTOCOLS))
-    finally:
-        con.close()
-    if publish:
-        store.publish_snapshot(cfg.store, cfg.snapshot)
+                    res = fits.run_fit(con, protocols=wanted, force=force or set(wanted) != set(DEFAULT_PROTOCOLS))
+            finally:
+                con.close()
+            if publish:
+                store.publish_snapshot(cfg.store, cfg.snapshot)
+    except store.StoreBusy as err:
+        _fail(str(err), 1)
+    if promote_version is not None:
+        console.print(f"serving fit {row['version']} (n_train {row['n_train']}): {row['promotion_reason']}",
+                      highlight=False)
+        return
     f, m = res["fit"], res["metrics"]
     overall = m.filter(((pl.col("grouping") == "source") | (pl.col("scheme") == "vtrain_multi_lomso"))
                        & (pl.col("group") == "ALL") & pl.col("predictor").is_in(["analytical", "physics", "ridge",

@@ -1,0 +1,108 @@
+"""One writer, always: every writer takes the store's writer lock; the loser waits a bound, then stops with
+"another process is writing <store> (pid, command, since)", exit 1, no traceback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pipeline import store
+from pipeline.cli import app
+from tests.conftest import ROOT
+from tests.test_ingest import BASE, write_rows
+
+runner = CliRunner()
+
+HOLDER = """
+import sys, time
+from pipeline import store
+with store.writer_lock(sys.argv[1], command="holder for a test"):
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def hold(path: Path, seconds: float) -> subprocess.Popen:
+    """Another process holding the store's lock for `seconds` (returns once it holds it)."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path), str(seconds)], cwd=ROOT, stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def release(proc: subprocess.Popen) -> None:
+    proc.kill()
+    proc.wait()
+    proc.stdout.close()
+
+
+@pytest.fixture()
+def busy_store(tmp_path, monkeypatch):
+    path = tmp_path / "s.duckdb"
+    monkeypatch.setenv("STEPCAST_STORE", str(path))
+    monkeypatch.setenv("STEPCAST_LOCK_WAIT_S", "0.5")
+    proc = hold(path, 300)
+    yield path, proc
+    release(proc)
+
+
+def expect_busy(result, path: Path, proc: subprocess.Popen) -> None:
+    text = result.output
+    assert result.exit_code == 1, text
+    assert f"another process is writing {path} (pid {proc.pid}, command 'holder for a test', since 20" in text
+    assert "waited 0.5 s" in text
+    assert "Traceback" not in text
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_ingest_fit_and_build_wait_then_stop_with_the_holder(busy_store, tmp_path):
+    path, proc = busy_store
+    rows = write_rows(tmp_path / "r.csv", [dict(BASE)])
+    start = time.monotonic()
+    expect_busy(runner.invoke(app, ["ingest", str(rows)]), path, proc)
+    assert time.monotonic() - start >= 0.5  # it waited the bound
+    path.touch()  # (fit needs a store file to get as far as the lock)
+    expect_busy(runner.invoke(app, ["fit", "--promote", "x"]), path, proc)
+    expect_busy(runner.invoke(app, ["build", "--quiet"]), path, proc)
+
+
+def test_a_waiter_gets_the_lock_when_the_holder_finishes_or_dies(tmp_path, monkeypatch):
+    path = tmp_path / "s.duckdb"
+    proc = hold(path, 1.0)  # finishes by itself after a second
+    with store.writer_lock(path, timeout_s=30, command="waiter"):
+        assert "command 'waiter'" in store.lock_holder(Path(str(path) + ".lock"))
+    proc.wait()
+    proc.stdout.close()
+    # a holder killed by SIGKILL leaves no stale lock: the OS drops its flock
+    proc = hold(path, 300)
+    with pytest.raises(store.StoreBusy):
+        with store.writer_lock(path, timeout_s=0):
+            pass
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    with store.writer_lock(path, timeout_s=0):
+        pass
+    assert store.lock_holder(Path(str(path) + ".lock")) == "unknown holder"  # released: the file names no one
+
+
+def test_the_lock_is_reentrant_within_a_process(tmp_path):
+    """`stepcast build` holds the lock and runs the job in-process, whose runs hold it again (StoreResource)
+    and publish (publish_snapshot takes it too): nesting must not wait on itself."""
+    path = tmp_path / "s.duckdb"
+    with store.writer_lock(path, timeout_s=0, command="outer"):
+        with store.writer_lock(path, timeout_s=0, command="inner"):
+            assert "command 'outer'" in store.lock_holder(Path(str(path) + ".lock"))
+        # still held after the inner one left: another process cannot take it
+        probe = subprocess.run([sys.executable, "-c", "import sys; from pipeline import store\n"
+                                "try:\n    store.writer_lock(sys.argv[1], timeout_s=0).__enter__()\n"
+                                "except store.StoreBusy as e:\n    print(e)", str(path)],
+                               cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert "another process is writing" in probe.stdout and f"pid {os.getpid()}" in probe.stdout
