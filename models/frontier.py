@@ -24,7 +24,7 @@ level is evaluated (the sweep goes *through* infeasible levels and says why each
    8, 11, 16, 23, ...; uneven stages allowed); dp 2 per octave (1, 2, 3, 4, 6, 8, 12, ...). N lies between N_min
    (the larger of the 100 %-utilization size model FLOPs / (time limit × peak) and the size that holds the
    model's states at 16 B/param) and ``N_WINDOW`` × N_min, and at most ``N_MAX`` (1e9). Stage 1 ranks every
-   (tp, pp, dp) with three settings (``STAGE1``); stage 2 searches micro-batch 1-256, interleaving 1-64,
+   (tp, pp, dp, cp) with one setting, and a memory-frugal one where that does not fit (``STAGE1``); stage 2 searches micro-batch 1-256, interleaving 1-64,
    ZeRO-1/ZeRO-3 and no/full recompute around the ``TOP_K`` best structures. The layout with the highest
    utilization (MFU) among those that fit in memory and finish within ``months`` is kept; ties: fewer accelerators.
 5. **The latency wall** (``latency_wall_s``): the fewest steps the batch ceiling allows (tokens / ceiling) × the
@@ -61,7 +61,7 @@ from models.assumptions import check_assumptions
 from models.curves import BATCH_RULES, FIXED_BATCH_TOKENS, batch_tokens
 from models.params import DEFAULT, DTYPE_CODES, RECOMPUTE_CODES, SHARDING_CODES, PhysParams
 from models.search import broadcast_arch_hw
-from models.step_time import predict_arrays
+from models.step_time import ERR_MEMORY, predict_arrays
 
 TOKENS_PER_PARAM = 20.0  # Hoffmann et al. 2022 (Chinchilla)
 ASPECT = 128  # d_model / n_layers (GPT-3 175B, Brown et al. 2020)
@@ -74,7 +74,7 @@ FLOP_GRID_START = 1e16
 FLOP_GRID_PER_DECADE = 4
 FLOP_GRID_MAX = 1e32
 N_MAX = 1_000_000_000
-N_WINDOW = 32.0  # sizes from N_min to 32 x N_min: utilization down to 1/32 of peak is searched
+N_WINDOW = 16.0  # sizes from N_min to 16 x N_min: utilization down to 1/16 of peak is searched
 STATE_BYTES_MIN = 16.0  # fp32 master + Adam m, v + 2-byte weights and grads, fully sharded (ZeRO, Rajbhandari 2020)
 TOP_K = 6
 LOSS_SHARE_NONE = 0.05
@@ -88,8 +88,8 @@ VPPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 SHARDINGS = ("zero1", "zero3")
 RECOMPUTES = ("none", "full")
 # stage 1 settings (micro-batch, interleave 'max' = one layer per virtual stage, at most 64,
-# sharding, recompute): the plain layout, and the most memory-frugal one (interleaved: the smallest bubble)
-STAGE1 = ((1, 1, "zero1", "none"), (1, "max", "zero3", "full"))
+# sharding, recompute): the plain layout, and, for the structures where it does not fit, the most memory-frugal
+STAGE1 = ((1, "max", "zero1", "none"), (1, "max", "zero3", "full"))
 
 LAYOUT_KEYS = ("n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding", "recompute",
                "global_batch_seqs")
@@ -261,7 +261,14 @@ def _search(arch: Mapping[str, Any], hw_row: Mapping[str, Any], n_min: float, bm
             return None, -1
         sel = above & (N == N[above].min())
     struct = np.column_stack([T[sel], P[sel], D[sel], np.full(sel.sum(), float(L)), C[sel]])
-    ev1 = _evaluate(_mat_rows(struct, list(STAGE1)), arch, hw_row, bmax_seqs, seq_len, dtype, params, tokens, limit_s)
+    ev1 = _evaluate(_mat_rows(struct, [STAGE1[0]]), arch, hw_row, bmax_seqs, seq_len, dtype, params, tokens, limit_s)
+    if len(ev1["n"]):
+        tight = (ev1["error"] & ERR_MEMORY) != 0
+        if tight.any():
+            frugal = np.column_stack([ev1["tp"][tight], ev1["pp"][tight], ev1["dp"][tight],
+                                      np.full(int(tight.sum()), float(L)), ev1["cp"][tight]])
+            ev1 = _concat(ev1, _evaluate(_mat_rows(frugal, [STAGE1[1]]), arch, hw_row, bmax_seqs, seq_len, dtype,
+                                         params, tokens, limit_s))
     order = _rank(ev1)
     if not len(order):
         return ev1, -1
@@ -471,3 +478,31 @@ def frontier_summary(sweep: pl.DataFrame, min_utilization: float = 0.8) -> dict[
     return {"found": True, "reason": None, "best_utilization": best_u, "best_utilization_flop": float(c[i_best]),
             "utilization_threshold": thr, "min_utilization": min_utilization, "crossing_flop": crossing,
             "ended_by": ended_by, **top}
+
+
+def frontier_table(hw_row: Mapping[str, Any], params: PhysParams = DEFAULT, *, months: float = 3.0,
+                   min_utilization: float = 0.8, dtype: str = "bf16", usd_per_gpu_hour: float | None = None,
+                   assumptions=("ideal", "realistic"), batch_rule: str = "deepseek",
+                   note: str = "") -> pl.DataFrame:
+    """Every level of one accelerator's sweep under each assumption set (``params`` are the realistic ones;
+    ``models.assumptions.params_for`` derives the ideal ones), with the frontier row of each flagged
+    (``is_frontier``) and its summary columns. One accelerator per call: the unit of work of the build's
+    partitions."""
+    from models.assumptions import params_for
+
+    parts = []
+    for a in assumptions:
+        sweep = frontier_sweep(hw_row, months, params=params_for(a, params), dtype=dtype,
+                               usd_per_gpu_hour=usd_per_gpu_hour, assumptions=a, batch_rule=batch_rule)
+        s = frontier_summary(sweep, min_utilization)
+        flag = (pl.col("training_flop") == s["training_flop"]) if s["found"] else pl.lit(False)
+        parts.append(sweep.with_columns(
+            pl.lit(str(hw_row.get("id") or "")).alias("gpu"), pl.lit(dtype).alias("dtype"),
+            pl.lit(float(min_utilization)).alias("min_utilization"),
+            pl.lit(s.get("best_utilization"), dtype=pl.Float64).alias("best_utilization"),
+            pl.lit(s.get("utilization_threshold"), dtype=pl.Float64).alias("utilization_threshold"),
+            pl.lit(s.get("crossing_flop"), dtype=pl.Float64).alias("crossing_flop"),
+            flag.fill_null(False).alias("is_frontier"), pl.lit(note if a == "realistic" else
+                                                                 "ideal: no residual calibration")
+            .alias("calibration_note")))
+    return pl.concat(parts, how="diagonal_relaxed")

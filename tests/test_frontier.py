@@ -75,8 +75,12 @@ def test_gtx580_counterfactual_matches_epoch_ai():
     """Epoch AI, "Introducing the Distributed Training Interactive Simulator" (2024; the model of Erdil &
     Schneider-Joseph 2024, arXiv:2411.01137): with GTX 580s (3 GB, AlexNet's GPU) under ideal conditions, the
     largest run in 3 months at >= 80 % utilization is about 1e26 FLOP on about 16 million GPUs, with 1024-way data
-    x 32-way pipeline x 512-way tensor parallelism. Within 3x (FLOP, GPUs) and 4x (TP, PP)."""
-    sweep, s = frontier(gtx580_3gb(), "ideal")
+    x 32-way pipeline x 512-way tensor parallelism. Within 3x (FLOP, GPUs) and 4x (TP, PP).
+
+    Epoch's model ties the batch to the critical batch size of the loss reached (McCandlish et al. 2018; Kaplan et
+    al. 2020), so the Kaplan rule is used here; DeepSeek's rule grows faster with compute (C^0.327 vs C^0.238)
+    and allows a larger run."""
+    sweep, s = frontier(gtx580_3gb(), "ideal", batch_rule="kaplan")
     assert s["found"]
     assert within(s["training_flop"], 1e26, 3.0), s["training_flop"]
     assert within(s["n_gpus"], 16e6, 3.0), s["n_gpus"]
