@@ -24,8 +24,8 @@ level is evaluated (the sweep goes *through* infeasible levels and says why each
    8, 11, 16, 23, ...; uneven stages allowed); dp 2 per octave (1, 2, 3, 4, 6, 8, 12, ...). N lies between N_min
    (the larger of the 100 %-utilization size model FLOPs / (time limit × peak) and the size that holds the
    model's states at 16 B/param) and ``N_WINDOW`` × N_min, and at most ``N_MAX`` (1e9). Stage 1 ranks every
-   (tp, pp, dp, cp) with one setting, and a memory-frugal one where that does not fit (``STAGE1``); stage 2 searches micro-batch 1-256, interleaving 1-64,
-   ZeRO-1/ZeRO-3 and no/full recompute around the ``TOP_K`` best structures. The layout with the highest
+   (tp, pp, dp, cp) with one setting, and a memory-frugal one where that does not fit (``STAGE1``); stage 2 searches, for the ``TOP_K`` best structures, interleaving
+   1-64, then micro-batch 1-256, then ZeRO-1/ZeRO-3 × no/full recompute, each at the best of the previous. The layout with the highest
    utilization (MFU) among those that fit in memory and finish within ``months`` is kept; ties: fewer accelerators.
 5. **The latency wall** (``latency_wall_s``): the fewest steps the batch ceiling allows (tokens / ceiling) × the
    shortest possible step: one micro-batch through every layer, forward and backward, kernel after kernel
@@ -76,7 +76,7 @@ FLOP_GRID_MAX = 1e32
 N_MAX = 1_000_000_000
 N_WINDOW = 16.0  # sizes from N_min to 16 x N_min: utilization down to 1/16 of peak is searched
 STATE_BYTES_MIN = 16.0  # fp32 master + Adam m, v + 2-byte weights and grads, fully sharded (ZeRO, Rajbhandari 2020)
-TOP_K = 6
+TOP_K = 4
 LOSS_SHARE_NONE = 0.05
 # prior: the shortest GPU kernel, launch to completion, a few µs (the CUDA launch latency of ~5 µs quoted in
 # models.params for host_overhead_s_per_op); one kernel after another on the critical path
@@ -277,16 +277,47 @@ def _search(arch: Mapping[str, Any], hw_row: Mapping[str, Any], n_min: float, bm
         key = (ev1["tp"][i], ev1["pp"][i], ev1["dp"][i], ev1["cp"][i])
         if key not in seen:
             seen.add(key)
-            top.append(key)
+            top.append(key + (ev1["sharding"][i], ev1["recompute"][i]))
         if len(top) >= TOP_K:
             break
-    struct2 = np.array([[t, p, d, float(L), c] for t, p, d, c in top])
-    fine = [(mb, v, sh, rc) for mb in MICRO_BATCHES for v in VPPS for sh in SHARDINGS for rc in RECOMPUTES
-            if mb * (1 if v == 1 else 2) <= max(bmax_seqs, 1.0)]
-    ev2 = _evaluate(_mat_rows(struct2, fine), arch, hw_row, bmax_seqs, seq_len, dtype, params, tokens, limit_s)
-    ev = _concat(ev1, ev2)
+    # stage 2, coordinate-wise: interleave at micro-batch 1, then micro-batch at the best interleave (both at the
+    # structure's stage-1 sharding and recompute), then sharding x recompute at the best of those
+    ev = _concat(ev1, _evaluate(_fine_rows(top, L, [(1, v) for v in VPPS]), arch, hw_row, bmax_seqs, seq_len, dtype,
+                                params, tokens, limit_s))
+    best = _best_per_structure(ev, top)
+    rows = [(t, p, d, float(L), c, mb, v, sh, rc) for t, p, d, c, _, v, sh, rc in best for mb in MICRO_BATCHES
+            if 1 < mb <= max(bmax_seqs, 1.0)]
+    ev = _concat(ev, _evaluate(np.array(rows, dtype=np.float64).reshape(-1, 9), arch, hw_row, bmax_seqs, seq_len,
+                               dtype, params, tokens, limit_s))
+    best = _best_per_structure(ev, top)
+    rows = [(t, p, d, float(L), c, mb, v, SHARDING_CODES[sh], RECOMPUTE_CODES[rc])
+            for t, p, d, c, mb, v, _, _ in best for sh in SHARDINGS for rc in RECOMPUTES]
+    ev = _concat(ev, _evaluate(np.array(rows, dtype=np.float64), arch, hw_row, bmax_seqs, seq_len, dtype, params,
+                               tokens, limit_s))
     order = _rank(ev)
     return ev, int(order[0]) if len(order) else -1
+
+
+def _best_per_structure(ev: dict, top: list[tuple]) -> list[tuple]:
+    """(tp, pp, dp, cp, micro-batch, interleave, sharding code, recompute code) of each structure's best row."""
+    out = []
+    for t, p, d, c, sh, rc in top:
+        mine = np.flatnonzero((ev["tp"] == t) & (ev["pp"] == p) & (ev["dp"] == d) & (ev["cp"] == c))
+        if not len(mine):
+            continue
+        i = mine[_rank({k: v[mine] for k, v in ev.items() if k != "res"})[0]]
+        out.append((t, p, d, c, ev["mb"][i], ev["vpp"][i], ev["sharding"][i], ev["recompute"][i]))
+    return out
+
+
+def _fine_rows(top: list[tuple], layers: int, fine: list[tuple]) -> np.ndarray:
+    """(tp, pp, dp, layers, cp, mb, vpp, shard, rc) rows: each structure (with its sharding and recompute codes)
+    × every (micro-batch, interleave)."""
+    f = np.asarray(fine, dtype=np.float64)
+    s = np.asarray([(t, p, d, float(layers), c, sh, rc) for t, p, d, c, sh, rc in top], dtype=np.float64)
+    S = np.repeat(s, len(f), axis=0)
+    F = np.tile(f, (len(s), 1))
+    return np.column_stack([S[:, :5], F, S[:, 5:]])
 
 
 def _concat(a: dict, b: dict) -> dict:
