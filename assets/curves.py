@@ -15,8 +15,8 @@ import polars as pl
 from dagster_duckdb import DuckDBResource
 
 from assets.ingest import architectures, hardware
-from models.curves import (DEFAULT_N_MAX, DEFAULT_PER_GPU_BATCH_SEQS, DEFAULT_THRESHOLD, POLICIES, REFERENCE_RUNS,
-                           calibrate_curves, calibration_from_bundle, default_dtype, explain, inflection, scaling_curve)
+from models.curves import (DEFAULT_THRESHOLD, POLICIES, REFERENCE_RUNS, calibrate_curves, calibration_from_bundle,
+                           default_dtype, explain, inflection, reference_curves)
 from models.hardware import resolve_hardware
 from pipeline import store
 
@@ -55,39 +55,39 @@ def _price(row: dict) -> float | None:
     return float(v) if v is not None else None
 
 
-@dg.asset(group_name=GROUP, kinds={"duckdb"}, deps=[hardware, architectures, *CALIBRATION_DEPS],
-          description="Scaling curves: for every accelerator x reference run (GPT-3 175B, Llama 3 8B) x batch policy "
-                      "(strong and critical everywhere, weak where measured weak-scaling series exist) the best layout at each N with throughput, MFU, step time, "
-                      "time-to-train, cost, parallel and marginal efficiency (+ intervals when calibrated). Also "
-                      "writes `inflection_points`: the knee of each curve with its interval and a USL fit.")
-def scaling_curves(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
+_CURVES_ASSET = dict(
+    group_name=GROUP, kinds={"duckdb"}, deps=[hardware, architectures, *CALIBRATION_DEPS],
+    description="Scaling curves (partitioned by accelerator): for every accelerator x reference run (GPT-3 175B, "
+                "Llama 3 8B) x batch policy (strong and critical everywhere, weak where measured weak-scaling series "
+                "exist) the best layout at each N with throughput, MFU, step time, time-to-train, cost, parallel and "
+                "marginal efficiency (+ intervals when calibrated). Also writes `inflection_points`: the knee of "
+                "each curve with its interval and a USL fit. A run without a partition (the build) computes every "
+                "accelerator in worker processes and calibrates all curves in one call.")
+
+
+def _scaling_curves(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
     start = time.perf_counter()
+    keys_sel = list(context.partition_keys) if context.has_partition_key or context.has_partition_key_range else None
     with duckdb.get_connection() as con:
         hw = resolve_hardware(con.sql("select * from hardware").pl(), strict=False)
         arch = con.sql("select * from architectures").pl()
         hook, params, note = promoted_calibration(con)
     context.log.info(note)
-    raws, keys_list = [], []
+    if keys_sel is not None:
+        hw = hw.filter(pl.col("id").is_in(keys_sel))
+    archs = {r["id"]: r for r in arch.filter(pl.col("id").is_in([x["arch_id"] for x in REFERENCE_RUNS]))
+             .iter_rows(named=True)}
+    jobs = []
     for h in hw.sort("id").iter_rows(named=True):
         if h.get("hardware_error"):
             context.log.warning(f"no curves for {h['id']}: {h['hardware_error']}")
             continue
-        for ref in REFERENCE_RUNS:
-            a = arch.filter(pl.col("id") == ref["arch_id"])
-            if a.height != 1:
-                raise ValueError(f"architectures has no row '{ref['arch_id']}' (needed by models.curves.REFERENCE_RUNS)")
-            for policy in POLICIES:
-                if policy == "weak" and h["id"] not in WEAK_POLICY_HARDWARE:
-                    continue
-                raws.append(scaling_curve(a.row(0, named=True), h, policy, seq_len=ref["seq_len"], tokens=ref["tokens"],
-                                          global_batch_seqs=ref["global_batch_seqs"],
-                                          per_gpu_batch_seqs=DEFAULT_PER_GPU_BATCH_SEQS, n_max=DEFAULT_N_MAX,
-                                          dtype=default_dtype(h), params=params, usd_per_gpu_hour=_price(h),
-                                          defer_calibration=True))
-                keys_list.append(({"curve_id": f"{h['id']}/{ref['arch_id']}/{policy}", "gpu": h["id"],
-                                   "arch_id": ref["arch_id"]},
-                                  {"policy": policy, "seq_len": ref["seq_len"], "tokens": ref["tokens"],
-                                   "global_batch_seqs": ref["global_batch_seqs"], "dtype": default_dtype(h)}))
+        pols = tuple(p for p in POLICIES if p != "weak" or h["id"] in WEAK_POLICY_HARDWARE)
+        jobs.append(((h, archs, params), {"policies": pols, "usd_per_gpu_hour": _price(h)}))
+    per_gpu = _map(reference_curves, jobs, workers())
+    done = [x for part in per_gpu for x in part]
+    raws = [(raw, configs) for raw, configs, _, _ in done]
+    keys_list = [(k, e) for _, _, k, e in done]
     curves, knees = [], []
     for c, (keys, extra) in zip(calibrate_curves(raws, hook), keys_list):
         curves.append(c.with_columns(pl.lit(v).alias(k) for k, v in keys.items()))
@@ -100,8 +100,11 @@ def scaling_curves(context: dg.AssetExecutionContext, duckdb: DuckDBResource) ->
     table = table.select(lead + [c for c in table.columns if c not in lead])
     knee_table = pl.DataFrame(knees, infer_schema_length=None)
     with duckdb.get_connection() as con:
-        store.replace_table(con, "scaling_curves", table)
-        store.replace_table(con, "inflection_points", knee_table)
+        for name, frame in (("scaling_curves", table), ("inflection_points", knee_table)):
+            if keys_sel is not None and store.table_exists(con, name):  # one partition: that accelerator's rows
+                old = con.sql(f"select * from {name}").pl().filter(~pl.col("gpu").is_in(keys_sel))
+                frame = pl.concat([old, frame], how="diagonal_relaxed")
+            store.replace_table(con, name, frame)
     found = knee_table.filter(pl.col("knee_found"))
     h100 = knee_table.filter(pl.col("gpu") == "h100-sxm5-80gb")
     md = ["| curve | knee N | interval | USL σ | USL κ | USL peak N |", "|---|---:|---|---:|---:|---:|"]
@@ -118,6 +121,7 @@ def scaling_curves(context: dg.AssetExecutionContext, duckdb: DuckDBResource) ->
         "calibration": dg.MetadataValue.text(note),
         "seconds": dg.MetadataValue.float(round(time.perf_counter() - start, 2)),
         "h100_inflection_points": dg.MetadataValue.md("\n".join(md)),
+        "partitions": dg.MetadataValue.text("all" if keys_sel is None else ", ".join(keys_sel)),
     })
 
 
@@ -217,3 +221,5 @@ def _frontier(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.M
 with warnings.catch_warnings():  # backfill_policy is a beta parameter of dagster.asset
     warnings.simplefilter("ignore", dg.BetaWarning)
     frontier = dg.asset(name="frontier", **_FRONTIER_ASSET)(_frontier)
+    scaling_curves = dg.asset(name="scaling_curves", partitions_def=ACCELERATORS,
+                              backfill_policy=dg.BackfillPolicy.single_run(), **_CURVES_ASSET)(_scaling_curves)

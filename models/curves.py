@@ -634,3 +634,27 @@ def explain(rec: Mapping[str, Any]) -> str:
            else "coherency (κ: cost growing with N², e.g. collectives across the whole cluster)")
     return (f"{knee_txt}; USL σ = {rec['usl_sigma']:.3g}, κ = {rec['usl_kappa']:.3g} per {rec['usl_n0']:,.0f}-GPU "
             f"step, {peak_txt}; dominated by {dom}.")
+
+
+def reference_curves(hw_row: Mapping[str, Any], archs: Mapping[str, Mapping[str, Any]], params: PhysParams = DEFAULT,
+                     *, policies=POLICIES, usd_per_gpu_hour: float | None = None,
+                     n_max: int = DEFAULT_N_MAX) -> list[tuple[pl.DataFrame, pl.DataFrame, dict, dict]]:
+    """The build's curves of one accelerator: every ``REFERENCE_RUNS`` target (``archs``: id -> architecture
+    row) under each policy, uncalibrated (``defer_calibration``), as (raw, configs, keys, extra) for
+    ``calibrate_curves``. One accelerator per call: the unit of work of the build's partitions."""
+    out = []
+    dtype = default_dtype(hw_row)
+    for ref in REFERENCE_RUNS:
+        if ref["arch_id"] not in archs:
+            raise ValueError(f"architectures has no row '{ref['arch_id']}' (needed by models.curves.REFERENCE_RUNS)")
+        for policy in policies:
+            raw, configs = scaling_curve(archs[ref["arch_id"]], hw_row, policy, seq_len=ref["seq_len"],
+                                         tokens=ref["tokens"], global_batch_seqs=ref["global_batch_seqs"],
+                                         per_gpu_batch_seqs=DEFAULT_PER_GPU_BATCH_SEQS, n_max=n_max, dtype=dtype,
+                                         params=params, usd_per_gpu_hour=usd_per_gpu_hour, defer_calibration=True)
+            keys = {"curve_id": f"{hw_row['id']}/{ref['arch_id']}/{policy}", "gpu": hw_row["id"],
+                    "arch_id": ref["arch_id"]}
+            extra = {"policy": policy, "seq_len": ref["seq_len"], "tokens": ref["tokens"],
+                     "global_batch_seqs": ref["global_batch_seqs"], "dtype": dtype}
+            out.append((raw, configs, keys, extra))
+    return out
