@@ -12,21 +12,22 @@ level is evaluated (the sweep goes *through* infeasible levels and says why each
    parallelism can split the heads at any power-of-two degree. GeLU MLP of 4·d_model, GPT-2 BPE vocabulary padded
    to 51,200 (Megatron), tied embeddings, sequence length 2,048 (GPT-3, Chinchilla). The shape whose parameter
    count is closest to the target is taken; tokens = 20 × that count; training compute = 6 × params × tokens.
-3. **The batch ceiling** (``batch_tokens``, ``BATCH_RULES``): ``deepseek`` B_opt = 0.2920·C^0.3271 tokens
+3. **The batch ceiling** (``models.curves.batch_tokens``, ``BATCH_RULES``): ``deepseek`` B_opt = 0.2920·C^0.3271 tokens
    (DeepSeek-AI 2024, arXiv:2401.02954, eq. 1); ``kaplan`` B_crit(L) = B*/L^(1/α_B), B* = 2e8 tokens,
    α_B = 0.21 (Kaplan et al. 2020, eq. 1.4) at the loss of compute-optimal training, L(C) = (C_c/C)^α_C with
    C_c = 3.1e8 PF-days, α_C = 0.050 (eq. 1.3); ``fixed`` 2^22 ≈ 4M tokens at every C (Llama 3's initial batch,
    Dubey et al. 2024 §3.4.1). A layout's global batch is the largest multiple of dp × micro-batch (× pp when
    interleaved) not above the ceiling.
-4. **The cluster and layout** (``_search``): any N = tp × pp × dp (cp = 1: sequences of 2,048 tokens). tp is any
-   power of two up to the head count (it may leave the scale-up domain and then pays the network's bandwidth and
-   latency, ``models.collectives.group_link``); pp any value up to the layer count, ~2 per octave (1, 2, 3, 4, 6,
-   8, 11, 16, 23, ...; uneven stages allowed); dp 2 per octave (1, 2, 3, 4, 6, 8, 12, ...). N lies between N_min
-   (the larger of the 100 %-utilization size model FLOPs / (time limit × peak) and the size that holds the
-   model's states at 16 B/param) and ``N_WINDOW`` × N_min, and at most ``N_MAX`` (1e9). Stage 1 ranks every
-   (tp, pp, dp, cp) with one setting, and a memory-frugal one where that does not fit (``STAGE1``); stage 2 searches, for the ``TOP_K`` best structures, interleaving
-   1-64, then micro-batch 1-256, then ZeRO-1/ZeRO-3 × no/full recompute, each at the best of the previous. The layout with the highest
-   utilization (MFU) among those that fit in memory and finish within ``months`` is kept; ties: fewer accelerators.
+4. **The cluster and layout** (``_search``): any N = tp × pp × dp × cp. tp is any power of two up to the head
+   count (it may leave the scale-up domain and then pays the network's bandwidth and latency,
+   ``models.collectives.group_link``); pp any value up to the layer count, ~2 per octave (1, 2, 3, 4, 6, 8, 11,
+   16, 23, ...; uneven stages allowed); dp 2 per octave (1, 2, 3, 4, 6, 8, 12, ...); cp (ring attention) 1-8.
+   N lies between N_min (the larger of the 100 %-utilization size model FLOPs / (time limit × peak) and the size
+   that holds the model's states at 16 B/param) and ``N_WINDOW`` × N_min, and at most ``N_MAX`` (1e9). Stage 1
+   ranks every (tp, pp, dp, cp) with one setting, and a memory-frugal one where that does not fit (``STAGE1``);
+   stage 2 searches, for the ``TOP_K`` best structures, interleaving 1-64, then micro-batch 1-256, then
+   ZeRO-1/ZeRO-3 × no/full recompute, each at the best of the previous. The layout with the highest utilization
+   (MFU) among those that fit in memory and finish within ``months`` is kept; ties: fewer accelerators.
 5. **The latency wall** (``latency_wall_s``): the fewest steps the batch ceiling allows (tokens / ceiling) × the
    shortest possible step: one micro-batch through every layer, forward and backward, kernel after kernel
    (``PhysParams.ops_per_layer_fwd`` × (1 + ``elementwise_bwd_factor``) kernels per layer, ``KERNEL_LATENCY_S``
