@@ -74,16 +74,49 @@ def _overrides(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb=None) -> str
     return f" (overridden: {', '.join(parts)})" if parts else ""
 
 
-def _physics(assumptions: str):
+def _fitted_physics():
+    """(params, note) of the promoted fit, read from its `fits` row alone (the physical parameters and preset
+    overrides, as ``calibration_from_bundle`` uses them) without loading the residual model: the frontier needs
+    only the physics. DEFAULT and 'analytical only' when there is no promoted fit."""
+    import json as _json
+
+    from models.params import DEFAULT, PhysParams
+    from models.runs_adapter import preset_params
+    from pipeline import store
+    from pipeline.calibrated import _from_readable_store
+
+    def read(con, path):
+        if not store.table_exists(con, "fits"):
+            return None
+        row = con.execute("select version, physical_params, preset_overrides from fits where promoted "
+                          "order by promoted_at desc limit 1").fetchone()
+        if not row:
+            return None
+        params = PhysParams.from_dict(_json.loads(row[1]))
+        return preset_params("default", params, _json.loads(row[2] or "{}")), f"calibrated with fit {row[0]}"
+
+    try:
+        got = _from_readable_store(settings(), read)
+    except Exception as err:  # noqa: BLE001 - an unreadable fit must not stop an analytical answer
+        print(f"warning: promoted fit not usable ({err}); analytical physics", file=sys.stderr)
+        got = None
+    return got if got is not None else (DEFAULT, "analytical only: no promoted calibration fit")
+
+
+def _physics(assumptions: str, residual: bool = True):
     """(residual hook, physical parameters, note) under an assumption set: 'realistic' is the promoted fit's
-    calibration; 'ideal' is models.assumptions' ideal conditions on the fit's physics, without residual."""
+    calibration (``residual=False``: its physics only, as the frontier uses it); 'ideal' is models.assumptions'
+    ideal conditions on the fit's physics, without residual."""
     from models.assumptions import check_assumptions, params_for
 
     try:
         check_assumptions(assumptions)
     except ValueError as err:
         _fail(f"--{err}")
-    hook, params, note = _calibration()
+    if residual:
+        hook, params, note = _calibration()
+    else:
+        (params, note), hook = _fitted_physics(), None
     if assumptions == "ideal":
         return None, params_for("ideal", params), "ideal: Epoch AI's ideal conditions (no residual calibration)"
     return hook, params, f"realistic: {note}"
@@ -235,7 +268,7 @@ def frontier(
     if not 0 < min_utilization <= 1:
         _fail(f"--min-utilization must be in (0, 1], got {min_utilization}")
     _check_rule(batch_rule)
-    _, params, note = _physics(assumptions)
+    _, params, note = _physics(assumptions, residual=False)
     hw = _hardware(gpu, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps,
                    memory_gb=memory_gb)
     dt = dtype or default_dtype(hw)
