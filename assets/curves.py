@@ -6,7 +6,6 @@ and say so (`calibrated` false, `calibration_note`).
 """
 
 
-import os
 import time
 import warnings
 
@@ -19,6 +18,7 @@ from models.curves import (DEFAULT_THRESHOLD, POLICIES, REFERENCE_RUNS, calibrat
                            default_dtype, explain, inflection, reference_curves)
 from models.hardware import resolve_hardware
 from pipeline import store
+from pipeline.parallel import workers
 
 try:  # run after the calibration fit, so that a newly promoted fit drives the curves
     from assets.fit import calibrated_predictions as _fit_asset
@@ -141,15 +141,10 @@ def _accelerator_ids() -> list[str]:
 ACCELERATORS = dg.StaticPartitionsDefinition(_accelerator_ids())
 
 
-def workers() -> int:
-    """Processes for the per-accelerator sweeps: STEPCAST_WORKERS, else one per CPU."""
-    v = os.environ.get("STEPCAST_WORKERS", "").strip()
-    return max(int(v), 1) if v.isdigit() else max(os.cpu_count() or 1, 1)
-
-
 def _map(fn, jobs: list[tuple[tuple, dict]], n_workers: int) -> list:
     """fn(*args, **kwargs) for every job, in worker processes (spawned: no fork of a process holding the store)
-    when there is more than one job and one worker."""
+    when there is more than one job and one worker (``pipeline.parallel.workers()``: STEPCAST_WORKERS, else the
+    CPUs this process may use)."""
     if n_workers <= 1 or len(jobs) <= 1:
         return [fn(*a, **k) for a, k in jobs]
     from concurrent.futures import ProcessPoolExecutor

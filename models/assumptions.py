@@ -13,7 +13,8 @@ datasheet rates, plus latency; so here:
   ``fsdp_gather_overlap``, ``ep_overlap``, ``pp_overlap`` = 1 (``models.step_time`` hides traffic behind the
   micro-batch's compute, never more than that compute, so the excess stays exposed);
 * no host (CPU dispatch) overhead: ``host_overhead_s_per_op`` = 0;
-* no GEMM-size ramp: ``gemm_half_flops`` (or its successor ``gemm_ramp_s``, a per-GEMM time) = 0;
+* no GEMM-size ramp: ``gemm_ramp_flops_per_sm`` (earlier ``gemm_half_flops``; any ``gemm_ramp*`` or
+  ``gemm_half*`` field) = 0;
 * arithmetic at the datasheet peak: ``matmul_eff_*`` and ``attn_eff`` = 1. Choice: Epoch's model divides
   FLOPs by the hardware's peak FLOP/s (a roofline against the memory traffic, whose bandwidth is also the
   datasheet one), i.e. matmuls run at 100 % of peak once they are large enough; the losses it reports come from
@@ -41,7 +42,7 @@ DEFAULT_ASSUMPTIONS = "realistic"
 IDEAL_VALUES: dict[str, float] = {
     "tp_overlap": 1.0, "dp_overlap": 1.0, "fsdp_gather_overlap": 1.0, "ep_overlap": 1.0, "pp_overlap": 1.0,
     "host_overhead_s_per_op": 0.0,
-    "gemm_half_flops": 0.0, "gemm_ramp_s": 0.0,
+    "gemm_half_flops": 0.0, "gemm_ramp_s": 0.0, "gemm_ramp_flops_per_sm": 0.0,
     "matmul_eff_16bit": 1.0, "matmul_eff_8bit": 1.0, "matmul_eff_32bit": 1.0, "attn_eff": 1.0,
     "attn_causal_work_fraction": 1.0,
     "hbm_eff": 1.0, "scaleup_eff": 1.0, "scaleout_eff": 1.0,
@@ -62,4 +63,5 @@ def params_for(assumptions: str, params: PhysParams) -> PhysParams:
     if check_assumptions(assumptions) == "realistic":
         return params
     names = {f.name for f in fields(PhysParams)}
-    return params.with_(**{k: v for k, v in IDEAL_VALUES.items() if k in names})
+    ramp = {k: 0.0 for k in names if k.startswith(("gemm_ramp", "gemm_half"))}
+    return params.with_(**(ramp | {k: v for k, v in IDEAL_VALUES.items() if k in names}))

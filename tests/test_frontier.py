@@ -54,7 +54,9 @@ def test_ideal_assumptions_set_epochs_conditions_and_keep_latency():
     assert p.tp_overlap == p.dp_overlap == p.fsdp_gather_overlap == p.pp_overlap == p.ep_overlap == 1.0
     assert p.host_overhead_s_per_op == 0.0 and p.mem_overhead_gb == 0.0 and p.mem_fragmentation_frac == 0.0
     assert p.matmul_eff_16bit == p.matmul_eff_32bit == p.attn_eff == 1.0
-    assert getattr(p, "gemm_half_flops", 0.0) == 0.0 and getattr(p, "gemm_ramp_s", 0.0) == 0.0
+    assert all(getattr(p, f) == 0.0 for f in ("gemm_half_flops", "gemm_ramp_s", "gemm_ramp_flops_per_sm")
+               if hasattr(p, f))
+    assert any(hasattr(p, f) for f in ("gemm_half_flops", "gemm_ramp_s", "gemm_ramp_flops_per_sm"))
     assert (p.alpha_scaleup_s, p.alpha_scaleout_s) == (DEFAULT.alpha_scaleup_s, DEFAULT.alpha_scaleout_s)
     assert params_for("realistic", DEFAULT) is DEFAULT
     with pytest.raises(ValueError, match="assumptions must be one of ideal, realistic, got 'optimistic'"):
