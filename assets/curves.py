@@ -7,17 +7,18 @@ and say so (`calibrated` false, `calibration_note`).
 
 
 import time
+import warnings
 
 import dagster as dg
 import polars as pl
 from dagster_duckdb import DuckDBResource
 
 from assets.ingest import architectures, hardware
-from models.curves import (DEFAULT_N_MAX, DEFAULT_PER_GPU_BATCH_SEQS, DEFAULT_THRESHOLD, POLICIES, REFERENCE_RUNS,
-                           calibrate_curves, calibration_from_bundle, default_dtype, explain, inflection, scaling_curve)
-from models.frontier import frontier_summary, frontier_sweep
+from models.curves import (DEFAULT_THRESHOLD, POLICIES, REFERENCE_RUNS, calibrate_curves, calibration_from_bundle,
+                           default_dtype, explain, inflection, reference_curves)
 from models.hardware import resolve_hardware
 from pipeline import store
+from pipeline.parallel import workers
 
 try:  # run after the calibration fit, so that a newly promoted fit drives the curves
     from assets.fit import calibrated_predictions as _fit_asset
@@ -54,39 +55,39 @@ def _price(row: dict) -> float | None:
     return float(v) if v is not None else None
 
 
-@dg.asset(group_name=GROUP, kinds={"duckdb"}, deps=[hardware, architectures, *CALIBRATION_DEPS],
-          description="Scaling curves: for every accelerator x reference run (GPT-3 175B, Llama 3 8B) x batch policy "
-                      "(strong and critical everywhere, weak where measured weak-scaling series exist) the best layout at each N with throughput, MFU, step time, "
-                      "time-to-train, cost, parallel and marginal efficiency (+ intervals when calibrated). Also "
-                      "writes `inflection_points`: the knee of each curve with its interval and a USL fit.")
-def scaling_curves(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
+_CURVES_ASSET = dict(
+    group_name=GROUP, kinds={"duckdb"}, deps=[hardware, architectures, *CALIBRATION_DEPS],
+    description="Scaling curves (partitioned by accelerator): for every accelerator x reference run (GPT-3 175B, "
+                "Llama 3 8B) x batch policy (strong and critical everywhere, weak where measured weak-scaling series "
+                "exist) the best layout at each N with throughput, MFU, step time, time-to-train, cost, parallel and "
+                "marginal efficiency (+ intervals when calibrated). Also writes `inflection_points`: the knee of "
+                "each curve with its interval and a USL fit. A run without a partition (the build) computes every "
+                "accelerator in worker processes and calibrates all curves in one call.")
+
+
+def _scaling_curves(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
     start = time.perf_counter()
+    keys_sel = list(context.partition_keys) if context.has_partition_key or context.has_partition_key_range else None
     with duckdb.get_connection() as con:
         hw = resolve_hardware(con.sql("select * from hardware").pl(), strict=False)
         arch = con.sql("select * from architectures").pl()
         hook, params, note = promoted_calibration(con)
     context.log.info(note)
-    raws, keys_list = [], []
+    if keys_sel is not None:
+        hw = hw.filter(pl.col("id").is_in(keys_sel))
+    archs = {r["id"]: r for r in arch.filter(pl.col("id").is_in([x["arch_id"] for x in REFERENCE_RUNS]))
+             .iter_rows(named=True)}
+    jobs = []
     for h in hw.sort("id").iter_rows(named=True):
         if h.get("hardware_error"):
             context.log.warning(f"no curves for {h['id']}: {h['hardware_error']}")
             continue
-        for ref in REFERENCE_RUNS:
-            a = arch.filter(pl.col("id") == ref["arch_id"])
-            if a.height != 1:
-                raise ValueError(f"architectures has no row '{ref['arch_id']}' (needed by models.curves.REFERENCE_RUNS)")
-            for policy in POLICIES:
-                if policy == "weak" and h["id"] not in WEAK_POLICY_HARDWARE:
-                    continue
-                raws.append(scaling_curve(a.row(0, named=True), h, policy, seq_len=ref["seq_len"], tokens=ref["tokens"],
-                                          global_batch_seqs=ref["global_batch_seqs"],
-                                          per_gpu_batch_seqs=DEFAULT_PER_GPU_BATCH_SEQS, n_max=DEFAULT_N_MAX,
-                                          dtype=default_dtype(h), params=params, usd_per_gpu_hour=_price(h),
-                                          defer_calibration=True))
-                keys_list.append(({"curve_id": f"{h['id']}/{ref['arch_id']}/{policy}", "gpu": h["id"],
-                                   "arch_id": ref["arch_id"]},
-                                  {"policy": policy, "seq_len": ref["seq_len"], "tokens": ref["tokens"],
-                                   "global_batch_seqs": ref["global_batch_seqs"], "dtype": default_dtype(h)}))
+        pols = tuple(p for p in POLICIES if p != "weak" or h["id"] in WEAK_POLICY_HARDWARE)
+        jobs.append(((h, archs, params), {"policies": pols, "usd_per_gpu_hour": _price(h)}))
+    per_gpu = _map(reference_curves, jobs, workers())
+    done = [x for part in per_gpu for x in part]
+    raws = [(raw, configs) for raw, configs, _, _ in done]
+    keys_list = [(k, e) for _, _, k, e in done]
     curves, knees = [], []
     for c, (keys, extra) in zip(calibrate_curves(raws, hook), keys_list):
         curves.append(c.with_columns(pl.lit(v).alias(k) for k, v in keys.items()))
@@ -99,8 +100,11 @@ def scaling_curves(context: dg.AssetExecutionContext, duckdb: DuckDBResource) ->
     table = table.select(lead + [c for c in table.columns if c not in lead])
     knee_table = pl.DataFrame(knees, infer_schema_length=None)
     with duckdb.get_connection() as con:
-        store.replace_table(con, "scaling_curves", table)
-        store.replace_table(con, "inflection_points", knee_table)
+        for name, frame in (("scaling_curves", table), ("inflection_points", knee_table)):
+            if keys_sel is not None and store.table_exists(con, name):  # one partition: that accelerator's rows
+                old = con.sql(f"select * from {name}").pl().filter(~pl.col("gpu").is_in(keys_sel))
+                frame = pl.concat([old, frame], how="diagonal_relaxed")
+            store.replace_table(con, name, frame)
     found = knee_table.filter(pl.col("knee_found"))
     h100 = knee_table.filter(pl.col("gpu") == "h100-sxm5-80gb")
     md = ["| curve | knee N | interval | USL σ | USL κ | USL peak N |", "|---|---:|---|---:|---:|---:|"]
@@ -117,51 +121,100 @@ def scaling_curves(context: dg.AssetExecutionContext, duckdb: DuckDBResource) ->
         "calibration": dg.MetadataValue.text(note),
         "seconds": dg.MetadataValue.float(round(time.perf_counter() - start, 2)),
         "h100_inflection_points": dg.MetadataValue.md("\n".join(md)),
+        "partitions": dg.MetadataValue.text("all" if keys_sel is None else ", ".join(keys_sel)),
     })
 
 
-@dg.asset(group_name=GROUP, kinds={"duckdb"}, deps=[hardware, *CALIBRATION_DEPS],
-          description="The compute frontier per accelerator (historical ones included): utilization vs training "
-                      "compute for Chinchilla-optimal dense models within 3 months, and the largest compute whose "
-                      "best layout keeps utilization >= 0.8 x that accelerator's best (`is_frontier` row).")
-def frontier(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
+def _accelerator_ids() -> list[str]:
+    """The partition keys: the hardware ids of the shipped catalog (measurements/hardware_specs.csv)."""
+    import csv
+
+    from pipeline.settings import Settings
+
+    try:
+        with open(Settings.load().measurements / "hardware_specs.csv", newline="", encoding="utf-8") as f:
+            return sorted({r["id"].strip() for r in csv.DictReader(f) if (r.get("id") or "").strip()})
+    except (OSError, KeyError):
+        return []
+
+
+ACCELERATORS = dg.StaticPartitionsDefinition(_accelerator_ids())
+
+
+def _map(fn, jobs: list[tuple[tuple, dict]], n_workers: int) -> list:
+    """fn(*args, **kwargs) for every job, in worker processes (spawned: no fork of a process holding the store)
+    when there is more than one job and one worker (``pipeline.parallel.workers()``: STEPCAST_WORKERS, else the
+    CPUs this process may use)."""
+    if n_workers <= 1 or len(jobs) <= 1:
+        return [fn(*a, **k) for a, k in jobs]
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    with ProcessPoolExecutor(max_workers=min(n_workers, len(jobs)), mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(fn, *a, **k) for a, k in jobs]
+        return [f.result() for f in futures]
+
+
+_FRONTIER_ASSET = dict(group_name=GROUP, kinds={"duckdb"}, deps=[hardware, *CALIBRATION_DEPS],
+                       partitions_def=ACCELERATORS, backfill_policy=dg.BackfillPolicy.single_run(), description="The compute frontier per accelerator (partitioned by accelerator; historical ones included), "
+                      "under both assumption sets (`assumptions`: ideal = Epoch AI's ideal conditions, realistic = "
+                      "the calibrated physics): every level from 1e16 to 1e32 FLOP of Chinchilla-optimal dense "
+                      "models within 3 months, with its layout, utilization, latency wall and binding constraint; "
+                      "`is_frontier` marks the first crossing below 0.8 x that accelerator's best utilization. A "
+                      "run without a partition (the build) sweeps every accelerator in worker processes.")
+
+
+def _frontier(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
+    from models.frontier import frontier_table
+
     start = time.perf_counter()
+    keys = list(context.partition_keys) if context.has_partition_key or context.has_partition_key_range else None
     with duckdb.get_connection() as con:
         hw = resolve_hardware(con.sql("select * from hardware").pl(), strict=False)
         hook, params, note = promoted_calibration(con)
-    parts, md = [], ["| accelerator | max training FLOP | GPUs | utilization | best |", "|---|---:|---:|---:|---:|"]
+    if keys is not None:
+        hw = hw.filter(pl.col("id").is_in(keys))
+    parts, jobs = [], []
     for h in hw.sort("id").iter_rows(named=True):
         if h.get("hardware_error"):
             parts.append(pl.DataFrame({"gpu": [h["id"]], "feasible": [False], "reason": [h["hardware_error"]],
                                        "is_frontier": [False]}))
             continue
-        sweep = frontier_sweep(h, FRONTIER_MONTHS, params=params, dtype=default_dtype(h), usd_per_gpu_hour=_price(h))
-        summ = frontier_summary(sweep, FRONTIER_MIN_UTILIZATION)
-        sweep = sweep.with_columns(
-            pl.lit(h["id"]).alias("gpu"), pl.lit(default_dtype(h)).alias("dtype"),
-            pl.lit(FRONTIER_MIN_UTILIZATION).alias("min_utilization"),
-            pl.lit(summ.get("best_utilization"), dtype=pl.Float64).alias("best_utilization"),
-            pl.lit(summ.get("utilization_threshold"), dtype=pl.Float64).alias("utilization_threshold"),
-            ((pl.col("training_flop") == summ.get("training_flop")) if summ["found"] else pl.lit(False))
-            .fill_null(False).alias("is_frontier"),
-            pl.lit(note).alias("calibration_note"))
-        parts.append(sweep)
-        if summ["found"]:
-            md.append(f"| {h['id']} | {summ['training_flop']:.3g} | {summ['n_gpus']:,} | {summ['utilization']:.3f} | "
-                      f"{summ['best_utilization']:.3f} |")
-        else:
-            md.append(f"| {h['id']} | — | — | — | {summ['reason']} |")
+        jobs.append((h, params))
+    n_workers = workers()
+    parts += _map(frontier_table, [((h, p), {"months": FRONTIER_MONTHS, "min_utilization": FRONTIER_MIN_UTILIZATION,
+                                            "dtype": default_dtype(h), "usd_per_gpu_hour": _price(h), "note": note})
+                                   for h, p in jobs], n_workers)
     table = pl.concat(parts, how="diagonal_relaxed")
-    lead = ["gpu", "months", "training_flop", "is_frontier", "feasible"]
+    lead = ["gpu", "assumptions", "months", "training_flop", "is_frontier", "feasible", "binding"]
     table = table.select([c for c in lead if c in table.columns] + [c for c in table.columns if c not in lead])
     with duckdb.get_connection() as con:
-        store.replace_table(con, "frontier", table)
+        if keys is None or not store.table_exists(con, "frontier"):
+            store.replace_table(con, "frontier", table)
+        else:  # one partition: replace that accelerator's rows only
+            old = con.sql("select * from frontier").pl().filter(~pl.col("gpu").is_in(keys))
+            store.replace_table(con, "frontier", pl.concat([old, table], how="diagonal_relaxed"))
+    top = table.filter(pl.col("is_frontier"))
+    md = ["| accelerator | assumptions | max training FLOP | GPUs | utilization | best | ended by |",
+          "|---|---|---:|---:|---:|---:|---|"]
+    for r in top.sort(["gpu", "assumptions"]).iter_rows(named=True):
+        md.append(f"| {r['gpu']} | {r['assumptions']} | {r['training_flop']:.3g} | {r['n_gpus']:,} | "
+                  f"{r['utilization']:.3f} | {r['best_utilization']:.3f} | {r['binding']} |")
     return dg.MaterializeResult(metadata={
         "rows_frontier": dg.MetadataValue.int(table.height),
         "accelerators": dg.MetadataValue.int(table["gpu"].n_unique()),
+        "partitions": dg.MetadataValue.text("all" if keys is None else ", ".join(keys)),
+        "workers": dg.MetadataValue.int(min(n_workers, max(len(jobs), 1))),
         "months": dg.MetadataValue.float(FRONTIER_MONTHS),
         "min_utilization": dg.MetadataValue.float(FRONTIER_MIN_UTILIZATION),
         "calibration": dg.MetadataValue.text(note),
         "seconds": dg.MetadataValue.float(round(time.perf_counter() - start, 2)),
         "frontier": dg.MetadataValue.md("\n".join(md)),
     })
+
+
+with warnings.catch_warnings():  # backfill_policy is a beta parameter of dagster.asset
+    warnings.simplefilter("ignore", dg.BetaWarning)
+    frontier = dg.asset(name="frontier", **_FRONTIER_ASSET)(_frontier)
+    scaling_curves = dg.asset(name="scaling_curves", partitions_def=ACCELERATORS,
+                              backfill_policy=dg.BackfillPolicy.single_run(), **_CURVES_ASSET)(_scaling_curves)

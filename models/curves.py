@@ -12,7 +12,8 @@ Batch policies (``policy_batches``):
 
 * ``strong``   fixed global batch (sequences) at every N.
 * ``weak``     fixed per-accelerator batch: global batch = per_gpu_batch_seqs × N.
-* ``critical`` weak scaling up to a critical-batch-size ceiling that grows with training compute C
+* ``critical`` weak scaling up to a critical-batch-size ceiling that grows with training compute C (``batch_rule``:
+  'deepseek' below by default; 'kaplan' and 'fixed', ``batch_tokens``)
   (= 6 · params · tokens, the C ≈ 6ND convention of Kaplan et al. 2020 / Hoffmann et al. 2022):
   ``B_crit(C) = 0.2920 · C^0.3271`` tokens — the DeepSeek LLM batch-size scaling fit (DeepSeek-AI 2024,
   arXiv:2401.02954, §3.1, eq. 1: B_opt = 0.2920·C^0.3271, fitted on 1e17–3e20 FLOP runs and validated to
@@ -56,6 +57,15 @@ DEFAULT_THRESHOLD = 0.5
 # DeepSeek LLM (DeepSeek-AI 2024, arXiv:2401.02954) eq. 1: B_opt = 0.2920 * C^0.3271 tokens
 CRIT_BATCH_COEF = 0.2920
 CRIT_BATCH_EXP = 0.3271
+# Batch ceilings (``batch_tokens``): 'deepseek' the rule above; 'kaplan' the critical batch of Kaplan et al. 2020
+# (arXiv:2001.08361) eq. 1.4, B_crit(L) = B* / L^(1/alpha_B), at the loss (nats/token) of compute-optimal training,
+# eq. 1.3, L(C_min) = (C_c / C_min)^alpha_C with C in PF-days; 'fixed' one batch at every compute.
+BATCH_RULES = ("deepseek", "kaplan", "fixed")
+KAPLAN_B_STAR_TOKENS, KAPLAN_ALPHA_B = 2e8, 0.21  # Kaplan et al. 2020, eq. 1.4
+KAPLAN_C_C_PF_DAYS, KAPLAN_ALPHA_C = 3.1e8, 0.050  # Kaplan et al. 2020, eq. 1.3 (C_min)
+PF_DAY_FLOP = 1e15 * 86_400.0
+FIXED_BATCH_TOKENS = 2.0**22  # Llama 3 initial batch, 4M tokens (Dubey et al. 2024 §3.4.1)
+
 SECONDS_PER_DAY = 86_400.0
 # USL peaks beyond this multiple of the largest swept size are not reported (an extrapolation of κ ≈ 0)
 PEAK_EXTRAPOLATION = 10.0
@@ -135,13 +145,27 @@ def round_batch(seqs: float) -> int:
     return 3 * p // 2 if p >= 2 and 3 * p // 2 <= seqs else p
 
 
+def batch_tokens(training_flop, rule: str = "deepseek", fixed_tokens: float = FIXED_BATCH_TOKENS) -> np.ndarray:
+    """The batch ceiling in tokens at training compute C under a batch rule (``BATCH_RULES``, sources beside
+    the constants)."""
+    c = np.asarray(training_flop, dtype=np.float64)
+    if rule == "deepseek":
+        return CRIT_BATCH_COEF * np.power(c, CRIT_BATCH_EXP)
+    if rule == "kaplan":
+        loss = np.power(KAPLAN_C_C_PF_DAYS / (c / PF_DAY_FLOP), KAPLAN_ALPHA_C)
+        return KAPLAN_B_STAR_TOKENS * np.power(loss, -1.0 / KAPLAN_ALPHA_B)
+    if rule == "fixed":
+        return np.full(np.shape(c), float(fixed_tokens))
+    raise ValueError(f"batch rule must be one of {', '.join(BATCH_RULES)}, got '{rule}'")
+
+
 def critical_batch_tokens(training_flop) -> np.ndarray:
     """DeepSeek LLM 2024 batch-size rule: B(C) = 0.2920 · C^0.3271 tokens."""
-    return CRIT_BATCH_COEF * np.power(np.asarray(training_flop, dtype=np.float64), CRIT_BATCH_EXP)
+    return batch_tokens(training_flop, "deepseek")
 
 
-def critical_batch_seqs(training_flop: float, seq_len: int) -> int:
-    return round_batch(float(critical_batch_tokens(training_flop)) / seq_len)
+def critical_batch_seqs(training_flop: float, seq_len: int, rule: str = "deepseek") -> int:
+    return round_batch(float(batch_tokens(training_flop, rule)) / seq_len)
 
 
 def policy_batches(policy: str, n_values, *, global_batch_seqs: int | None = None, per_gpu_batch_seqs: float = 1.0,
@@ -186,7 +210,8 @@ def enumerate_points(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], n_v
     """Every layout of every (N, batch) point, as one set of ``predict_arrays`` inputs + the point index of
     each row.
 
-    The rules are those of ``models.search.enumerate_layouts`` (tp | N, tp | heads, tp ≤ scale-up domain;
+    The rules are those of ``models.search.enumerate_layouts`` (tp | N, tp | heads, inside or beyond the
+    scale-up domain;
     pp | N/tp, pp ≤ layers; cp a power of two ≤ 16 dividing N/(tp·pp) and seq_len; dp = N/(tp·pp·cp) dividing
     the batch; ep | dp and ep | experts for MoE; vpp ≤ ceil(layers/pp) and only with pp > 1; micro-batch
     dividing batch/dp, ≤ 64; sharding 'none' when dp·cp = 1) restricted to ``grid``'s values, plus sequence
@@ -207,7 +232,7 @@ def enumerate_points(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], n_v
     for i, (n, B) in enumerate(zip(n_values, batches)):
         n, B = int(n), int(B)
         for tp in _divisors(n):
-            if heads % tp or tp > max(scaleup, 1):
+            if heads % tp:
                 continue
             for pp in _divisors(n // tp):
                 if pp > L:
@@ -404,7 +429,7 @@ def scaling_curve(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], policy
                   n_max: int = 16_384, n_min: int | None = None, dtype: str = "bf16",
                   params: PhysParams = DEFAULT, usd_per_gpu_hour: float | None = None,
                   calibrate: Calibrate | None = None, grid: Mapping[str, Any] | None = None,
-                  defer_calibration: bool = False):
+                  defer_calibration: bool = False, batch_rule: str = "deepseek"):
     """One scaling curve: one row per N (module docstring for the policies and efficiencies).
 
     ``tokens``: the training token budget (time-to-train and cost). ``usd_per_gpu_hour`` None → ``cost_usd``
@@ -421,7 +446,7 @@ def scaling_curve(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], policy
     # training compute for the batch ceiling: 6 * params * tokens (C = 6ND)
     n_params = _arch_params(arch_row)
     training_flop = 6.0 * n_params * float(tokens)
-    ceiling = critical_batch_seqs(training_flop, seq_len)
+    ceiling = critical_batch_seqs(training_flop, seq_len, batch_rule)
     batches = policy_batches(policy, ns, global_batch_seqs=global_batch_seqs, per_gpu_batch_seqs=per_gpu_batch_seqs,
                              ceiling_seqs=ceiling)
     best, configs = best_layouts(arch_row, hw_row, ns, batches, seq_len, dtype=dtype, params=params, grid=grid,
@@ -609,3 +634,27 @@ def explain(rec: Mapping[str, Any]) -> str:
            else "coherency (κ: cost growing with N², e.g. collectives across the whole cluster)")
     return (f"{knee_txt}; USL σ = {rec['usl_sigma']:.3g}, κ = {rec['usl_kappa']:.3g} per {rec['usl_n0']:,.0f}-GPU "
             f"step, {peak_txt}; dominated by {dom}.")
+
+
+def reference_curves(hw_row: Mapping[str, Any], archs: Mapping[str, Mapping[str, Any]], params: PhysParams = DEFAULT,
+                     *, policies=POLICIES, usd_per_gpu_hour: float | None = None,
+                     n_max: int = DEFAULT_N_MAX) -> list[tuple[pl.DataFrame, pl.DataFrame, dict, dict]]:
+    """The build's curves of one accelerator: every ``REFERENCE_RUNS`` target (``archs``: id -> architecture
+    row) under each policy, uncalibrated (``defer_calibration``), as (raw, configs, keys, extra) for
+    ``calibrate_curves``. One accelerator per call: the unit of work of the build's partitions."""
+    out = []
+    dtype = default_dtype(hw_row)
+    for ref in REFERENCE_RUNS:
+        if ref["arch_id"] not in archs:
+            raise ValueError(f"architectures has no row '{ref['arch_id']}' (needed by models.curves.REFERENCE_RUNS)")
+        for policy in policies:
+            raw, configs = scaling_curve(archs[ref["arch_id"]], hw_row, policy, seq_len=ref["seq_len"],
+                                         tokens=ref["tokens"], global_batch_seqs=ref["global_batch_seqs"],
+                                         per_gpu_batch_seqs=DEFAULT_PER_GPU_BATCH_SEQS, n_max=n_max, dtype=dtype,
+                                         params=params, usd_per_gpu_hour=usd_per_gpu_hour, defer_calibration=True)
+            keys = {"curve_id": f"{hw_row['id']}/{ref['arch_id']}/{policy}", "gpu": hw_row["id"],
+                    "arch_id": ref["arch_id"]}
+            extra = {"policy": policy, "seq_len": ref["seq_len"], "tokens": ref["tokens"],
+                     "global_batch_seqs": ref["global_batch_seqs"], "dtype": dtype}
+            out.append((raw, configs, keys, extra))
+    return out

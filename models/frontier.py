@@ -1,29 +1,52 @@
 """The compute frontier: what one accelerator type can train at all, within a time limit, at good utilization.
 
-For each training compute C on a log grid (``FLOP_GRID_PER_DECADE`` points per decade from 1e16 FLOP):
+For each training compute C on a log grid (``FLOP_GRID_PER_DECADE`` points per decade, 1e16 to 1e32 FLOP), every
+level is evaluated (the sweep goes *through* infeasible levels and says why each one is):
 
 1. **Compute-optimal sizing** (Chinchilla, Hoffmann et al. 2022, §3 and Table 3: tokens ≈ 20 × parameters):
    with C = 6·N·D (Kaplan et al. 2020, §2.1) and D = 20·N, the target size is N = sqrt(C / 120) parameters.
-2. **A dense GPT-style shape** for that size (``dense_arch_for_params``): head dimension 128 and an aspect ratio
-   d_model / n_layers = 128, so n_layers = n_heads = d_model / 128 — exactly GPT-3 175B's shape (Brown et al.
-   2020, Table 2.1: d_model 12,288, 96 layers, 96 heads of 128), within the flat optimum of Kaplan et al. 2020
-   (Fig. 5: loss within a few percent for d_model/n_layers from ~20 to ~200). GeLU MLP of 4·d_model, GPT-2 BPE
-   vocabulary padded to 51,200 (Megatron), tied embeddings, sequence length 2,048 (GPT-3, Chinchilla). d_model
-   is the multiple of 128 whose parameter count (``models.accounting.param_counts``) is closest to the target;
-   tokens = 20 × that count, and the reported training compute is 6 × params × tokens.
-3. **The batch-size ceiling** of ``models.curves.critical_batch_seqs`` (DeepSeek LLM 2024: 0.2920·C^0.3271
-   tokens), so large clusters cannot buy throughput with an arbitrarily large batch.
-4. **The cluster**: the run must finish within ``months`` (× 30.4375 days, the mean Gregorian month). N can't be
-   below N_lo = model FLOPs / (time limit × peak) (100 % utilization); the ``N_CANDIDATES`` node-aligned sizes
-   from max(N_lo, one node) upward are searched (``models.curves.best_layouts`` with ``FRONTIER_GRID``) and the
-   one with the highest utilization (MFU, stepcast's FLOP convention) among those finishing in time is kept.
-   When none fits in memory or finishes in time, the next ``N_CANDIDATES`` sizes are tried (``MAX_WINDOWS``
-   windows at most). A size beyond the first window could only win where utilization is below ~1/8 anyway.
-5. The accelerator's **best achievable utilization** u* is the maximum over the grid; the **frontier** is the
-   largest C whose utilization ≥ ``min_utilization`` × u*.
+2. **A dense GPT-style shape** for that size (``dense_arch_for_params``): aspect ratio d_model / n_layers ≈ 128
+   (GPT-3 175B: d_model 12,288, 96 layers; Brown et al. 2020, Table 2.1), allowed to vary within 108-152, inside
+   the flat optimum of Kaplan et al. 2020 (Fig. 5: loss within a few percent for d_model/n_layers ~20-200); the
+   head count is the power of two nearest d_model/128 (head dimension 96-176 in steps of 8), so that tensor
+   parallelism can split the heads at any power-of-two degree. GeLU MLP of 4·d_model, GPT-2 BPE vocabulary padded
+   to 51,200 (Megatron), tied embeddings, sequence length 2,048 (GPT-3, Chinchilla). The shape whose parameter
+   count is closest to the target is taken; tokens = 20 × that count; training compute = 6 × params × tokens.
+3. **The batch ceiling** (``models.curves.batch_tokens``, ``BATCH_RULES``): ``deepseek`` B_opt = 0.2920·C^0.3271 tokens
+   (DeepSeek-AI 2024, arXiv:2401.02954, eq. 1); ``kaplan`` B_crit(L) = B*/L^(1/α_B), B* = 2e8 tokens,
+   α_B = 0.21 (Kaplan et al. 2020, eq. 1.4) at the loss of compute-optimal training, L(C) = (C_c/C)^α_C with
+   C_c = 3.1e8 PF-days, α_C = 0.050 (eq. 1.3); ``fixed`` 2^22 ≈ 4M tokens at every C (Llama 3's initial batch,
+   Dubey et al. 2024 §3.4.1). A layout's global batch is the largest multiple of dp × micro-batch (× pp when
+   interleaved) not above the ceiling.
+4. **The cluster and layout** (``_search``): any N = tp × pp × dp × cp. tp is any power of two up to the head
+   count (it may leave the scale-up domain and then pays the network's bandwidth and latency,
+   ``models.collectives.group_link``); pp any value up to the layer count, ~2 per octave (1, 2, 3, 4, 6, 8, 11,
+   16, 23, ...; uneven stages allowed); dp 2 per octave (1, 2, 3, 4, 6, 8, 12, ...); cp (ring attention) 1-8.
+   N lies between N_min (the larger of the 100 %-utilization size model FLOPs / (time limit × peak) and the size
+   that holds the model's states at 16 B/param) and ``N_WINDOW`` × N_min, and at most ``N_MAX`` (1e9). Stage 1
+   ranks every (tp, pp, dp, cp) with one setting, and a memory-frugal one where that does not fit (``STAGE1``);
+   stage 2 searches, for the ``TOP_K`` best structures, interleaving 1-64, then micro-batch 1-256, then
+   ZeRO-1/ZeRO-3 × no/full recompute, each at the best of the previous. The layout with the highest utilization
+   (MFU) among those that fit in memory and finish within ``months`` is kept; ties: fewer accelerators.
+5. **The latency wall** (``latency_wall_s``): the fewest steps the batch ceiling allows (tokens / ceiling) × the
+   shortest possible step: one micro-batch through every layer, forward and backward, kernel after kernel
+   (``PhysParams.ops_per_layer_fwd`` × (1 + ``elementwise_bwd_factor``) kernels per layer, ``KERNEL_LATENCY_S``
+   each). Beyond the time limit no layout can finish: the level is bound by ``latency``. Each layout's step also
+   can't be shorter than its own kernels in series: (micro-batches + bubble) × layers per stage × kernels ×
+   ``KERNEL_LATENCY_S``.
+6. **Binding constraint** per level (``binding``): ``memory`` (no layout fits), ``latency`` (the wall is beyond the
+   time limit, or the kernel floor sets the chosen layout's step), ``time`` (layouts fit but none finishes: more
+   than ``N_MAX`` accelerators needed, or utilization below 1/``N_WINDOW``); on feasible levels the largest loss
+   of the chosen layout: ``bandwidth`` (exposed communication), ``batch`` (the pipeline bubble the batch ceiling
+   leaves) or ``compute`` (losses < ``LOSS_SHARE_NONE`` of the step).
+7. **The frontier** (``frontier_summary``): the accelerator's best utilization u* over the grid; the envelope is
+   the utilization (0 when infeasible) at a level or either neighbour (one grid step is the layout grid's
+   discreteness); walking up from u*'s level, the first level where the envelope falls below
+   ``min_utilization`` × u* ends it, and the frontier is the last level at or above the threshold before that
+   (``crossing_flop``: the log-linear crossing after it; ``ended_by``: the binding constraint there).
 
-The sweep stops when N_lo exceeds ``N_CAP`` accelerators (2^27 ≈ 134 million) or after ``STOP_AFTER``
-consecutive levels with no layout finishing in time once one has.
+Cost: cloud price × N × hours when a price exists; otherwise the purchase price, ``launch_price_usd`` × N, charged
+in full to the run (no resale value; power, hosting and network excluded) — ``cost_basis`` says which.
 """
 
 from __future__ import annotations
@@ -35,55 +58,87 @@ import numpy as np
 import polars as pl
 
 from models.accounting import model_flops_per_token, param_counts
-from models.curves import BREAKDOWN, best_layouts, critical_batch_seqs, n_sweep, node_size
-from models.params import DEFAULT, PhysParams
+from models.assumptions import check_assumptions
+from models.curves import BATCH_RULES, FIXED_BATCH_TOKENS, batch_tokens
+from models.params import DEFAULT, DTYPE_CODES, RECOMPUTE_CODES, SHARDING_CODES, PhysParams
+from models.search import broadcast_arch_hw
+from models.step_time import ERR_MEMORY, predict_arrays
 
 TOKENS_PER_PARAM = 20.0  # Hoffmann et al. 2022 (Chinchilla)
 ASPECT = 128  # d_model / n_layers (GPT-3 175B, Brown et al. 2020)
-HEAD_DIM = 128  # GPT-3, Llama
+ASPECTS = (108.0, 118.0, 128.0, 139.0, 152.0)  # within Kaplan et al. 2020 Fig. 5's flat optimum
+HEAD_DIMS = tuple(range(96, 177, 8))  # d_model / heads, heads the power of two nearest d_model / 128
 VOCAB = 51_200  # GPT-2 BPE padded to a multiple of 1024 (Megatron-LM default)
 SEQ_LEN = 2_048  # GPT-3 / Chinchilla context
 DAYS_PER_MONTH = 30.4375  # 365.25 / 12
 FLOP_GRID_START = 1e16
 FLOP_GRID_PER_DECADE = 4
-FLOP_GRID_MAX = 1e31
-N_CANDIDATES = 6
-MAX_WINDOWS = 3  # up to 18 sizes (a 512x range) when smaller clusters run out of memory or time
-N_CAP = 2**27
-STOP_AFTER = 3
-# restricted layout grid (models.curves docstring): the frontier needs a few hundred searches per accelerator
-FRONTIER_GRID: dict[str, Any] = {
-    "micro_batch": [1, 2],
-    "sharding": ["zero1", "zero3"],
-    "recompute": ["none", "selective", "full"],
-    "vpp": [1, 4],
-    "cp": [1],
-}
+FLOP_GRID_MAX = 1e32
+N_MAX = 1_000_000_000
+N_WINDOW = 16.0  # sizes from N_min to 16 x N_min: utilization down to 1/16 of peak is searched
+STATE_BYTES_MIN = 16.0  # fp32 master + Adam m, v + 2-byte weights and grads, fully sharded (ZeRO, Rajbhandari 2020)
+TOP_K = 4
+LOSS_SHARE_NONE = 0.05
+# prior: the shortest GPU kernel, launch to completion, a few µs (the CUDA launch latency of ~5 µs quoted in
+# models.params for host_overhead_s_per_op); one kernel after another on the critical path
+KERNEL_LATENCY_S = 5e-6
+
+CPS = (1, 2, 4, 8)  # context parallelism (ring attention) splits the 2,048-token sequence
+MICRO_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+VPPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+SHARDINGS = ("zero1", "zero3")
+RECOMPUTES = ("none", "full")
+# stage 1 settings (micro-batch, interleave 'max' = one layer per virtual stage, at most 64,
+# sharding, recompute): the plain layout, and, for the structures where it does not fit, the most memory-frugal
+STAGE1 = ((1, "max", "zero1", "none"), (1, "max", "zero3", "full"))
+
+LAYOUT_KEYS = ("n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding", "recompute",
+               "global_batch_seqs")
+BREAKDOWN = ("compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
+             "optimizer_s")
+COMM = ("tp_comm_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s")
 
 
-def _shape(k: np.ndarray) -> dict[str, np.ndarray]:
-    d = 128.0 * k
-    return {"n_layers": d / ASPECT, "d_model": d, "n_heads": d / HEAD_DIM, "n_kv_heads": d / HEAD_DIM,
-            "head_dim": np.full_like(d, HEAD_DIM), "ffn_dim": 4.0 * d, "vocab": np.full_like(d, VOCAB),
-            "activation": np.zeros_like(d), "n_experts": np.zeros_like(d), "top_k": np.zeros_like(d),
-            "expert_ffn_dim": 4.0 * d, "n_shared_experts": np.zeros_like(d), "n_dense_layers": np.zeros_like(d),
-            "tied_embeddings": np.ones_like(d)}
+# ------------------------------------------------------------------ shapes
+
+def _shape(d: np.ndarray, layers: np.ndarray, heads: np.ndarray) -> dict[str, np.ndarray]:
+    d = np.asarray(d, dtype=np.float64)
+    z = np.zeros_like(d)
+    return {"n_layers": np.asarray(layers, dtype=np.float64), "d_model": d, "n_heads": np.asarray(heads, float),
+            "n_kv_heads": np.asarray(heads, float), "head_dim": d / heads, "ffn_dim": 4.0 * d,
+            "vocab": np.full_like(d, VOCAB), "activation": z, "n_experts": z, "top_k": z, "expert_ffn_dim": 4.0 * d,
+            "n_shared_experts": z, "n_dense_layers": z, "tied_embeddings": np.ones_like(d)}
 
 
-_K = np.arange(1.0, 4097.0)  # d_model up to 524,288 (≈ 1.3e17 parameters): far beyond any grid level
-_P = param_counts(_shape(_K))["params"]
+def _candidates() -> dict[str, np.ndarray]:
+    """Every shape of the rule (module docstring, step 2), d_model up to ~2^21."""
+    heads = 2.0 ** np.arange(0, 15)
+    hd = np.asarray(HEAD_DIMS, dtype=np.float64)
+    d = (heads[:, None] * hd[None, :]).ravel()
+    h = np.repeat(heads, len(hd))
+    near = 2.0 ** np.round(np.log2(d / 128.0))
+    keep = (near == h) | ((h == 1) & (d < 128.0))
+    d, h = d[keep], h[keep]
+    a = np.asarray(ASPECTS)
+    layers = np.maximum(np.round(d[:, None] / a[None, :]), 1.0).ravel()
+    d = np.repeat(d, len(a))
+    h = np.repeat(h, len(a))
+    shp = _shape(d, layers, h)
+    shp["params"] = param_counts(shp)["params"]
+    return shp
+
+
+_CAND = _candidates()
 
 
 def dense_arch_for_params(target_params: float) -> dict[str, Any]:
     """The dense GPT-style architecture (module docstring, step 2) closest to ``target_params``."""
-    i = int(np.argmin(np.abs(np.log(_P) - math.log(max(target_params, 1.0)))))
-    k = float(_K[i])
-    shape = {key: float(v[0]) for key, v in _shape(np.array([k])).items()}
-    d = int(shape["d_model"])
-    return {"id": f"dense-{d}x{d // ASPECT}", "n_layers": d // ASPECT, "d_model": d, "n_heads": d // HEAD_DIM,
-            "n_kv_heads": d // HEAD_DIM, "head_dim": HEAD_DIM, "ffn_dim": 4 * d, "vocab": VOCAB, "activation": "gelu",
-            "n_experts": 0, "top_k": 0, "expert_ffn_dim": 4 * d, "n_shared_experts": 0, "n_dense_layers": 0,
-            "tied_embeddings": True, "params": float(_P[i])}
+    i = int(np.argmin(np.abs(np.log(_CAND["params"]) - math.log(max(target_params, 1.0)))))
+    d, L, h = int(_CAND["d_model"][i]), int(_CAND["n_layers"][i]), int(_CAND["n_heads"][i])
+    return {"id": f"dense-{d}x{L}", "n_layers": L, "d_model": d, "n_heads": h, "n_kv_heads": h,
+            "head_dim": d // h, "ffn_dim": 4 * d, "vocab": VOCAB, "activation": "gelu", "n_experts": 0, "top_k": 0,
+            "expert_ffn_dim": 4 * d, "n_shared_experts": 0, "n_dense_layers": 0, "tied_embeddings": True,
+            "params": float(_CAND["params"][i])}
 
 
 def flop_grid(start: float = FLOP_GRID_START, stop: float = FLOP_GRID_MAX,
@@ -92,83 +147,319 @@ def flop_grid(start: float = FLOP_GRID_START, stop: float = FLOP_GRID_MAX,
     return start * 10.0 ** (np.arange(n) / per_decade)
 
 
+# ------------------------------------------------------------------ the latency wall
+
+def kernels_per_layer(params: PhysParams) -> float:
+    """Kernels one layer runs for one micro-batch, forward and backward (models.params.ops_per_layer_fwd)."""
+    return params.ops_per_layer_fwd * (1.0 + params.elementwise_bwd_factor)
+
+
+def latency_wall_s(n_layers, tokens, batch_tokens_, params: PhysParams = DEFAULT,
+                   kernel_latency_s: float = KERNEL_LATENCY_S) -> np.ndarray:
+    """The shortest possible training time (module docstring, step 5): steps at the batch ceiling × one
+    micro-batch's kernels through every layer, forward and backward, in series."""
+    steps = np.ceil(np.asarray(tokens, float) / np.asarray(batch_tokens_, float))
+    return steps * np.asarray(n_layers, float) * kernels_per_layer(params) * kernel_latency_s
+
+
+# ------------------------------------------------------------------ the layout search
+
+def _grid_2_per_octave(hi: float) -> np.ndarray:
+    """1, 2, 3, 4, 6, 8, 12, 16, ... up to hi."""
+    out, k = [1.0], 1.0
+    while 2 * k <= hi:
+        out += [1.5 * k] if k >= 2 else []
+        out.append(2 * k)
+        k *= 2
+    if 1.5 * k <= hi and k >= 2:
+        out.append(1.5 * k)
+    return np.unique(np.asarray(out))
+
+
+def _pp_values(layers: int) -> np.ndarray:
+    """1, 2, 3, 4, 6, 8, 11, 16, 23, ... (2^(i/2) rounded) up to the layer count."""
+    v = np.unique(np.round(2.0 ** (np.arange(0, 2 * math.log2(max(layers, 1)) + 1) / 2.0)))
+    return v[v <= layers]
+
+
+def _mat_rows(struct: np.ndarray, fine: list[tuple]) -> np.ndarray:
+    """(tp, pp, dp, layers, cp, mb, vpp, shard, rc) rows: every structure × every fine setting; vpp 'max' is one
+    layer per virtual stage (at most 64 chunks)."""
+    f = np.array([(mb, -1.0 if v == "max" else float(v), SHARDING_CODES[sh], RECOMPUTE_CODES[rc])
+                  for mb, v, sh, rc in fine], dtype=np.float64)
+    S = np.repeat(struct, len(f), axis=0)
+    Fi = np.tile(f, (len(struct), 1))
+    ls = np.ceil(S[:, 3] / S[:, 1])
+    vmax = np.where(S[:, 1] > 1, np.minimum(ls, float(VPPS[-1])), 1.0)
+    Fi[:, 1] = np.where(Fi[:, 1] < 0, vmax, Fi[:, 1])
+    return np.column_stack([S, Fi])
+
+
+def _evaluate(mat: np.ndarray, arch: Mapping[str, Any], hw_row: Mapping[str, Any], bmax_seqs: float, seq_len: int,
+              dtype: str, params: PhysParams, tokens: float, limit_s: float) -> dict[str, np.ndarray]:
+    """Predict rows (tp, pp, dp, L, _, mb, vpp, shard, rc): batch, step time with the kernel floor, time to train."""
+    tp, pp, dp, cp, mb, vpp = mat[:, 0], mat[:, 1], mat[:, 2], mat[:, 4], mat[:, 5], mat[:, 6]
+    L = float(arch["n_layers"])
+    ls = np.ceil(L / pp)
+    ok = (vpp == 1) | ((pp > 1) & (ls >= vpp))
+    q = dp * mb * np.where(vpp > 1, pp, 1.0)
+    batch = np.floor(bmax_seqs / q) * q
+    ok &= batch >= q
+    tp, pp, dp, cp, mb, vpp, batch, sh, rc, ls = (x[ok] for x in (tp, pp, dp, cp, mb, vpp, batch, mat[:, 7],
+                                                                   mat[:, 8], ls))
+    m = len(tp)
+    n = tp * pp * dp * cp
+    su = float(hw_row.get("scaleup_size") or 8.0)
+    a: dict[str, Any] = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": np.ones(m), "vpp": vpp,
+                         "micro_batch": mb, "sharding": sh.astype(np.int64), "recompute": rc.astype(np.int64),
+                         "sequence_parallel": tp > 1, "n_gpus": n, "global_batch_seqs": batch,
+                         "seq_len": np.full(m, float(seq_len)), "gpus_per_node": np.full(m, su),
+                         "dtype": np.full(m, DTYPE_CODES[dtype], dtype=np.int64)}
+    broadcast_arch_hw(a, m, arch, hw_row)
+    res = predict_arrays(a, params) if m else {}
+    if not m:
+        return {"n": np.zeros(0)}
+    micro = batch / (dp * mb)
+    floor = (micro + (pp - 1.0) / vpp) * ls * kernels_per_layer(params) * KERNEL_LATENCY_S
+    step = np.maximum(res["step_time_s"], floor)
+    steps = np.ceil(tokens / (batch * seq_len))
+    time_s = steps * step
+    return {"n": n, "tp": tp, "pp": pp, "dp": dp, "cp": cp, "vpp": vpp, "mb": mb, "sharding": sh, "recompute": rc,
+            "batch": batch, "feasible": np.asarray(res["feasible"], bool), "mem": res["memory_gb_per_gpu"],
+            "error": np.asarray(res["error_code"]), "step": step, "step_model": res["step_time_s"], "floor": floor,
+            "mfu": res["mfu"] * res["step_time_s"] / step, "time_s": time_s, "in_time": time_s <= limit_s,
+            "res": res}
+
+
+def _rank(ev: dict[str, np.ndarray]) -> np.ndarray:
+    """Row order, best first: fits and finishes (by utilization, then fewer accelerators), then fits (fastest)."""
+    if not len(ev["n"]):
+        return np.zeros(0, dtype=np.int64)
+    fits = ev["feasible"] & np.isfinite(ev["step"])
+    good = fits & ev["in_time"]
+    key1 = np.where(good, 0, np.where(fits, 1, 2))
+    key2 = np.where(good, -ev["mfu"], np.where(fits, ev["time_s"], np.inf))
+    return np.lexsort((ev["n"], key2, key1))
+
+
+def _search(arch: Mapping[str, Any], hw_row: Mapping[str, Any], n_min: float, bmax_seqs: float, seq_len: int,
+            dtype: str, params: PhysParams, tokens: float, limit_s: float):
+    """The best layout for one level (module docstring, step 4): (evaluation, index of the best row or -1)."""
+    L, heads = int(arch["n_layers"]), int(arch["n_heads"])
+    lo, hi = max(n_min, 1.0), min(max(n_min, 1.0) * N_WINDOW, float(N_MAX))
+    if lo > N_MAX:
+        return None, -1
+    tps = 2.0 ** np.arange(0, int(math.log2(heads)) + 1)
+    pps = _pp_values(L)
+    dps = _grid_2_per_octave(max(bmax_seqs, 1.0))
+    cps = np.array([c for c in CPS if seq_len % c == 0], dtype=np.float64)
+    T, P, D, C = np.meshgrid(tps, pps, dps, cps, indexing="ij")
+    N = T * P * D * C
+    sel = (N >= lo * (1 - 1e-9)) & (N <= hi * (1 + 1e-9))
+    if not sel.any():  # the window holds no product of the grids: the smallest product above lo
+        above = N >= lo * (1 - 1e-9)
+        if not above.any():
+            return None, -1
+        sel = above & (N == N[above].min())
+    struct = np.column_stack([T[sel], P[sel], D[sel], np.full(sel.sum(), float(L)), C[sel]])
+    ev1 = _evaluate(_mat_rows(struct, [STAGE1[0]]), arch, hw_row, bmax_seqs, seq_len, dtype, params, tokens, limit_s)
+    if len(ev1["n"]):
+        tight = (ev1["error"] & ERR_MEMORY) != 0
+        if tight.any():
+            frugal = np.column_stack([ev1["tp"][tight], ev1["pp"][tight], ev1["dp"][tight],
+                                      np.full(int(tight.sum()), float(L)), ev1["cp"][tight]])
+            ev1 = _concat(ev1, _evaluate(_mat_rows(frugal, [STAGE1[1]]), arch, hw_row, bmax_seqs, seq_len, dtype,
+                                         params, tokens, limit_s))
+    order = _rank(ev1)
+    if not len(order):
+        return ev1, -1
+    seen, top = set(), []
+    for i in order:
+        key = (ev1["tp"][i], ev1["pp"][i], ev1["dp"][i], ev1["cp"][i])
+        if key not in seen:
+            seen.add(key)
+            top.append(key + (ev1["sharding"][i], ev1["recompute"][i]))
+        if len(top) >= TOP_K:
+            break
+    # stage 2, coordinate-wise: interleave at micro-batch 1, then micro-batch at the best interleave (both at the
+    # structure's stage-1 sharding and recompute), then sharding x recompute at the best of those
+    ev = _concat(ev1, _evaluate(_fine_rows(top, L, [(1, v) for v in VPPS]), arch, hw_row, bmax_seqs, seq_len, dtype,
+                                params, tokens, limit_s))
+    best = _best_per_structure(ev, top)
+    rows = [(t, p, d, float(L), c, mb, v, sh, rc) for t, p, d, c, _, v, sh, rc in best for mb in MICRO_BATCHES
+            if 1 < mb <= max(bmax_seqs, 1.0)]
+    ev = _concat(ev, _evaluate(np.array(rows, dtype=np.float64).reshape(-1, 9), arch, hw_row, bmax_seqs, seq_len,
+                               dtype, params, tokens, limit_s))
+    best = _best_per_structure(ev, top)
+    rows = [(t, p, d, float(L), c, mb, v, SHARDING_CODES[sh], RECOMPUTE_CODES[rc])
+            for t, p, d, c, mb, v, _, _ in best for sh in SHARDINGS for rc in RECOMPUTES]
+    ev = _concat(ev, _evaluate(np.array(rows, dtype=np.float64), arch, hw_row, bmax_seqs, seq_len, dtype, params,
+                               tokens, limit_s))
+    order = _rank(ev)
+    return ev, int(order[0]) if len(order) else -1
+
+
+def _best_per_structure(ev: dict, top: list[tuple]) -> list[tuple]:
+    """(tp, pp, dp, cp, micro-batch, interleave, sharding code, recompute code) of each structure's best row."""
+    out = []
+    for t, p, d, c, sh, rc in top:
+        mine = np.flatnonzero((ev["tp"] == t) & (ev["pp"] == p) & (ev["dp"] == d) & (ev["cp"] == c))
+        if not len(mine):
+            continue
+        i = mine[_rank({k: v[mine] for k, v in ev.items() if k != "res"})[0]]
+        out.append((t, p, d, c, ev["mb"][i], ev["vpp"][i], ev["sharding"][i], ev["recompute"][i]))
+    return out
+
+
+def _fine_rows(top: list[tuple], layers: int, fine: list[tuple]) -> np.ndarray:
+    """(tp, pp, dp, layers, cp, mb, vpp, shard, rc) rows: each structure (with its sharding and recompute codes)
+    × every (micro-batch, interleave)."""
+    f = np.asarray(fine, dtype=np.float64)
+    s = np.asarray([(t, p, d, float(layers), c, sh, rc) for t, p, d, c, sh, rc in top], dtype=np.float64)
+    S = np.repeat(s, len(f), axis=0)
+    F = np.tile(f, (len(s), 1))
+    return np.column_stack([S[:, :5], F, S[:, 5:]])
+
+
+def _concat(a: dict, b: dict) -> dict:
+    if not len(b["n"]):
+        return a
+    if not len(a["n"]):
+        return b
+    out = {k: np.concatenate([a[k], b[k]]) for k in a if k != "res"}
+    out["res"] = {k: np.concatenate([np.asarray(a["res"][k]), np.asarray(b["res"][k])]) for k in a["res"]}
+    return out
+
+
+# ------------------------------------------------------------------ the sweep
+
 def frontier_sweep(hw_row: Mapping[str, Any], months: float = 3.0, *, params: PhysParams = DEFAULT,
                    dtype: str = "bf16", flops=None, usd_per_gpu_hour: float | None = None,
-                   seq_len: int = SEQ_LEN) -> pl.DataFrame:
-    """One row per compute level: the compute-optimal model and the best cluster/layout finishing within
-    ``months`` (module docstring). ``feasible`` false rows carry the reason."""
+                   seq_len: int = SEQ_LEN, assumptions: str = "realistic", batch_rule: str = "deepseek",
+                   fixed_batch_tokens: float = FIXED_BATCH_TOKENS) -> pl.DataFrame:
+    """One row per compute level (module docstring): the compute-optimal model, the batch ceiling, the latency
+    wall, and the best cluster/layout finishing within ``months``; ``feasible`` false rows carry the reason and
+    every row its ``binding`` constraint. ``params`` are used as given: apply ``models.assumptions.params_for``
+    before; ``assumptions`` names them in the output."""
     if not months or months <= 0:
         raise ValueError(f"months must be > 0, got {months}")
+    check_assumptions(assumptions)
+    if batch_rule not in BATCH_RULES:
+        raise ValueError(f"batch rule must be one of {', '.join(BATCH_RULES)}, got '{batch_rule}'")
     limit_s = months * DAYS_PER_MONTH * 86_400.0
-    node = node_size(hw_row)
     grid = flop_grid() if flops is None else np.asarray(flops, dtype=np.float64)
+    peak_tflops = _peak(hw_row, dtype)
+    mem_gb = float(hw_row.get("memory_gb") or 0.0)
+    price = _num_or_none(usd_per_gpu_hour)
+    launch = _num_or_none(hw_row.get("launch_price_usd"))
     rows: list[dict[str, Any]] = []
-    misses, seen = 0, False
     for target in grid:
         arch = dense_arch_for_params(math.sqrt(target / (6.0 * TOKENS_PER_PARAM)))
         n_params = arch["params"]
         tokens = TOKENS_PER_PARAM * n_params
         c6nd = 6.0 * n_params * tokens
-        fpt = float(model_flops_per_token(_shape(np.array([arch['d_model'] / 128.0])), seq_len)[0])
-        model_flop = fpt * tokens
-        batch = critical_batch_seqs(c6nd, seq_len)
+        shp = _shape(np.array([arch["d_model"]]), np.array([arch["n_layers"]]), np.array([arch["n_heads"]]))
+        model_flop = float(model_flops_per_token(shp, seq_len)[0]) * tokens
+        b_tok = float(batch_tokens(c6nd, batch_rule, fixed_batch_tokens))
+        bmax = max(b_tok / seq_len, 1.0)
+        wall = float(latency_wall_s(arch["n_layers"], tokens, bmax * seq_len, params))
+        n_lo = model_flop / (limit_s * peak_tflops * 1e12) if peak_tflops else math.inf
+        n_mem = STATE_BYTES_MIN * n_params / (mem_gb * 1e9) if mem_gb > 0 else math.inf
         base = {"target_flop": float(target), "training_flop": c6nd, "model_flop": model_flop, "arch_id": arch["id"],
                 "params": n_params, "tokens": tokens, "d_model": arch["d_model"], "n_layers": arch["n_layers"],
-                "n_heads": arch["n_heads"], "seq_len": seq_len, "global_batch_seqs": batch, "months": float(months)}
-        peak_tflops = _peak(hw_row, dtype)
-        n_lo = model_flop / (limit_s * peak_tflops * 1e12) if peak_tflops else math.inf
-        if not math.isfinite(n_lo) or n_lo > N_CAP:
-            rows.append(base | {"feasible": False, "reason": f"needs more than {N_CAP:,} accelerators even at 100 % "
-                                                             f"utilization"})
-            break
-        sizes = n_sweep(node, N_CAP, max(node, int(math.ceil(n_lo))))
-        if not sizes:
-            rows.append(base | {"feasible": False, "reason": "no cluster size"})
-            break
-        # windows of N_CANDIDATES sizes upward until one holds a layout that fits and finishes in time
-        ok, tried, why, fastest = None, [], [], math.inf
-        for w in range(MAX_WINDOWS):
-            cands = sizes[w * N_CANDIDATES:(w + 1) * N_CANDIDATES]
-            if not cands:
-                break
-            tried += cands
-            best, _ = best_layouts(arch, hw_row, cands, [batch] * len(cands), seq_len, dtype=dtype, params=params,
-                                   grid=FRONTIER_GRID, want_configs=False)
-            best = best.with_columns((pl.lit(tokens) / (pl.col("tokens_per_s_per_gpu") * pl.col("n_gpus")))
-                                     .alias("time_to_train_s"))
-            ok = best.filter(pl.col("feasible") & (pl.col("time_to_train_s") <= limit_s))
-            if ok.height:
-                break
-            why += best.filter(~pl.col("feasible"))["reason"].to_list()
-            fastest = min(fastest, float(best["time_to_train_s"].min() or math.inf))
-        if ok is None or ok.height == 0:
-            reason = (f"no layout on {tried[0]:,}–{tried[-1]:,} accelerators finishes within {months:g} months"
-                      + (f" (fastest {fastest / 86400 / DAYS_PER_MONTH:.1f} months)" if math.isfinite(fastest)
-                         else f": {why[-1]}" if why else ""))
-            rows.append(base | {"feasible": False, "reason": reason})
-            misses += 1
-            if seen and misses >= STOP_AFTER:
-                break
+                "n_heads": arch["n_heads"], "seq_len": seq_len, "batch_rule": batch_rule,
+                "critical_batch_tokens": b_tok, "latency_wall_days": wall / 86_400.0, "months": float(months),
+                "n_gpus_min": n_lo, "assumptions": assumptions}
+        if wall > limit_s:
+            rows.append(base | {"feasible": False, "binding": "latency",
+                                "reason": f"latency wall: even at the batch ceiling the kernels in series take "
+                                          f"{wall / 86400 / DAYS_PER_MONTH:.3g} months"})
             continue
-        seen, misses = True, 0
-        pick = ok.sort(["mfu", "n_gpus"], descending=[True, False]).row(0, named=True)
-        rec = base | {k: pick[k] for k in ("n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding",
-                                           "recompute", "step_time_s", "tokens_per_s_per_gpu", "mfu",
-                                           "memory_gb_per_gpu", *BREAKDOWN)}
-        rec.update(feasible=True, reason=None, utilization=pick["mfu"],
-                   time_to_train_days=pick["time_to_train_s"] / 86_400.0)
-        rows.append(rec)
+        if not math.isfinite(n_lo) or n_lo > N_MAX:
+            rows.append(base | {"feasible": False, "binding": "time",
+                                "reason": f"needs more than {N_MAX:,} accelerators even at 100 % utilization"})
+            continue
+        ev, j = _search(arch, hw_row, max(n_lo, n_mem), bmax, seq_len, dtype, params, tokens, limit_s)
+        if ev is None or j < 0 or not len(ev["n"]):
+            rows.append(base | {"feasible": False, "binding": "time",
+                                "reason": f"no layout of at most {N_MAX:,} accelerators for this model"})
+            continue
+        if not ev["feasible"][j]:
+            valid = np.isfinite(ev["mem"]) & ~ev["feasible"]
+            need = float(np.nanmin(ev["mem"][valid])) if valid.any() else float("nan")
+            rows.append(base | {"feasible": False, "binding": "memory",
+                                "reason": f"no layout fits in memory: the smallest needs {need:.3g} GB per "
+                                          f"accelerator > {mem_gb:g} GB"})
+            continue
+        rec = _record(ev, j)
+        if not ev["in_time"][j]:
+            rows.append(base | rec | {"feasible": False, "binding": "time", "utilization": None,
+                                      "reason": f"no layout of {max(n_lo, n_mem, 1):,.0f}–"
+                                                f"{min(max(n_lo, n_mem, 1) * N_WINDOW, N_MAX):,.0f} accelerators "
+                                                f"finishes within {months:g} months (fastest "
+                                                f"{ev['time_s'][j] / 86400 / DAYS_PER_MONTH:.3g} months)"})
+            continue
+        rows.append(base | rec | {"feasible": True, "reason": None, "binding": _binding(rec)})
+    return _frame(rows, price, launch)
+
+
+def _record(ev: dict, j: int) -> dict[str, Any]:
+    res = ev["res"]
+    rec = {"n_gpus": int(ev["n"][j]), "tp": int(ev["tp"][j]), "pp": int(ev["pp"][j]), "dp": int(ev["dp"][j]),
+           "cp": int(ev["cp"][j]), "ep": 1, "vpp": int(ev["vpp"][j]), "micro_batch": int(ev["mb"][j]),
+           "sharding": {v: k for k, v in SHARDING_CODES.items()}[int(ev["sharding"][j])],
+           "recompute": {v: k for k, v in RECOMPUTE_CODES.items()}[int(ev["recompute"][j])],
+           "global_batch_seqs": int(ev["batch"][j]), "step_time_s": float(ev["step"][j]),
+           "kernel_floor_s": float(ev["floor"][j]), "mfu": float(ev["mfu"][j]), "utilization": float(ev["mfu"][j]),
+           "tokens_per_s_per_gpu": float(res["tokens_per_s_per_gpu"][j] * ev["step_model"][j] / ev["step"][j]),
+           "memory_gb_per_gpu": float(ev["mem"][j]), "time_to_train_days": float(ev["time_s"][j]) / 86_400.0}
+    for k in BREAKDOWN:
+        rec[k] = float(res[k][j])
+    # the kernel floor's excess over the model's step is latency the breakdown does not show
+    rec["latency_floor_excess_s"] = float(ev["step"][j] - ev["step_model"][j])
+    return rec
+
+
+def _binding(rec: Mapping[str, Any]) -> str:
+    step = rec["step_time_s"]
+    losses = {"latency": rec["latency_floor_excess_s"], "bandwidth": sum(rec[k] for k in COMM),
+              "batch": rec["pp_bubble_s"]}
+    name, worst = max(losses.items(), key=lambda kv: kv[1])
+    return name if worst > LOSS_SHARE_NONE * step else "compute"
+
+
+def _num_or_none(v) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) and f > 0 else None
+
+
+_TYPES = {"n_gpus": pl.Int64, "tp": pl.Int64, "pp": pl.Int64, "dp": pl.Int64, "cp": pl.Int64, "ep": pl.Int64,
+          "vpp": pl.Int64, "micro_batch": pl.Int64, "global_batch_seqs": pl.Int64, "sharding": pl.Utf8,
+          "recompute": pl.Utf8, "utilization": pl.Float64, "time_to_train_days": pl.Float64,
+          "step_time_s": pl.Float64, "kernel_floor_s": pl.Float64, "tokens_per_s_per_gpu": pl.Float64,
+          "mfu": pl.Float64, "memory_gb_per_gpu": pl.Float64, "latency_floor_excess_s": pl.Float64,
+          "reason": pl.Utf8, "binding": pl.Utf8, **{b: pl.Float64 for b in BREAKDOWN}}
+
+
+def _frame(rows: list[dict], price: float | None, launch: float | None) -> pl.DataFrame:
     df = pl.DataFrame(rows, infer_schema_length=None)
-    for c, t in (("n_gpus", pl.Int64), ("tp", pl.Int64), ("pp", pl.Int64), ("dp", pl.Int64), ("cp", pl.Int64),
-                 ("ep", pl.Int64), ("vpp", pl.Int64), ("micro_batch", pl.Int64), ("sharding", pl.Utf8),
-                 ("recompute", pl.Utf8), ("utilization", pl.Float64), ("time_to_train_days", pl.Float64),
-                 ("step_time_s", pl.Float64), ("tokens_per_s_per_gpu", pl.Float64), ("mfu", pl.Float64),
-                 ("memory_gb_per_gpu", pl.Float64), *[(b, pl.Float64) for b in BREAKDOWN]):
+    for c, t in _TYPES.items():
         df = df.with_columns(pl.col(c).cast(t)) if c in df.columns else df.with_columns(pl.lit(None, dtype=t).alias(c))
-    return df.with_columns(
-        pl.lit(usd_per_gpu_hour, dtype=pl.Float64).alias("usd_per_gpu_hour"),
-        (pl.col("time_to_train_days") * 24.0 * pl.col("n_gpus") * pl.lit(usd_per_gpu_hour, dtype=pl.Float64))
-        .alias("cost_usd"))
+    if price is not None:
+        cost = pl.col("time_to_train_days") * 24.0 * pl.col("n_gpus") * price
+        basis = f"cloud: {price:g} USD per accelerator-hour x N x hours"
+    elif launch is not None:
+        cost = pl.col("n_gpus").cast(pl.Float64) * launch
+        basis = (f"purchase: launch price {launch:g} USD x N, charged in full to the run (no resale value; power, "
+                 f"hosting and network excluded)")
+    else:
+        cost, basis = pl.lit(None, dtype=pl.Float64), "none: no cloud or launch price for this accelerator"
+    return df.with_columns(pl.lit(price, dtype=pl.Float64).alias("usd_per_gpu_hour"),
+                           pl.lit(launch, dtype=pl.Float64).alias("launch_price_usd"),
+                           cost.cast(pl.Float64).alias("cost_usd"), pl.lit(basis).alias("cost_basis"))
 
 
 def _peak(hw_row: Mapping[str, Any], dtype: str) -> float:
@@ -183,20 +474,67 @@ def _peak(hw_row: Mapping[str, Any], dtype: str) -> float:
     return v if math.isfinite(v) and v > 0 else 0.0
 
 
+# ------------------------------------------------------------------ the frontier point
+
 def frontier_summary(sweep: pl.DataFrame, min_utilization: float = 0.8) -> dict[str, Any]:
-    """The frontier point: the largest training compute with utilization ≥ min_utilization × best (module
-    docstring, step 5). ``found`` false (and the reason) when no level was feasible."""
+    """The frontier point (module docstring, step 7). ``found`` false (and the reason) when no level was
+    feasible."""
     if not 0 < min_utilization <= 1:
         raise ValueError(f"min_utilization must be in (0, 1], got {min_utilization}")
-    ok = sweep.filter(pl.col("feasible")) if sweep.height else sweep
+    s = sweep.sort("training_flop") if sweep.height else sweep
+    ok = s.filter(pl.col("feasible")) if s.height else s
     if ok.height == 0:
-        reasons = sweep["reason"].drop_nulls().unique(maintain_order=True).to_list() if sweep.height else []
+        reasons = s["reason"].drop_nulls().unique(maintain_order=True).to_list() if s.height else []
         return {"found": False, "reason": reasons[0] if reasons else "no compute level evaluated",
                 "best_utilization": None, "utilization_threshold": None}
-    best_u = float(ok["utilization"].max())
+    u = s["utilization"].fill_null(0.0).to_numpy().astype(np.float64) * s["feasible"].to_numpy()
+    c = s["training_flop"].to_numpy()
+    i_best = int(np.argmax(u))
+    best_u = float(u[i_best])
     thr = min_utilization * best_u
-    good = ok.filter(pl.col("utilization") >= thr).sort("training_flop")
-    top = good.row(good.height - 1, named=True)
-    best_row = ok.sort("utilization", descending=True).row(0, named=True)
-    return {"found": True, "reason": None, "best_utilization": best_u, "best_utilization_flop": best_row["training_flop"],
-            "utilization_threshold": thr, "min_utilization": min_utilization, **top}
+    # the envelope: the best utilization at a level and its two neighbours (one grid step, a quarter decade,
+    # is the discreteness of the layout grid, not physics); it ends where it falls below the threshold
+    env = np.maximum(u, np.maximum(np.r_[u[1:], 0.0], np.r_[0.0, u[:-1]]))
+    below = np.flatnonzero((np.arange(len(u)) > i_best) & (env < thr))
+    i_top = int(below[0]) - 1 if len(below) else len(u) - 1
+    while i_top > i_best and u[i_top] < thr:
+        i_top -= 1
+    if len(below):
+        j = i_top + 1
+        frac = (u[i_top] - thr) / (u[i_top] - u[j]) if u[i_top] > u[j] else 0.0
+        crossing = float(10 ** (math.log10(c[i_top]) + frac * (math.log10(c[j]) - math.log10(c[i_top]))))
+        ended_by = s["binding"][j] if "binding" in s.columns else None
+    else:
+        crossing, ended_by = None, None
+    top = s.row(i_top, named=True)
+    return {"found": True, "reason": None, "best_utilization": best_u, "best_utilization_flop": float(c[i_best]),
+            "utilization_threshold": thr, "min_utilization": min_utilization, "crossing_flop": crossing,
+            "ended_by": ended_by, **top}
+
+
+def frontier_table(hw_row: Mapping[str, Any], params: PhysParams = DEFAULT, *, months: float = 3.0,
+                   min_utilization: float = 0.8, dtype: str = "bf16", usd_per_gpu_hour: float | None = None,
+                   assumptions=("ideal", "realistic"), batch_rule: str = "deepseek",
+                   note: str = "") -> pl.DataFrame:
+    """Every level of one accelerator's sweep under each assumption set (``params`` are the realistic ones;
+    ``models.assumptions.params_for`` derives the ideal ones), with the frontier row of each flagged
+    (``is_frontier``) and its summary columns. One accelerator per call: the unit of work of the build's
+    partitions."""
+    from models.assumptions import params_for
+
+    parts = []
+    for a in assumptions:
+        sweep = frontier_sweep(hw_row, months, params=params_for(a, params), dtype=dtype,
+                               usd_per_gpu_hour=usd_per_gpu_hour, assumptions=a, batch_rule=batch_rule)
+        s = frontier_summary(sweep, min_utilization)
+        flag = (pl.col("training_flop") == s["training_flop"]) if s["found"] else pl.lit(False)
+        parts.append(sweep.with_columns(
+            pl.lit(str(hw_row.get("id") or "")).alias("gpu"), pl.lit(dtype).alias("dtype"),
+            pl.lit(float(min_utilization)).alias("min_utilization"),
+            pl.lit(s.get("best_utilization"), dtype=pl.Float64).alias("best_utilization"),
+            pl.lit(s.get("utilization_threshold"), dtype=pl.Float64).alias("utilization_threshold"),
+            pl.lit(s.get("crossing_flop"), dtype=pl.Float64).alias("crossing_flop"),
+            flag.fill_null(False).alias("is_frontier"), pl.lit(note if a == "realistic" else
+                                                                 "ideal: no residual calibration")
+            .alias("calibration_note")))
+    return pl.concat(parts, how="diagonal_relaxed")

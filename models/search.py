@@ -1,7 +1,8 @@
 """Exhaustive layout search: enumerate every valid parallel layout, predict, rank.
 
 Enumeration rules (MODEL.md, "Search"):
-  tp   divisors of n_gpus that divide n_heads, up to the scale-up domain size
+  tp   divisors of n_gpus that divide n_heads (beyond the scale-up domain too: the step-time model then
+       charges the network's bandwidth and latency, models.collectives.group_link)
   pp   divisors of n_gpus/tp up to n_layers; uneven stages are allowed (the stage with
        ceil(n_layers/pp) layers governs the step, as predict models it)
   cp   powers of two dividing n_gpus/(tp*pp) and seq_len, up to ``max_cp`` (16)
@@ -92,7 +93,7 @@ def enumerate_layouts(
     B = int(global_batch_seqs)
     s = int(seq_len)
 
-    tps = [t for t in _divisors(n) if heads % t == 0 and t <= max(node, 1)]
+    tps = [t for t in _divisors(n) if heads % t == 0]
     tps = _allowed(fixed, "tp", tps)
     blocks = []
     for tp in tps:

@@ -347,7 +347,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     tp_bw, tp_a = coll.group_link(t, np.minimum(t, node), bw_up, bw_out, a_up, a_out)
     tp_bytes = aT * h
     tp_one = coll.ring_all_reduce_time(tp_bytes, t, tp_bw, tp_a)
-    tp_mb = (1.0 - P.tp_overlap) * Ls * (2.0 * n_fwd_passes + 2.0) * tp_one
+    tp_total = Ls * (2.0 * n_fwd_passes + 2.0) * tp_one
     # context parallel: ring exchange of K,V per layer (fwd), K,V + dK,dV (bwd)
     if any_cp:
         cp_rpn = clip(np.floor(node / t), 1.0, c)
@@ -367,15 +367,23 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
         ep_bw, ep_a = coll.group_link(e, ep_rpn, bw_up, bw_out, a_up, a_out)
         ep_bytes = aTt * (k * h)
         ep_one = coll.all_to_all_time(ep_bytes, e, ep_bw, ep_a)
-        ep_mb = (1.0 - P.ep_overlap) * Ls_moe * (2.0 * n_fwd_passes + 2.0) * ep_one
+        ep_total = Ls_moe * (2.0 * n_fwd_passes + 2.0) * ep_one
     else:
-        ep_mb = np.zeros(n)
+        ep_total = np.zeros(n)
     # pipeline point-to-point: activation forward + gradient backward per chunk boundary
     pp_intra = (t * c * d) < node
     pp_bw = np.where(pp_intra, bw_up, np.minimum(bw_up, bw_out))
     pp_a = np.where(pp_intra, a_up, a_out)
     pp_bytes = aTt * h
-    pp_mb = np.where(p > 1, (1.0 - P.pp_overlap) * 2.0 * v * coll.p2p_time(pp_bytes, pp_bw, pp_a), 0.0)
+    pp_total = np.where(p > 1, 2.0 * v * coll.p2p_time(pp_bytes, pp_bw, pp_a), 0.0)
+    # one overlap budget per micro-batch: TP, EP and PP traffic hide behind the compute not already hiding CP
+    # traffic, in that order, never more than it (an overlap of 1 hides all of it only while compute lasts)
+    budget = np.maximum(compute_mb - hidden_cp, 0.0)
+    hidden_tp = np.minimum(P.tp_overlap * tp_total, budget)
+    hidden_ep = np.minimum(P.ep_overlap * ep_total, budget - hidden_tp)
+    hidden_pp = np.minimum(P.pp_overlap * pp_total, budget - hidden_tp - hidden_ep)
+    tp_mb, ep_mb, pp_mb = tp_total - hidden_tp, ep_total - hidden_ep, pp_total - hidden_pp
+    hidden_comm = hidden_cp + hidden_tp + hidden_ep + hidden_pp
 
     # ---------------- memory ----------------
     mem = memory_per_gpu(
@@ -425,12 +433,12 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     grad_sync = np.where(shard == 0, ar_d, np.where(shard == 5, hsdp_red, rs_d))
     # ZeRO-3 / FSDP / HSDP: parameter all-gathers in forward and backward of every micro-batch
     gathers = np.where(full_shard, 2.0 * ag_w, np.where(shard == 5, 2.0 * hsdp_ag, 0.0))
-    # one overlap budget per micro-batch: compute already hiding CP traffic cannot hide
+    # one overlap budget per micro-batch: compute already hiding CP/TP/EP/PP traffic cannot hide
     # the gathers, and the final gradient reduction only hides behind backward compute of
     # the last micro-batch that hides neither (keeps step time monotone in compute speed)
-    hidden_gathers = np.minimum(gathers, np.maximum(P.fsdp_gather_overlap * compute_mb - hidden_cp, 0.0))
+    hidden_gathers = np.minimum(gathers, np.maximum(P.fsdp_gather_overlap * compute_mb - hidden_comm, 0.0))
     gather_exposed_mb = gathers - hidden_gathers
-    dp_hide = np.maximum(P.dp_overlap * bwd_mb - hidden_gathers - hidden_cp, 0.0)
+    dp_hide = np.maximum(P.dp_overlap * bwd_mb - hidden_gathers - hidden_comm, 0.0)
     dp_exposed = np.maximum(grad_sync - dp_hide, 0.0)
     dp_exposed = dp_exposed + np.where((shard == 1) | (shard == 2), ag_w, 0.0)
     dp_exposed = np.where(nd > 1, dp_exposed, 0.0)

@@ -17,7 +17,7 @@ CURVE_COLUMNS = ["n_gpus", "global_batch_seqs", "tp", "pp", "dp", "cp", "ep", "v
                  "tokens_per_s_hi", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu",
                  "time_to_train_days", "cost_usd", "parallel_efficiency", "marginal_efficiency",
                  "marginal_efficiency_lo", "marginal_efficiency_hi", "pareto_optimal", "feasible", "reason",
-                 "calibrated", "fit_version"]
+                 "calibrated", "fit_version", "assumptions"]
 CURVE_TABLE = ["n_gpus", "global_batch_seqs", "tp", "pp", "dp", "vpp", "micro_batch", "sharding", "recompute",
                "tokens_per_s_per_gpu", "mfu", "time_to_train_days", "cost_usd", "parallel_efficiency",
                "marginal_efficiency"]
@@ -36,20 +36,97 @@ def _calibration():
     return calibration_from_bundle(promoted_fit(settings()))
 
 
-def _hardware(gpu: str) -> dict:
+def _hardware(gpu: str, *, scaleup_size: Optional[int] = None, scaleup_gbps: Optional[float] = None,
+              scaleout_gbps: Optional[float] = None, memory_gb: Optional[float] = None) -> dict:
+    """The resolved hardware row, with the network tiers (and memory) overridden where a flag gives them."""
     import polars as pl
 
     from models.hardware import resolve_hardware
     from pipeline import catalog
 
+    for flag, v in (("--scaleup-size", scaleup_size), ("--scaleup-gbps", scaleup_gbps),
+                    ("--scaleout-gbps", scaleout_gbps), ("--memory-gb", memory_gb)):
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            _fail(f"{flag} must be a positive number, got {v}")
     try:
         hw_row = catalog.find_hardware(settings().measurements, gpu)
     except catalog.UnknownName as err:
         _fail(str(err))
+    hw_row = dict(hw_row)
+    if memory_gb is not None:
+        hw_row["memory_gb"] = float(memory_gb)
+    if scaleup_gbps is not None:
+        hw_row["intra_node_bw_gbps"] = float(scaleup_gbps)
+    if scaleout_gbps is not None:
+        hw_row["inter_node_bw_gbps"] = float(scaleout_gbps)
     hw = resolve_hardware(pl.DataFrame([hw_row]), strict=False).row(0, named=True)
     if hw.get("hardware_error"):
         _fail(f"--gpu {gpu}: {hw['hardware_error']}", 1)
+    if scaleup_size is not None:
+        hw["scaleup_size"] = float(scaleup_size)
+        hw["gpus_per_node_typical"] = int(scaleup_size)
     return hw
+
+
+def _overrides(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb=None) -> str:
+    parts = [f"{k} {v:g}" for k, v in (("scale-up size", scaleup_size), ("scale-up GB/s", scaleup_gbps),
+                                       ("scale-out GB/s", scaleout_gbps), ("memory GB", memory_gb)) if v is not None]
+    return f" (overridden: {', '.join(parts)})" if parts else ""
+
+
+def _fitted_physics():
+    """(params, note) of the promoted fit, read from its `fits` row alone (the physical parameters and preset
+    overrides, as ``calibration_from_bundle`` uses them) without loading the residual model: the frontier needs
+    only the physics. DEFAULT and 'analytical only' when there is no promoted fit."""
+    import json as _json
+
+    from models.params import DEFAULT, PhysParams
+    from models.runs_adapter import preset_params
+    from pipeline import store
+    from pipeline.calibrated import _from_readable_store
+
+    def read(con, path):
+        if not store.table_exists(con, "fits"):
+            return None
+        row = con.execute("select version, physical_params, preset_overrides from fits where promoted "
+                          "order by promoted_at desc limit 1").fetchone()
+        if not row:
+            return None
+        params = PhysParams.from_dict(_json.loads(row[1]))
+        return preset_params("default", params, _json.loads(row[2] or "{}")), f"calibrated with fit {row[0]}"
+
+    try:
+        got = _from_readable_store(settings(), read)
+    except Exception as err:  # noqa: BLE001 - an unreadable fit must not stop an analytical answer
+        print(f"warning: promoted fit not usable ({err}); analytical physics", file=sys.stderr)
+        got = None
+    return got if got is not None else (DEFAULT, "analytical only: no promoted calibration fit")
+
+
+def _physics(assumptions: str, residual: bool = True):
+    """(residual hook, physical parameters, note) under an assumption set: 'realistic' is the promoted fit's
+    calibration (``residual=False``: its physics only, as the frontier uses it); 'ideal' is models.assumptions'
+    ideal conditions on the fit's physics, without residual."""
+    from models.assumptions import check_assumptions, params_for
+
+    try:
+        check_assumptions(assumptions)
+    except ValueError as err:
+        _fail(f"--{err}")
+    if residual:
+        hook, params, note = _calibration()
+    else:
+        (params, note), hook = _fitted_physics(), None
+    if assumptions == "ideal":
+        return None, params_for("ideal", params), "ideal: Epoch AI's ideal conditions (no residual calibration)"
+    return hook, params, f"realistic: {note}"
+
+
+def _check_rule(batch_rule: str) -> None:
+    from models.curves import BATCH_RULES
+
+    if batch_rule not in BATCH_RULES:
+        _fail(f"--batch-rule must be one of {', '.join(BATCH_RULES)}, got '{batch_rule}'")
 
 
 def _clean(v):
@@ -72,6 +149,16 @@ def curve(
     dtype: Optional[str] = typer.Option(None, "--dtype", help="Precision (default: bf16; fp16 without BF16; fp32 "
                                                               "on fp32-only parts)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json."),
+    assumptions: str = typer.Option("realistic", "--assumptions", help="realistic (the calibrated model) or ideal "
+                                                                       "(Epoch AI's ideal conditions)."),
+    batch_rule: str = typer.Option("deepseek", "--batch-rule", help="Batch ceiling: deepseek (0.292 C^0.3271 tokens), "
+                                                                     "kaplan (critical batch, Kaplan et al. 2020) or "
+                                                                     "fixed (4M tokens)."),
+    scaleup_size: Optional[int] = typer.Option(None, "--scaleup-size", help="Accelerators per scale-up domain."),
+    scaleup_gbps: Optional[float] = typer.Option(None, "--scaleup-gbps", help="Scale-up bandwidth per accelerator, "
+                                                                               "GB/s per direction."),
+    scaleout_gbps: Optional[float] = typer.Option(None, "--scaleout-gbps", help="Scale-out (network) bandwidth per "
+                                                                                 "accelerator, GB/s per direction."),
 ) -> None:
     """A scaling curve: the best layout at each cluster size N (one node up to --max-gpus, powers of two and the
     node-aligned sizes between), with throughput, MFU, time-to-train, cost, parallel and marginal efficiency,
@@ -79,6 +166,8 @@ def curve(
 
     Example: `stepcast curve --model gpt3-175b --gpu h100-sxm5-80gb --policy strong --tokens 300e9`
     """
+    import polars as pl
+
     from models.curves import POLICIES, default_dtype, explain, inflection, round_batch, scaling_curve
     from pipeline import catalog
     from pipeline.output import render
@@ -99,8 +188,9 @@ def curve(
         arch = catalog.find_architecture(settings().measurements, model)
     except catalog.UnknownName as err:
         _fail(str(err))
-    hw = _hardware(gpu)
-    hook, params, note = _calibration()
+    _check_rule(batch_rule)
+    hook, params, note = _physics(assumptions)
+    hw = _hardware(gpu, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps)
     from models.curves import _arch_params
 
     n_params = _arch_params(arch)
@@ -109,19 +199,23 @@ def curve(
     try:
         c = scaling_curve(arch, hw, policy, seq_len=seq_len, tokens=tokens, global_batch_seqs=batch,
                           per_gpu_batch_seqs=per_gpu_batch, n_max=max_gpus, dtype=dtype or default_dtype(hw),
-                          params=params, usd_per_gpu_hour=hw.get("cloud_usd_per_hour"), calibrate=hook)
+                          params=params, usd_per_gpu_hour=hw.get("cloud_usd_per_hour"), calibrate=hook,
+                          batch_rule=batch_rule)
     except ValueError as err:
         _fail(str(err))
     rec = inflection(c, threshold)
     price = hw.get("cloud_usd_per_hour")
-    header = (f"{arch['id']} on {gpu}, {policy} scaling, seq {seq_len}, {tokens:.3g} tokens"
+    c = c.with_columns(pl.lit(assumptions).alias("assumptions"))
+    header = (f"{arch['id']} on {gpu}{_overrides(scaleup_size, scaleup_gbps, scaleout_gbps)}, {assumptions} "
+              f"assumptions, {policy} scaling, seq {seq_len}, {tokens:.3g} tokens"
               + (f", batch {batch} seqs" if policy == "strong" else f", {per_gpu_batch:g} seq/GPU")
               + f"; {note}; cost: " + (f"${price}/GPU-h (hardware.cloud_usd_per_hour)" if price else
                                        "none (no price for this accelerator)"))
     knee = explain(rec)
     out = c.select([x for x in CURVE_COLUMNS if x in c.columns])
     if fmt == "json":
-        print(json.dumps({"model": arch["id"], "gpu": gpu, "policy": policy, "seq_len": seq_len, "tokens": tokens,
+        print(json.dumps({"model": arch["id"], "gpu": gpu, "assumptions": assumptions, "batch_rule": batch_rule,
+                          "policy": policy, "seq_len": seq_len, "tokens": tokens,
                           "calibration": note, "inflection": {k: _clean(v) for k, v in rec.items()},
                           "explanation": knee,
                           "points": [{k: _clean(v) for k, v in r.items()} for r in out.iter_rows(named=True)]},
@@ -143,11 +237,26 @@ def frontier(
                                           help="Fraction of the accelerator's best utilization to keep (0-1]."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="Precision (default as `stepcast curve`)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
+    table: bool = typer.Option(False, "--table", help="Also print every compute level: FLOP, N, layout, "
+                                                      "utilization and the binding constraint."),
+    assumptions: str = typer.Option("realistic", "--assumptions", help="realistic (the calibrated model) or ideal "
+                                                                       "(Epoch AI's ideal conditions)."),
+    batch_rule: str = typer.Option("deepseek", "--batch-rule", help="Batch ceiling: deepseek (0.292 C^0.3271 tokens), "
+                                                                     "kaplan (critical batch, Kaplan et al. 2020) or "
+                                                                     "fixed (4M tokens)."),
+    scaleup_size: Optional[int] = typer.Option(None, "--scaleup-size", help="Accelerators per scale-up domain."),
+    scaleup_gbps: Optional[float] = typer.Option(None, "--scaleup-gbps", help="Scale-up bandwidth per accelerator, "
+                                                                               "GB/s per direction."),
+    scaleout_gbps: Optional[float] = typer.Option(None, "--scaleout-gbps", help="Scale-out (network) bandwidth per "
+                                                                                 "accelerator, GB/s per direction."),
+    memory_gb: Optional[float] = typer.Option(None, "--memory-gb", help="Memory per accelerator, GB (overrides the "
+                                                                         "hardware row)."),
 ) -> None:
     """The largest training compute (Chinchilla-optimal dense model, tokens = 20 x params) that one accelerator
-    type trains within --months while its best layout keeps utilization >= --min-utilization x its best.
+    type trains within --months while its best layout keeps utilization >= --min-utilization x its best: the
+    first crossing below that threshold, sweeping 1e16 to 1e32 FLOP and up to 1e9 accelerators.
 
-    Example: `stepcast frontier --gpu h100-sxm5-80gb --months 3 --min-utilization 0.8 --format json`
+    Example: `stepcast frontier --gpu h100-sxm5-80gb --months 3 --min-utilization 0.8 --assumptions ideal --table`
     """
     from models.curves import default_dtype
     from models.frontier import frontier_summary, frontier_sweep
@@ -158,39 +267,86 @@ def frontier(
         _fail(f"--months must be > 0, got {months}")
     if not 0 < min_utilization <= 1:
         _fail(f"--min-utilization must be in (0, 1], got {min_utilization}")
-    hw = _hardware(gpu)
-    hook, params, note = _calibration()
+    _check_rule(batch_rule)
+    _, params, note = _physics(assumptions, residual=False)
+    hw = _hardware(gpu, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps,
+                   memory_gb=memory_gb)
     dt = dtype or default_dtype(hw)
-    sweep = frontier_sweep(hw, months, params=params, dtype=dt, usd_per_gpu_hour=hw.get("cloud_usd_per_hour"))
+    sweep = frontier_sweep(hw, months, params=params, dtype=dt, usd_per_gpu_hour=hw.get("cloud_usd_per_hour"),
+                           assumptions=assumptions, batch_rule=batch_rule)
     s = frontier_summary(sweep, min_utilization)
+    over = _overrides(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb)
+    title = (f"frontier of {gpu}{over}: {assumptions} assumptions, {months:g} months, >= {min_utilization:g} x best "
+             f"utilization, {batch_rule} batch rule ({note})")
+    levels = [{k: _clean(v) for k, v in r.items()} for r in sweep.select(
+        [c for c in LEVEL_COLUMNS if c in sweep.columns]).iter_rows(named=True)]
     if not s["found"]:
-        print(f"error: no compute level is trainable on {gpu} within {months:g} months: {s['reason']}",
-              file=sys.stderr)
+        if fmt == "json" and table:
+            print(json.dumps({"found": False, "reason": s["reason"], "assumptions": assumptions, "levels": levels},
+                             indent=2, default=str))
+        elif table:
+            _print_levels(sweep, title)
+        print(f"error: no compute level is trainable on {gpu} within {months:g} months ({assumptions} "
+              f"assumptions): {s['reason']}", file=sys.stderr)
         raise typer.Exit(1)
     result = {"max_training_flop": s["training_flop"], "n_gpus": s["n_gpus"], "tp": s["tp"], "pp": s["pp"],
               "dp": s["dp"], "ep": s["ep"], "cp": s["cp"], "utilization": s["utilization"], "params": s["params"],
-              "tokens": s["tokens"], "cost_usd": _clean(s["cost_usd"]),
+              "tokens": s["tokens"], "cost_usd": _clean(s["cost_usd"]), "assumptions": assumptions,
+              "batch_rule": batch_rule, "binding": s["binding"], "crossing_flop": s["crossing_flop"],
+              "ended_by": s["ended_by"], "cost_basis": s["cost_basis"],
+              "latency_wall_days": s["latency_wall_days"],
               "breakdown": {k: s[k] for k in BREAKDOWN_KEYS},
-              "layout": {k: s[k] for k in ("vpp", "micro_batch", "sharding", "recompute")},
-              "model": {k: s[k] for k in ("arch_id", "d_model", "n_layers", "n_heads", "seq_len", "global_batch_seqs")},
-              "gpu": gpu, "dtype": dt, "months": months, "min_utilization": min_utilization,
-              "best_utilization": s["best_utilization"], "utilization_threshold": s["utilization_threshold"],
+              "layout": {k: s[k] for k in ("vpp", "micro_batch", "sharding", "recompute", "global_batch_seqs")},
+              "model": {k: s[k] for k in ("arch_id", "d_model", "n_layers", "n_heads", "seq_len")},
+              "gpu": gpu, "network": {"scaleup_size": hw.get("scaleup_size"),
+                                      "scaleup_gbps": hw.get("intra_node_bw_gbps"),
+                                      "scaleout_gbps": hw.get("inter_node_bw_gbps"), "memory_gb": hw.get("memory_gb")},
+              "dtype": dt, "months": months, "min_utilization": min_utilization,
+              "best_utilization": s["best_utilization"], "best_utilization_flop": s["best_utilization_flop"],
+              "utilization_threshold": s["utilization_threshold"],
               "time_to_train_days": s["time_to_train_days"], "usd_per_gpu_hour": _clean(s["usd_per_gpu_hour"]),
-              "model_flop": s["model_flop"], "calibration": note,
+              "launch_price_usd": _clean(s["launch_price_usd"]), "model_flop": s["model_flop"],
+              "calibration": note,
               "training_flop_convention": "6 x params x tokens (Chinchilla); utilization = MFU (stepcast FLOPs)"}
     if fmt == "json":
-        print(json.dumps({k: _clean(v) for k, v in result.items()}, indent=2, default=str))
+        out = {k: _clean(v) for k, v in result.items()}
+        if table:
+            out["levels"] = levels
+        print(json.dumps(out, indent=2, default=str))
         return
     from rich.console import Console
     from rich.table import Table
 
-    t = Table("field", "value", title=f"frontier of {gpu}: {months:g} months, >= {min_utilization:g} x best "
-                                      f"utilization ({note})")
-    for k in FRONTIER_KEYS + ["best_utilization", "time_to_train_days"]:
+    if table:
+        _print_levels(sweep, title)
+    t = Table("field", "value", title=title)
+    for k in FRONTIER_KEYS + ["best_utilization", "time_to_train_days", "binding", "ended_by", "crossing_flop",
+                              "latency_wall_days", "cost_basis"]:
         v = result[k]
         t.add_row(k, "—" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v))
     for k, v in result["layout"].items():
         t.add_row(k, str(v))
     for k, v in result["breakdown"].items():
         t.add_row(k, f"{v:.4g}")
-    Console(width=120).print(t)
+    Console(width=140).print(t)
+
+
+LEVEL_COLUMNS = ["assumptions", "training_flop", "params", "n_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch",
+                 "sharding", "recompute", "global_batch_seqs", "utilization", "time_to_train_days",
+                 "latency_wall_days", "feasible", "binding", "reason", "cost_usd"]
+
+
+def _print_levels(sweep, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table("training FLOP", "N", "layout tp×pp×dp×cp", "utilization", "days", "latency wall (days)", "binding",
+              title=f"every level — {title}")
+    for r in sweep.sort("training_flop").iter_rows(named=True):
+        lay = f"{r['tp']}×{r['pp']}×{r['dp']}×{r['cp']}" if r.get("tp") is not None else "—"
+        u = r.get("utilization")
+        days = r.get("time_to_train_days")
+        t.add_row(f"{r['training_flop']:.3g}", f"{r['n_gpus']:,}" if r.get("n_gpus") is not None else "—", lay,
+                  f"{u:.3f}" if u is not None else "—", f"{days:.1f}" if days is not None else "—",
+                  f"{r['latency_wall_days']:.3g}", r["binding"] or "—")
+    Console(width=140).print(t)
