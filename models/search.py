@@ -1,6 +1,6 @@
 """Exhaustive layout search: enumerate every valid parallel layout, predict, rank.
 
-Enumeration rules (MODEL.md, "Search"):
+Enumeration rules (docs/model.md, "Search"):
   tp   divisors of n_gpus that divide n_heads, up to the scale-up domain size
   pp   divisors of n_gpus/tp up to n_layers; uneven stages are allowed (the stage with
        ceil(n_layers/pp) layers governs the step, as predict models it)

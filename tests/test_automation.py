@@ -70,9 +70,9 @@ def test_schedule_sensor_and_refit_job_definitions():
 
 
 def test_dagster_yaml_allows_one_run_at_a_time(tmp_path):
-    home = tmp_path / "dh"
-    home.mkdir()
-    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    from pipeline.build import ensure_dagster_home
+
+    home = ensure_dagster_home(tmp_path / "dh")  # the project's dagster.yaml, storage inside the home
     instance = dg.DagsterInstance.from_config(str(home))
     try:
         queue = instance.get_concurrency_config().run_queue_config
@@ -231,9 +231,9 @@ def test_real_daemon_sensor_run_updates_the_whole_graph(built_store, tmp_path):
     """`dagster-daemon run` in a subprocess (temp DAGSTER_HOME with the project's dagster.yaml): a dropped
     file starts one queued `refit` run, which re-materializes every asset (ingest, predictions, fits,
     curves, site: whatever the graph holds) and publishes a snapshot with the new run."""
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    from pipeline.build import ensure_dagster_home
+
+    home = ensure_dagster_home(tmp_path / "dagster_home")
     target = tmp_path / "store" / "stepcast.duckdb"
     target.parent.mkdir()
     shutil.copyfile(built_store, target)
@@ -316,7 +316,7 @@ def test_sigkill_during_build_keeps_snapshot_and_next_build_recovers(built_store
     before = table_counts(snapshot)
     env = dict(os.environ, STEPCAST_STORE=str(target), STEPCAST_INCOMING=str(tmp_path / "incoming"))
     env.pop("STEPCAST_SNAPSHOT", None)
-    env.pop("DAGSTER_HOME", None)
+    env["DAGSTER_HOME"] = str(tmp_path / "dagster_home")  # not the developer's .dagster/
     cmd = [str(BIN / "stepcast"), "build", "--quiet"]
     rng = random.Random(7)
     # kill points: during start-up/ingest, and during the later assets (a build takes ~10-25 s here); the
