@@ -12,7 +12,7 @@ from assets.predict import analytical_predictions
 from assets.publish import SnapshotConfig
 from pipeline import store
 
-OPTIONAL_TABLES = ("calibrated_predictions", "fits")
+OPTIONAL_TABLES = ("calibrated_predictions", "fits", "fit_metrics")
 
 
 @dg.asset(group_name="reports", kinds={"html"}, deps=[scaling_curves, frontier, analytical_predictions, runs, hardware,

@@ -1,6 +1,6 @@
 """Parameter counts and FLOP accounting (vectorized over configurations).
 
-The one FLOP convention of stepcast (models/MODEL.md, "FLOP convention"):
+The one FLOP convention of stepcast (docs/model.md, "FLOP convention"):
 
     model_flops_per_token = 6 * matmul_params_active + 12 * n_layers * seq_len * (n_heads * head_dim)
 

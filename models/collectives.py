@@ -16,7 +16,7 @@ Per-rank bytes sent (closed forms, tested in tests/test_step_time.py):
 Hierarchical all-reduce (intra-node reduce-scatter over g ranks, inter-node all-reduce of
 B/g over n/g nodes, intra-node all-gather) is provided in a sequential and a pipelined
 (slower-tier) form; the step-time model uses ``group_link`` - the pipelined form expressed
-as an effective bandwidth - see MODEL.md.
+as an effective bandwidth - see docs/model.md.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Pure functions: the caller reads the CSV (or the DuckDB ``hardware`` table) and passes a
 polars DataFrame; nothing here touches files.
 
-Rules (all documented in models/MODEL.md, section "Hardware"):
+Rules (all documented in docs/model.md, section "Hardware"):
 
 * ``scaleup_size`` = ``gpus_per_node_typical``. Google TPUs are the exception: ICI spans the
   whole pod, so the scale-up domain is the pod size printed in ``intra_node_link``
@@ -318,7 +318,7 @@ def peak_tflops_for(dtype, hw: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np
     """Dense peak TFLOP/s of the run's precision, and a flag when a fallback was used.
 
     dtype: codes (int array, see DTYPE_CODES) or strings. hw: arrays of the PEAK_COLUMNS.
-    Selection (MODEL.md "Peak by precision"):
+    Selection (docs/model.md "Peak by precision"):
       bf16 -> bf16, else fp16 (flag);  fp16 -> fp16, else bf16 (flag)
       fp8 / fp8-cs / mxfp8 -> fp8, else bf16, else fp16 (flag)
       nvfp4 -> fp8 peak, always flagged: hardware_specs.csv has no FP4 column and NVFP4

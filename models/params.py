@@ -46,7 +46,7 @@ DTYPE_CODES: Mapping[str, int] = {
 
 @dataclass(frozen=True)
 class PhysParams:
-    """Named constants of the analytical model (see models/MODEL.md for the formulas)."""
+    """Named constants of the analytical model (see docs/model.md for the formulas)."""
 
     # --- compute -------------------------------------------------------------------
     # Fraction of the dense tensor-core peak a large, well-shaped GEMM sustains.
@@ -63,7 +63,7 @@ class PhysParams:
     # pass and less in the backward; the low end is used for fwd+bwd.
     attn_eff: float = 0.50
     # Fraction of the square causal attention work actually executed by the kernel.
-    # The FLOP *convention* always counts the full square (MODEL.md); this only changes
+    # The FLOP *convention* always counts the full square (docs/model.md); this only changes
     # the predicted kernel time. derived 0.5: causal FlashAttention (Dao 2022/2023) skips
     # the fully masked key blocks, i.e. about half of the square; Megatron-LM 2021/2022
     # fused-softmax kernels compute the full masked square (1.0, see MEGATRON_2022).

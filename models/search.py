@@ -1,6 +1,6 @@
 """Exhaustive layout search: enumerate every valid parallel layout, predict, rank.
 
-Enumeration rules (MODEL.md, "Search"):
+Enumeration rules (docs/model.md, "Search"):
   tp   divisors of n_gpus that divide n_heads (beyond the scale-up domain too: the step-time model then
        charges the network's bandwidth and latency, models.collectives.group_link)
   pp   divisors of n_gpus/tp up to n_layers; uneven stages are allowed (the stage with

@@ -3,7 +3,7 @@
 ``predict_arrays`` does the work on a dict of numpy arrays (categoricals as integer codes,
 see models.params.*_CODES); ``predict`` is the polars front-end that encodes strings, fills
 documented defaults and turns error bitmasks into messages. One code path serves one row
-and ten million rows. Formulas, conventions and defaults: models/MODEL.md.
+and ten million rows. Formulas, conventions and defaults: docs/model.md.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def _flag(err: np.ndarray, bad: np.ndarray, bit: int) -> None:
 def predict_arrays(a: Mapping[str, np.ndarray], params: PhysParams = DEFAULT) -> dict[str, np.ndarray]:
     """Predict step time and its breakdown for every configuration in ``a``.
 
-    ``a``: arrays of the architecture, layout and resolved-hardware columns (MODEL.md,
+    ``a``: arrays of the architecture, layout and resolved-hardware columns (docs/model.md,
     "Inputs"); categoricals as integer codes (``activation``, ``sharding``, ``recompute``,
     ``dtype``), ``sequence_parallel``/``tied_embeddings`` as bool or 0/1. Missing optional
     columns take their defaults (cp=ep=vpp=1, sharding none, recompute none, no SP,

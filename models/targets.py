@@ -11,7 +11,7 @@ step throughput. MFU-, HFU- and TFLOP/s-only runs need the source's FLOP convent
 
 | metric | source convention (data card) | tokens/s/GPU |
 |---|---|---|
-| `model_tflops_per_gpu` | the source's model FLOPs, recompute excluded; for the GPT-style models of these sources it equals the stepcast convention (Narayanan eq. 3 without recompute = Korthikanti's 72Bslh²(1+s/6h+V/12lh), MODEL.md) | TFLOP/s·1e12 / stepcast model FLOPs per token |
+| `model_tflops_per_gpu` | the source's model FLOPs, recompute excluded; for the GPT-style models of these sources it equals the stepcast convention (Narayanan eq. 3 without recompute = Korthikanti's 72Bslh²(1+s/6h+V/12lh), docs/model.md) | TFLOP/s·1e12 / stepcast model FLOPs per token |
 | `mfu` | model FLOPs / (n_gpus × dense BF16 peak) (data card: "usually the dense BF16 peak") | mfu · peak_bf16 · 1e12 / stepcast model FLOPs per token |
 | `hfu` | hardware FLOPs incl. recompute / (n_gpus × BF16 peak) | hfu · peak_bf16 · 1e12 / stepcast hardware FLOPs per token (recompute of the run) |
 

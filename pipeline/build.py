@@ -1,16 +1,30 @@
-"""`stepcast build`: materialize the whole asset graph in-process, with a progress display, then summarize."""
+"""`stepcast build`: materialize the whole asset graph in-process, with a progress display, then summarize.
+
+The run is recorded in the project's Dagster instance, so `dagster dev` shows its materializations, check
+results, metadata and run history: `$DAGSTER_HOME` when set, else `.dagster/` in the project root. The project's
+`dagster.yaml` keeps Dagster's storage in `.dagster/` (paths relative to the folder `dagster dev` starts in: the
+project root); a home of its own gets a `dagster.yaml` with the project's settings and Dagster's default storage
+layout inside that home, which is the same layout.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pipeline.settings import Settings
+from pipeline.settings import PROJECT_ROOT, Settings
+
+PROJECT_DAGSTER_YAML = PROJECT_ROOT / "dagster.yaml"
+DEFAULT_DAGSTER_HOME = PROJECT_ROOT / ".dagster"
+# the instance settings that say WHERE Dagster stores; a home of its own keeps them inside itself (Dagster's defaults)
+STORAGE_KEYS = ("storage", "local_artifact_storage", "compute_logs")
+GENERATED_MARK = "# written by `stepcast build` from the project's dagster.yaml"
 
 
 def load_reference_tables(con, cfg: Settings) -> None:
@@ -20,6 +34,41 @@ def load_reference_tables(con, cfg: Settings) -> None:
     for table in store.REFERENCE:
         store.load_reference(con, table, cfg.measurements)
     store.rebuild_runs(con)
+
+
+def dagster_home() -> Path:
+    """The Dagster instance folder: `$DAGSTER_HOME` when set, else `.dagster/` in the project root."""
+    value = os.environ.get("DAGSTER_HOME", "").strip()
+    return Path(value).expanduser().resolve() if value else DEFAULT_DAGSTER_HOME
+
+
+def instance_yaml() -> str:
+    """The project's dagster.yaml for a home of its own: every setting except the storage locations."""
+    import yaml
+
+    config = yaml.safe_load(PROJECT_DAGSTER_YAML.read_text(encoding="utf-8")) or {}
+    settings = {k: v for k, v in config.items() if k not in STORAGE_KEYS}
+    return f"{GENERATED_MARK}; rewritten when that file changes, unless this line is removed\n" + \
+        yaml.safe_dump(settings, sort_keys=False)
+
+
+def ensure_dagster_home(home: Path) -> Path:
+    """Create ``home`` with its dagster.yaml (see ``instance_yaml``); a dagster.yaml someone wrote (without the
+    generated-file line) is left as it is."""
+    home.mkdir(parents=True, exist_ok=True)
+    target = home / "dagster.yaml"
+    text = instance_yaml()
+    current = target.read_text(encoding="utf-8") if target.exists() else None
+    if current is None or (current.startswith(GENERATED_MARK) and current != text):
+        target.write_text(text, encoding="utf-8")
+    return home
+
+
+def project_instance():
+    """The project's Dagster instance (see the module docstring), created on first use."""
+    import dagster as dg
+
+    return dg.DagsterInstance.from_config(str(ensure_dagster_home(dagster_home())))
 
 
 class _StepListener(logging.Handler):
@@ -62,7 +111,7 @@ def _run_build(cfg: Settings, console: Console, quiet: bool) -> bool:
     defs = make_definitions(cfg)
     job = defs.resolve_job_def("build")
     n_steps = len(list(job.graph.node_defs)) if hasattr(job, "graph") else 1
-    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    instance = project_instance()
     dagster_logger = logging.getLogger("dagster")
     start = time.perf_counter()
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
@@ -77,6 +126,7 @@ def _run_build(cfg: Settings, console: Console, quiet: bool) -> bool:
             )
         finally:
             dagster_logger.removeHandler(listener)
+            instance.dispose()
         progress.update(task, completed=n_steps, description="done" if result.success else "failed")
     elapsed = time.perf_counter() - start
 
@@ -101,5 +151,7 @@ def _run_build(cfg: Settings, console: Console, quiet: bool) -> bool:
     console.print(table)
     for step, message in failures:
         console.print(f"[red]{step} failed:[/red] {message}", markup=True, highlight=False)
-    console.print(f"store: {cfg.store}\nsnapshot (read-only, for readers): {cfg.snapshot}")
+    console.print(f"store: {cfg.store}\nsnapshot (read-only, for readers): {cfg.snapshot}\n"
+                  f"Dagster run {result.run_id} recorded in {dagster_home()} (`uv run dagster dev` in the "
+                  f"project root shows it)", highlight=False)
     return bool(result.success)

@@ -1,6 +1,12 @@
 """Altair chart builders for the report site (pure: DataFrames in, charts out; no database, no files).
 
-Every chart has axis titles with units and tooltips. Log axes for cluster size, throughput and compute.
+Every chart has axis titles with units and tooltips. Log axes for cluster size, throughput and compute; a log
+axis never carries bars (a bar starts at zero). Numbers read as people write them: `$11.3M`, `52%`, `1,024`.
+Accelerators are faceted by vendor with Vega's 20-colour `tableau20` scheme inside each facet (the largest vendor
+has 19 accelerators), so no two accelerators of one panel share a colour.
+
+Helper layers (the y = x diagonal, a threshold rule) are named ``guide…``: the browser tests count a view as
+drawn only when it has marks besides those.
 """
 
 from __future__ import annotations
@@ -48,19 +54,33 @@ def vconcat(*parts, **props) -> dict:
 
 
 _DATASETS: dict[str, list[dict]] = {}
+_BY_CONTENT: dict[int, str] = {}
+SIGNIFICANT_DIGITS = 4  # what a chart or tooltip shows; the store keeps full precision
+
+
+def _rounded(v):
+    """Whole numbers (N, batch, knee N) stay exact; other floats keep ``SIGNIFICANT_DIGITS``."""
+    return float(f"{v:.{SIGNIFICANT_DIGITS}g}") if isinstance(v, float) and not v.is_integer() else v
 
 
 def data(df: pl.DataFrame, columns=None) -> alt.NamedData:
-    """A named inline dataset (NaN/inf → null). Charts reference it by name and ``to_spec`` attaches the values
-    at the top level: Altair's own conversion walks every value through its schema machinery (seconds per
-    page)."""
+    """A named inline dataset (NaN/inf → null, floats to 4 significant digits). Charts reference it by name and
+    ``to_spec`` attaches the values at the top level, once per page however many charts use the same rows:
+    Altair's own conversion walks every value through its schema machinery (seconds per page)."""
     d = df.select(list(dict.fromkeys(c for c in columns if c in df.columns))) if columns else df
     floats = [c for c, t in d.schema.items() if t in (pl.Float32, pl.Float64)]
     if floats:
         d = d.with_columns([pl.when(pl.col(c).is_finite()).then(pl.col(c)).otherwise(None).alias(c) for c in floats])
-    name = f"data-{len(_DATASETS)}"
-    _DATASETS[name] = d.to_dicts()
-    return alt.NamedData(name=name)
+    rows = [{k: _rounded(v) for k, v in r.items()} for r in d.iter_rows(named=True)]
+    key = hash((tuple(d.columns), repr(rows)))
+    if key not in _BY_CONTENT:
+        _BY_CONTENT[key] = f"data-{len(_DATASETS)}"
+        _DATASETS[_BY_CONTENT[key]] = rows
+    return alt.NamedData(name=_BY_CONTENT[key])
+
+
+def rows_of(name: str) -> int:
+    return len(_DATASETS.get(name, []))
 
 
 def _names(spec, out: set) -> set:
@@ -76,9 +96,8 @@ def _names(spec, out: set) -> set:
     return out
 
 
-CURVE_COLUMNS = ("arch_id", "policy", "n_gpus", "global_batch_seqs", "tp", "pp", "dp", "vpp", "micro_batch",
-                 "sharding", "recompute", "tokens_per_s_per_gpu", "mfu", "step_time_s", "time_to_train_days",
-                 "cost_usd", "marginal_efficiency", "gpu", "usd_per_gpu_hour", "cost_pareto")
+CURVE_COLUMNS = ("arch_id", "policy", "n_gpus", "global_batch_seqs", "layout", "tokens_per_s_per_gpu", "mfu",
+                 "step_time_s", "time_to_train_days", "cost_usd", "cost", "marginal_efficiency", "gpu", "cost_pareto")
 
 
 def to_spec(part) -> dict:
@@ -97,82 +116,113 @@ def to_spec(part) -> dict:
 def forget_data() -> None:
     """Drop the registered datasets (after a site is written)."""
     _DATASETS.clear()
+    _BY_CONTENT.clear()
 POLICY_DASH = alt.Scale(domain=["strong", "weak", "critical"], range=[[1, 0], [6, 3], [2, 2]])
+PALETTE = "tableau20"  # Vega's 20 distinguishable categorical colours
+# on a log axis, label only the ticks whose leading digit is 1, 2 or 5 (Vega labels every tick of a decade)
+_MANTISSA = "round(100 * datum.value / pow(10, floor(log(datum.value) / LN10 + 1e-9))) / 100"
+_LEAD_125 = f"indexof([1, 2, 5], {_MANTISSA}) >= 0"
+
+
+def log_labels(label: str) -> str:
+    """A labelExpr for a log axis: ``label`` (an expression of datum.value) at 1, 2, 5 × 10^k, blank elsewhere."""
+    return f"{_LEAD_125} ? {label} : ''"
+
+
+USD_AXIS = log_labels("replace(format(datum.value, '$.3~s'), 'G', 'B')")  # d3's SI prefix G (giga) reads as billions
+COUNT_AXIS = "format(datum.value, ',')"
+
+
+def guide(chart: alt.Chart, name: str) -> alt.Chart:
+    """A helper layer (a rule, a diagonal): not a data mark of its own (see the module docstring)."""
+    return chart.properties(name=f"guide_{name}")
 
 
 def _n_axis(title: str = "accelerators N (log scale)") -> alt.X:
     return alt.X("n_gpus:Q", scale=alt.Scale(type="log", base=2), title=title,
-                 axis=alt.Axis(format="~s", tickCount=8))
+                 axis=alt.Axis(labelExpr=COUNT_AXIS, tickCount=8))
+
+
+def _y_axis(fmt: str) -> alt.Axis:
+    """``count``: 1.5k, 20k, 1M on a log axis; any other value: a d3 format (".0%": 52%)."""
+    return alt.Axis(format=fmt) if fmt != "count" else alt.Axis(labelExpr=log_labels("format(datum.value, '.3~s')"))
 
 
 CURVE_TOOLTIP = [
     alt.Tooltip("arch_id:N", title="model"), alt.Tooltip("policy:N"), alt.Tooltip("n_gpus:Q", title="N", format=","),
-    alt.Tooltip("global_batch_seqs:Q", title="batch (seqs)", format=","), alt.Tooltip("tp:Q"), alt.Tooltip("pp:Q"),
-    alt.Tooltip("dp:Q"), alt.Tooltip("vpp:Q", title="interleave"), alt.Tooltip("micro_batch:Q", title="micro-batch"),
-    alt.Tooltip("sharding:N"), alt.Tooltip("recompute:N"),
+    alt.Tooltip("global_batch_seqs:Q", title="batch (seqs)", format=","), alt.Tooltip("layout:N"),
     alt.Tooltip("tokens_per_s_per_gpu:Q", title="tokens/s/GPU", format=",.0f"),
     alt.Tooltip("mfu:Q", title="MFU", format=".1%"), alt.Tooltip("step_time_s:Q", title="step time (s)", format=".3f"),
     alt.Tooltip("time_to_train_days:Q", title="time to train (days)", format=",.1f"),
-    alt.Tooltip("cost_usd:Q", title="cost (USD)", format="$,.3s"),
+    alt.Tooltip("cost:N", title="cost"),
     alt.Tooltip("marginal_efficiency:Q", title="marginal efficiency", format=".2f"),
 ]
 
 
+PANEL_METRICS = ("tokens_per_s", "tokens_per_s_per_gpu", "mfu", "marginal_efficiency")
+
+
 def curve_panel(curves: pl.DataFrame, knees: pl.DataFrame, measured: pl.DataFrame | None, y: str, title: str,
-                y_title: str, *, log_y: bool = True, fmt: str = "~s", band: bool = True,
-                threshold: float | None = None) -> dict:
+                y_title: str, *, log_y: bool = True, fmt: str = "count", band: bool = True,
+                threshold: float | None = None, label_measured: bool = False) -> dict:
     """One metric vs N for the curves of one reference model: a line per policy, the interval as a band,
-    the knee as a diamond, measured points of the same model on this hardware as black circles."""
+    the knee as a diamond, measured runs of the same model on this hardware as black marks (shape: source;
+    ``label_measured`` writes each run's number, its row in the page's table of measured runs, beside it)."""
     frame = curves.filter(pl.col("feasible"))
-    cols = list(dict.fromkeys(list(CURVE_COLUMNS) + [y, f"{y}_lo", f"{y}_hi"]))
+    # one dataset for every panel of a page: the columns of all panels, not just this one's
+    cols = list(dict.fromkeys(list(CURVE_COLUMNS) + [f"{m}{sfx}" for m in PANEL_METRICS for sfx in ("", "_lo", "_hi")]))
     scale = alt.Scale(type="log") if log_y else alt.Scale(zero=False)
     base = alt.Chart(data(frame, cols)).encode(x=_n_axis(), color=alt.Color("policy:N", title="batch policy"))
     layers = []
     if band and f"{y}_lo" in frame.columns:
         layers.append(base.mark_area(opacity=0.2).encode(y=alt.Y(f"{y}_lo:Q", scale=scale), y2=f"{y}_hi:Q"))
     layers.append(base.mark_line(point=True).encode(
-        y=alt.Y(f"{y}:Q", title=y_title, scale=scale, axis=alt.Axis(format=fmt)),
+        y=alt.Y(f"{y}:Q", title=y_title, scale=scale, axis=_y_axis(fmt)),
         strokeDash=alt.StrokeDash("policy:N", scale=POLICY_DASH, legend=None), tooltip=CURVE_TOOLTIP))
     if knees.height:
         k = knees.filter(pl.col("knee_found")).join(
             frame.select("policy", pl.col("n_gpus").cast(pl.Float64), y), left_on=["policy", "inflection_n"], right_on=["policy", "n_gpus"],
             how="inner") if "inflection_n" in knees.columns else knees.clear()
         if k.height:
-            layers.append(alt.Chart(data(k)).mark_point(shape="diamond", size=160, filled=True, stroke="black").encode(
+            layers.append(alt.Chart(data(k, ["policy", "inflection_n", "inflection_n_lo", "inflection_n_hi", y])).mark_point(
+                shape="diamond", size=160, filled=True, stroke="black").encode(
                 x=alt.X("inflection_n:Q"), y=alt.Y(f"{y}:Q"), color=alt.Color("policy:N"),
                 tooltip=[alt.Tooltip("policy:N"), alt.Tooltip("inflection_n:Q", title="knee N", format=","),
                          alt.Tooltip("inflection_n_lo:Q", title="knee N (low)", format=","),
-                         alt.Tooltip("inflection_n_hi:Q", title="knee N (high)", format=","),
-                         alt.Tooltip("explanation:N")]))
+                         alt.Tooltip("inflection_n_hi:Q", title="knee N (high)", format=",")]))
     if threshold is not None:
-        layers.append(alt.Chart(data(pl.DataFrame({"t": [threshold]}))).mark_rule(color="gray", strokeDash=[4, 4])
-                      .encode(y="t:Q"))
+        layers.append(guide(alt.Chart(data(pl.DataFrame({"t": [threshold]}))).mark_rule(color="gray", strokeDash=[4, 4])
+                            .encode(y="t:Q"), "threshold"))
     if measured is not None and measured.height and y in measured.columns:
-        layers.append(alt.Chart(data(measured)).mark_point(shape="circle", size=60, filled=True, color="black").encode(
+        m = alt.Chart(data(measured, ["run_id", "number", "source", "n_gpus", "global_batch_seqs", "layout",
+                                      *PANEL_METRICS])).encode(
             x=alt.X("n_gpus:Q"), y=alt.Y(f"{y}:Q"),
-            tooltip=[alt.Tooltip("run_id:N"), alt.Tooltip("source:N"), alt.Tooltip("n_gpus:Q", format=","),
-                     alt.Tooltip("global_batch_seqs:Q", title="batch (seqs)"),
-                     alt.Tooltip(f"{y}:Q", title=f"measured {y_title}", format=",.3~f")]))
+            tooltip=[alt.Tooltip("number:Q", title="#"), alt.Tooltip("source:N"), alt.Tooltip("run_id:N"),
+                     alt.Tooltip("n_gpus:Q", title="N", format=","),
+                     alt.Tooltip("global_batch_seqs:Q", title="batch (seqs)", format=","),
+                     alt.Tooltip("layout:N", title="measured layout"),
+                     alt.Tooltip(f"{y}:Q", title=f"measured {y_title}", format=",.3~f")])
+        layers.append(m.mark_point(size=70, filled=True, color="black", opacity=0.8).encode(
+            shape=alt.Shape("source:N", title="measured run (source)", legend=alt.Legend(labelLimit=200))))
+        if label_measured:
+            layers.append(m.mark_text(align="left", dx=6, dy=-5, fontSize=9, color="#333").encode(text="number:Q"))
     return layer(*layers, title=title, width=WIDTH, height=HEIGHT)
 
 
-def measured_series_chart(series: pl.DataFrame, y: str, y_title: str, title: str) -> dict:
-    """Measured scaling series (filled) beside the analytical/calibrated prediction at each measured layout
-    (open), one color per series, lines joining each series' points."""
-    if series.height == 0:
-        return alt.Chart(data(pl.DataFrame({"t": ["no measured series with 3+ cluster sizes on this hardware"]}))) \
-            .mark_text(size=13).encode(text="t:N").properties(title=title, width=WIDTH, height=60).to_dict(validate=False)
+def measured_series_chart(series: pl.DataFrame, y: str, y_title: str, title: str, fmt: str) -> dict:
+    """Measured scaling series (filled) beside the prediction at each measured layout (open), one colour per
+    series, lines joining each series' points. ``series`` must have rows (the page says why when it has none)."""
     long = pl.concat([
-        series.select("series", "run_id", "model_name", "n_gpus", pl.col(f"measured_{y}").alias("value"),
+        series.select("series", "run_id", "model_name", "n_gpus", "layout", pl.col(f"measured_{y}").alias("value"),
                       pl.lit("measured").alias("kind")),
-        series.select("series", "run_id", "model_name", "n_gpus", pl.col(f"predicted_{y}").alias("value"),
+        series.select("series", "run_id", "model_name", "n_gpus", "layout", pl.col(f"predicted_{y}").alias("value"),
                       pl.lit("predicted at that layout").alias("kind")),
-    ]).filter(pl.col("value").is_not_null())
+    ]).filter(pl.col("value").is_not_null() & (pl.col("value") > 0))
     base = alt.Chart(data(long)).encode(
-        x=_n_axis(), y=alt.Y("value:Q", title=y_title, scale=alt.Scale(type="log"), axis=alt.Axis(format="~s")),
-        color=alt.Color("series:N", title="measured series"),
+        x=_n_axis(), y=alt.Y("value:Q", title=y_title, scale=alt.Scale(type="log"), axis=_y_axis(fmt)),
+        color=alt.Color("series:N", title="measured series", scale=alt.Scale(scheme=PALETTE)),
         tooltip=[alt.Tooltip("series:N"), alt.Tooltip("run_id:N"), alt.Tooltip("model_name:N", title="model"),
-                 alt.Tooltip("n_gpus:Q", title="N", format=","), alt.Tooltip("kind:N"),
+                 alt.Tooltip("n_gpus:Q", title="N", format=","), alt.Tooltip("layout:N"), alt.Tooltip("kind:N"),
                  alt.Tooltip("value:Q", title=y_title, format=",.3~f")])
     pts = base.mark_point(size=50).encode(shape=alt.Shape("kind:N", title=""),
                                           fill=alt.condition(alt.datum.kind == "measured", "series:N",
@@ -181,21 +231,30 @@ def measured_series_chart(series: pl.DataFrame, y: str, y_title: str, title: str
     return layer(line, pts, title=title, width=WIDTH + 120, height=HEIGHT)
 
 
-def measured_vs_predicted(df: pl.DataFrame, pred_col: str, title: str) -> dict:
-    """Scatter of measured vs predicted tokens/s/GPU (log-log) with the y = x line, colored by source."""
-    d = df.filter(pl.col(pred_col).is_not_null() & pl.col("measured_tokens_per_s_per_gpu").is_not_null()
+CALIBRATION_COLUMNS = ("run_id", "source", "gpu", "n_gpus", "estimate", "measured_tokens_per_s_per_gpu",
+                       "tokens_per_s_per_gpu", "rel_error")
+
+
+def measured_vs_predicted(df: pl.DataFrame, pred_col: str, title: str, estimate: str) -> dict:
+    """Scatter of measured vs predicted tokens/s/GPU (log-log) of one ``estimate`` with the y = x line, coloured by
+    source. ``df``: every estimate's rows (one dataset shared with ``residual_strip``)."""
+    d = df.filter((pl.col("estimate") == estimate) & pl.col(pred_col).is_not_null()
+                  & pl.col("measured_tokens_per_s_per_gpu").is_not_null()
                   & (pl.col(pred_col) > 0) & (pl.col("measured_tokens_per_s_per_gpu") > 0))
     lo = float(min(d[pred_col].min() or 1, d["measured_tokens_per_s_per_gpu"].min() or 1)) if d.height else 1.0
     hi = float(max(d[pred_col].max() or 10, d["measured_tokens_per_s_per_gpu"].max() or 10)) if d.height else 10.0
-    diag = alt.Chart(data(pl.DataFrame({"x": [lo, hi]}))).mark_line(color="gray", strokeDash=[4, 4]).encode(x="x:Q", y="x:Q")
-    d = data(d, ["run_id", "source", "gpu", "n_gpus", "measured_tokens_per_s_per_gpu", pred_col])
-    pts = alt.Chart(d).mark_circle(size=30, opacity=0.7).encode(
+    diag = guide(alt.Chart(data(pl.DataFrame({"x": [lo, hi]}))).mark_line(color="gray", strokeDash=[4, 4])
+                 .encode(x="x:Q", y="x:Q"), "diagonal")
+    pts = alt.Chart(data(df, CALIBRATION_COLUMNS)).transform_filter(
+        (alt.datum[pred_col] > 0) & (alt.datum.measured_tokens_per_s_per_gpu > 0)
+        & (alt.datum.estimate == estimate)).mark_circle(size=30, opacity=0.7).encode(
         x=alt.X("measured_tokens_per_s_per_gpu:Q", title="measured tokens/s/GPU (log)", scale=alt.Scale(type="log"),
-                axis=alt.Axis(format="~s")),
+                axis=_y_axis("count")),
         y=alt.Y(f"{pred_col}:Q", title="predicted tokens/s/GPU (log)", scale=alt.Scale(type="log"),
-                axis=alt.Axis(format="~s")),
-        color=alt.Color("source:N", legend=alt.Legend(columns=1, labelLimit=220)),
-        tooltip=[alt.Tooltip("run_id:N"), alt.Tooltip("source:N"), alt.Tooltip("gpu:N"), alt.Tooltip("n_gpus:Q"),
+                axis=_y_axis("count")),
+        color=alt.Color("source:N", scale=alt.Scale(scheme=PALETTE), legend=alt.Legend(columns=1, labelLimit=220)),
+        tooltip=[alt.Tooltip("run_id:N"), alt.Tooltip("source:N"), alt.Tooltip("gpu:N"),
+                 alt.Tooltip("n_gpus:Q", title="N", format=","),
                  alt.Tooltip("measured_tokens_per_s_per_gpu:Q", title="measured", format=",.0f"),
                  alt.Tooltip(f"{pred_col}:Q", title="predicted", format=",.0f")])
     return layer(diag, pts, title=title, width=WIDTH, height=WIDTH)
@@ -203,67 +262,110 @@ def measured_vs_predicted(df: pl.DataFrame, pred_col: str, title: str) -> dict:
 
 def residual_strip(df: pl.DataFrame, group: str, err_col: str, title: str) -> dict:
     """Relative error (predicted/measured − 1) per group: a tick per run and the group median."""
-    d = data(df.filter(pl.col(err_col).is_not_null() & pl.col(err_col).is_finite()),
-             ["run_id", group, "estimate", err_col])
-    ticks = alt.Chart(d).mark_tick(opacity=0.5).encode(
+    d = data(df, CALIBRATION_COLUMNS)
+    ticks = alt.Chart(d).transform_filter(f"isFinite(datum.{err_col})").mark_tick(opacity=0.5).encode(
         y=alt.Y(f"{group}:N", title=None, sort="-x", axis=alt.Axis(labelLimit=260)),
         x=alt.X(f"{err_col}:Q", title="relative error of tokens/s/GPU (predicted/measured − 1)",
-                axis=alt.Axis(format="%"), scale=alt.Scale(domain=[-1, 2], clamp=True)),
+                axis=alt.Axis(format=".0%"), scale=alt.Scale(domain=[-1, 2], clamp=True)),
         color=alt.Color("estimate:N", title="estimate"),
         tooltip=[alt.Tooltip("run_id:N"), alt.Tooltip(f"{group}:N"), alt.Tooltip("estimate:N"),
                  alt.Tooltip(f"{err_col}:Q", title="relative error", format="+.1%")])
-    med = alt.Chart(d).mark_point(shape="diamond", size=80, filled=True, color="black").encode(
+    med = alt.Chart(d).transform_filter(f"isFinite(datum.{err_col})").mark_point(shape="diamond", size=80, filled=True, color="black").encode(
         y=alt.Y(f"{group}:N", sort="-x"), x=alt.X(f"median({err_col}):Q"), shape=alt.Shape("estimate:N", title=""),
         tooltip=[alt.Tooltip(f"{group}:N"), alt.Tooltip("estimate:N"),
                  alt.Tooltip(f"median({err_col}):Q", title="median error", format="+.1%"),
                  alt.Tooltip("count():Q", title="runs")])
-    return layer(ticks, med, title=title, width=WIDTH + 80)
+    return layer(ticks, med, title=title, width=WIDTH + 160)
 
 
 def coverage_bars(cov: pl.DataFrame, group: str, title: str, nominal: float | None) -> dict:
     bars = alt.Chart(data(cov)).mark_bar().encode(
         y=alt.Y(f"{group}:N", title=None, sort="-x", axis=alt.Axis(labelLimit=260)),
-        x=alt.X("coverage:Q", title="share of measured runs inside the interval", axis=alt.Axis(format="%"),
+        x=alt.X("coverage:Q", title="share of measured runs inside the interval", axis=alt.Axis(format=".0%"),
                 scale=alt.Scale(domain=[0, 1])),
         tooltip=[alt.Tooltip(f"{group}:N"), alt.Tooltip("coverage:Q", format=".1%"), alt.Tooltip("runs:Q")])
     layers = [bars]
     if nominal is not None:
-        layers.append(alt.Chart(data(pl.DataFrame({"c": [nominal]}))).mark_rule(color="red").encode(x="c:Q"))
+        layers.append(guide(alt.Chart(data(pl.DataFrame({"c": [nominal]}))).mark_rule(color="red").encode(x="c:Q"),
+                            "nominal"))
     return layer(*layers, title=title, width=WIDTH)
 
 
+def heldout_bars(metrics: pl.DataFrame, title: str) -> dict:
+    """Held-out MdAPE per transfer protocol (worst first) and predictor: bars on a linear axis from zero."""
+    order = metrics.sort("order")["protocol"].unique(maintain_order=True).to_list()
+    return alt.Chart(data(metrics, ["protocol", "predictor", "mdape", "n_runs"])).mark_bar().encode(
+        y=alt.Y("protocol:N", sort=order, title=None, axis=alt.Axis(labelLimit=320)),
+        yOffset=alt.YOffset("predictor:N", sort=["analytical", "physics", "calibrated"]),
+        x=alt.X("mdape:Q", title="median absolute error of tokens/s per GPU on held-out runs (MdAPE)",
+                axis=alt.Axis(format=".0%"), scale=alt.Scale(zero=True)),
+        color=alt.Color("predictor:N", sort=["analytical", "physics", "calibrated"], title="predictor"),
+        tooltip=[alt.Tooltip("protocol:N"), alt.Tooltip("predictor:N"), alt.Tooltip("mdape:Q", title="MdAPE", format=".1%"),
+                 alt.Tooltip("n_runs:Q", title="runs", format=",")],
+    ).properties(title=title, width=560).to_dict(validate=False)
+
+
+def knee_dots(knees: pl.DataFrame, title: str) -> dict:
+    """Knee N per accelerator and reference model on a log axis: a dot (filled: knee found; open: none up to the
+    largest N swept, drawn there) and a rule over its interval."""
+    d = data(knees, ["accelerator", "arch_id", "knee_n", "knee_found", "inflection_n_lo", "inflection_n_hi", "status"])
+    x = alt.X("knee_n:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(labelExpr=COUNT_AXIS),
+              title="inflection point N (log scale)")
+    y = alt.Y("accelerator:N", title=None, sort=alt.EncodingSortField("knee_n", op="min", order="descending"))
+    tip = [alt.Tooltip("accelerator:N"), alt.Tooltip("arch_id:N", title="model"), alt.Tooltip("status:N"),
+           alt.Tooltip("inflection_n_lo:Q", title="knee N (low)", format=","),
+           alt.Tooltip("inflection_n_hi:Q", title="knee N (high)", format=",")]
+    base = alt.Chart(d).encode(y=y, color=alt.Color("arch_id:N", title="reference model"),
+                               yOffset=alt.YOffset("arch_id:N"))
+    rule = base.transform_filter(alt.datum.knee_found).mark_rule(strokeWidth=2, opacity=0.6).encode(
+        x=alt.X("inflection_n_lo:Q", scale=alt.Scale(type="log", base=2)), x2="inflection_n_hi:Q", tooltip=tip)
+    dots = base.mark_point(size=70, strokeWidth=2).encode(
+        x=x, fill=alt.condition(alt.datum.knee_found, alt.Fill("arch_id:N", legend=None), alt.value("white")),
+        shape=alt.Shape("status:N", title="filled: knee found", scale=alt.Scale(range=["circle", "square"])),
+        tooltip=tip)
+    return layer(rule, dots, title=title, width=560, height={"step": 22})
+
+
+def _vendor_facets(chart: alt.LayerChart, title: str) -> dict:
+    return chart.facet(facet=alt.Facet("vendor:N", title=None), columns=2, title=title).resolve_scale(
+        color="independent").to_dict(validate=False)
+
+
 def frontier_chart(fr: pl.DataFrame, title: str) -> dict:
-    """Utilization vs training compute per accelerator; the frontier point of each as a large dot."""
-    d = data(fr.filter(pl.col("feasible")), ["gpu", "training_flop", "params", "tokens", "n_gpus", "tp", "pp", "dp",
-                                              "utilization", "time_to_train_days", "cost_usd", "is_frontier"])
-    tip = [alt.Tooltip("gpu:N", title="accelerator"), alt.Tooltip("training_flop:Q", title="training FLOP", format=".3~e"),
-           alt.Tooltip("params:Q", format=".3~s"), alt.Tooltip("tokens:Q", format=".3~s"),
-           alt.Tooltip("n_gpus:Q", title="N", format=","), alt.Tooltip("tp:Q"), alt.Tooltip("pp:Q"),
-           alt.Tooltip("dp:Q"), alt.Tooltip("utilization:Q", format=".1%"),
-           alt.Tooltip("time_to_train_days:Q", title="days", format=",.1f"),
-           alt.Tooltip("cost_usd:Q", title="cost (USD)", format="$,.3s")]
+    """Utilization vs training compute per accelerator, one panel per vendor; the frontier point of each as a large
+    dot. Click a legend entry to highlight one accelerator."""
+    d = data(fr.filter(pl.col("feasible")), ["gpu", "vendor", "training_flop", "params_h", "tokens_h", "n_gpus",
+                                              "layout", "utilization", "time_to_train_days", "cost", "is_frontier"])
+    tip = [alt.Tooltip("gpu:N", title="accelerator"), alt.Tooltip("training_flop:Q", title="training FLOP", format=".2~e"),
+           alt.Tooltip("params_h:N", title="parameters"), alt.Tooltip("tokens_h:N", title="tokens"),
+           alt.Tooltip("n_gpus:Q", title="N", format=","), alt.Tooltip("layout:N"),
+           alt.Tooltip("utilization:Q", format=".1%"), alt.Tooltip("time_to_train_days:Q", title="days", format=",.1f"),
+           alt.Tooltip("cost:N", title="cost")]
     sel = alt.selection_point(fields=["gpu"], bind="legend")
-    base = alt.Chart(d).encode(
+    base = alt.Chart().encode(
         x=alt.X("training_flop:Q", title="training compute, 6·params·tokens (FLOP, log)", scale=alt.Scale(type="log"),
                 axis=alt.Axis(format=".0e")),
-        y=alt.Y("utilization:Q", title="utilization (MFU) of the best layout", axis=alt.Axis(format="%")),
-        color=alt.Color("gpu:N", title="accelerator", legend=alt.Legend(columns=2)),
+        y=alt.Y("utilization:Q", title="utilization (MFU) of the best layout", axis=alt.Axis(format=".0%")),
+        color=alt.Color("gpu:N", title="accelerator", scale=alt.Scale(scheme=PALETTE), legend=alt.Legend(columns=1)),
         opacity=alt.condition(sel, alt.value(0.9), alt.value(0.1)), tooltip=tip)
     line = base.mark_line().add_params(sel)
     top = base.transform_filter(alt.datum.is_frontier).mark_point(size=120, filled=True, stroke="black")
-    return layer(line, top, title=title, width=640, height=360)
+    return _vendor_facets(alt.layer(line, top, data=d).properties(width=380, height=260), title)
 
 
 def choice_chart(df: pl.DataFrame, title: str) -> dict:
-    """Time to train vs cost for one target run, one point per (accelerator, N); Pareto-efficient ones ringed."""
-    d = data(df.filter(pl.col("feasible") & pl.col("cost_usd").is_not_null()), CURVE_COLUMNS)
-    base = alt.Chart(d).encode(
-        x=alt.X("time_to_train_days:Q", title="time to train (days, log)", scale=alt.Scale(type="log")),
-        y=alt.Y("cost_usd:Q", title="cost (USD at on-demand cloud prices, log)", scale=alt.Scale(type="log"),
-                axis=alt.Axis(format="$~s")),
-        color=alt.Color("gpu:N", title="accelerator", legend=alt.Legend(columns=2)),
+    """Time to train vs cost for one target run, one point per (accelerator, N), one panel per vendor;
+    Pareto-efficient ones (over all vendors) ringed."""
+    d = data(df.filter(pl.col("feasible") & pl.col("cost_usd").is_not_null()),
+             list(CURVE_COLUMNS) + ["vendor", "layout", "cost", "price"])
+    base = alt.Chart().encode(
+        x=alt.X("time_to_train_days:Q", title="time to train (days, log)", scale=alt.Scale(type="log"),
+                axis=alt.Axis(labelExpr=log_labels("format(datum.value, ',~r')"))),
+        y=alt.Y("cost_usd:Q", title="cost at on-demand cloud prices (log)", scale=alt.Scale(type="log"),
+                axis=alt.Axis(labelExpr=USD_AXIS)),
+        color=alt.Color("gpu:N", title="accelerator", scale=alt.Scale(scheme=PALETTE), legend=alt.Legend(columns=1)),
         tooltip=[alt.Tooltip("gpu:N", title="accelerator"), *CURVE_TOOLTIP,
-                 alt.Tooltip("usd_per_gpu_hour:Q", title="USD per GPU-hour", format="$.2f")])
+                 alt.Tooltip("price:N", title="price per GPU-hour")])
     pts = base.mark_circle(size=45, opacity=0.75)
     front = base.transform_filter(alt.datum.cost_pareto).mark_point(size=140, color="black")
-    return layer(pts, front, title=title, width=560, height=340)
+    return _vendor_facets(alt.layer(pts, front, data=d).properties(width=380, height=260), title)

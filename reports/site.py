@@ -1,11 +1,12 @@
 """The static report site: index, a scaling page per accelerator, calibration, frontier, hardware choice.
 
 `build_site(folder, tables)` gets DataFrames (the assets read them from the store: reports/ never touches the
-database) and writes plain HTML files that open offline from disk: every page carries the Vega/Vega-Lite/
-vega-embed JavaScript inline (vl-convert's bundle, what Altair's `save(..., inline=True)` embeds) and its data
-inline; nothing is fetched from a network. The site is written to a temporary folder beside the target and
-swapped in at the end, so a failed build leaves the previous site untouched. Key charts are also exported as
-PNG (`img/`) for the README.
+database) and writes plain HTML files that open offline from disk: the Vega/Vega-Lite/vega-embed JavaScript
+(vl-convert's bundle, what Altair's `save(..., inline=True)` embeds) is written ONCE beside the pages
+(`vega-bundle.js`, loaded with a relative `<script src>`), each page carries its own data inline, and nothing is
+fetched from a network. A chart that would have nothing to draw is replaced by a sentence saying why. The site is
+written to a temporary folder beside the target and swapped in at the end, so a failed build leaves the previous
+site untouched. Key charts are also exported as PNG (`img/`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -23,25 +25,104 @@ from models.curves import DEFAULT_THRESHOLD, REFERENCE_RUNS
 from reports import charts
 
 SERIES_MIN_SIZES = 3
+BUNDLE = "vega-bundle.js"
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1180px;color:#222;
 line-height:1.45;padding:0 16px} h1{font-size:1.6em} h2{margin-top:1.6em;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;font-size:.88em;margin:8px 0} td,th{border:1px solid #ddd;padding:3px 7px;
-text-align:right} th{background:#f4f4f4} td:first-child,th:first-child{text-align:left} nav a{margin-right:14px}
-.note{background:#f7f7f2;border-left:4px solid #c8b900;padding:6px 12px;margin:10px 0} .chart{margin:14px 0}
-.grid{display:flex;flex-wrap:wrap;gap:10px} small{color:#666}
+table{border-collapse:collapse;font-size:.88em;margin:8px 0;display:block;max-width:100%;overflow-x:auto}
+td,th{border:1px solid #ddd;padding:3px 7px;text-align:right} th{background:#f4f4f4}
+td:first-child,th:first-child{text-align:left} td.text{text-align:left;min-width:14em} nav a{margin-right:14px}
+.note{background:#f7f7f2;border-left:4px solid #c8b900;padding:6px 12px;margin:10px 0}
+.caveat{background:#fff4f0;border-left:4px solid #d9541e;padding:6px 12px;margin:10px 0}
+.empty{color:#555;font-style:italic;border:1px dashed #bbb;padding:10px 14px;margin:10px 0}
+.chart{margin:14px 0;max-width:100%;overflow-x:auto} .headline{font-size:1.15em}
+.grid{display:flex;flex-wrap:wrap;gap:10px} small{color:#666} ul.cols{columns:3}
 """
 
 
-def _bundle() -> str:
-    import vl_convert as vlc
-    from altair.utils._importers import vl_version_for_vl_convert
+# ------------------------------------------------------------------ number formats (as people write them)
 
-    return vlc.javascript_bundle(vl_version=vl_version_for_vl_convert())
+def usd(v) -> str:
+    """$11.3M, $2.1B, $950K, $740."""
+    if v is None:
+        return "—"
+    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(v) >= div:
+            return f"${v / div:.3g}{suffix}"
+    return f"${v:,.0f}"
+
+
+def si(v) -> str:
+    """175B, 3.5T, 8.03B (parameters, tokens)."""
+    if v is None:
+        return "—"
+    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(v) >= div:
+            return f"{v / div:.3g}{suffix}"
+    return f"{v:.3g}"
+
+
+def flop(v) -> str:
+    """3.2e25."""
+    return "—" if v is None else f"{v:.2g}".replace("e+", "e")
+
+
+def pct(v, digits: int = 0) -> str:
+    return "—" if v is None else f"{v:.{digits}%}"
+
+
+def count(v) -> str:
+    return "—" if v is None else f"{v:,.0f}"
+
+
+def days(v) -> str:
+    return "—" if v is None else (f"{v:,.1f}" if v < 100 else f"{v:,.0f}")
+
+
+def layout_expr(prefix: str = "") -> pl.Expr:
+    """'TP 8 · PP 8 · DP 16' (CP/EP/interleave/micro-batch/sharding/recompute when present and not trivial)."""
+    def part(col: str, label: str) -> pl.Expr:
+        c = pl.col(f"{prefix}{col}")
+        return pl.when(c.is_not_null() & (c.cast(pl.Utf8) != "1")).then(pl.lit(f"{label} ") + c.cast(pl.Utf8))
+
+    return pl.concat_str([part("tp", "TP"), part("pp", "PP"), part("dp", "DP"), part("cp", "CP"), part("ep", "EP")],
+                         separator=" · ", ignore_nulls=True).fill_null("").replace("", "single accelerator")
+
+
+def with_layout(df: pl.DataFrame) -> pl.DataFrame:
+    cols = [c for c in ("tp", "pp", "dp", "cp", "ep") if c not in df.columns]
+    d = df.with_columns([pl.lit(None, dtype=pl.Int64).alias(c) for c in cols]) if cols else df
+    return df.with_columns(d.select(layout_expr().alias("layout"))["layout"])
+
+
+def with_display(df: pl.DataFrame) -> pl.DataFrame:
+    """Human-readable columns for tooltips: layout, cost, price, parameters, tokens."""
+    d = with_layout(df)
+    if "cost_usd" in d.columns:
+        d = d.with_columns(pl.col("cost_usd").map_elements(usd, return_dtype=pl.Utf8).alias("cost"))
+    if "usd_per_gpu_hour" in d.columns:
+        d = d.with_columns(pl.col("usd_per_gpu_hour").map_elements(lambda v: f"${v:.2f}", return_dtype=pl.Utf8)
+                           .alias("price"))
+    for col in ("params", "tokens"):
+        if col in d.columns:
+            d = d.with_columns(pl.col(col).map_elements(si, return_dtype=pl.Utf8).alias(f"{col}_h"))
+    return d
+
+
+def humane_reason(reason: str | None) -> str:
+    """A pipeline reason as a sentence for readers (the store keeps the original)."""
+    if not reason:
+        return "no reason recorded"
+    m = re.search(r"hardware '([^']+)': column '([^']+)' is empty but required by the step-time model", reason)
+    if m:
+        what = {"intra_node_bw_gbps": "scale-up (intra-node) bandwidth", "inter_node_bw_gbps":
+                "scale-out (inter-node) bandwidth"}.get(m.group(2), m.group(2))
+        return f"the hardware table gives no {what} for it, which the step-time model needs"
+    return reason
 
 
 class Page:
-    """One HTML page: text blocks and charts in order, rendered with the inline JavaScript bundle."""
+    """One HTML page: text blocks and charts in order, loading the shared JavaScript bundle beside it."""
 
     def __init__(self, title: str, depth: int = 0):
         self.title, self.depth, self.parts, self.specs = title, depth, [], []
@@ -51,6 +132,10 @@ class Page:
 
     def p(self, text_html: str, cls: str = "") -> None:
         self.parts.append(f'<p class="{cls}">{text_html}</p>' if cls else f"<p>{text_html}</p>")
+
+    def empty(self, why: str) -> None:
+        """In place of a chart that has nothing to draw: the reason, as a sentence."""
+        self.parts.append(f'<p class="empty">{html.escape(why)}</p>')
 
     def raw(self, text_html: str) -> None:
         self.parts.append(text_html)
@@ -62,35 +147,55 @@ class Page:
         self.parts.append(f'<div class="chart" id="{div}" data-chart="{html.escape(name)}"></div>')
         return spec
 
-    def table(self, df: pl.DataFrame, formats: dict[str, str] | None = None, links: dict[str, str] | None = None
-              ) -> None:
+    def table(self, df: pl.DataFrame, formats: dict | None = None, links: dict[str, str] | None = None,
+              text: tuple[str, ...] = ()) -> None:
+        """``formats``: column → format string or function of the value; ``text`` columns align left."""
         formats = formats or {}
         head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
         rows = []
         for r in df.iter_rows(named=True):
             cells = []
             for c in df.columns:
-                v = r[c]
-                txt = "—" if v is None else (formats[c].format(v) if c in formats else str(v))
+                v, f = r[c], formats.get(c)
+                txt = "—" if v is None else (f(v) if callable(f) else f.format(v) if f else str(v))
                 txt = html.escape(txt)
                 if links and c in links and v is not None:
                     txt = f'<a href="{html.escape(links[c].format(v))}">{txt}</a>'
-                cells.append(f"<td>{txt}</td>")
+                cells.append(f'<td class="text">{txt}</td>' if c in text else f"<td>{txt}</td>")
             rows.append("<tr>" + "".join(cells) + "</tr>")
         self.parts.append(f"<table><tr>{head}</tr>{''.join(rows)}</table>")
 
-    def render(self, bundle: str) -> str:
+    def render(self) -> str:
+        """The page; every dataset once (``DATA``), however many of its charts draw it."""
         up = "../" * self.depth
         nav = (f'<nav><a href="{up}index.html">index</a><a href="{up}frontier.html">frontier</a>'
                f'<a href="{up}hardware-choice.html">hardware choice</a><a href="{up}calibration.html">calibration</a>'
                f"</nav>")
-        embeds = "\n".join(
-            f"vegaEmbed('#{div}', {json.dumps(spec)}, {{actions: false, renderer: 'svg'}})"
-            f".catch(function(e) {{ console.error(e); }});" for div, spec in self.specs)
-        return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"UTF-8\"><title>{html.escape(self.title)}"
-                f"</title><style>{CSS}</style>\n<script type=\"text/javascript\">\n{bundle}\n</script></head>\n"
+        datasets, embeds = {}, []
+        for div, spec in self.specs:
+            spec = dict(spec)
+            own = spec.pop("datasets", None) or {}
+            datasets.update(own)
+            names = sorted(own)
+            embeds.append(f"vegaEmbed('#{div}', withData({json.dumps(spec, separators=(',', ':'))}, "
+                          f"{json.dumps(names)}), {{actions: false, renderer: 'svg'}})"
+                          f".catch(function(e) {{ console.error(e); }});")
+        # inside a function: the bundle's minified globals (D, ...) must not be shadowed or overwritten
+        script = ("(function () {\nvar DATA = " + json.dumps(datasets, separators=(",", ":")) + ";\n"
+                  "function withData(s, names) { s.datasets = {}; names.forEach(function (n) { s.datasets[n] = DATA[n]; });"
+                  " return s; }\n" + "\n".join(embeds) + "\n})();")
+        return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"UTF-8\">"
+                f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>"
+                f"{html.escape(self.title)}</title><style>{CSS}</style>\n"
+                f"<script type=\"text/javascript\" src=\"{up}{BUNDLE}\"></script></head>\n"
                 f"<body>{nav}<h1>{html.escape(self.title)}</h1>\n" + "\n".join(self.parts)
-                + f"\n<script type=\"text/javascript\">\n{embeds}\n</script>\n</body></html>\n")
+                + f"\n<script type=\"text/javascript\">\n{script}\n</script>\n</body></html>\n")
+
+def _bundle() -> str:
+    import vl_convert as vlc
+    from altair.utils._importers import vl_version_for_vl_convert
+
+    return vlc.javascript_bundle(vl_version=vl_version_for_vl_convert())
 
 
 # ------------------------------------------------------------------ data shaping (pure)
@@ -108,12 +213,25 @@ def measured_series(pred: pl.DataFrame, runs: pl.DataFrame | None = None) -> pl.
         d = d.join(runs.select("run_id", "arch_id"), on="run_id", how="left")
     sizes = d.group_by("source", "gpu").agg(pl.col("n_gpus").n_unique().alias("sizes"))
     d = d.join(sizes.filter(pl.col("sizes") >= SERIES_MIN_SIZES), on=["source", "gpu"], how="inner")
-    return d.with_columns(
+    return with_layout(d).with_columns(
         pl.col("source").str.replace(r" \(.*", "").alias("series"),
         pl.col("tokens_per_s_per_gpu").alias("predicted_tokens_per_s_per_gpu"),
         (pl.col("mfu") * pl.col("measured_tokens_per_s_per_gpu") / pl.col("tokens_per_s_per_gpu")).alias("measured_mfu"),
         pl.col("mfu").alias("predicted_mfu"),
     )
+
+
+def measured_against_curve(meas: pl.DataFrame, curve: pl.DataFrame) -> pl.DataFrame:
+    """Each measured run beside the curve's best layout at its N (strong scaling at the reference batch): layouts,
+    throughputs and whether the layouts differ (then the gap is partly the layout, not the model)."""
+    best = with_layout(curve.filter(pl.col("feasible") & (pl.col("policy") == "strong"))).select(
+        pl.col("n_gpus").cast(pl.Int64), pl.col("layout").alias("curve_layout"),
+        pl.col("global_batch_seqs").alias("curve_batch"),
+        pl.col("tokens_per_s_per_gpu").alias("curve_tokens_per_s_per_gpu"))
+    d = meas.with_columns(pl.col("n_gpus").cast(pl.Int64)).join(best, on="n_gpus", how="left")
+    return d.with_columns(
+        (pl.col("curve_layout").is_not_null() & (pl.col("layout") != pl.col("curve_layout"))).alias("layout_differs"),
+        (pl.col("tokens_per_s_per_gpu") / pl.col("curve_tokens_per_s_per_gpu")).alias("measured_over_curve"))
 
 
 def cost_pareto(df: pl.DataFrame) -> pl.DataFrame:
@@ -126,11 +244,38 @@ def cost_pareto(df: pl.DataFrame) -> pl.DataFrame:
     return d.with_columns(pl.Series("cost_pareto", flags, dtype=pl.Boolean))
 
 
+def protocol_name(scheme: str) -> str:
+    """The calibration's own description of a held-out protocol, when it has one."""
+    from models import calibration
+
+    names = getattr(calibration, "PROTOCOL_NAMES", {}) or {}
+    fallback = {"loso": "leave one source out", "loho": "leave one hardware model out"}
+    return names.get(scheme) or fallback.get(scheme) or scheme
+
+
+def heldout_summary(metrics: pl.DataFrame | None, fits: pl.DataFrame | None) -> pl.DataFrame:
+    """One row per held-out protocol of the promoted fit (all runs pooled), worst calibrated MdAPE first: runs,
+    analytical/physics/calibrated MdAPE, calibrated MAPE, share within ±10 %, 90 % interval coverage."""
+    if metrics is None or metrics.height == 0:
+        return pl.DataFrame()
+    m = metrics.filter(pl.col("group") == "ALL")
+    if fits is not None and fits.height and "promoted" in fits.columns:
+        promoted = fits.filter(pl.col("promoted"))["version"].to_list()
+        if promoted:
+            m = m.filter(pl.col("version") == promoted[0])
+    m = m.unique(["scheme", "predictor"], keep="first", maintain_order=True)
+    wide = m.pivot(on="predictor", index="scheme", values="mdape")
+    cal = m.filter(pl.col("predictor") == "calibrated").select(
+        "scheme", "n_runs", pl.col("mape").alias("calibrated_mape"), "within_10pct", "coverage_90")
+    out = wide.join(cal, on="scheme", how="inner")
+    for col in ("analytical", "physics", "calibrated"):
+        if col not in out.columns:
+            out = out.with_columns(pl.lit(None, dtype=pl.Float64).alias(col))
+    return out.with_columns(pl.col("scheme").map_elements(protocol_name, return_dtype=pl.Utf8).alias("protocol")) \
+        .sort("calibrated", descending=True, nulls_last=True)
+
+
 # ------------------------------------------------------------------ the site
-
-def _fmt_n(v) -> str:
-    return "—" if v is None else f"{v:,.0f}"
-
 
 def build_site(folder: str | Path, tables: dict[str, pl.DataFrame | None], *, png: bool = True) -> list[Path]:
     """Write the site (see ``_build``). Altair's per-object JSON-schema validation is switched off while
@@ -149,10 +294,39 @@ def build_site(folder: str | Path, tables: dict[str, pl.DataFrame | None], *, pn
         charts.forget_data()
 
 
+class _Site:
+    """The tables a site is drawn from, with the shared derived frames."""
+
+    def __init__(self, tables: dict[str, pl.DataFrame | None]):
+        hw = tables["hardware"]
+        self.names = dict(zip(hw["id"].to_list(), hw["name"].to_list())) if hw.height else {}
+        self.vendors = dict(zip(hw["id"].to_list(), hw["vendor"].to_list())) if "vendor" in hw.columns else {}
+        vendor = pl.DataFrame({"gpu": list(self.vendors), "vendor": list(self.vendors.values())},
+                              schema={"gpu": pl.Utf8, "vendor": pl.Utf8})
+        self.curves = with_display(tables["scaling_curves"]).join(vendor, on="gpu", how="left").with_columns(
+            pl.col("vendor").fill_null("other"))
+        self.knees = tables["inflection_points"]
+        self.frontier = with_display(tables["frontier"]).join(vendor, on="gpu", how="left").with_columns(
+            pl.col("vendor").fill_null("other"))
+        self.pred = tables["analytical_predictions"]
+        self.cal = tables.get("calibrated_predictions")
+        self.fits = tables.get("fits")
+        self.fit_metrics = tables.get("fit_metrics")
+        self.series = measured_series(self.pred, tables.get("runs"))
+        c = self.curves
+        calibrated = bool(c["calibrated"].any()) if "calibrated" in c.columns and c.height else False
+        self.cal_note = (c.filter(pl.col("calibrated"))["calibration_note"][0] if calibrated
+                         else (c["calibration_note"][0] if c.height else "no curves"))
+        self.gpus = sorted(c["gpu"].unique().to_list()) if c.height else []
+
+    def name(self, gpu: str) -> str:
+        return self.names.get(gpu, gpu)
+
+
 def _build(folder: str | Path, tables: dict[str, pl.DataFrame | None], *, png: bool = True) -> list[Path]:
     """Write the site into ``folder`` (replaced atomically). ``tables``: scaling_curves, inflection_points,
-    frontier, analytical_predictions, runs, hardware (required); calibrated_predictions, fits (optional).
-    Returns the files written (final paths)."""
+    frontier, analytical_predictions, runs, hardware (required); calibrated_predictions, fits, fit_metrics
+    (optional). Returns the files written (final paths)."""
     folder = Path(folder).resolve()
     tmp = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
     if tmp.exists():
@@ -160,88 +334,149 @@ def _build(folder: str | Path, tables: dict[str, pl.DataFrame | None], *, png: b
     (tmp / "hardware").mkdir(parents=True)
     (tmp / "img").mkdir()
     alt.data_transformers.disable_max_rows()
-    bundle = _bundle()
-    written: list[Path] = []
+    (tmp / BUNDLE).write_text(_bundle(), encoding="utf-8")
+    written: list[Path] = [folder / BUNDLE]
     pngs: dict[str, dict] = {}
 
     def save(page: Page, rel: str) -> None:
-        (tmp / rel).write_text(page.render(bundle), encoding="utf-8")
+        (tmp / rel).write_text(page.render(), encoding="utf-8")
         written.append(folder / rel)
+        charts.forget_data()  # each page carries only its own data
 
-    curves = tables["scaling_curves"]
-    knees = tables["inflection_points"]
-    fr = tables["frontier"]
-    pred = tables["analytical_predictions"]
-    runs = tables.get("runs")
-    hw = tables["hardware"]
-    cal = tables.get("calibrated_predictions")
-    fits = tables.get("fits")
-    calibrated = bool(curves["calibrated"].any()) if "calibrated" in curves.columns and curves.height else False
-    cal_note = (curves.filter(pl.col("calibrated"))["calibration_note"][0] if calibrated
-                else (curves["calibration_note"][0] if curves.height else "no curves"))
-    series = measured_series(pred, runs)
-    gpus = sorted(curves["gpu"].unique().to_list()) if curves.height else []
-    names = dict(zip(hw["id"].to_list(), hw["name"].to_list())) if hw.height else {}
+    site = _Site(tables)
+    for gpu in site.gpus:
+        save(_hardware_page(site, gpu, pngs), f"hardware/{gpu}.html")
+    save(_frontier_page(site, pngs), "frontier.html")
+    save(_choice_page(site, pngs), "hardware-choice.html")
+    shown, page = _calibration_page(site)
+    save(page, "calibration.html")
+    save(_index_page(site, shown), "index.html")
 
-    # ---------------- hardware pages
-    for gpu in gpus:
-        page = Page(f"Scaling curves — {names.get(gpu, gpu)} ({gpu})", depth=1)
-        c = curves.filter(pl.col("gpu") == gpu)
-        k = knees.filter(pl.col("gpu") == gpu)
-        page.p(f"Best layout at each cluster size N for the reference runs, per batch policy (strong: fixed global "
-               f"batch; weak: one sequence per accelerator; critical: weak scaling up to the DeepSeek LLM 2024 "
-               f"critical batch for the run's compute). Bands: calibrated interval (absent when the curve is "
-               f"analytical only). Diamonds: the inflection point, the smallest N whose marginal efficiency "
-               f"falls below {DEFAULT_THRESHOLD:g} — from there each added accelerator delivers less than "
-               f"{DEFAULT_THRESHOLD:.0%} of what an accelerator of the smallest cluster delivers. Black circles: "
-               f"measured runs of the same model on this accelerator. <b>{html.escape(cal_note)}</b>.", "note")
-        for ref in REFERENCE_RUNS:
-            rc = c.filter(pl.col("arch_id") == ref["arch_id"])
-            if rc.height == 0:
-                continue
-            rk = k.filter(pl.col("arch_id") == ref["arch_id"])
-            meas = (series.filter((pl.col("gpu") == gpu) & (pl.col("arch_id") == ref["arch_id"]))
-                    .select("run_id", "source", "n_gpus", "global_batch_seqs",
-                            pl.col("measured_tokens_per_s_per_gpu").alias("tokens_per_s_per_gpu"),
-                            pl.col("measured_mfu").alias("mfu"))
-                    if series.height and "arch_id" in series.columns else None)
-            meas_total = meas.with_columns((pl.col("tokens_per_s_per_gpu") * pl.col("n_gpus")).alias("tokens_per_s")) \
-                if meas is not None else None
-            page.h(f"{ref['arch_id']}: sequence {ref['seq_len']:,}, {ref['tokens']:.3g} tokens")
-            page.p(f"<small>{html.escape(ref['source'])}. Strong-scaling batch {ref['global_batch_seqs']:,} "
-                   f"sequences.</small>")
-            tot = charts.curve_panel(rc, rk, meas_total, "tokens_per_s", "whole-cluster throughput",
-                                     "tokens/s (log)")
-            per = charts.curve_panel(rc, rk, meas, "tokens_per_s_per_gpu", "throughput per accelerator",
-                                     "tokens/s per GPU (log)")
-            mfu = charts.curve_panel(rc, rk, meas, "mfu", "model FLOPs utilization", "MFU", log_y=False, fmt="%")
-            me = charts.curve_panel(rc, rk, None, "marginal_efficiency", "marginal efficiency",
-                                    "marginal efficiency (1 = linear)", log_y=False, fmt=".1f", threshold=DEFAULT_THRESHOLD)
-            spec = page.chart(charts.vconcat(charts.hconcat(tot, per), charts.hconcat(mfu, me)), f"{gpu}-{ref['arch_id']}")
-            if gpu == "h100-sxm5-80gb" and ref["arch_id"] == "gpt3-175b":
-                pngs["scaling-h100-gpt3-175b"] = spec
-            page.table(rk.select("policy", "inflection_n", "inflection_n_lo", "inflection_n_hi", "usl_sigma",
-                                 "usl_kappa", "usl_peak_n", "explanation"),
-                       {"inflection_n": "{:,.0f}", "inflection_n_lo": "{:,.0f}", "inflection_n_hi": "{:,.0f}",
-                        "usl_sigma": "{:.3g}", "usl_kappa": "{:.3g}", "usl_peak_n": "{:,.0f}"})
-        page.h("Measured scaling series on this accelerator")
-        s = series.filter(pl.col("gpu") == gpu) if series.height else series
+    if png:
+        _pngs(pngs, tmp / "img", folder / "img", written)
+    # swap in
+    old = folder.with_name(f".{folder.name}.{os.getpid()}.old")
+    if folder.exists():
+        folder.rename(old)
+    tmp.rename(folder)
+    if old.exists():
+        shutil.rmtree(old, ignore_errors=True)
+    return written
+
+
+KNEE_FORMATS = {"knee N": count, "knee N low": count, "knee N high": count, "USL σ": "{:.3g}", "USL κ": "{:.3g}",
+                "USL peak N": count, "smallest feasible N": count}
+
+
+def _knee_table(k: pl.DataFrame) -> pl.DataFrame:
+    return k.select(
+        *[c for c in ("accelerator", "model") if c in k.columns], "policy",
+        pl.col("inflection_n").alias("knee N"), pl.col("inflection_n_lo").alias("knee N low"),
+        pl.col("inflection_n_hi").alias("knee N high"), pl.col("usl_sigma").alias("USL σ"),
+        pl.col("usl_kappa").alias("USL κ"), pl.col("usl_peak_n").alias("USL peak N"), "explanation")
+
+
+def _hardware_page(site: _Site, gpu: str, pngs: dict) -> Page:
+    name = site.name(gpu)
+    page = Page(f"Scaling curves — {name} ({gpu})", depth=1)
+    c = site.curves.filter(pl.col("gpu") == gpu)
+    k = site.knees.filter(pl.col("gpu") == gpu)
+    page.p(f"Best layout at each cluster size N for the reference runs, per batch policy (strong: fixed global "
+           f"batch; weak: one sequence per accelerator; critical: weak scaling up to the DeepSeek LLM 2024 "
+           f"critical batch for the run's compute). Bands: calibrated interval (absent when the curve is "
+           f"analytical only). Diamonds: the inflection point, the smallest N whose marginal efficiency "
+           f"falls below {DEFAULT_THRESHOLD:g}: from there each added accelerator delivers less than "
+           f"{DEFAULT_THRESHOLD:.0%} of what an accelerator of the smallest cluster delivers. Black marks: "
+           f"measured runs of the same model on this accelerator (shape: source; the number is the run's row in "
+           f"the table below the charts, which gives its layout). "
+           f"<b>{html.escape(site.cal_note)}</b>.", "note")
+    for ref in REFERENCE_RUNS:
+        rc = c.filter(pl.col("arch_id") == ref["arch_id"])
+        if rc.height == 0:
+            continue
+        page.h(f"{ref['arch_id']}: sequence {ref['seq_len']:,}, {si(ref['tokens'])} tokens")
+        page.p(f"<small>{html.escape(ref['source'])}. Strong-scaling batch {ref['global_batch_seqs']:,} "
+               f"sequences.</small>")
+        if not rc["feasible"].any():
+            largest = rc.sort("n_gpus").tail(1)
+            page.empty(f"Nothing to draw: no layout of {ref['arch_id']} runs on {name} at any cluster size up to "
+                       f"{count(largest['n_gpus'][0])} accelerators ({humane_reason(largest['reason'][0])}).")
+            continue
+        rk = k.filter(pl.col("arch_id") == ref["arch_id"])
+        meas = None
+        if site.series.height and "arch_id" in site.series.columns:
+            meas = site.series.filter((pl.col("gpu") == gpu) & (pl.col("arch_id") == ref["arch_id"])).select(
+                "run_id", "source", "n_gpus", "global_batch_seqs", "layout",
+                pl.col("measured_tokens_per_s_per_gpu").alias("tokens_per_s_per_gpu"), pl.col("measured_mfu").alias("mfu"))
+            meas = meas.sort("n_gpus", "source", "run_id").with_columns(
+                (pl.col("tokens_per_s_per_gpu") * pl.col("n_gpus")).alias("tokens_per_s"),
+                pl.int_range(1, pl.len() + 1).alias("number"))
+        tot = charts.curve_panel(rc, rk, meas, "tokens_per_s", "whole-cluster throughput", "tokens/s (log)")
+        per = charts.curve_panel(rc, rk, meas, "tokens_per_s_per_gpu", "throughput per accelerator",
+                                 "tokens/s per GPU (log)", label_measured=True)
+        mfu = charts.curve_panel(rc, rk, meas, "mfu", "model FLOPs utilization", "MFU", log_y=False, fmt=".0%")
+        me = charts.curve_panel(rc, rk, None, "marginal_efficiency", "marginal efficiency",
+                                "marginal efficiency (1 = linear)", log_y=False, fmt=".1f", threshold=DEFAULT_THRESHOLD)
+        spec = page.chart(charts.vconcat(charts.hconcat(tot, per), charts.hconcat(mfu, me)), f"{gpu}-{ref['arch_id']}")
+        if gpu == "h100-sxm5-80gb" and ref["arch_id"] == "gpt3-175b":
+            pngs["scaling-h100-gpt3-175b"] = spec
+        if meas is not None and meas.height:
+            _measured_caveat(page, measured_against_curve(meas, rc))
+        knees = rk.filter(pl.col("knee_found") | pl.col("usl_sigma").is_not_null())
+        if knees.height:
+            page.table(_knee_table(knees), KNEE_FORMATS, text=("explanation",))
+        else:
+            page.p("No knee and no USL fit: " + "; ".join(sorted(set(rk["explanation"].drop_nulls().to_list())))
+                   + ".")
+    page.h("Measured scaling series on this accelerator")
+    s = site.series.filter(pl.col("gpu") == gpu) if site.series.height else site.series
+    if s.height:
         page.p("Each series: one source's runs at three or more cluster sizes (models and batches may change along "
                "a weak-scaling series). Filled: measured; open: stepcast's prediction at exactly that run's layout "
                "(analytical model, `analytical_predictions`).", "note")
         page.chart(charts.hconcat(
-            charts.measured_series_chart(s, "tokens_per_s_per_gpu", "tokens/s per GPU (log)", "throughput per GPU"),
-            charts.measured_series_chart(s, "mfu", "MFU (log)", "model FLOPs utilization")), f"{gpu}-measured")
-        page.h("Best layout at each N")
-        page.table(c.filter(pl.col("feasible")).select(
-            "arch_id", "policy", "n_gpus", "global_batch_seqs", "tp", "pp", "dp", "cp", "vpp", "micro_batch",
-            "sharding", "recompute", "tokens_per_s_per_gpu", "mfu", "time_to_train_days", "cost_usd",
-            "parallel_efficiency", "marginal_efficiency"),
-            {"n_gpus": "{:,}", "tokens_per_s_per_gpu": "{:,.0f}", "mfu": "{:.1%}", "time_to_train_days": "{:,.1f}",
-             "cost_usd": "${:,.0f}", "parallel_efficiency": "{:.2f}", "marginal_efficiency": "{:.2f}"})
-        save(page, f"hardware/{gpu}.html")
+            charts.measured_series_chart(s, "tokens_per_s_per_gpu", "tokens/s per GPU (log)", "throughput per GPU",
+                                         "count"),
+            charts.measured_series_chart(s, "mfu", "MFU (log)", "model FLOPs utilization", ".0%")), f"{gpu}-measured")
+    else:
+        page.empty(f"No measured scaling series on {name}: no source in the corpus measured it at "
+                   f"{SERIES_MIN_SIZES} or more cluster sizes.")
+    page.h("Best layout at each N")
+    best = c.filter(pl.col("feasible"))
+    if best.height:
+        page.table(best.select(
+            pl.col("arch_id").alias("model"), "policy", pl.col("n_gpus").alias("N"),
+            pl.col("global_batch_seqs").alias("batch (seqs)"), "layout", pl.col("micro_batch").alias("micro-batch"),
+            "sharding", "recompute", pl.col("tokens_per_s_per_gpu").alias("tokens/s/GPU"), pl.col("mfu").alias("MFU"),
+            pl.col("time_to_train_days").alias("days"), pl.col("cost_usd").alias("cost"),
+            pl.col("parallel_efficiency").alias("parallel eff."), pl.col("marginal_efficiency").alias("marginal eff.")),
+            {"N": count, "batch (seqs)": count, "tokens/s/GPU": count, "MFU": pct, "days": days, "cost": usd,
+             "parallel eff.": "{:.2f}", "marginal eff.": "{:.2f}"}, text=("layout",))
+    else:
+        page.empty(f"No feasible layout on {name} for any reference run (see above).")
+    return page
 
-    # ---------------- frontier
+
+def _measured_caveat(page: Page, m: pl.DataFrame) -> None:
+    """The measured runs drawn on a page, each beside the curve's layout at its N; a caveat when they differ."""
+    differs = m.filter(pl.col("layout_differs"))
+    if differs.height:
+        page.p(f"Caveat: {differs.height} of the {m.height} measured runs drawn above used another layout (or batch) "
+               f"than the curve's best one at the same N, so their distance from the curve mixes the model's error "
+               f"with the layout's effect (a layout the search ranks lower can still measure faster: the model has "
+               f"its error). Compare a run with the prediction at its own layout in “Measured scaling series” below "
+               f"or on the calibration page.", "caveat")
+    page.table(m.sort("number").select(
+        pl.col("number").alias("#"), "source", "run_id", pl.col("n_gpus").alias("N"), pl.col("global_batch_seqs").alias("batch (seqs)"),
+        pl.col("layout").alias("measured layout"), pl.col("curve_layout").alias("curve layout at N"),
+        pl.col("curve_batch").alias("curve batch"), pl.col("tokens_per_s_per_gpu").alias("measured tokens/s/GPU"),
+        pl.col("measured_over_curve").alias("measured ÷ curve")),
+        {"N": count, "batch (seqs)": count, "curve batch": count, "measured tokens/s/GPU": count,
+         "measured ÷ curve": "{:.2f}×"}, text=("measured layout", "curve layout at N"))
+
+
+def _frontier_page(site: _Site, pngs: dict) -> Page:
+    fr = site.frontier
     page = Page("Compute frontier per accelerator")
     months = fr["months"].drop_nulls()[0] if "months" in fr.columns and fr["months"].drop_nulls().len() else None
     minu = fr["min_utilization"].drop_nulls()[0] if "min_utilization" in fr.columns and \
@@ -249,51 +484,95 @@ def _build(folder: str | Path, tables: dict[str, pl.DataFrame | None], *, png: b
     page.p(f"For each training compute C: the Chinchilla-optimal dense model (tokens = 20 × parameters, Hoffmann "
            f"et al. 2022; GPT-3-shaped: d_model/layers = 128, heads of 128), the DeepSeek LLM 2024 batch ceiling, "
            f"and the cluster/layout with the best utilization that finishes within {months or '?'} months. A "
-           f"large dot marks each accelerator's frontier: the largest C whose utilization stays ≥ {minu or '?'} × "
-           f"its best. Click a legend entry to highlight one accelerator. <b>{html.escape(cal_note)}</b>.", "note")
-    spec = page.chart(charts.frontier_chart(fr, f"utilization vs training compute ({months or '?'}-month limit)"),
-                      "frontier")
-    pngs["frontier"] = spec
+           f"large dot marks each accelerator's frontier: the largest C whose utilization stays ≥ "
+           f"{pct(minu) if minu else '?'} of its best. One panel per vendor; click a legend entry to highlight one "
+           f"accelerator. <b>{html.escape(site.cal_note)}</b>.", "note")
+    if fr.filter(pl.col("feasible")).height:
+        pngs["frontier"] = page.chart(charts.frontier_chart(
+            fr, f"utilization vs training compute ({months or '?'}-month limit)"), "frontier")
+    else:
+        page.empty("No accelerator has a feasible configuration at any compute level: nothing to draw.")
     top = fr.filter(pl.col("is_frontier")) if "is_frontier" in fr.columns else fr.clear()
-    page.table(top.sort("training_flop", descending=True).select(
-        "gpu", "training_flop", "params", "tokens", "n_gpus", "tp", "pp", "dp", "utilization", "best_utilization",
-        "time_to_train_days", "cost_usd"),
-        {"training_flop": "{:.3g}", "params": "{:.3g}", "tokens": "{:.3g}", "n_gpus": "{:,}", "utilization": "{:.1%}",
-         "best_utilization": "{:.1%}", "time_to_train_days": "{:,.0f}", "cost_usd": "${:,.0f}"},
-        {"gpu": "hardware/{}.html"})
+    if top.height:
+        page.table(top.sort("training_flop", descending=True).select(
+            pl.col("gpu").alias("accelerator"), pl.col("training_flop").alias("training FLOP"),
+            pl.col("params").alias("parameters"), "tokens", pl.col("n_gpus").alias("N"), "layout",
+            pl.col("utilization").alias("utilization"), pl.col("best_utilization").alias("best utilization"),
+            pl.col("time_to_train_days").alias("days"), pl.col("cost_usd").alias("cost")),
+            {"training FLOP": flop, "parameters": si, "tokens": si, "N": count, "utilization": pct,
+             "best utilization": pct, "days": days, "cost": usd}, {"accelerator": "hardware/{}.html"}, text=("layout",))
     none = fr.filter(~pl.col("gpu").is_in(top["gpu"].to_list())).group_by("gpu").agg(pl.col("reason").drop_nulls()
                                                                                     .first())
     if none.height:
         page.p("Accelerators without a frontier: " + "; ".join(
-            f"{html.escape(r['gpu'])}: {html.escape(str(r['reason']))}" for r in none.iter_rows(named=True)))
-    save(page, "frontier.html")
+            f"{html.escape(site.name(r['gpu']))}: {html.escape(humane_reason(r['reason']))}"
+            for r in none.sort("gpu").iter_rows(named=True)) + ".")
+    return page
 
-    # ---------------- hardware choice
+
+def _choice_page(site: _Site, pngs: dict) -> Page:
     page = Page("Hardware choice: time vs cost for the reference runs")
     page.p("Each point: one accelerator at one cluster size N with its best layout (strong scaling at the run's "
            "batch), cost = N × time × on-demand price per accelerator-hour (`hardware.cloud_usd_per_hour`, the "
-           "SkyPilot-catalog median; accelerators without a price are left out). Black rings: Pareto-efficient "
-           f"choices (nothing is both faster and cheaper). <b>{html.escape(cal_note)}</b>.", "note")
+           "SkyPilot-catalog median; accelerators without a price are left out). One panel per vendor. Black rings: "
+           f"Pareto-efficient choices over all vendors (nothing is both faster and cheaper). "
+           f"<b>{html.escape(site.cal_note)}</b>.", "note")
+    curves = site.curves
     for ref in REFERENCE_RUNS:
         d = cost_pareto(curves.filter((pl.col("arch_id") == ref["arch_id"]) & (pl.col("policy") == "strong")))
-        spec = page.chart(charts.choice_chart(d, f"{ref['arch_id']}, {ref['tokens']:.3g} tokens: time vs cost"),
-                          f"choice-{ref['arch_id']}")
-        pngs.setdefault("hardware-choice", spec)
-        page.table(d.filter(pl.col("cost_pareto")).select("gpu", "n_gpus", "tp", "pp", "dp", "time_to_train_days",
-                                                           "cost_usd", "mfu"),
-                   {"n_gpus": "{:,}", "time_to_train_days": "{:,.1f}", "cost_usd": "${:,.0f}", "mfu": "{:.1%}"},
-                   {"gpu": "hardware/{}.html"})
-    unpriced = sorted(set(gpus) - set(curves.filter(pl.col("usd_per_gpu_hour").is_not_null())["gpu"].to_list()))
-    page.p("No price (no cost): " + ", ".join(unpriced))
-    save(page, "hardware-choice.html")
+        page.h(f"{ref['arch_id']}, {si(ref['tokens'])} tokens")
+        if d.height == 0:
+            page.empty(f"No priced accelerator runs {ref['arch_id']}: nothing to draw.")
+            continue
+        pngs.setdefault("hardware-choice", page.chart(charts.choice_chart(d, f"{ref['arch_id']}: time vs cost"),
+                                                      f"choice-{ref['arch_id']}"))
+        page.table(d.filter(pl.col("cost_pareto")).select(
+            pl.col("gpu").alias("accelerator"), pl.col("n_gpus").alias("N"), "layout",
+            pl.col("time_to_train_days").alias("days"), pl.col("cost_usd").alias("cost"), pl.col("mfu").alias("MFU")),
+            {"N": count, "days": days, "cost": usd, "MFU": pct}, {"accelerator": "hardware/{}.html"}, text=("layout",))
+    unpriced = sorted(set(site.gpus) - set(curves.filter(pl.col("usd_per_gpu_hour").is_not_null())["gpu"].to_list()))
+    if unpriced:
+        page.p("No price, so no cost: " + ", ".join(site.name(g) for g in unpriced) + ".")
+    return page
 
-    # ---------------- calibration
-    page = Page("Calibration: measured vs predicted")
+
+def _calibration_page(site: _Site) -> tuple[str, Page]:
+    page = Page("Calibration: how far off are the predictions?")
+    held = heldout_summary(site.fit_metrics, site.fits)
+    page.h("On runs the fit never saw")
+    if held.height:
+        worst = held.row(0, named=True)
+        page.p(f"Held out by <b>{html.escape(worst['protocol'])}</b>, the hardest transfer tested, the calibrated "
+               f"model's median error of tokens/s per GPU is <b>{pct(worst['calibrated'], 1)}</b> over "
+               f"{count(worst['n_runs'])} runs (mean {pct(worst['calibrated_mape'], 1)}; "
+               f"{pct(worst['within_10pct'])} within ±10 %; the 90 % interval holds "
+               f"{pct(worst['coverage_90'])} of them). The analytical model with its prior parameters: "
+               f"{pct(worst['analytical'], 1)}.", "note headline")
+        page.p("Each protocol re-fits the physics and the residual model without the held-out group, then scores "
+               "that group; worst first. These are the figures to expect on a new source, accelerator or scale.")
+        long = pl.concat([held.select("protocol", pl.lit(p).alias("predictor"), pl.col(p).alias("mdape"), "n_runs",
+                                      pl.int_range(pl.len()).alias("order"))
+                          for p in ("analytical", "physics", "calibrated")]).filter(pl.col("mdape").is_not_null())
+        page.chart(charts.heldout_bars(long, "held-out MdAPE per protocol (worst first)"), "heldout")
+        page.table(held.select(
+            "protocol", pl.col("n_runs").alias("runs"), pl.col("analytical").alias("analytical MdAPE"),
+            pl.col("physics").alias("physics MdAPE"), pl.col("calibrated").alias("calibrated MdAPE"),
+            pl.col("calibrated_mape").alias("calibrated MAPE"), pl.col("within_10pct").alias("within ±10%"),
+            pl.col("coverage_90").alias("90% coverage")),
+            {"runs": count, **{c: (lambda v: pct(v, 1)) for c in ("analytical MdAPE", "physics MdAPE",
+                                                                   "calibrated MdAPE", "calibrated MAPE")},
+             "within ±10%": pct, "90% coverage": pct}, text=("protocol",))
+    else:
+        page.empty("No held-out figures yet: the store has no `fit_metrics` rows (they appear once a calibration fit "
+                   "has run, e.g. `stepcast build`).")
+
+    pred = site.pred
     scored = pred.filter(pl.col("scored")) if "scored" in pred.columns else pred
     long = scored.select("run_id", "source", "gpu", "n_gpus", "measured_tokens_per_s_per_gpu",
                          "tokens_per_s_per_gpu", "rel_error").with_columns(pl.lit("analytical").alias("estimate"))
     shown = "analytical only (no `calibrated_predictions` table in the store yet)"
     cov = None
+    cal = site.cal
     if cal is not None and cal.height and "tokens_per_s_per_gpu" in cal.columns:
         cj = cal.select("run_id", *[c for c in ("tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo",
                                                 "tokens_per_s_per_gpu_hi", "fit_version") if c in cal.columns])
@@ -313,87 +592,90 @@ def _build(folder: str | Path, tables: dict[str, pl.DataFrame | None], *, png: b
                                            .alias("inside"))
                 cov = {g: inside.group_by(g).agg(pl.col("inside").mean().alias("coverage"),
                                                  pl.len().alias("runs")) for g in ("source", "gpu")}
+    page.h("In-sample: the runs the fit was trained on")
     page.p(f"Shown: <b>{html.escape(shown)}</b>. Runs with a measured throughput target (`scored`); the error is "
-           f"predicted/measured − 1 of tokens/s per GPU. Note: the calibrated column is the in-sample prediction "
-           f"of the promoted fit as stored; its grouped (leave-one-source-out) error is in the `fits` table.", "note")
+           f"predicted/measured − 1 of tokens/s per GPU. The calibrated points are the promoted fit's predictions "
+           f"on its own training runs: they flatter it; the held-out figures above are the honest ones.", "note")
+    summary = long.group_by("estimate").agg(pl.len().alias("runs"), pl.col("rel_error").abs().median().alias("MdAPE"),
+                                            (pl.col("rel_error").abs() <= 0.1).mean().alias("within ±10%"))
+    page.table(summary.sort("estimate"), {"runs": count, "MdAPE": lambda v: pct(v, 1), "within ±10%": pct})
     a_only = long.filter(pl.col("estimate") == "analytical")
-    panels = [charts.measured_vs_predicted(a_only, "tokens_per_s_per_gpu", "analytical model")]
     c_only = long.filter(pl.col("estimate") == "calibrated")
-    if c_only.height:
-        panels.append(charts.measured_vs_predicted(c_only, "tokens_per_s_per_gpu", "calibrated"))
-    page.chart(charts.hconcat(*panels), "measured-vs-predicted")
-    page.chart(charts.hconcat(charts.residual_strip(long, "source", "rel_error", "error by source"),
-                           charts.residual_strip(long, "gpu", "rel_error", "error by accelerator")), "residuals")
+    panels = [charts.measured_vs_predicted(long, "tokens_per_s_per_gpu", t, e)
+              for d, t, e in ((a_only, "analytical model", "analytical"), (c_only, "calibrated (in-sample)", "calibrated"))
+              if d.height]
+    if panels:
+        page.chart(charts.hconcat(*panels), "measured-vs-predicted")
+        page.chart(charts.vconcat(charts.residual_strip(long, "source", "rel_error", "error by source"),
+                                  charts.residual_strip(long, "gpu", "rel_error", "error by accelerator")), "residuals")
+    else:
+        page.empty("No measured run with a throughput target: nothing to compare.")
     page.h("Interval coverage")
     if cov is not None:
         nominal = None
-        if fits is not None and fits.height and "alpha" in fits.columns:
-            nominal = 1.0 - float(fits["alpha"][0])
+        if site.fits is not None and site.fits.height and "alpha" in site.fits.columns:
+            nominal = 1.0 - float(site.fits["alpha"][0])
         page.chart(charts.hconcat(charts.coverage_bars(cov["source"], "source", "coverage by source", nominal),
-                               charts.coverage_bars(cov["gpu"], "gpu", "coverage by accelerator", nominal)),
+                                  charts.coverage_bars(cov["gpu"], "gpu", "coverage by accelerator", nominal)),
                    "coverage")
     else:
-        page.p("No intervals yet: the analytical model gives point predictions only; coverage appears here once a "
-               "calibrated fit with intervals is promoted.")
-    summary = long.group_by("estimate").agg(pl.len().alias("runs"), pl.col("rel_error").abs().median().alias("MdAPE"),
-                                            (pl.col("rel_error").abs() <= 0.1).mean().alias("within ±10%"))
-    page.table(summary.sort("estimate"), {"MdAPE": "{:.1%}", "within ±10%": "{:.0%}"})
+        page.empty("No intervals yet: the analytical model gives point predictions only; coverage appears here once a "
+                   "calibrated fit with intervals is promoted.")
+    fits = site.fits
     if fits is not None and fits.height:
-        cols = [c for c in fits.columns if c in ("version", "fit_version", "promoted", "created_at", "model_kind",
-                                                  "loso_mdape", "loho_mdape", "coverage_loso", "coverage_loho")]
-        if cols:
-            page.h("Fits")
-            page.table(fits.select(cols).head(10))
-    save(page, "calibration.html")
+        cols = [c for c in ("version", "promoted", "created_at", "model_kind", "n_train", "mdape", "loho_mdape",
+                            "coverage_90", "promotion_reason") if c in fits.columns]
+        page.h("Fits")
+        page.table(fits.select(cols).head(10), {"n_train": count, "mdape": lambda v: pct(v, 1),
+                                                "loho_mdape": lambda v: pct(v, 1), "coverage_90": pct},
+                   text=("promotion_reason",))
+    return shown, page
 
-    # ---------------- index
+
+def _index_page(site: _Site, shown: str) -> Page:
     page = Page("stepcast reports")
     page.p(f"Where does a training run stop gaining from more accelerators, and what can each accelerator train at "
-           f"all? Curves: <b>{html.escape(cal_note)}</b>. Built from the store's tables `scaling_curves`, "
+           f"all? Curves: <b>{html.escape(site.cal_note)}</b>. Built from the store's tables `scaling_curves`, "
            f"`inflection_points`, `frontier`, `analytical_predictions`"
-           f"{', `calibrated_predictions`' if cal is not None else ''}.", "note")
-    page.p(f"<b>Inflection point</b>: the smallest N whose marginal efficiency — throughput gained per added "
-           f"accelerator, relative to the average accelerator of the smallest feasible cluster — falls below "
+           f"{', `calibrated_predictions`' if site.cal is not None else ''}.", "note")
+    page.p(f"<b>Inflection point</b>: the smallest N whose marginal efficiency (throughput gained per added "
+           f"accelerator, relative to the average accelerator of the smallest feasible cluster) falls below "
            f"{DEFAULT_THRESHOLD:g}; sizes beaten by a larger, more efficient size are skipped. The interval comes "
            f"from the calibrated bounds. A Universal Scalability Law fit X(N) = λn/(1+σ(n−1)+κn(n−1)) explains it: "
            f"σ contention, κ coherency, peak at n* = √((1−σ)/κ).")
     page.h("Pages")
     page.raw("<ul>" + "".join(f'<li><a href="{p}">{t}</a></li>' for p, t in (
         ("frontier.html", "compute frontier per accelerator"), ("hardware-choice.html", "hardware choice: time vs cost"),
-        ("calibration.html", f"calibration: measured vs predicted ({html.escape(shown)})"))) + "</ul>")
-    page.h("Inflection points (reference runs, strong scaling)")
-    strong = knees.filter(pl.col("policy") == "strong").sort("gpu", "arch_id")
-    page.table(strong.select("gpu", "arch_id", "n_min_feasible", "inflection_n", "inflection_n_lo", "inflection_n_hi",
-                             "usl_sigma", "usl_kappa", "usl_peak_n"),
-               {"inflection_n": "{:,.0f}", "inflection_n_lo": "{:,.0f}", "inflection_n_hi": "{:,.0f}",
-                "usl_sigma": "{:.3g}", "usl_kappa": "{:.3g}", "usl_peak_n": "{:,.0f}"}, {"gpu": "hardware/{}.html"})
-    sm = strong.filter(pl.col("arch_id") == REFERENCE_RUNS[0]["arch_id"]) if strong.height else strong
-    if sm.height:
-        chart = alt.Chart(charts.data(sm.with_columns(pl.col("inflection_n").fill_null(pl.col("n_max_swept"))),
-                                      ["gpu", "inflection_n", "knee_found", "explanation"])).mark_bar().encode(
-            y=alt.Y("gpu:N", sort="-x", title=None), x=alt.X("inflection_n:Q", scale=alt.Scale(type="log"),
-                                                             title="inflection point N (log; no knee → largest N swept)"),
-            color=alt.Color("knee_found:N", title="knee found"),
-            tooltip=[alt.Tooltip("gpu:N"), alt.Tooltip("inflection_n:Q", format=","),
-                     alt.Tooltip("explanation:N")]).properties(
-            title=f"{REFERENCE_RUNS[0]['arch_id']}, strong scaling: where marginal efficiency drops below "
-                  f"{DEFAULT_THRESHOLD:g}", width=560)
-        page.chart(chart, "index-knees")
+        ("calibration.html", f"calibration: held-out and in-sample error ({html.escape(shown)})"))) + "</ul>")
+    page.raw('<ul class="cols">' + "".join(f'<li><a href="hardware/{g}.html">{html.escape(site.name(g))}</a></li>'
+                                           for g in site.gpus) + "</ul>")
+    page.h("Where adding accelerators stops paying (strong scaling)")
+    strong = site.knees.filter(pl.col("policy") == "strong").sort("gpu", "arch_id").with_columns(
+        pl.col("gpu").replace_strict(site.names, default=pl.col("gpu")).alias("accelerator"))
+    drawable = strong.filter(pl.col("inflection_n").is_not_null() | pl.col("n_max_swept").is_not_null()) \
+        .filter(pl.col("n_min_feasible").is_not_null()) if "n_min_feasible" in strong.columns else strong.clear()
+    if drawable.height:
+        dots = drawable.with_columns(
+            pl.col("inflection_n").fill_null(pl.col("n_max_swept")).alias("knee_n"),
+            pl.when(pl.col("knee_found")).then(pl.lit("knee found")).otherwise(pl.lit("no knee up to the largest N swept"))
+            .alias("status"))
+        page.chart(charts.knee_dots(dots, f"knee N per accelerator: marginal efficiency below {DEFAULT_THRESHOLD:g} "
+                                          f"(line: interval)"), "index-knees")
+    else:
+        page.empty("No accelerator has a feasible scaling curve: nothing to draw.")
+    infeasible = strong.filter(pl.col("n_min_feasible").is_null()) if "n_min_feasible" in strong.columns else strong.clear()
+    if infeasible.height:
+        page.p("Not drawn (no feasible layout at any N): " + ", ".join(
+            f"{r['accelerator']} × {r['arch_id']}" for r in infeasible.iter_rows(named=True)) + ".")
+    page.table(_knee_table(strong.rename({"arch_id": "model"}).select(
+        "accelerator", "gpu", "model", "policy", "n_min_feasible", "inflection_n", "inflection_n_lo", "inflection_n_hi",
+        "usl_sigma", "usl_kappa", "usl_peak_n", "explanation")).drop("policy"), KNEE_FORMATS, text=("explanation",))
     page.h("Frontier")
-    page.table(top.sort("training_flop", descending=True).select("gpu", "training_flop", "n_gpus", "utilization"),
-               {"training_flop": "{:.3g}", "n_gpus": "{:,}", "utilization": "{:.1%}"}, {"gpu": "hardware/{}.html"})
-    save(page, "index.html")
-
-    if png:
-        _pngs(pngs, tmp / "img", folder / "img", written)
-    # swap in
-    old = folder.with_name(f".{folder.name}.{os.getpid()}.old")
-    if folder.exists():
-        folder.rename(old)
-    tmp.rename(folder)
-    if old.exists():
-        shutil.rmtree(old, ignore_errors=True)
-    return written
+    top = site.frontier.filter(pl.col("is_frontier")) if "is_frontier" in site.frontier.columns else site.frontier.clear()
+    page.table(top.sort("training_flop", descending=True).select(
+        pl.col("gpu").alias("accelerator"), pl.col("training_flop").alias("training FLOP"), pl.col("n_gpus").alias("N"),
+        "utilization"), {"training FLOP": flop, "N": count, "utilization": pct}, {"accelerator": "hardware/{}.html"})
+    return page
 
 
 def _pngs(specs: dict[str, dict], tmp_dir: Path, final_dir: Path, written: list[Path]) -> None:

@@ -12,31 +12,40 @@ ROOT = Path(__file__).resolve().parents[1]
 MEASUREMENTS = ROOT / "measurements"
 
 
+def dagster_home_of(store: Path) -> Path:
+    """The Dagster instance folder the session build recorded its run in (beside its store)."""
+    return store.parent / "dagster_home"
+
+
 @pytest.fixture(scope="session")
 def built_store(tmp_path_factory) -> Path:
-    """Run the whole build job in-process on a temporary store; returns the store path."""
-    import dagster as dg
+    """Run `stepcast build` (the build job in-process) on a temporary store, recording the run in a temporary
+    Dagster instance (``dagster_home_of(store)``); returns the store path."""
+    import io
 
-    from pipeline.definitions import make_definitions
+    from rich.console import Console
+
+    from pipeline.build import run_build
     from pipeline.settings import Settings
 
     folder = tmp_path_factory.mktemp("built")
     # the build must not pick up (or move) files a developer left in the real drop folder
     (folder / "incoming").mkdir()
-    overrides = {"STEPCAST_STORE": str(folder / "stepcast.duckdb"), "STEPCAST_INCOMING": str(folder / "incoming")}
+    overrides = {"STEPCAST_STORE": str(folder / "stepcast.duckdb"), "STEPCAST_INCOMING": str(folder / "incoming"),
+                 "DAGSTER_HOME": str(folder / "dagster_home")}
     old = {k: os.environ.get(k) for k in overrides}
     os.environ.update(overrides)
+    out = io.StringIO()
     try:
         cfg = Settings.load()
+        ok = run_build(cfg, Console(file=out, width=200), quiet=True)
     finally:
         for k, v in old.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    result = make_definitions(cfg).resolve_job_def("build").execute_in_process(
-        instance=dg.DagsterInstance.ephemeral(), raise_on_error=True)
-    assert result.success
+    assert ok, out.getvalue()[-4000:]
     return cfg.store
 
 
@@ -50,9 +59,11 @@ def store_copy(built_store, tmp_path) -> Path:
 
 @pytest.fixture(autouse=True)
 def _no_default_store(monkeypatch, tmp_path_factory):
-    """Commands under test never read the developer's own out/ store: unless a test points STEPCAST_STORE
+    """Commands under test never read the developer's own out/ store or Dagster instance: unless a test points STEPCAST_STORE
     somewhere, it points at an empty folder (so predict/search/plan run analytical, as on a fresh clone)."""
     folder = tmp_path_factory.mktemp("no-store")
     monkeypatch.setenv("STEPCAST_STORE", str(folder / "stepcast.duckdb"))
     monkeypatch.setenv("STEPCAST_INCOMING", str(folder / "incoming"))
     monkeypatch.delenv("STEPCAST_SNAPSHOT", raising=False)
+    # nor the developer's Dagster instance (.dagster/ or their DAGSTER_HOME): builds record their runs here
+    monkeypatch.setenv("DAGSTER_HOME", str(folder / "dagster_home"))

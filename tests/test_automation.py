@@ -73,7 +73,9 @@ def test_schedule_sensor_and_refit_job_definitions():
 def test_dagster_yaml_allows_one_run_at_a_time(tmp_path):
     home = tmp_path / "dh"
     home.mkdir()
-    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    from pipeline.build import ensure_dagster_home
+
+    ensure_dagster_home(home)  # the project's dagster.yaml, storage inside the home
     instance = dg.DagsterInstance.from_config(str(home))
     try:
         queue = instance.get_concurrency_config().run_queue_config
@@ -348,7 +350,9 @@ class Daemon:
     def __init__(self, built_store: Path, folder: Path):
         self.home = folder / "dagster_home"
         self.home.mkdir()
-        shutil.copy(ROOT / "dagster.yaml", self.home / "dagster.yaml")
+        from pipeline.build import ensure_dagster_home
+
+        ensure_dagster_home(self.home)  # the project's dagster.yaml, storage inside the home
         self.store = folder / "store" / "stepcast.duckdb"
         self.store.parent.mkdir()
         shutil.copyfile(built_store, self.store)
@@ -458,8 +462,7 @@ def test_daemon_refuses_a_contradicting_drop_visibly_and_ingest_waits_then_stops
     lock = Path(str(daemon.store) + ".lock")
     daemon.wait(lambda rs: "dagster run" in store.lock_holder(lock), what="the run to hold the store's lock")
     other = good_file(tmp_path / "other.csv", "ingest-during-run")
-    env = dict(daemon.env)
-    env.pop("DAGSTER_HOME")
+    env = dict(daemon.env, DAGSTER_HOME=str(tmp_path / "cli_dagster_home"))  # the CLI's own instance
     out = subprocess.run([str(BIN / "stepcast"), "ingest", str(other)], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 1, out.stdout + out.stderr
@@ -577,7 +580,7 @@ def test_sigkill_during_build_keeps_snapshot_and_next_build_recovers(built_store
     before = table_counts(snapshot)
     env = dict(os.environ, STEPCAST_STORE=str(target), STEPCAST_INCOMING=str(tmp_path / "incoming"))
     env.pop("STEPCAST_SNAPSHOT", None)
-    env.pop("DAGSTER_HOME", None)
+    env["DAGSTER_HOME"] = str(tmp_path / "dagster_home")  # never the project's own .dagster/
     cmd = [str(BIN / "stepcast"), "build", "--quiet"]
     rng = random.Random(7)
     # kill points: during start-up/ingest, and during the later assets; the publish step itself is covered by

@@ -17,6 +17,29 @@ import polars as pl
 import pytest
 
 CHROMIUM = Path("/usr/bin/chromium")
+SITE_TARGET_BYTES = 8 * 1024 * 1024  # the whole site, JavaScript bundle, pages and PNGs included
+# Per chart: is it rendered (an <svg>), and for every leaf view how many data marks it drew. A view is a Vega
+# `role-scope` group named `…_group` (a concatenated view), or one item of the `cell` group (a facet panel); a leaf
+# holds no other view;
+# a chart of one view is its own leaf. Data marks: children of `role-mark` groups, except the helper layers
+# reports/charts.py names `guide_…` (a y = x diagonal or a threshold rule alone is an empty chart).
+VIEW_STATE_JS = """(() => {
+  const charts = [...document.querySelectorAll('div.chart')];
+  const marks = (root) => [...root.querySelectorAll('g.role-mark')]
+      .filter(g => ![...g.classList].some(c => c.startsWith('guide_')))
+      .reduce((n, g) => n + g.children.length, 0);
+  const isView = (g) => [...g.classList].some(c => c === 'cell' || (c.endsWith('_group') && !c.endsWith('pathgroup')));
+  const views = (svg) => {
+    const all = [...svg.querySelectorAll('g.role-scope')].filter(isView)
+        .flatMap(g => g.classList.contains('cell') ? [...g.children].filter(c => c.tagName === 'g') : [g]);
+    const leaves = all.filter(g => !all.some(o => o !== g && g.contains(o)));
+    return (leaves.length ? leaves : [svg]).map(marks);
+  };
+  return {ready: document.readyState, charts: charts.length,
+          rendered: charts.filter(x => x.querySelector('svg')).length,
+          views: charts.map(x => x.querySelector('svg') ? views(x.querySelector('svg')) : []),
+          empty_notes: document.querySelectorAll('p.empty').length};
+})()"""
 TABLES = ("scaling_curves", "inflection_points", "frontier", "analytical_predictions", "runs", "hardware")
 
 
@@ -52,6 +75,59 @@ def test_build_writes_the_site(built_store):
         con.close()
     assert len([p for p in pages if p.startswith("hardware/")]) == n
     assert knees > 0 and fr >= 28
+
+
+def test_site_shares_one_bundle_and_stays_under_the_size_target(built_store):
+    site = site_of(built_store)
+    bundle = site / "vega-bundle.js"
+    assert bundle.stat().st_size > 100_000  # the Vega/Vega-Lite/vega-embed bundle, written once
+    for page in site.rglob("*.html"):
+        text = page.read_text()
+        up = "../" * (len(page.relative_to(site).parts) - 1)
+        assert f'src="{up}vega-bundle.js"' in text, page
+        assert "vegaEmbed=" not in text and "function vegaEmbed" not in text, f"{page}: carries its own bundle"
+    total = sum(f.stat().st_size for f in site.rglob("*") if f.is_file())
+    assert total < SITE_TARGET_BYTES, f"site is {total / 2**20:.1f} MB, target < {SITE_TARGET_BYTES / 2**20:.0f} MB"
+
+
+def test_numbers_read_as_people_write_them():
+    from reports.site import count, flop, pct, si, usd
+
+    assert [usd(11.3e6), usd(2.1e9), usd(950e3), usd(740.0), usd(None)] == ["$11.3M", "$2.1B", "$950K", "$740", "—"]
+    assert [pct(0.52), pct(0.123, 1), count(1024), si(175e9), si(15e12), flop(3.2e25)] == \
+        ["52%", "12.3%", "1,024", "175B", "15T", "3.2e25"]
+
+
+def test_calibration_summary_puts_the_worst_held_out_protocol_first():
+    from reports.site import heldout_summary
+
+    rows = []
+    for scheme, cal in (("loso", 0.085), ("scale", 0.31), ("loho", 0.127)):
+        for predictor, mdape in (("analytical", 0.93), ("physics", cal + 0.02), ("calibrated", cal)):
+            rows.append({"version": "v1", "scheme": scheme, "grouping": "source", "group": "ALL", "predictor": predictor,
+                         "n_runs": 100, "mdape": mdape, "mape": mdape * 1.4, "within_10pct": 0.5, "coverage_90": 0.9})
+        rows.append({**rows[-1], "group": "some source", "mdape": 0.99})  # per-group rows are not the headline
+    summary = heldout_summary(pl.DataFrame(rows), pl.DataFrame({"version": ["v1"], "promoted": [True]}))
+    assert summary["scheme"].to_list() == ["scale", "loho", "loso"]
+    assert summary["calibrated"].to_list() == [0.31, 0.127, 0.085]
+    assert summary["protocol"][2] == "leave one source out"
+
+
+def test_a_chart_with_nothing_to_draw_becomes_a_sentence(store_copy, tmp_path):
+    from reports.site import build_site
+
+    con = duckdb.connect(str(store_copy), read_only=True)
+    try:
+        tables = {t: con.sql(f"select * from {t}").pl() for t in TABLES}
+    finally:
+        con.close()
+    gtx = tables["scaling_curves"].filter(pl.col("gpu") == "gtx-580")
+    assert gtx.height and not gtx["feasible"].any()  # nothing fits in its 1.5 GB
+    tables["scaling_curves"] = tables["scaling_curves"].filter(pl.col("gpu").is_in(["gtx-580", "h100-sxm5-80gb"]))
+    build_site(tmp_path / "site", tables, png=False)
+    page = (tmp_path / "site" / "hardware" / "gtx-580.html").read_text()
+    assert 'class="chart"' not in page
+    assert page.count('class="empty"') >= 3 and "no layout fits in memory" in page
 
 
 def test_site_rebuilds_from_a_store_copy_and_a_failed_build_keeps_the_old_site(store_copy, tmp_path):
@@ -131,12 +207,7 @@ class Browser:
         deadline = time.time() + timeout
         state = None
         while time.time() < deadline:
-            state = self.evaluate(
-                "(() => { const d = [...document.querySelectorAll('div.chart')];"
-                " return {ready: document.readyState, charts: d.length,"
-                " rendered: d.filter(x => x.querySelector('svg')).length,"
-                " marks: d.map(x => x.querySelectorAll('svg .mark-symbol path, svg .mark-line path, svg .mark-rect path,"
-                " svg .mark-area path, svg .mark-tick path, svg .mark-text text').length)}; })()")
+            state = self.evaluate(VIEW_STATE_JS)
             if state and state["ready"] == "complete" and state["rendered"] == state["charts"]:
                 break
             time.sleep(0.25)
@@ -186,10 +257,12 @@ def test_every_page_renders_offline_without_errors(built_store, browser):
     assert len(pages) >= 5
     for page in pages:
         state = browser.open(page.as_uri())
+        assert state and state["ready"] == "complete", f"{page}: did not load"
         errors, requests = browser.problems()
         name = page.relative_to(site)
         assert not errors, f"{name}: console errors {errors[:3]}"
         assert not requests, f"{name}: network requests {requests[:3]}"
-        assert state and state["charts"] > 0, f"{name}: no charts"
+        assert state and (state["charts"] > 0 or state["empty_notes"] > 0), f"{name}: no charts and no reason why"
         assert state["rendered"] == state["charts"], f"{name}: {state['charts'] - state['rendered']} charts not rendered"
-        assert all(m > 0 for m in state["marks"]), f"{name}: empty chart(s) {state['marks']}"
+        empty = [(i, v) for i, views in enumerate(state["views"]) for v in [views] if not views or 0 in views]
+        assert not empty, f"{name}: chart(s) with an empty view (marks per view): {empty}"
