@@ -184,8 +184,10 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     def note(cond: pl.Expr, text: str) -> None:
         notes.append(pl.when(cond).then(pl.lit(text)))
 
+    from models import frameworks as fw
+
     megatron = _has_any("framework", MEGATRON_STACKS)
-    fsdp = _has_any("framework", FSDP_STACKS)
+    r = r.with_columns(fw.framework_preset("framework", "year"))  # memory_preset: the stack's memory behaviour
     ratio = pl.col("ffn_dim").cast(pl.Float64) / pl.col("d_model").cast(pl.Float64)
     note(pl.col("sharding").is_null(), "sharding from framework default")
     note(pl.col("dtype").is_null(), "dtype=bf16")
@@ -196,10 +198,7 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     note(pl.col("vocab").is_null(), "vocab=51200")
 
     out = r.with_columns(
-        pl.coalesce(
-            pl.col("sharding"),
-            pl.when(fsdp).then(pl.lit("fsdp")).when(megatron).then(pl.lit("zero1")).otherwise(pl.lit("none")),
-        ).alias("sharding"),
+        pl.coalesce(pl.col("sharding"), fw.default_sharding(pl.col("memory_preset"))).alias("sharding"),
         pl.col("recompute").replace("unknown", None).alias("recompute"),
         pl.col("dtype").fill_null("bf16").alias("dtype"),
         pl.coalesce(
@@ -232,8 +231,13 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     out = out.with_columns(
         pl.coalesce(pl.col("gpus_per_node"),
                     pl.min_horizontal(pl.col("scaleup_size"), pl.col("n_gpus"))).alias("gpus_per_node"),
-        (megatron & (pl.col("tp") > 1)).alias("sequence_parallel"),
+        fw.sequence_parallel_default(pl.col("memory_preset"), pl.col("tp"), megatron & (pl.col("tp") > 1)),
+        fw.pipeline_micro_batch(pl.col("memory_preset"), pl.col("micro_batch"), pl.col("pp"), pl.col("vpp")),
     )
+    if "gpu_as_reported" in out.columns:  # a capacity the source states wins (e.g. Grand Teton H100s, 96 GB)
+        out = out.with_columns(pl.coalesce(fw.reported_memory_gb("gpu_as_reported"), pl.col("memory_gb"))
+                               .alias("memory_gb"))
+    out = _lora_fraction(out)
     problems = [
         pl.when(pl.col("n_gpus").is_null()).then(pl.lit("n_gpus not stated (whole-run totals cannot be predicted)")),
         pl.when(pl.col("n_layers").is_null() | pl.col("d_model").is_null() | pl.col("n_heads").is_null())
@@ -249,6 +253,30 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
         problems.append(pl.col("hardware_error"))
     return out.with_columns(pl.concat_str(problems, separator="; ", ignore_nulls=True).replace("", None)
                             .alias("config_error"))
+
+
+def _lora_fraction(out: pl.DataFrame) -> pl.DataFrame:
+    """`trainable_frac`: the share of parameters a LoRA run trains (models.frameworks, NeMo's rank-32 adapters);
+    1 for full training."""
+    from models import frameworks as fw
+    from models.accounting import normalize_arch, param_counts
+
+    if "model_name" not in out.columns or not out.height:
+        return out.with_columns(pl.lit(1.0).alias("trainable_frac"))
+    lora = out.select(fw.finetune_mode("model_name"))["finetune_mode"].to_numpy() == "lora"
+    if not lora.any():
+        return out.with_columns(pl.lit(1.0).alias("trainable_frac"))
+    cols = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "vocab", "n_experts", "top_k",
+            "expert_ffn_dim", "n_shared_experts", "n_dense_layers", "tied_embeddings")
+    arr = {c: out[c].cast(pl.Float64, strict=False).fill_null(np.nan).to_numpy() for c in cols if c in out.columns}
+    arr["activation"] = (out["activation"] == "swiglu").cast(pl.Float64).to_numpy()
+    arch = normalize_arch(arr)
+    params = param_counts(arch, normalized=True)["params"]
+    hd = arch["head_dim"]
+    frac = fw.lora_trainable_frac(arch["n_layers"], arch["d_model"], arch["n_heads"] * hd, arch["n_kv_heads"] * hd,
+                                  arch["ffn_dim"], arr["activation"], params)
+    frac = np.where(lora & np.isfinite(frac), np.clip(frac, 0.0, 1.0), 1.0)
+    return out.with_columns(pl.Series("trainable_frac", frac))
 
 
 #: model-parallel layouts tried, in order, for a run that states none (tp inside the node first, then pp)

@@ -137,6 +137,20 @@ def _code(a: Mapping[str, np.ndarray], key: str, n: int) -> np.ndarray:
     return np.nan_to_num(_f(x, n), nan=0.0).astype(np.int64)
 
 
+def _memory_options(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> dict:
+    """Keyword arguments of `memory_per_gpu` from optional arrays: `memory_preset` (codes of the training stack's
+    memory behaviour, models.frameworks) and `trainable_frac` (LoRA: the share of parameters trained)."""
+    out: dict = {}
+    if a.get("memory_preset") is not None:
+        from models.frameworks import memory_arguments
+
+        codes = _code(a, "memory_preset", n)
+        out.update(memory_arguments(codes, pp))
+    if a.get("trainable_frac") is not None:
+        out["trainable_frac"] = np.nan_to_num(_f(a["trainable_frac"], n), nan=1.0)
+    return out
+
+
 def _flag(err: np.ndarray, bad: np.ndarray, bit: int) -> None:
     """Set ``bit`` in ``err`` where ``bad`` (in place; a cheap test first, since most rows are fine)."""
     if bad.any():
@@ -389,7 +403,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     mem = memory_per_gpu(
         arch=arch, shapes=sh, seq_len=s, micro_batch=b, n_micro=m, tp=t, pp=p, dp=d, cp=c, ep=e, vpp=v,
         sharding=shard, recompute=rc, sequence_parallel=sp, is_fp32=is_fp32, node_size=node, params=P,
-        layers_per_stage=Ls, act_bytes=act_b,
+        layers_per_stage=Ls, act_bytes=act_b, **_memory_options(a, n, p),
     )
 
     # ---------------- data parallel ----------------
@@ -563,10 +577,16 @@ def encode_configs(configs: pl.DataFrame) -> dict[str, np.ndarray]:
             exprs.append(pl.lit(float(_NUMERIC_DEFAULTS[name])).alias(name))
         else:
             exprs.append(pl.lit(None, dtype=pl.Float64).alias(name))
+    if "trainable_frac" in cols:
+        exprs.append(pl.col("trainable_frac").cast(pl.Float64, strict=False).fill_null(1.0))
     enc = configs.select(exprs)
     for name in enc.columns:
         col = enc[name]
         out[name] = col.to_numpy() if col.dtype == pl.Int64 else col.fill_null(np.nan).to_numpy()
+    if "memory_preset" in cols:  # the training stack's memory behaviour (models.frameworks), as codes
+        from models.frameworks import preset_codes
+
+        out["memory_preset"] = preset_codes(configs["memory_preset"].cast(pl.Utf8).fill_null("default").to_numpy())
     return out
 
 
