@@ -47,6 +47,11 @@ def promoted_calibration(con):
     except Exception as err:  # noqa: BLE001 - a store without fits tables: analytical, and say why
         hook, params, _ = calibration_from_bundle(None)
         return hook, params, f"analytical only: no promoted fit could be loaded ({err})"
+    from models.predictor import Calibration
+
+    if bundle is not None and not isinstance(bundle, Calibration):  # a fit of an earlier format
+        hook, params, _ = calibration_from_bundle(None)
+        return hook, params, "analytical only: the promoted fit is of an earlier format"
     return calibration_from_bundle(bundle)
 
 

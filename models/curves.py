@@ -50,7 +50,8 @@ import polars as pl
 
 from models.params import DEFAULT, DTYPE_CODES, RECOMPUTE_CODES, SHARDING_CODES, PhysParams
 from models.search import _INV, LAYOUT_DIMS, _num, broadcast_arch_hw
-from models.step_time import ERR_MEMORY, INVALID_MASK, OUTPUT_COLUMNS, predict_arrays
+from models.predictor import Predictor, predict_arrays
+from models.step_time import ERR_MEMORY, INVALID_MASK, OUTPUT_COLUMNS
 
 POLICIES = ("strong", "weak", "critical")
 DEFAULT_THRESHOLD = 0.5
@@ -500,13 +501,15 @@ def _arch_params(arch_row: Mapping[str, Any]) -> float:
 
 
 def calibration_from_bundle(bundle) -> tuple[Calibrate | None, PhysParams, str]:
-    """(hook, params, note) for a promoted calibration bundle (``models.calibration.CalibrationBundle``) or
-    None. The hook wraps ``models.calibration.apply_calibration``; the params are the fitted physics."""
+    """(hook, model, note) for a promoted calibration (``models.predictor.Calibration``) or None. The layouts
+    are ranked by the one prediction function with the fit (``model``, a ``models.predictor.Predictor``); the
+    hook (``models.calibration.apply_calibration``, the same function) gives the chosen layouts' calibrated
+    figures and interval."""
     if bundle is None:
         return None, DEFAULT, "analytical only: no promoted calibration fit"
     from models.calibration import apply_calibration
 
-    params = bundle.params_for("default") if hasattr(bundle, "params_for") else bundle.params
+    params = Predictor(bundle)
 
     def hook(analytical: pl.DataFrame, configs: pl.DataFrame) -> pl.DataFrame:
         return apply_calibration(bundle, analytical, configs)

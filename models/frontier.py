@@ -62,7 +62,8 @@ from models.assumptions import check_assumptions
 from models.curves import BATCH_RULES, FIXED_BATCH_TOKENS, batch_tokens
 from models.params import DEFAULT, DTYPE_CODES, RECOMPUTE_CODES, SHARDING_CODES, PhysParams
 from models.search import broadcast_arch_hw
-from models.step_time import ERR_MEMORY, predict_arrays
+from models.predictor import Calibration, Predictor, physical_params, predict_arrays
+from models.step_time import ERR_MEMORY
 
 TOKENS_PER_PARAM = 20.0  # Hoffmann et al. 2022 (Chinchilla)
 ASPECT = 128  # d_model / n_layers (GPT-3 175B, Brown et al. 2020)
@@ -220,7 +221,7 @@ def _evaluate(mat: np.ndarray, arch: Mapping[str, Any], hw_row: Mapping[str, Any
     if not m:
         return {"n": np.zeros(0)}
     micro = batch / (dp * mb)
-    floor = (micro + (pp - 1.0) / vpp) * ls * kernels_per_layer(params) * KERNEL_LATENCY_S
+    floor = (micro + (pp - 1.0) / vpp) * ls * kernels_per_layer(physical_params(params)) * KERNEL_LATENCY_S
     step = np.maximum(res["step_time_s"], floor)
     steps = np.ceil(tokens / (batch * seq_len))
     time_s = steps * step
@@ -362,7 +363,7 @@ def frontier_sweep(hw_row: Mapping[str, Any], months: float = 3.0, *, params: Ph
         model_flop = float(model_flops_per_token(shp, seq_len)[0]) * tokens
         b_tok = float(batch_tokens(c6nd, batch_rule, fixed_batch_tokens))
         bmax = max(b_tok / seq_len, 1.0)
-        wall = float(latency_wall_s(arch["n_layers"], tokens, bmax * seq_len, params))
+        wall = float(latency_wall_s(arch["n_layers"], tokens, bmax * seq_len, physical_params(params)))
         n_lo = model_flop / (limit_s * peak_tflops * 1e12) if peak_tflops else math.inf
         n_mem = STATE_BYTES_MIN * n_params / (mem_gb * 1e9) if mem_gb > 0 else math.inf
         base = {"target_flop": float(target), "training_flop": c6nd, "model_flop": model_flop, "arch_id": arch["id"],
@@ -524,7 +525,10 @@ def frontier_table(hw_row: Mapping[str, Any], params: PhysParams = DEFAULT, *, m
 
     parts = []
     for a in assumptions:
-        sweep = frontier_sweep(hw_row, months, params=params_for(a, params), dtype=dtype,
+        # a fit answers through the one prediction function (models.predictor) under each assumption set
+        model = (Predictor(params.calibration if isinstance(params, Predictor) else params, a)
+                 if isinstance(params, (Calibration, Predictor)) else params_for(a, params))
+        sweep = frontier_sweep(hw_row, months, params=model, dtype=dtype,
                                usd_per_gpu_hour=usd_per_gpu_hour, assumptions=a, batch_rule=batch_rule)
         s = frontier_summary(sweep, min_utilization)
         flag = (pl.col("training_flop") == s["training_flop"]) if s["found"] else pl.lit(False)

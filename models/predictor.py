@@ -148,6 +148,16 @@ def group_params(preset: str, generation: str | None, base: PhysParams, override
     return p.with_(**extra) if extra else p
 
 
+def physical_params(model: Model) -> PhysParams:
+    """The physical parameters that answer for `model` (default software era): a PhysParams itself, a fit's
+    fitted ones, the priors without a fit; under 'ideal' with Epoch's ideal conditions applied."""
+    if isinstance(model, PhysParams):
+        return model
+    p = as_predictor(model)
+    base = p.calibration.params if p.calibration is not None else DEFAULT
+    return ideal_params(base) if p.assumptions == "ideal" else base
+
+
 def as_predictor(model: Model) -> Predictor | PhysParams:
     if model is None:
         return Predictor(None)

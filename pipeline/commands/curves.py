@@ -27,15 +27,6 @@ BREAKDOWN_KEYS = ["step_time_s", "compute_s", "tp_comm_s", "pp_bubble_s", "pp_co
                   "cp_comm_s", "ep_comm_s", "optimizer_s"]
 
 
-def _calibration():
-    """(hook, params, note) from the promoted fit in the published snapshot (else the store); analytical when
-    there is no store or no fit."""
-    from models.curves import calibration_from_bundle
-    from pipeline.calibrated import promoted_fit
-
-    return calibration_from_bundle(promoted_fit(settings()))
-
-
 def _hardware(gpu: str, *, scaleup_size: Optional[int] = None, scaleup_gbps: Optional[float] = None,
               scaleout_gbps: Optional[float] = None, memory_gb: Optional[float] = None) -> dict:
     """The resolved hardware row, with the network tiers (and memory) overridden where a flag gives them."""
@@ -74,51 +65,32 @@ def _overrides(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb=None) -> str
     return f" (overridden: {', '.join(parts)})" if parts else ""
 
 
-def _fitted_physics():
-    """(params, note) of the promoted fit, read from its `fits` row alone (the physical parameters and preset
-    overrides, as ``calibration_from_bundle`` uses them) without loading the residual model: the frontier needs
-    only the physics. DEFAULT and 'analytical only' when there is no promoted fit."""
-    import json as _json
-
-    from models.params import DEFAULT, PhysParams
-    from models.runs_adapter import preset_params
-    from pipeline import store
-    from pipeline.calibrated import _from_readable_store
-
-    def read(con, path):
-        if not store.table_exists(con, "fits"):
-            return None
-        row = con.execute("select version, physical_params, preset_overrides from fits where promoted "
-                          "order by promoted_at desc limit 1").fetchone()
-        if not row:
-            return None
-        params = PhysParams.from_dict(_json.loads(row[1]))
-        return preset_params("default", params, _json.loads(row[2] or "{}")), f"calibrated with fit {row[0]}"
-
-    try:
-        got = _from_readable_store(settings(), read)
-    except Exception as err:  # noqa: BLE001 - an unreadable fit must not stop an analytical answer
-        print(f"warning: promoted fit not usable ({err}); analytical physics", file=sys.stderr)
-        got = None
-    return got if got is not None else (DEFAULT, "analytical only: no promoted calibration fit")
-
-
 def _physics(assumptions: str, residual: bool = True):
-    """(residual hook, physical parameters, note) under an assumption set: 'realistic' is the promoted fit's
-    calibration (``residual=False``: its physics only, as the frontier uses it); 'ideal' is models.assumptions'
-    ideal conditions on the fit's physics, without residual."""
+    """(residual hook, model, note) under an assumption set, from the promoted fit (`models.predictor`, the one
+    prediction function): 'realistic' is the fit (``residual=False``: the frontier ranks and reports with the
+    model directly, no post-hoc hook); 'ideal' is Epoch AI's ideal conditions on the fit's physics, no residual.
+    Without a fit the priors answer."""
     from models.assumptions import check_assumptions, params_for
+    from models.curves import calibration_from_bundle
+    from models.params import DEFAULT
+    from models.predictor import Predictor
+    from pipeline.calibrated import promoted_fit
 
     try:
         check_assumptions(assumptions)
     except ValueError as err:
         _fail(f"--{err}")
-    if residual:
-        hook, params, note = _calibration()
-    else:
-        (params, note), hook = _fitted_physics(), None
+    bundle = promoted_fit(settings())
+    if bundle is None:
+        if assumptions == "ideal":
+            return None, params_for("ideal", DEFAULT), "ideal: Epoch AI's ideal conditions on the priors"
+        return None, DEFAULT, "realistic: analytical only: no promoted calibration fit"
     if assumptions == "ideal":
-        return None, params_for("ideal", params), "ideal: Epoch AI's ideal conditions (no residual calibration)"
+        return None, Predictor(bundle, "ideal"), (f"ideal: Epoch AI's ideal conditions on fit {bundle.version}'s "
+                                                  "physics (no residual)")
+    if not residual:
+        return None, Predictor(bundle), f"realistic: calibrated with fit {bundle.version}"
+    hook, params, note = calibration_from_bundle(bundle)
     return hook, params, f"realistic: {note}"
 
 
