@@ -6,6 +6,7 @@ import sys
 
 from pipeline.settings import Settings
 
+
 def _from_readable_store(cfg: Settings, read):
     """`read(con, path)` on the snapshot, then on the store (skipping a missing one or one a writer holds);
     the first result that is not None, or None."""
