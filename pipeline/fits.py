@@ -210,7 +210,7 @@ def load_promoted_fit(con: duckdb.DuckDBPyConnection):
 
 def fit_summary(bundle, report, data) -> dict:
     from models.calibration import FIT_CODE_VERSION, HYPER
-    from models.features import FEATURE_NAMES
+    from models.predictor import FEATURE_NAMES
 
     m = report["metrics"]
 

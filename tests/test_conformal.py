@@ -41,14 +41,3 @@ def test_grouped_coverage_exchangeable_groups_and_misspecified_group():
 def test_quantile_needs_enough_scores():
     assert conformal.conformal_quantile(np.ones(5), 0.1) == float("inf")  # ceil(6 * 0.9) = 6 > 5
     assert conformal.conformal_quantile(np.arange(1, 20), 0.1) == 18.0  # ceil(20 * 0.9) = 18th smallest
-
-
-def test_novelty_grows_with_distance_and_widens_interval():
-    rng = np.random.default_rng(0)
-    X = rng.normal(0, 1, (300, 4))
-    nov = conformal.Novelty.fit(X)
-    near, far = nov.distance(X[:10]), nov.distance(X[:10] + 10.0)
-    assert np.median(near) == pytest.approx(1.0, rel=0.5) and (far > 5 * near).all()
-    lo_n, hi_n = conformal.interval(np.ones(10), 0.2, conformal.sigma(near, 0.5))
-    lo_f, hi_f = conformal.interval(np.ones(10), 0.2, conformal.sigma(far, 0.5))
-    assert ((hi_f - lo_f) > (hi_n - lo_n)).all() and (lo_f > 0).all()
