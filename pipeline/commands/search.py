@@ -30,7 +30,13 @@ def search(
     ffn_dim: Optional[int] = typer.Option(None, "--ffn-dim", min=1, help="Default: 4 x d_model."),
     vocab: int = typer.Option(51200, "--vocab", min=1),
     activation: str = typer.Option("gelu", "--activation", help="gelu or swiglu."),
-    gpu: str = typer.Option(..., "--gpu", help="Hardware id, e.g. a100-sxm4-80gb."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Accelerator id or name, e.g. a100-sxm4-80gb."),
+    arch_file: Optional[Path] = typer.Option(None, "--arch-file", metavar="PATH",
+                                             help="Architecture from a file instead of --model: a row of the "
+                                                  "architectures schema (CSV/JSON) or a Hugging Face config.json."),
+    hardware_file: Optional[Path] = typer.Option(None, "--hardware-file", metavar="PATH",
+                                                 help="Accelerator from a file instead of --gpu: a row of the "
+                                                      "hardware_specs schema (CSV/JSON)."),
     gpus: int = typer.Option(..., "--gpus", "-n", min=1, help="Accelerators (N)."),
     global_batch: int = typer.Option(..., "--global-batch", "-b", min=1, help="Sequences per step."),
     seq_len: int = typer.Option(..., "--seq-len", "-s", min=1, help="Tokens per sequence."),
@@ -81,18 +87,19 @@ def search(
             _fail(f"{name} must be one of {', '.join(allowed)}, got '{value}'")
     cfg = settings()
     try:
-        if model:
-            arch = catalog.find_architecture(cfg.measurements, model)
+        if model or arch_file:
+            arch = catalog.resolve_architecture(model, arch_file, measurements=cfg.measurements)
         else:
             missing = [f for f, v in (("--layers", layers), ("--d-model", d_model), ("--heads", heads)) if v is None]
             if missing:
-                _fail(f"give --model ID or the architecture flags ({', '.join(missing)} missing)")
+                _fail(f"give --model ID, --arch-file PATH or the architecture flags ({', '.join(missing)} missing)")
             arch = dict(id="custom", n_layers=layers, d_model=d_model, n_heads=heads, n_kv_heads=kv_heads or heads,
                         ffn_dim=ffn_dim or 4 * d_model, vocab=vocab, activation=activation, n_experts=0, top_k=0,
                         tied_embeddings=False)
-        hw_row = catalog.find_hardware(cfg.measurements, gpu)
+        hw_row = catalog.resolve_hardware_row(gpu, hardware_file, measurements=cfg.measurements)
     except catalog.UnknownName as err:
         _fail(str(err))
+    gpu = gpu or hw_row.get("id")
     fixed = {k: v for k, v in dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch,
                                    sharding=sharding, recompute=recompute).items() if v is not None}
     from pipeline import api
