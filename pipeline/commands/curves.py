@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -65,7 +66,7 @@ def _overrides(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb=None) -> str
     return f" (overridden: {', '.join(parts)})" if parts else ""
 
 
-def _physics(assumptions: str, residual: bool = True):
+def _physics(assumptions: str, residual: bool = True, analytical_only: bool = False):
     """(residual hook, model, note) under an assumption set, from the promoted fit (`models.predictor`, the one
     prediction function): 'realistic' is the fit (``residual=False``: the frontier ranks and reports with the
     model directly, no post-hoc hook); 'ideal' is Epoch AI's ideal conditions on the fit's physics, no residual.
@@ -80,7 +81,11 @@ def _physics(assumptions: str, residual: bool = True):
         check_assumptions(assumptions)
     except ValueError as err:
         _fail(f"--{err}")
-    bundle = promoted_fit(settings())
+    bundle = None if analytical_only else promoted_fit(settings())
+    if analytical_only:
+        if assumptions == "ideal":
+            return None, params_for("ideal", DEFAULT), "ideal: Epoch AI's ideal conditions on the priors"
+        return None, DEFAULT, "analytical: the prior parameters (--analytical-only)"
     if bundle is None:
         if assumptions == "ideal":
             return None, params_for("ideal", DEFAULT), "ideal: Epoch AI's ideal conditions on the priors"
@@ -107,7 +112,12 @@ def _clean(v):
 
 @app.command()
 def curve(
-    model: str = typer.Option(..., "--model", "-m", help="Architecture id, e.g. gpt3-175b, llama3-8b."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Architecture id or name, e.g. llama3-8b."),
+    arch_file: Optional[Path] = typer.Option(None, "--arch-file", metavar="PATH",
+                                             help="Architecture from a file instead of --model: a row of the "
+                                                  "architectures schema (CSV/JSON) or a Hugging Face config.json."),
+    analytical_only: bool = typer.Option(False, "--analytical-only",
+                                         help="The analytical model with the prior parameters: no fit, no interval."),
     gpu: str = typer.Option(..., "--gpu", help="Hardware id, e.g. h100-sxm5-80gb."),
     policy: str = typer.Option("strong", "--policy", help="strong (fixed global batch), weak (fixed per-GPU batch) "
                                                           "or critical (weak up to the critical batch size)."),
@@ -157,11 +167,11 @@ def curve(
     if dtype is not None and dtype not in ("bf16", "fp16", "fp8", "fp8-cs", "mxfp8", "nvfp4", "fp32", "tf32"):
         _fail(f"--dtype must be one of bf16, fp16, fp8, fp8-cs, mxfp8, nvfp4, fp32, tf32, got '{dtype}'")
     try:
-        arch = catalog.find_architecture(settings().measurements, model)
+        arch = catalog.resolve_architecture(model, arch_file, measurements=settings().measurements)
     except catalog.UnknownName as err:
         _fail(str(err))
     _check_rule(batch_rule)
-    hook, params, note = _physics(assumptions)
+    hook, params, note = _physics(assumptions, analytical_only=analytical_only)
     hw = _hardware(gpu, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps)
     from models.curves import _arch_params
 
@@ -209,6 +219,8 @@ def frontier(
                                           help="Fraction of the accelerator's best utilization to keep (0-1]."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="Precision (default as `stepcast curve`)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
+    analytical_only: bool = typer.Option(False, "--analytical-only",
+                                         help="The analytical model with the prior parameters: no fit."),
     table: bool = typer.Option(False, "--table", help="Also print every compute level: FLOP, N, layout, "
                                                       "utilization and the binding constraint."),
     assumptions: str = typer.Option("realistic", "--assumptions", help="realistic (the calibrated model) or ideal "
@@ -240,7 +252,7 @@ def frontier(
     if not 0 < min_utilization <= 1:
         _fail(f"--min-utilization must be in (0, 1], got {min_utilization}")
     _check_rule(batch_rule)
-    _, params, note = _physics(assumptions, residual=False)
+    _, params, note = _physics(assumptions, residual=False, analytical_only=analytical_only)
     hw = _hardware(gpu, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps,
                    memory_gb=memory_gb)
     dt = dtype or default_dtype(hw)
