@@ -64,7 +64,10 @@ def _prices(source: str, price_file: Optional[Path], measurements: Path):
 @app.command()
 def plan(
     model: Optional[str] = typer.Option(None, "--model", "-m",
-                                        help="Architecture id, e.g. llama3-70b (not used with --optimal)."),
+                                        help="Architecture id or name, e.g. llama3-70b (not used with --optimal)."),
+    arch_file: Optional[Path] = typer.Option(None, "--arch-file", metavar="PATH",
+                                             help="Architecture from a file instead of --model: a row of the "
+                                                  "architectures schema (CSV/JSON) or a Hugging Face config.json."),
     tokens: Optional[float] = typer.Option(None, "--tokens", "-t", help="Training tokens, e.g. 15e12."),
     deadline_days: Optional[float] = typer.Option(None, "--deadline-days", help="Finish within this many days."),
     budget_usd: Optional[float] = typer.Option(None, "--budget-usd", help="Spend at most this many dollars."),
@@ -121,8 +124,8 @@ def plan(
             _fail(f"{name} must be a positive number, got {v}")
     if optimal and budget_usd is None:
         _fail("--optimal needs --budget-usd (the compute you can buy decides the model size)")
-    if not optimal and (tokens is None or model is None):
-        _fail("--model and --tokens are required (or use --optimal with --budget-usd)")
+    if not optimal and (tokens is None or (model is None and arch_file is None)):
+        _fail("--model (or --arch-file) and --tokens are required (or use --optimal with --budget-usd)")
     if batch_tokens < seq_len:
         _fail(f"--global-batch-tokens ({batch_tokens}) must be at least --seq-len ({seq_len})")
     cfg = settings()
@@ -162,7 +165,7 @@ def plan(
         return
 
     try:
-        arch = catalog.find_architecture(cfg.measurements, model)
+        arch = catalog.resolve_architecture(model, arch_file, measurements=cfg.measurements)
     except catalog.UnknownName as err:
         _fail(str(err))
     frame = P.plan_rows(arch, hw_rows, tokens, seqs, seq_len, max_gpus, prices, dtype=dtype, model=pred_model)
