@@ -41,7 +41,7 @@ PEAK_COLUMNS = (
     "peak_fp8_tflops",
 )
 #: dense FP4 peak (NVFP4/MXFP4; vendor sparse figures halved), empty for parts without FP4 tensor cores. Exposed to
-#: the model (hardware_arrays) but not yet chosen by `peak_tflops_for` (nvfp4 still uses the fp8 peak, flagged).
+#: the model (hardware_arrays) and chosen for nvfp4 by `peak_tflops_for` (no FP4 peak: nvfp4 is refused).
 FP4_PEAK_COLUMN = "peak_fp4_tflops"
 NUMERIC_COLUMNS = PEAK_COLUMNS + (
     FP4_PEAK_COLUMN,
@@ -251,6 +251,7 @@ def peak_table(hw: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], list[np.
     bf16 = _nan(hw["peak_bf16_tflops"])
     fp16 = _nan(hw["peak_fp16_tflops"])
     fp8 = _nan(hw["peak_fp8_tflops"])
+    fp4 = _nan(hw[FP4_PEAK_COLUMN]) if hw.get(FP4_PEAK_COLUMN) is not None else np.full(np.shape(fp8), np.nan)
     shape = np.broadcast(fp32, tf32, bf16, fp16, fp8).shape
     no_fb = np.zeros(shape, dtype=bool)
 
@@ -268,10 +269,11 @@ def peak_table(hw: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], list[np.
     p_bf16, f_bf16 = first(bf16, fp16)
     p_fp16, f_fp16 = first(fp16, bf16)
     p_fp8, f_fp8 = first(fp8, bf16, fp16)
-    f_fp4 = np.ones(shape, dtype=bool)
+    # NVFP4 runs at the dense FP4 peak; a part without one cannot run it (NaN -> ERR_HARDWARE), no fallback
+    p_fp4, f_fp4 = np.broadcast_to(fp4, shape), no_fb
     p_fp32, f_fp32 = first(fp32)
     p_tf32, f_tf32 = first(tf32, fp32)
-    peaks = [p_bf16, p_fp16, p_fp8, p_fp8, p_fp8, p_fp8, p_fp32, p_tf32]
+    peaks = [p_bf16, p_fp16, p_fp8, p_fp8, p_fp8, p_fp4, p_fp32, p_tf32]
     flags = [f_bf16, f_fp16, f_fp8, f_fp8, f_fp8, f_fp4, f_fp32, f_tf32]
     return peaks, flags
 
@@ -321,9 +323,8 @@ def peak_tflops_for(dtype, hw: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np
     Selection (docs/model.md "Peak by precision"):
       bf16 -> bf16, else fp16 (flag);  fp16 -> fp16, else bf16 (flag)
       fp8 / fp8-cs / mxfp8 -> fp8, else bf16, else fp16 (flag)
-      nvfp4 -> fp8 peak, always flagged: hardware_specs.csv has no FP4 column and NVFP4
-               recipes keep part of the GEMMs (and all attention) in higher precision, so
-               the FP8 peak is the documented denominator; then bf16/fp16
+      nvfp4 -> the dense FP4 peak (`peak_fp4_tflops`); NaN (an error, never a silent fallback)
+               on parts without one (H100, A100, ...)
       fp32 -> fp32 (NaN if unknown);  tf32 -> tf32, else fp32 (flag)
     A result of NaN means the hardware has no usable peak for this dtype (or the code is
     unknown).

@@ -50,6 +50,7 @@ HARDWARE_COLUMNS = (
     "peak_bf16_tflops",
     "peak_fp16_tflops",
     "peak_fp8_tflops",
+    "peak_fp4_tflops",
     "memory_gb",
     "memory_bw_gbps",
     "intra_node_bw_gbps",

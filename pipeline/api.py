@@ -29,6 +29,16 @@ def check_choice(flag: str, value: Optional[str], allowed) -> None:
         raise InputError(f"{flag} must be one of {', '.join(allowed)}, got '{value}'")
 
 
+def check_precision(dtype: str, hw: dict) -> None:
+    """A precision the accelerator has no tensor-core peak for is an error, never a silent fallback."""
+    need = {"nvfp4": "peak_fp4_tflops", "fp8": "peak_fp8_tflops", "fp8-cs": "peak_fp8_tflops",
+            "mxfp8": "peak_fp8_tflops"}.get(dtype)
+    if need and not (hw.get(need) is not None and hw.get(need) == hw.get(need) and float(hw[need]) > 0):
+        fmt_name = need.removeprefix("peak_").removesuffix("_tflops").upper()
+        raise InputError(f"--dtype {dtype}: {hw.get('id')} has no {fmt_name} tensor-core peak ({need} is empty); "
+                         "choose a precision it has or another accelerator (`stepcast list gpus`)")
+
+
 def resolve_names(cfg: Settings, model: Optional[str] = None, gpu: Optional[str] = None, arch: Optional[dict] = None,
                   hw_row: Optional[dict] = None) -> tuple[dict, dict]:
     """(architecture row, hardware row) from names (ids or aliases) or given rows."""
@@ -75,6 +85,7 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     check_choice("--assumptions", assumptions, ASSUMPTION_SETS)
     arch, hw_row = resolve_names(cfg, model, gpu, arch, hw_row)
     hw = resolved_hardware(hw_row, {"inter_node_bw_gbps": inter_node_gbps})
+    check_precision(dtype, hw)
     defaults = []
     if dp is None:
         if gpus % (tp * pp * cp):
@@ -128,6 +139,7 @@ def search_layouts(cfg: Settings, *, arch: dict, hw_row: dict, gpus: int, global
     if rank_by not in ("throughput", "cost"):
         raise InputError(f"--rank-by must be throughput or cost, got '{rank_by}'")
     hw = resolved_hardware(hw_row, hw_overrides)
+    check_precision(dtype, hw)
     m = model_for(cfg, analytical_only, assumptions)
     price = hw_row.get("cloud_usd_per_hour")
     result, n = run_search(arch, hw, gpus, global_batch, seq_len, fixed=fixed or {}, dtype=dtype, top_k=top,

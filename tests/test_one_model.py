@@ -151,3 +151,15 @@ def test_invalid_layout_exits_with_the_reason(monkeypatch):
     res = runner.invoke(app, ["predict", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "8",
                               "--global-batch", "64", "--seq-len", "4096", "--dp", "4"])
     assert res.exit_code == 2 and "tp*pp*cp*dp != n_gpus" in res.output
+
+
+def test_fp4_is_faster_than_fp8_on_b200_and_refused_where_there_is_no_fp4():
+    """NVFP4 runs at the dense FP4 peak (hardware table, peak_fp4_tflops); a part without one refuses it."""
+    base = ["predict", "--model", "llama3-70b", "--gpus", "64", "-b", "64", "-s", "8192", "--tp", "8", "--format", "json"]
+    step = {dt: json.loads(runner.invoke(app, base + ["--gpu", "b200", "--dtype", dt]).stdout)[0]["step_time_s"]
+            for dt in ("bf16", "fp8", "nvfp4")}
+    assert step["nvfp4"] < step["fp8"] < step["bf16"]
+    res = runner.invoke(app, base + ["--gpu", "h100-sxm5-80gb", "--dtype", "nvfp4"])
+    assert res.exit_code == 2 and "has no FP4 tensor-core peak" in res.output
+    res = runner.invoke(app, base + ["--gpu", "a100-sxm4-80gb", "--dtype", "fp8"])
+    assert res.exit_code == 2 and "has no FP8 tensor-core peak" in res.output
