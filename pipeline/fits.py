@@ -182,19 +182,23 @@ def promotion_decision(served_version: str | None, candidate: pl.DataFrame, serv
     terms = "; ".join(f"{c['scheme']} {_pct(c['candidate_mdape'])} vs {_pct(c['served_mdape'])} "
                       f"+ {_pct(c['margin'])} on {c['n_common']} runs" for c in scored)
     worse = [c for c in scored if c["worse"]]
-    if worse:
-        return False, (f"not promoted: worse than the served fit {served_version} on equal terms "
-                       f"(MdAPE on the runs both were scored on, candidate vs served + one standard error): "
-                       f"{terms}"), detail
     new = ""
     if surprise is not None:
-        new = (f"; {surprise['n_outside']} of {surprise['n_new']} new runs outside the served fit's "
+        new = (f"{surprise['n_outside']} of {surprise['n_new']} new runs outside the served fit's "
                f"{1 - surprise['alpha']:.0%} interval (binomial p = {surprise['p_value']:.2g}; served MdAPE on them "
                f"{_pct(surprise['served_mdape_new'])}, candidate's out-of-fold "
                f"{_pct(next((c['candidate_new_mdape'] for c in comps if c['scheme'] == 'loso'), None))})")
-        if surprise["contradicts"]:
-            return False, (f"not promoted: the runs new since the served fit {served_version} contradict it{new}; "
-                           f"a person decides (stepcast fit --promote VERSION). Equal terms: {terms}"), detail
+    why = []
+    if surprise is not None and surprise["contradicts"]:
+        why.append(f"the runs new since the served fit {served_version} contradict it: {new}")
+    if worse:
+        why.append(f"worse than the served fit {served_version} on equal terms on "
+                   f"{', '.join(c['scheme'] for c in worse)} (MdAPE on the runs both were scored on, candidate vs "
+                   f"served + one standard error)")
+    if why:
+        return False, (f"not promoted: {'; and '.join(why)}; a person decides (stepcast fit --promote VERSION). "
+                       f"Equal terms: {terms}"), detail
+    new = f"; {new}" if new else ""
     return True, f"promoted: not worse than the served fit {served_version} on equal terms: {terms}{new}", detail
 
 
