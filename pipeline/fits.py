@@ -20,7 +20,8 @@ per validation protocol (loso, loho and any other scheme both have out-of-fold r
 were scored on, each against today's measured target. It is refused when, on any protocol, its MdAPE there
 exceeds the served fit's by more than the noise margin: one standard error of the served fit's score,
 estimated from its fold-to-fold spread (sd of the per-fold MdAPE / sqrt(folds); the "one-standard-error
-rule" of Hastie, Tibshirani & Friedman, The Elements of Statistical Learning, 2nd ed., section 7.10). It is
+rule" of Hastie, Tibshirani & Friedman, The Elements of Statistical Learning, 2nd ed., section 7.10; a scheme
+with one fold, like `scale`, takes the median's distribution-free standard error, `median_standard_error`). It is
 also refused when the runs new since the served fit contradict it: more of them lie outside the served fit's
 own 90% conformal interval than its stated 10% miss rate allows (one-sided binomial test, p < SURPRISE_P).
 Otherwise it is promoted. The candidate's own out-of-fold score on the new runs is reported beside. A refused
@@ -116,12 +117,27 @@ def compare_on_equal_terms(candidate: pl.DataFrame, served: pl.DataFrame) -> lis
                "candidate_new_mdape": float(new.select(_abs_rel("log_pred").median()).item()) if new.height else None}
         if both.height:
             per_fold = both.group_by("fold").agg(pl.col("e_served").median())["e_served"].to_numpy()
-            margin = float(np.std(per_fold, ddof=1) / np.sqrt(len(per_fold))) if len(per_fold) > 1 else 0.0
+            margin = float(np.std(per_fold, ddof=1) / np.sqrt(len(per_fold))) if len(per_fold) > 1 else \
+                median_standard_error(both["e_served"].to_numpy())
             served_mdape, cand_mdape = float(both["e_served"].median()), float(both["e_cand"].median())
             row.update(served_mdape=served_mdape, candidate_mdape=cand_mdape, margin=margin,
                        n_folds=int(len(per_fold)), worse=bool(cand_mdape > served_mdape + margin))
         out.append(row)
     return out
+
+
+def median_standard_error(x: np.ndarray) -> float:
+    """Standard error of the median of `x` without assuming a distribution, for a scheme with one fold (no
+    fold-to-fold spread): half the distance between the order statistics of rank n/2 -+ sqrt(n)/2, the ranks
+    of the median's 68% confidence interval (the number of values below the median is Binomial(n, 1/2), sd
+    sqrt(n)/2; Conover, Practical Nonparametric Statistics, 3rd ed., section 3.2)."""
+    x = np.sort(np.asarray(x, dtype=float))
+    n = len(x)
+    if n < 2:
+        return 0.0
+    lo = int(np.clip(np.floor(n / 2 - np.sqrt(n) / 2), 0, n - 1))
+    hi = int(np.clip(np.ceil(n / 2 + np.sqrt(n) / 2), 0, n - 1))
+    return float((x[hi] - x[lo]) / 2)
 
 
 def new_runs_surprise(served_on_new: pl.DataFrame | None, alpha: float) -> dict | None:
@@ -166,19 +182,23 @@ def promotion_decision(served_version: str | None, candidate: pl.DataFrame, serv
     terms = "; ".join(f"{c['scheme']} {_pct(c['candidate_mdape'])} vs {_pct(c['served_mdape'])} "
                       f"+ {_pct(c['margin'])} on {c['n_common']} runs" for c in scored)
     worse = [c for c in scored if c["worse"]]
-    if worse:
-        return False, (f"not promoted: worse than the served fit {served_version} on equal terms "
-                       f"(MdAPE on the runs both were scored on, candidate vs served + one standard error): "
-                       f"{terms}"), detail
     new = ""
     if surprise is not None:
-        new = (f"; {surprise['n_outside']} of {surprise['n_new']} new runs outside the served fit's "
+        new = (f"{surprise['n_outside']} of {surprise['n_new']} new runs outside the served fit's "
                f"{1 - surprise['alpha']:.0%} interval (binomial p = {surprise['p_value']:.2g}; served MdAPE on them "
                f"{_pct(surprise['served_mdape_new'])}, candidate's out-of-fold "
                f"{_pct(next((c['candidate_new_mdape'] for c in comps if c['scheme'] == 'loso'), None))})")
-        if surprise["contradicts"]:
-            return False, (f"not promoted: the runs new since the served fit {served_version} contradict it{new}; "
-                           f"a person decides (stepcast fit --promote VERSION). Equal terms: {terms}"), detail
+    why = []
+    if surprise is not None and surprise["contradicts"]:
+        why.append(f"the runs new since the served fit {served_version} contradict it: {new}")
+    if worse:
+        why.append(f"worse than the served fit {served_version} on equal terms on "
+                   f"{', '.join(c['scheme'] for c in worse)} (MdAPE on the runs both were scored on, candidate vs "
+                   f"served + one standard error)")
+    if why:
+        return False, (f"not promoted: {'; and '.join(why)}; a person decides (stepcast fit --promote VERSION). "
+                       f"Equal terms: {terms}"), detail
+    new = f"; {new}" if new else ""
     return True, f"promoted: not worse than the served fit {served_version} on equal terms: {terms}{new}", detail
 
 

@@ -47,6 +47,18 @@ def test_candidate_worse_beyond_one_standard_error_on_any_scheme_is_refused():
     assert not fits.promotion_decision("v1", loho_worse, served, None)[0]
 
 
+def test_a_single_fold_scheme_takes_the_medians_standard_error():
+    # one fold (the `scale` protocol): no fold-to-fold spread; the margin is half the distance between the
+    # order statistics bracketing the median's 68% interval: ranks 50 -+ 5 of 100 errors 0.00, 0.01, ...
+    errors = [i / 100 for i in range(100)]
+    assert fits.median_standard_error(np.array(errors)) == pytest.approx((0.55 - 0.45) / 2)
+    served = oof("scale", errors, ["big"] * 100)
+    ok, _, detail = fits.promotion_decision("v1", oof("scale", [e + 0.04 for e in errors], ["big"] * 100), served, None)
+    assert ok and detail["schemes"][0]["margin"] == pytest.approx(0.05)
+    assert not fits.promotion_decision("v1", oof("scale", [e + 0.06 for e in errors], ["big"] * 100), served,
+                                       None)[0]
+
+
 def test_equal_terms_are_the_runs_both_were_scored_on_and_new_runs_are_reported_apart():
     served = oof("loso", [0.10] * 12, FOLDS)
     # the candidate has 4 more runs, predicted badly (they are new: not part of the comparison) and is
