@@ -123,10 +123,11 @@ def test_dagster_dev_shows_the_build_and_stops_within_30_s_of_sigterm(built_stor
         start = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=STOP_WITHIN_S)
-        assert time.monotonic() - start < STOP_WITHIN_S
-        time.sleep(1)
-        left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
-        assert not left, f"processes left after dagster dev exited: {left}"
+        left = ["?"]
+        while left and time.monotonic() - start < STOP_WITHIN_S:  # its webserver, daemon and code servers too
+            left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+            time.sleep(0.5)
+        assert not left, f"processes left {STOP_WITHIN_S} s after SIGTERM to dagster dev: {left}"
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
