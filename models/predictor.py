@@ -269,22 +269,33 @@ def predict_arrays(a: Mapping[str, np.ndarray], model: Model = None) -> dict[str
     from models.runs_adapter import PRESETS
 
     groups = []
-    gens = np.unique(gen)
+    # a generation's own fitted GEMM efficiencies (inside the domain) travel as per-row arrays, so one physics
+    # call serves every generation of a software era (no row copies on the search's hot path)
+    gen_over = {i: cal.preset_overrides.get(GEN_KEY + g, {}) for i, g in enumerate(GENERATION_GROUPS)
+                if (cal.preset_overrides or {}).get(GEN_KEY + g)}
     for e in eras:
         sel = era == e
         name = PRESETS[int(e)] if 0 <= e < len(PRESETS) else "default"
-        for ins in (True, False):
-            part = sel & (inside == ins)
-            if not part.any():
-                continue
-            if not ins and cal.outside != "fitted":
-                groups.append((np.flatnonzero(part), preset(int(e), DEFAULT)))
-                continue
-            for gc in (gens if ins else [None]):  # the generation's own fitted values apply inside the domain
-                idx = np.flatnonzero(part & (gen == gc)) if gc is not None else np.flatnonzero(part)
+        if cal.outside == "fitted" or inside[sel].all():
+            groups.append((np.flatnonzero(sel) if len(eras) > 1 else None,
+                           group_params(name, None, cal.params, cal.preset_overrides)))
+        else:
+            for ins in (True, False):
+                idx = np.flatnonzero(sel & (inside == ins))
                 if len(idx):
-                    g = GENERATION_GROUPS[int(gc)] if gc is not None and 0 <= gc < len(GENERATION_GROUPS) else None
-                    groups.append((idx, group_params(name, g, cal.params, cal.preset_overrides)))
+                    groups.append((idx, group_params(name, None, cal.params, cal.preset_overrides) if ins
+                                   else preset(int(e), DEFAULT)))
+    if gen_over:
+        present = [i for i in gen_over if np.any(gen == i)]
+        if present:
+            a = dict(a)
+            for f in ("matmul_eff_16bit", "matmul_eff_8bit"):
+                if any(f in gen_over[i] for i in present):
+                    vals = np.full(n, np.nan)  # NaN: the row's own parameters (models.step_time)
+                    for i in present:
+                        if f in gen_over[i]:
+                            vals[inside & (gen == i)] = gen_over[i][f]
+                    a[f] = vals
     if len(groups) == 1:
         groups = [(None, groups[0][1])]
     out = _physics_groups(a, n, groups)

@@ -283,8 +283,8 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     e16, e8, e32 = P.matmul_eff_16bit, P.matmul_eff_8bit, P.matmul_eff_32bit
     if "matmul_eff_16bit" in a or "matmul_eff_8bit" in a:
         # per-row GEMM efficiencies (a calibration's values for each row's hardware generation)
-        e16 = g("matmul_eff_16bit", e16)
-        e8 = g("matmul_eff_8bit", e8)
+        e16 = np.where(np.isnan(g("matmul_eff_16bit", e16)), e16, g("matmul_eff_16bit", e16))  # NaN: the params'
+        e8 = np.where(np.isnan(g("matmul_eff_8bit", e8)), e8, g("matmul_eff_8bit", e8))
         low = (dt >= 2) & (dt <= 5)
         eff = np.where(low, e8, np.where((dt == 6) | (dt == 7), e32, e16))
     else:
