@@ -132,12 +132,11 @@ def plan(
     prices, price_label = _prices(price_source, price_file, cfg.measurements)
     hw_all = resolve_hardware(catalog.hardware(cfg.measurements), strict=False)
     if hardware:
-        wanted = [h.strip() for h in hardware.split(",") if h.strip()]
-        for h in wanted:
-            try:
-                catalog.find_hardware(cfg.measurements, h)
-            except catalog.UnknownName as err:
-                _fail(str(err))
+        try:  # names as people say them (H100, gb200) resolve to the table's ids
+            wanted = [catalog.find_hardware(cfg.measurements, h.strip())["id"] for h in hardware.split(",")
+                      if h.strip()]
+        except catalog.UnknownName as err:
+            _fail(str(err))
         no_price = [h for h in wanted if h not in prices]
         if no_price:
             _fail(f"no {price_label} price for {', '.join(no_price)}; give one with --price-source custom:FILE")
