@@ -364,6 +364,9 @@ def domain_text(model: Model, arrays: Mapping[str, np.ndarray], codes: np.ndarra
     dt = np.nan_to_num(_b(arrays.get("dtype", 0), n)).astype(np.int64)
     era = _era_codes(arrays, n)
     N = _b(np.asarray(arrays["n_gpus"], dtype=float), n)
+    fitted_outside = model.calibration.outside == "fitted"
+    outside_note = ("the fit's parameters without the residual, wider interval" if fitted_outside
+                    else "priors, wider interval")
     cache: dict = {}
     texts = []
     for i in range(n):
@@ -373,10 +376,10 @@ def domain_text(model: Model, arrays: Mapping[str, np.ndarray], codes: np.ndarra
                 cache[key] = (f"extrapolated: {N[i]:,.0f} accelerators > the largest cluster in the fit "
                               f"({dom.max_n_gpus:,.0f}); fitted parameters, wider interval")
             elif gen[i] < 0:
-                cache[key] = "extrapolated: hardware generation unknown; priors, wider interval"
+                cache[key] = f"extrapolated: hardware generation unknown; {outside_note}"
             else:
                 t = dom.explain(gen[i], dt[i], era[i])
-                cache[key] = t + ("; priors, wider interval" if t != "inside" else "")
+                cache[key] = t + (f"; {outside_note}" if t != "inside" else "")
         texts.append(cache[key])
     return texts
 
