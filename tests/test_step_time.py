@@ -90,7 +90,9 @@ def test_peak_selection(hw):
     assert peak_tflops_for(np.array(["bf16"]), h100)[0][0] == 989.4
     assert peak_tflops_for(np.array(["fp8"]), h100)[0][0] == 1978.9
     p, f = peak_tflops_for(np.array(["nvfp4"]), h100)
-    assert p[0] == 1978.9 and f[0]  # fp8 peak, flagged (no FP4 column)
+    assert np.isnan(p[0])  # no FP4 peak: nvfp4 cannot run there (an error upstream, never a silent fallback)
+    p, f = peak_tflops_for(np.array(["nvfp4"]), dict(h100, peak_fp4_tflops=np.array([9000.0])))
+    assert p[0] == 9000.0 and not f[0]  # the dense FP4 peak where the part has one
     p, f = peak_tflops_for(np.array(["fp8"]), a100)
     assert p[0] == 312 and f[0]  # no fp8 on A100 -> bf16, flagged
     p, f = peak_tflops_for(np.array(["bf16"]), v100)
