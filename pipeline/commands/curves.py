@@ -11,7 +11,14 @@ from typing import Optional
 
 import typer
 
-from pipeline.cli import _fail, app, settings
+from pipeline.cli import ANALYTICAL_HELP, ASSUMPTIONS_HELP, _fail, app, settings
+
+# help of the options curve and frontier share (the network-tier flags override the accelerator's row)
+BATCH_RULE_HELP = ("Batch ceiling: deepseek (0.292 C^0.3271 tokens), kaplan (critical batch, Kaplan et al. 2020) "
+                   "or fixed (4M tokens).")
+SCALEUP_SIZE_HELP = "Accelerators per scale-up domain."
+SCALEUP_GBPS_HELP = "Scale-up bandwidth per accelerator, GB/s per direction."
+SCALEOUT_GBPS_HELP = "Scale-out (network) bandwidth per accelerator, GB/s per direction."
 
 CURVE_COLUMNS = ["n_gpus", "global_batch_seqs", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding",
                  "recompute", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s", "tokens_per_s_lo",
@@ -116,8 +123,7 @@ def curve(
     arch_file: Optional[Path] = typer.Option(None, "--arch-file", metavar="PATH",
                                              help="Architecture from a file instead of --model: a row of the "
                                                   "architectures schema (CSV/JSON) or a Hugging Face config.json."),
-    analytical_only: bool = typer.Option(False, "--analytical-only",
-                                         help="The analytical model with the prior parameters: no fit, no interval."),
+    analytical_only: bool = typer.Option(False, "--analytical-only", help=ANALYTICAL_HELP),
     gpu: str = typer.Option(..., "--gpu", help="Hardware id, e.g. h100-sxm5-80gb."),
     policy: str = typer.Option("strong", "--policy", help="strong (fixed global batch), weak (fixed per-GPU batch) "
                                                           "or critical (weak up to the critical batch size)."),
@@ -131,16 +137,11 @@ def curve(
     dtype: Optional[str] = typer.Option(None, "--dtype", help="Precision (default: bf16; fp16 without BF16; fp32 "
                                                               "on fp32-only parts)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json."),
-    assumptions: str = typer.Option("realistic", "--assumptions", help="realistic (the calibrated model) or ideal "
-                                                                       "(Epoch AI's ideal conditions)."),
-    batch_rule: str = typer.Option("deepseek", "--batch-rule", help="Batch ceiling: deepseek (0.292 C^0.3271 tokens), "
-                                                                     "kaplan (critical batch, Kaplan et al. 2020) or "
-                                                                     "fixed (4M tokens)."),
-    scaleup_size: Optional[int] = typer.Option(None, "--scaleup-size", help="Accelerators per scale-up domain."),
-    scaleup_gbps: Optional[float] = typer.Option(None, "--scaleup-gbps", help="Scale-up bandwidth per accelerator, "
-                                                                               "GB/s per direction."),
-    scaleout_gbps: Optional[float] = typer.Option(None, "--scaleout-gbps", help="Scale-out (network) bandwidth per "
-                                                                                 "accelerator, GB/s per direction."),
+    assumptions: str = typer.Option("realistic", "--assumptions", help=ASSUMPTIONS_HELP),
+    batch_rule: str = typer.Option("deepseek", "--batch-rule", help=BATCH_RULE_HELP),
+    scaleup_size: Optional[int] = typer.Option(None, "--scaleup-size", help=SCALEUP_SIZE_HELP),
+    scaleup_gbps: Optional[float] = typer.Option(None, "--scaleup-gbps", help=SCALEUP_GBPS_HELP),
+    scaleout_gbps: Optional[float] = typer.Option(None, "--scaleout-gbps", help=SCALEOUT_GBPS_HELP),
 ) -> None:
     """A scaling curve: the best layout at each cluster size N (one node up to --max-gpus, powers of two and the
     node-aligned sizes between), with throughput, MFU, time-to-train, cost, parallel and marginal efficiency,
@@ -219,20 +220,14 @@ def frontier(
                                           help="Fraction of the accelerator's best utilization to keep (0-1]."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="Precision (default as `stepcast curve`)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
-    analytical_only: bool = typer.Option(False, "--analytical-only",
-                                         help="The analytical model with the prior parameters: no fit."),
+    analytical_only: bool = typer.Option(False, "--analytical-only", help=ANALYTICAL_HELP),
     table: bool = typer.Option(False, "--table", help="Also print every compute level: FLOP, N, layout, "
                                                       "utilization and the binding constraint."),
-    assumptions: str = typer.Option("realistic", "--assumptions", help="realistic (the calibrated model) or ideal "
-                                                                       "(Epoch AI's ideal conditions)."),
-    batch_rule: str = typer.Option("deepseek", "--batch-rule", help="Batch ceiling: deepseek (0.292 C^0.3271 tokens), "
-                                                                     "kaplan (critical batch, Kaplan et al. 2020) or "
-                                                                     "fixed (4M tokens)."),
-    scaleup_size: Optional[int] = typer.Option(None, "--scaleup-size", help="Accelerators per scale-up domain."),
-    scaleup_gbps: Optional[float] = typer.Option(None, "--scaleup-gbps", help="Scale-up bandwidth per accelerator, "
-                                                                               "GB/s per direction."),
-    scaleout_gbps: Optional[float] = typer.Option(None, "--scaleout-gbps", help="Scale-out (network) bandwidth per "
-                                                                                 "accelerator, GB/s per direction."),
+    assumptions: str = typer.Option("realistic", "--assumptions", help=ASSUMPTIONS_HELP),
+    batch_rule: str = typer.Option("deepseek", "--batch-rule", help=BATCH_RULE_HELP),
+    scaleup_size: Optional[int] = typer.Option(None, "--scaleup-size", help=SCALEUP_SIZE_HELP),
+    scaleup_gbps: Optional[float] = typer.Option(None, "--scaleup-gbps", help=SCALEUP_GBPS_HELP),
+    scaleout_gbps: Optional[float] = typer.Option(None, "--scaleout-gbps", help=SCALEOUT_GBPS_HELP),
     memory_gb: Optional[float] = typer.Option(None, "--memory-gb", help="Memory per accelerator, GB (overrides the "
                                                                          "hardware row)."),
 ) -> None:
