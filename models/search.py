@@ -95,37 +95,40 @@ def enumerate_layouts(
 
     tps = [t for t in _divisors(n) if heads % t == 0]
     tps = _allowed(fixed, "tp", tps)
-    blocks = []
+    outer: list[tuple] = []  # (tp, pp, cp, dp, ep, vpp) with the inner grid that goes with it
+    inner: list[np.ndarray] = []
+    grids: dict[tuple, np.ndarray] = {}  # the inner grid depends on dp, on dp*cp > 1 and on tp > 1 only
+    rcs = _allowed(fixed, "recompute", [0, 1, 2])
     for tp in tps:
         pps = _allowed(fixed, "pp", [p for p in _divisors(n // tp) if p <= L])
+        sps = _allowed(fixed, "sequence_parallel", [False, True] if tp > 1 else [False])
         for pp in pps:
             rest = n // (tp * pp)
             cps = [c for c in _divisors(rest) if c <= max_cp and (c & (c - 1)) == 0 and s % c == 0]
+            ls = -(-L // pp)
+            vpps = _allowed(fixed, "vpp", [1] + ([v for v in range(2, max_vpp + 1) if ls >= v] if pp > 1 else []))
             for cp in _allowed(fixed, "cp", cps):
                 dp = rest // cp
                 if B % dp or not _allowed(fixed, "dp", [dp]):
                     continue
-                eps = [e for e in _divisors(dp) if E > 0 and E % e == 0] if E > 0 else [1]
-                eps = _allowed(fixed, "ep", eps)
-                ls = -(-L // pp)
-                vpps = [1] + ([v for v in range(2, max_vpp + 1) if ls >= v] if pp > 1 else [])
-                vpps = _allowed(fixed, "vpp", vpps)
-                mbs = _allowed(fixed, "micro_batch", [b for b in _divisors(B // dp) if b <= max_micro_batch])
-                shards = _allowed(fixed, "sharding", list(range(6)) if dp * cp > 1 else [0])
-                rcs = _allowed(fixed, "recompute", [0, 1, 2])
-                sps = _allowed(fixed, "sequence_parallel", [False, True] if tp > 1 else [False])
+                gkey = (dp, dp * cp > 1, tp > 1)
+                grid = grids.get(gkey)
+                if grid is None:
+                    mbs = _allowed(fixed, "micro_batch", [b for b in _divisors(B // dp) if b <= max_micro_batch])
+                    shards = _allowed(fixed, "sharding", list(range(6)) if dp * cp > 1 else [0])
+                    grid = grids[gkey] = np.array(list(itertools.product(mbs, shards, rcs, sps)),
+                                                  dtype=np.float64).reshape(-1, 4)
+                if not len(grid):
+                    continue
+                eps = _allowed(fixed, "ep", [e for e in _divisors(dp) if E % e == 0] if E > 0 else [1])
                 for ep, vpp in itertools.product(eps, vpps):
-                    grid = np.array(list(itertools.product(mbs, shards, rcs, sps)), dtype=np.float64)
-                    if grid.size == 0:
-                        continue
-                    k = len(grid)
-                    blocks.append(
-                        np.column_stack(
-                            [np.full(k, tp), np.full(k, pp), np.full(k, cp), np.full(k, dp), np.full(k, ep),
-                             np.full(k, vpp), grid]
-                        )
-                    )
-    mat = np.vstack(blocks) if blocks else np.zeros((0, len(LAYOUT_DIMS)))
+                    outer.append((tp, pp, cp, dp, ep, vpp))
+                    inner.append(grid)
+    if outer:  # one block per outer layout, built with two array operations instead of a column per block
+        sizes = np.fromiter((len(g) for g in inner), dtype=np.int64, count=len(inner))
+        mat = np.hstack([np.repeat(np.asarray(outer, dtype=np.float64), sizes, axis=0), np.concatenate(inner)])
+    else:
+        mat = np.zeros((0, len(LAYOUT_DIMS)))
     m = len(mat)
     out: dict[str, np.ndarray] = {c: mat[:, i].copy() for i, c in enumerate(LAYOUT_DIMS)}
     out["sharding"] = out["sharding"].astype(np.int64)
