@@ -23,6 +23,8 @@ ASSUMPTION_SETS = ("realistic", "ideal")
 class InputError(ValueError):
     """Bad input to a command: the message says which flag/field and what was expected."""
 
+    exit_code = 2  # the CLI's exit status for it (1 where the data, not the flag, is at fault)
+
 
 def check_choice(flag: str, value: Optional[str], allowed) -> None:
     if value is not None and value not in allowed:
@@ -37,6 +39,26 @@ def check_precision(dtype: str, hw: dict) -> None:
         fmt_name = need.removeprefix("peak_").removesuffix("_tflops").upper()
         raise InputError(f"--dtype {dtype}: {hw.get('id')} has no {fmt_name} tensor-core peak ({need} is empty); "
                          "choose a precision it has or another accelerator (`stepcast list gpus`)")
+
+
+def check_network(scaleup_size=None, scaleup_gbps=None, scaleout_gbps=None, memory_gb=None) -> None:
+    """The network-tier (and memory) overrides are positive finite numbers, else InputError naming the flag."""
+    import math
+
+    for flag, v in (("--scaleup-size", scaleup_size), ("--scaleup-gbps", scaleup_gbps),
+                    ("--scaleout-gbps", scaleout_gbps), ("--memory-gb", memory_gb)):
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            raise InputError(f"{flag} must be a positive number, got {v}")
+
+
+def network_overrides(scaleup_size: Optional[int] = None, scaleup_gbps: Optional[float] = None,
+                      scaleout_gbps: Optional[float] = None) -> dict:
+    """`resolved_hardware` overrides of the network tiers (checked), as `stepcast curve` applies them."""
+    check_network(scaleup_size, scaleup_gbps, scaleout_gbps)
+    out = {"intra_node_bw_gbps": scaleup_gbps, "inter_node_bw_gbps": scaleout_gbps}
+    if scaleup_size is not None:
+        out.update(scaleup_size=scaleup_size, gpus_per_node_typical=scaleup_size)
+    return out
 
 
 def resolve_names(cfg: Settings, model: Optional[str] = None, gpu: Optional[str] = None, arch: Optional[dict] = None,

@@ -11,14 +11,14 @@ from typing import Optional
 
 import typer
 
-from pipeline.cli import ANALYTICAL_HELP, ASSUMPTIONS_HELP, _fail, app, settings
+from pipeline.api import InputError, check_network
+from pipeline.cli import (ANALYTICAL_HELP, ASSUMPTIONS_HELP, SCALEOUT_GBPS_HELP, SCALEUP_GBPS_HELP,
+                          SCALEUP_SIZE_HELP, _fail, app, settings)
+from pipeline.settings import Settings
 
-# help of the options curve and frontier share (the network-tier flags override the accelerator's row)
+# help of the options curve and frontier share (the network-tier flags' help is pipeline.cli's)
 BATCH_RULE_HELP = ("Batch ceiling: deepseek (0.292 C^0.3271 tokens), kaplan (critical batch, Kaplan et al. 2020) "
                    "or fixed (4M tokens).")
-SCALEUP_SIZE_HELP = "Accelerators per scale-up domain."
-SCALEUP_GBPS_HELP = "Scale-up bandwidth per accelerator, GB/s per direction."
-SCALEOUT_GBPS_HELP = "Scale-out (network) bandwidth per accelerator, GB/s per direction."
 
 CURVE_COLUMNS = ["n_gpus", "global_batch_seqs", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding",
                  "recompute", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s", "tokens_per_s_lo",
@@ -35,7 +35,7 @@ BREAKDOWN_KEYS = ["step_time_s", "compute_s", "tp_comm_s", "pp_bubble_s", "pp_co
                   "cp_comm_s", "ep_comm_s", "optimizer_s"]
 
 
-def _hardware(gpu: str, *, scaleup_size: Optional[int] = None, scaleup_gbps: Optional[float] = None,
+def _hardware(cfg: Settings, gpu: str, *, scaleup_size: Optional[int] = None, scaleup_gbps: Optional[float] = None,
               scaleout_gbps: Optional[float] = None, memory_gb: Optional[float] = None) -> dict:
     """The resolved hardware row, with the network tiers (and memory) overridden where a flag gives them."""
     import polars as pl
@@ -43,14 +43,11 @@ def _hardware(gpu: str, *, scaleup_size: Optional[int] = None, scaleup_gbps: Opt
     from models.hardware import resolve_hardware
     from pipeline import catalog
 
-    for flag, v in (("--scaleup-size", scaleup_size), ("--scaleup-gbps", scaleup_gbps),
-                    ("--scaleout-gbps", scaleout_gbps), ("--memory-gb", memory_gb)):
-        if v is not None and not (v > 0 and math.isfinite(v)):
-            _fail(f"{flag} must be a positive number, got {v}")
+    check_network(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb)
     try:
-        hw_row = catalog.find_hardware(settings().measurements, gpu)
+        hw_row = catalog.find_hardware(cfg.measurements, gpu)
     except catalog.UnknownName as err:
-        _fail(str(err))
+        raise InputError(str(err)) from None
     hw_row = dict(hw_row)
     if memory_gb is not None:
         hw_row["memory_gb"] = float(memory_gb)
@@ -60,7 +57,9 @@ def _hardware(gpu: str, *, scaleup_size: Optional[int] = None, scaleup_gbps: Opt
         hw_row["inter_node_bw_gbps"] = float(scaleout_gbps)
     hw = resolve_hardware(pl.DataFrame([hw_row]), strict=False).row(0, named=True)
     if hw.get("hardware_error"):
-        _fail(f"--gpu {gpu}: {hw['hardware_error']}", 1)
+        err = InputError(f"--gpu {gpu}: {hw['hardware_error']}")
+        err.exit_code = 1
+        raise err
     if scaleup_size is not None:
         hw["scaleup_size"] = float(scaleup_size)
         hw["gpus_per_node_typical"] = int(scaleup_size)
@@ -73,7 +72,7 @@ def _overrides(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb=None) -> str
     return f" (overridden: {', '.join(parts)})" if parts else ""
 
 
-def _physics(assumptions: str, residual: bool = True, analytical_only: bool = False):
+def _physics(cfg: Settings, assumptions: str, residual: bool = True, analytical_only: bool = False):
     """(residual hook, model, note) under an assumption set, from the promoted fit (`models.predictor`, the one
     prediction function): 'realistic' is the fit (``residual=False``: the frontier ranks and reports with the
     model directly, no post-hoc hook); 'ideal' is Epoch AI's ideal conditions on the fit's physics, no residual.
@@ -87,8 +86,8 @@ def _physics(assumptions: str, residual: bool = True, analytical_only: bool = Fa
     try:
         check_assumptions(assumptions)
     except ValueError as err:
-        _fail(f"--{err}")
-    bundle = None if analytical_only else promoted_fit(settings())
+        raise InputError(f"--{err}") from None
+    bundle = None if analytical_only else promoted_fit(cfg)
     if analytical_only:
         if assumptions == "ideal":
             return None, params_for("ideal", DEFAULT), "ideal: Epoch AI's ideal conditions on the priors"
@@ -110,7 +109,7 @@ def _check_rule(batch_rule: str) -> None:
     from models.curves import BATCH_RULES
 
     if batch_rule not in BATCH_RULES:
-        _fail(f"--batch-rule must be one of {', '.join(BATCH_RULES)}, got '{batch_rule}'")
+        raise InputError(f"--batch-rule must be one of {', '.join(BATCH_RULES)}, got '{batch_rule}'")
 
 
 def _clean(v):
@@ -149,33 +148,63 @@ def curve(
 
     Example: `stepcast curve --model gpt3-175b --gpu h100-sxm5-80gb --policy strong --tokens 300e9`
     """
-    import polars as pl
-
-    from models.curves import POLICIES, default_dtype, explain, inflection, round_batch, scaling_curve
-    from pipeline import catalog
-    from pipeline.output import render
-
     if fmt not in ("table", "csv", "json"):
         _fail(f"--format must be table, csv or json, got '{fmt}'")
-    if policy not in POLICIES:
-        _fail(f"--policy must be one of {', '.join(POLICIES)}, got '{policy}'")
-    if tokens is not None and not (tokens > 0 and math.isfinite(tokens)):
-        _fail(f"--tokens must be a positive number of tokens, got {tokens}")
-    if not 0 < threshold <= 1:
-        _fail(f"--threshold must be in (0, 1], got {threshold}")
-    if policy != "strong" and per_gpu_batch <= 0:
-        _fail(f"--per-gpu-batch must be > 0 for the {policy} policy, got {per_gpu_batch}")
-    if dtype is not None and dtype not in ("bf16", "fp16", "fp8", "fp8-cs", "mxfp8", "nvfp4", "fp32", "tf32"):
-        _fail(f"--dtype must be one of bf16, fp16, fp8, fp8-cs, mxfp8, nvfp4, fp32, tf32, got '{dtype}'")
     try:
-        arch = catalog.resolve_architecture(model, arch_file, measurements=settings().measurements)
-    except catalog.UnknownName as err:
-        _fail(str(err))
-    _check_rule(batch_rule)
-    hook, params, note = _physics(assumptions, analytical_only=analytical_only)
-    hw = _hardware(gpu, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps)
-    from models.curves import _arch_params
+        doc, out, header = curve_result(settings(), model=model, arch_file=arch_file, gpu=gpu, policy=policy,
+                                        tokens=tokens, seq_len=seq_len, global_batch=global_batch,
+                                        per_gpu_batch=per_gpu_batch, max_gpus=max_gpus, threshold=threshold,
+                                        dtype=dtype, assumptions=assumptions, batch_rule=batch_rule,
+                                        scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps,
+                                        scaleout_gbps=scaleout_gbps, analytical_only=analytical_only)
+    except InputError as err:
+        _fail(str(err), err.exit_code)
+    if fmt == "json":
+        print(json.dumps(doc, indent=2, default=str))
+        return
+    from pipeline.output import render
 
+    print(header, file=sys.stderr)
+    if fmt == "csv":
+        render(out, "csv")
+    else:
+        render(out.filter(out["feasible"]).select(CURVE_TABLE), "table", title=header)
+    print(f"inflection: {doc['explanation']}", file=sys.stderr if fmt == "csv" else sys.stdout)
+
+
+def curve_result(cfg: Settings, *, model: Optional[str] = None, arch_file: Optional[Path] = None,
+                 arch: Optional[dict] = None, gpu: str, policy: str = "strong", tokens: Optional[float] = None,
+                 seq_len: int = 2048, global_batch: Optional[int] = None, per_gpu_batch: float = 1.0,
+                 max_gpus: int = 16384, threshold: float = 0.5, dtype: Optional[str] = None,
+                 assumptions: str = "realistic", batch_rule: str = "deepseek", scaleup_size: Optional[int] = None,
+                 scaleup_gbps: Optional[float] = None, scaleout_gbps: Optional[float] = None,
+                 analytical_only: bool = False):
+    """`stepcast curve`'s answer (the CLI and `stepcast serve` call this): (the document `--format json` prints,
+    the curve's rows, the header line). The architecture is `arch` when given, else `--arch-file` or `--model`.
+    Bad input raises InputError with the message the CLI prints."""
+    import polars as pl
+
+    from models.curves import POLICIES, _arch_params, default_dtype, explain, inflection, round_batch, scaling_curve
+    from pipeline import catalog
+
+    if policy not in POLICIES:
+        raise InputError(f"--policy must be one of {', '.join(POLICIES)}, got '{policy}'")
+    if tokens is not None and not (tokens > 0 and math.isfinite(tokens)):
+        raise InputError(f"--tokens must be a positive number of tokens, got {tokens}")
+    if not 0 < threshold <= 1:
+        raise InputError(f"--threshold must be in (0, 1], got {threshold}")
+    if policy != "strong" and per_gpu_batch <= 0:
+        raise InputError(f"--per-gpu-batch must be > 0 for the {policy} policy, got {per_gpu_batch}")
+    if dtype is not None and dtype not in ("bf16", "fp16", "fp8", "fp8-cs", "mxfp8", "nvfp4", "fp32", "tf32"):
+        raise InputError(f"--dtype must be one of bf16, fp16, fp8, fp8-cs, mxfp8, nvfp4, fp32, tf32, got '{dtype}'")
+    if arch is None:
+        try:
+            arch = catalog.resolve_architecture(model, arch_file, measurements=cfg.measurements)
+        except catalog.UnknownName as err:
+            raise InputError(str(err)) from None
+    _check_rule(batch_rule)
+    hook, params, note = _physics(cfg, assumptions, analytical_only=analytical_only)
+    hw = _hardware(cfg, gpu, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps)
     n_params = _arch_params(arch)
     tokens = tokens if tokens is not None else 20.0 * n_params
     batch = global_batch or round_batch(4 * 2**20 / seq_len)
@@ -185,7 +214,7 @@ def curve(
                           params=params, usd_per_gpu_hour=hw.get("cloud_usd_per_hour"), calibrate=hook,
                           batch_rule=batch_rule)
     except ValueError as err:
-        _fail(str(err))
+        raise InputError(str(err)) from None
     rec = inflection(c, threshold)
     price = hw.get("cloud_usd_per_hour")
     c = c.with_columns(pl.lit(assumptions).alias("assumptions"))
@@ -194,22 +223,13 @@ def curve(
               + (f", batch {batch} seqs" if policy == "strong" else f", {per_gpu_batch:g} seq/GPU")
               + f"; {note}; cost: " + (f"${price}/GPU-h (hardware.cloud_usd_per_hour)" if price else
                                        "none (no price for this accelerator)"))
-    knee = explain(rec)
     out = c.select([x for x in CURVE_COLUMNS if x in c.columns])
-    if fmt == "json":
-        print(json.dumps({"model": arch["id"], "gpu": gpu, "assumptions": assumptions, "batch_rule": batch_rule,
-                          "policy": policy, "seq_len": seq_len, "tokens": tokens,
-                          "calibration": note, "inflection": {k: _clean(v) for k, v in rec.items()},
-                          "explanation": knee,
-                          "points": [{k: _clean(v) for k, v in r.items()} for r in out.iter_rows(named=True)]},
-                         indent=2, default=str))
-        return
-    print(header, file=sys.stderr)
-    if fmt == "csv":
-        render(out, "csv")
-    else:
-        render(out.filter(out["feasible"]).select(CURVE_TABLE), "table", title=header)
-    print(f"inflection: {knee}", file=sys.stderr if fmt == "csv" else sys.stdout)
+    doc = {"model": arch["id"], "gpu": gpu, "assumptions": assumptions, "batch_rule": batch_rule,
+           "policy": policy, "seq_len": seq_len, "tokens": tokens,
+           "calibration": note, "inflection": {k: _clean(v) for k, v in rec.items()},
+           "explanation": explain(rec),
+           "points": [{k: _clean(v) for k, v in r.items()} for r in out.iter_rows(named=True)]}
+    return doc, out, header
 
 
 @app.command()
@@ -237,18 +257,64 @@ def frontier(
 
     Example: `stepcast frontier --gpu h100-sxm5-80gb --months 3 --min-utilization 0.8 --assumptions ideal --table`
     """
+    if fmt not in ("table", "json"):
+        _fail(f"--format must be table or json, got '{fmt}'")
+    try:
+        result, sweep, title = frontier_result(settings(), gpu=gpu, months=months, min_utilization=min_utilization,
+                                               dtype=dtype, analytical_only=analytical_only, assumptions=assumptions,
+                                               batch_rule=batch_rule, scaleup_size=scaleup_size,
+                                               scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps,
+                                               memory_gb=memory_gb)
+    except InputError as err:
+        _fail(str(err), err.exit_code)
+    if result.get("found") is False:
+        if fmt == "json" and table:
+            print(json.dumps({k: v for k, v in result.items() if k != "error"}, indent=2, default=str))
+        elif table:
+            _print_levels(sweep, title)
+        print(f"error: {result['error']}", file=sys.stderr)
+        raise typer.Exit(1)
+    if fmt == "json":
+        out = dict(result)
+        if not table:
+            out.pop("levels")
+        print(json.dumps(out, indent=2, default=str))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    if table:
+        _print_levels(sweep, title)
+    t = Table("field", "value", title=title)
+    for k in FRONTIER_KEYS + ["best_utilization", "time_to_train_days", "binding", "ended_by", "crossing_flop",
+                              "latency_wall_days", "cost_basis"]:
+        v = result[k]
+        t.add_row(k, "—" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v))
+    for k, v in result["layout"].items():
+        t.add_row(k, str(v))
+    for k, v in result["breakdown"].items():
+        t.add_row(k, f"{v:.4g}")
+    Console(width=140).print(t)
+
+
+def frontier_result(cfg: Settings, *, gpu: str, months: float = 3.0, min_utilization: float = 0.8,
+                    dtype: Optional[str] = None, analytical_only: bool = False, assumptions: str = "realistic",
+                    batch_rule: str = "deepseek", scaleup_size: Optional[int] = None,
+                    scaleup_gbps: Optional[float] = None, scaleout_gbps: Optional[float] = None,
+                    memory_gb: Optional[float] = None):
+    """`stepcast frontier`'s answer (the CLI and `stepcast serve` call this): (the document `--format json
+    --table` prints, the sweep, the title). Without a trainable level the document is `found` false with the
+    `reason`, and `error` the message the CLI prints. Bad input raises InputError with the CLI's message."""
     from models.curves import default_dtype
     from models.frontier import frontier_summary, frontier_sweep
 
-    if fmt not in ("table", "json"):
-        _fail(f"--format must be table or json, got '{fmt}'")
     if not (months > 0 and math.isfinite(months)):
-        _fail(f"--months must be > 0, got {months}")
+        raise InputError(f"--months must be > 0, got {months}")
     if not 0 < min_utilization <= 1:
-        _fail(f"--min-utilization must be in (0, 1], got {min_utilization}")
+        raise InputError(f"--min-utilization must be in (0, 1], got {min_utilization}")
     _check_rule(batch_rule)
-    _, params, note = _physics(assumptions, residual=False, analytical_only=analytical_only)
-    hw = _hardware(gpu, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps,
+    _, params, note = _physics(cfg, assumptions, residual=False, analytical_only=analytical_only)
+    hw = _hardware(cfg, gpu, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps,
                    memory_gb=memory_gb)
     dt = dtype or default_dtype(hw)
     sweep = frontier_sweep(hw, months, params=params, dtype=dt, usd_per_gpu_hour=hw.get("cloud_usd_per_hour"),
@@ -260,14 +326,9 @@ def frontier(
     levels = [{k: _clean(v) for k, v in r.items()} for r in sweep.select(
         [c for c in LEVEL_COLUMNS if c in sweep.columns]).iter_rows(named=True)]
     if not s["found"]:
-        if fmt == "json" and table:
-            print(json.dumps({"found": False, "reason": s["reason"], "assumptions": assumptions, "levels": levels},
-                             indent=2, default=str))
-        elif table:
-            _print_levels(sweep, title)
-        print(f"error: no compute level is trainable on {gpu} within {months:g} months ({assumptions} "
-              f"assumptions): {s['reason']}", file=sys.stderr)
-        raise typer.Exit(1)
+        return ({"found": False, "reason": s["reason"], "assumptions": assumptions, "levels": levels,
+                 "error": f"no compute level is trainable on {gpu} within {months:g} months ({assumptions} "
+                          f"assumptions): {s['reason']}"}, sweep, title)
     result = {"max_training_flop": s["training_flop"], "n_gpus": s["n_gpus"], "tp": s["tp"], "pp": s["pp"],
               "dp": s["dp"], "ep": s["ep"], "cp": s["cp"], "utilization": s["utilization"], "params": s["params"],
               "tokens": s["tokens"], "cost_usd": _clean(s["cost_usd"]), "assumptions": assumptions,
@@ -287,27 +348,9 @@ def frontier(
               "launch_price_usd": _clean(s["launch_price_usd"]), "model_flop": s["model_flop"],
               "calibration": note,
               "training_flop_convention": "6 x params x tokens (Chinchilla); utilization = MFU (stepcast FLOPs)"}
-    if fmt == "json":
-        out = {k: _clean(v) for k, v in result.items()}
-        if table:
-            out["levels"] = levels
-        print(json.dumps(out, indent=2, default=str))
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    if table:
-        _print_levels(sweep, title)
-    t = Table("field", "value", title=title)
-    for k in FRONTIER_KEYS + ["best_utilization", "time_to_train_days", "binding", "ended_by", "crossing_flop",
-                              "latency_wall_days", "cost_basis"]:
-        v = result[k]
-        t.add_row(k, "—" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v))
-    for k, v in result["layout"].items():
-        t.add_row(k, str(v))
-    for k, v in result["breakdown"].items():
-        t.add_row(k, f"{v:.4g}")
-    Console(width=140).print(t)
+    result = {k: _clean(v) for k, v in result.items()}
+    result["levels"] = levels
+    return result, sweep, title
 
 
 LEVEL_COLUMNS = ["assumptions", "training_flop", "params", "n_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch",
