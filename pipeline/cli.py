@@ -170,6 +170,10 @@ ASSUMPTIONS_HELP = ("realistic (the calibrated model: fitted parameters, residua
                     "ideal (Epoch AI's ideal conditions: no host overhead or GEMM-size ramp, perfect overlap, no "
                     "memory allowance; latency stays).")
 ANALYTICAL_HELP = "The analytical model with the prior parameters: no fit, no correction, no interval."
+# the network-tier flags (curve, frontier, search) override the accelerator's row
+SCALEUP_SIZE_HELP = "Accelerators per scale-up domain."
+SCALEUP_GBPS_HELP = "Scale-up bandwidth per accelerator, GB/s per direction."
+SCALEOUT_GBPS_HELP = "Scale-out (network) bandwidth per accelerator, GB/s per direction."
 
 
 def _fail(message: str, code: int = 2) -> None:

@@ -9,7 +9,8 @@ from typing import Optional
 
 import typer
 
-from pipeline.cli import ANALYTICAL_HELP, ASSUMPTIONS_HELP, _fail, app, settings
+from pipeline.cli import (ANALYTICAL_HELP, ASSUMPTIONS_HELP, SCALEOUT_GBPS_HELP, SCALEUP_GBPS_HELP,
+                          SCALEUP_SIZE_HELP, _fail, app, settings)
 
 SEARCH_COLUMNS = ["rank", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding", "recompute",
                   "sequence_parallel", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu",
@@ -54,6 +55,9 @@ def search(
     recompute: Optional[str] = typer.Option(None, "--recompute", help="Fix: none, selective, full."),
     assumptions: str = typer.Option("realistic", "--assumptions", help=ASSUMPTIONS_HELP),
     analytical_only: bool = typer.Option(False, "--analytical-only", help=ANALYTICAL_HELP),
+    scaleup_size: Optional[int] = typer.Option(None, "--scaleup-size", help=SCALEUP_SIZE_HELP),
+    scaleup_gbps: Optional[float] = typer.Option(None, "--scaleup-gbps", help=SCALEUP_GBPS_HELP),
+    scaleout_gbps: Optional[float] = typer.Option(None, "--scaleout-gbps", help=SCALEOUT_GBPS_HELP),
     intervals: bool = typer.Option(True, "--intervals/--no-intervals", hidden=True,
                                    help="Kept for scripts: the interval is always part of the prediction."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json."),
@@ -105,20 +109,17 @@ def search(
     from pipeline import api
 
     try:
+        overrides = api.network_overrides(scaleup_size, scaleup_gbps, scaleout_gbps)
         result, n_evaluated, _ = api.search_layouts(cfg, arch=arch, hw_row=hw_row, gpus=gpus, global_batch=global_batch,
                                                     seq_len=seq_len, fixed=fixed, dtype=dtype, top=top,
                                                     rank_by=rank_by, analytical_only=analytical_only,
-                                                    assumptions=assumptions)
+                                                    assumptions=assumptions, hw_overrides=overrides)
     except api.InputError as err:
         _fail(str(err))
     if result.height == 0:
-        print(f"no feasible layout among {n_evaluated:,} evaluated for {arch['id']} on {gpus} x {gpu} "
-              f"(batch {global_batch} x {seq_len}{', fixed ' + str(fixed) if fixed else ''}). Try more GPUs, a "
-              f"smaller micro-batch, recompute, or sharding.", file=sys.stderr)
+        print(no_layout_message(arch["id"], gpu, gpus, global_batch, seq_len, fixed, n_evaluated), file=sys.stderr)
         raise typer.Exit(1)
-    result = result.with_row_index("rank", offset=1)
-    extra = [c for c in result.columns if c not in SEARCH_COLUMNS]
-    result = result.select([c for c in SEARCH_COLUMNS if c in result.columns] + extra)
+    result = ranked(result)
     elapsed = time.perf_counter() - start
     title = (f"{arch['id']} on {gpus} x {gpu}, batch {global_batch} x {seq_len}: best {result.height} of "
              f"{n_evaluated:,} layouts ({elapsed:.2f} s) — {api.title_of('search', result).split(' — ', 1)[-1]}")
@@ -127,3 +128,18 @@ def search(
     else:
         print(title, file=sys.stderr)
         render(result, fmt, out)
+
+
+def ranked(result):
+    """The layouts as `stepcast search` prints them (and `stepcast serve` answers): a 1-based `rank`, then
+    SEARCH_COLUMNS, then the rest."""
+    result = result.with_row_index("rank", offset=1)
+    extra = [c for c in result.columns if c not in SEARCH_COLUMNS]
+    return result.select([c for c in SEARCH_COLUMNS if c in result.columns] + extra)
+
+
+def no_layout_message(arch_id: str, gpu: str, gpus: int, global_batch: int, seq_len: int, fixed: dict,
+                      n_evaluated: int) -> str:
+    return (f"no feasible layout among {n_evaluated:,} evaluated for {arch_id} on {gpus} x {gpu} "
+            f"(batch {global_batch} x {seq_len}{', fixed ' + str(fixed) if fixed else ''}). Try more GPUs, a "
+            f"smaller micro-batch, recompute, or sharding.")
