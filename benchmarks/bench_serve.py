@@ -56,14 +56,11 @@ def free_port() -> int:
 
 def layouts_evaluated(store: str | None, q: dict) -> int:
     """How many layouts the search scores (the CLI prints it; the JSON does not carry it)."""
-    from pipeline import api, catalog
+    from pipeline import api
     from pipeline.settings import Settings
 
-    cfg = Settings.load(store=store)
-    arch = catalog.find_architecture(cfg.measurements, q["model"])
-    hw = catalog.find_hardware(cfg.measurements, q["gpu"])
-    return api.search_layouts(cfg, arch=arch, hw_row=hw, gpus=q["gpus"], global_batch=q["global_batch"],
-                              seq_len=q["seq_len"], top=1, analytical_only=True)[1]
+    return api.layout_search(Settings.load(store=store), model=q["model"], gpu=q["gpu"], gpus=q["gpus"],
+                             global_batch=q["global_batch"], seq_len=q["seq_len"], top=1, analytical_only=True)[1]
 
 
 def main() -> None:

@@ -46,7 +46,7 @@ from models.step_time import OUTPUT_COLUMNS, encode_configs, predict_arrays
 FIT_CODE_VERSION = "stepcast-calibration/2"
 FIT_FIELDS = ("matmul_eff_16bit", "matmul_eff_8bit", "attn_eff", "gemm_ramp_flops_per_sm", "host_overhead_s_per_op",
               "scaleup_eff", "scaleout_eff", "alpha_scaleup_s", "tp_overlap", "dp_overlap", "fsdp_gather_overlap")
-PRESET_FIELDS = {"megatron_2022": ("host_overhead_s_per_op",)}
+PRESET_FIELDS = {"megatron_2022": ("host_overhead_s_per_op",), "pytorch_native": ("kernel_eff",)}
 #: fractions of a peak fitted per hardware generation group (the largest group in the data defines the shared
 #: value; every other group with at least MIN_GENERATION_RUNS runs gets its own): A100 and H100 GEMMs reach
 #: different shares of their datasheet peaks, a constant with the same meaning but not the same value

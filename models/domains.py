@@ -46,7 +46,7 @@ PRECISION_FAMILY = {"bf16": "16-bit", "fp16": "16-bit", "fp32": "32-bit", "tf32"
 PRECISION_FAMILIES = ("16-bit", "32-bit", "fp8", "fp4")
 #: dtype code (models.params.DTYPE_CODES order) -> precision family index in PRECISION_FAMILIES
 PRECISION_FAMILY_OF_CODE = np.array([0, 0, 2, 2, 2, 3, 1, 1])
-SOFTWARE_ERAS = ("default", "megatron_2022")
+SOFTWARE_ERAS = ("default", "megatron_2022", "pytorch_native")
 ARCH_FAMILIES = ("dense", "moe", "hybrid")
 
 

@@ -68,6 +68,13 @@ class PhysParams:
     # the fully masked key blocks, i.e. about half of the square; Megatron-LM 2021/2022
     # fused-softmax kernels compute the full masked square (1.0, see MEGATRON_2022).
     attn_causal_work_fraction: float = 0.5
+    # Kernel efficiency of the software stack, relative to a fused TransformerEngine-class stack (Megatron-Core,
+    # NeMo, NVIDIA's MLPerf submissions: fused norm/GEMM/RoPE/softmax kernels, cuDNN or FlashAttention-3
+    # attention on Hopper). Multiplies every kernel rate (GEMM, attention, memory-bound). derived 1.0: the
+    # reference stack by definition; stacks built on PyTorch-native kernels (torchtitan, FSDP, llm-foundry:
+    # SDPA's FlashAttention-2, unfused elementwise kernels) get a fitted value (software preset
+    # `pytorch_native`, `models.runs_adapter`), a fraction that means the same on every device.
+    kernel_eff: float = 1.0
     # Achieved fraction of the HBM datasheet bandwidth for streaming kernels.
     # prior: STREAM-like copies reach ~85-92 % of HBM peak on A100/H100 class parts.
     hbm_eff: float = 0.85
@@ -201,6 +208,7 @@ FITTABLE_BOUNDS: Mapping[str, tuple[float, float]] = {
     "matmul_eff_16bit": (0.3, 0.95),
     "matmul_eff_8bit": (0.2, 0.95),
     "attn_eff": (0.15, 0.9),
+    "kernel_eff": (0.3, 1.2),
     "gemm_ramp_flops_per_sm": (1e5, 2e9),
     "host_overhead_s_per_op": (1e-7, 2e-4),
     "scaleup_eff": (0.2, 0.95),

@@ -28,6 +28,7 @@ never silently rests on a guess:
 | vocab empty | 51,200 | GPT-2 BPE padded (Megatron default) |
 | tied_embeddings empty | false | |
 | software era | `megatron_2022` (attention scores materialised, full-square softmax, no DP overlap: `models.params.MEGATRON_2022`) for DeepSpeed-based stacks and for Megatron stacks reported up to 2022; `default` (FlashAttention-era) otherwise | FlashAttention (Dao 2022) became the default attention in Megatron-Core/TE, PyTorch SDPA, llm-foundry and torchtitan after 2022 |
+| software stack | `pytorch_native` for stacks built on PyTorch-native kernels (torchtitan, FSDP, llm-foundry/Composer, fms-fsdp) that are not Megatron-based: the reference physics with its own fitted `kernel_eff` | TransformerEngine fuses norm, RoPE and softmax into the GEMMs and uses cuDNN/FlashAttention-3 attention on Hopper; PyTorch SDPA uses FlashAttention-2 |
 
 A run that cannot be predicted at all (no n_gpus, no architecture shape, an accelerator that is not known)
 keeps its row with the reason in `config_error`. Memory never refuses a measured run: its time is predicted
@@ -216,7 +217,9 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
         pl.concat_str(notes, separator="; ", ignore_nulls=True).alias("assumptions"),
         pl.when(_has_any("framework", ("deepspeed",)) |
                 (megatron & (pl.col("year").fill_null(2100) <= 2022)))
-        .then(pl.lit("megatron_2022")).otherwise(pl.lit("default")).alias("software_preset"),
+        .then(pl.lit("megatron_2022"))
+        .when(_has_any("framework", FSDP_STACKS) & ~megatron).then(pl.lit("pytorch_native"))
+        .otherwise(pl.lit("default")).alias("software_preset"),
     )
     hw = hardware.rename({"id": "gpu"}) if "id" in hardware.columns else hardware
     # a run may state its cluster's scale-out network (`inter_node_bw_gbps`); else the hardware's typical one
@@ -337,7 +340,7 @@ def resolve_layout(configs: pl.DataFrame, predict) -> pl.DataFrame:
     return pl.concat([rest, upd.select(rest.columns)], how="vertical_relaxed").sort("_row").drop("_row")
 
 
-PRESETS = ("default", "megatron_2022")
+PRESETS = ("default", "megatron_2022", "pytorch_native")
 
 
 def preset_params(name: str, base=None, overrides=None):
@@ -348,6 +351,8 @@ def preset_params(name: str, base=None, overrides=None):
     base = base or DEFAULT
     extra = dict((overrides or {}).get(name, {}))
     if name == "default":
+        return base.with_(**extra) if extra else base
+    if name == "pytorch_native":  # the reference physics; only its fitted kernel efficiency differs
         return base.with_(**extra) if extra else base
     if name == "megatron_2022":
         diff = {k: v for k, v in MEGATRON_2022.to_dict().items() if DEFAULT.to_dict()[k] != v}

@@ -216,7 +216,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     act = arch["activation"]
 
     mem_cap = g("memory_gb")
-    hbm_bw = g("memory_bw_gbps") * 1e9 * P.hbm_eff
+    hbm_bw = g("memory_bw_gbps") * 1e9 * (P.hbm_eff * P.kernel_eff)
     su = g("scaleup_size")
     gpn = g("gpus_per_node")
     node = np.where(np.isnan(gpn), su, np.minimum(gpn, np.where(np.isnan(su), gpn, su)))
@@ -289,9 +289,9 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
         eff = np.where(low, e8, np.where((dt == 6) | (dt == 7), e32, e16))
     else:
         eff = np.take(np.array([e16, e16, e8, e8, e8, e8, e32, e32]), dt, mode="clip")
-    inv_rate = 1.0 / (peak_tf * (1e12 * eff))
+    inv_rate = 1.0 / (peak_tf * (1e12 * P.kernel_eff * eff))
     inv_hbm = 1.0 / hbm_bw
-    attn_rate = attn_peak_tf * (1e12 * P.attn_eff)
+    attn_rate = attn_peak_tf * (1e12 * P.attn_eff * P.kernel_eff)
 
     # common factors, computed once (T = tokens per micro-batch on one tp-group of GPUs)
     inv_t = 1.0 / t

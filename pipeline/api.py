@@ -8,6 +8,9 @@ the flag or field and what was expected.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Optional
 
 import polars as pl
@@ -21,9 +24,22 @@ ASSUMPTION_SETS = ("realistic", "ideal")
 
 
 class InputError(ValueError):
-    """Bad input to a command: the message says which flag/field and what was expected."""
+    """Bad input to a command: the message says which flag/field and what was expected. `exit_code` is the
+    status the CLI exits with (2 for a usage error, 1 where the command has always said 1)."""
 
-    exit_code = 2  # the CLI's exit status for it (1 where the data, not the flag, is at fault)
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class NoResult(InputError):
+    """Valid input that has no answer: no feasible layout, no plan within the deadline or budget, no trainable
+    compute level. The message says what was tried and what to change; the CLI prints it and exits 1.
+    `detail` carries what the CLI prints beside the message (e.g. the frontier's levels)."""
+
+    def __init__(self, message: str, detail: Optional[dict] = None):
+        super().__init__(message, exit_code=1)
+        self.detail = detail or {}
 
 
 def check_choice(flag: str, value: Optional[str], allowed) -> None:
@@ -43,8 +59,6 @@ def check_precision(dtype: str, hw: dict) -> None:
 
 def check_network(scaleup_size=None, scaleup_gbps=None, scaleout_gbps=None, memory_gb=None) -> None:
     """The network-tier (and memory) overrides are positive finite numbers, else InputError naming the flag."""
-    import math
-
     for flag, v in (("--scaleup-size", scaleup_size), ("--scaleup-gbps", scaleup_gbps),
                     ("--scaleout-gbps", scaleout_gbps), ("--memory-gb", memory_gb)):
         if v is not None and not (v > 0 and math.isfinite(v)):
@@ -53,7 +67,7 @@ def check_network(scaleup_size=None, scaleup_gbps=None, scaleout_gbps=None, memo
 
 def network_overrides(scaleup_size: Optional[int] = None, scaleup_gbps: Optional[float] = None,
                       scaleout_gbps: Optional[float] = None) -> dict:
-    """`resolved_hardware` overrides of the network tiers (checked), as `stepcast curve` applies them."""
+    """`resolved_hardware` overrides of the network tiers (checked), as `stepcast search` applies them."""
     check_network(scaleup_size, scaleup_gbps, scaleout_gbps)
     out = {"intra_node_bw_gbps": scaleup_gbps, "inter_node_bw_gbps": scaleout_gbps}
     if scaleup_size is not None:
@@ -178,3 +192,554 @@ def title_of(command: str, result: pl.DataFrame) -> str:
     dom = sorted(set(str(x).split(";")[0] for x in result["calibration_domain"].to_list())) \
         if "calibration_domain" in result.columns else []
     return (f"stepcast {command} — {a}" + (f", fit {v}" if v else "") + (f", domain: {' / '.join(dom)}" if dom else ""))
+
+
+# ------------------------------------------------------------------ the commands' computations
+# Each command of the CLI (`pipeline.cli`, `pipeline.commands.*`) parses its flags, calls one of these and prints
+# what it returns; `stepcast` (the Python API) calls the same ones. They check their input in the order the
+# command always did and raise InputError (NoResult when the input is valid but nothing answers).
+
+PREDICT_COLUMNS = ["run_id", "feasible", "error", "step_time_s", "step_time_lo_s", "step_time_hi_s",
+                   "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu", "hfu",
+                   "memory_gb_per_gpu", "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s",
+                   "cp_comm_s", "ep_comm_s", "optimizer_s", "fit_version", "assumptions", "calibration_domain"]
+SEARCH_COLUMNS = ["rank", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding", "recompute",
+                  "sequence_parallel", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu",
+                  "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu", "memory_gb_per_gpu", "fit_version",
+                  "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s",
+                  "ep_comm_s", "optimizer_s"]
+CURVE_COLUMNS = ["n_gpus", "global_batch_seqs", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding",
+                 "recompute", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s", "tokens_per_s_lo",
+                 "tokens_per_s_hi", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu",
+                 "time_to_train_days", "cost_usd", "parallel_efficiency", "marginal_efficiency",
+                 "marginal_efficiency_lo", "marginal_efficiency_hi", "pareto_optimal", "feasible", "reason",
+                 "calibrated", "fit_version", "assumptions"]
+BREAKDOWN_KEYS = ["step_time_s", "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s",
+                  "cp_comm_s", "ep_comm_s", "optimizer_s"]
+LEVEL_COLUMNS = ["assumptions", "training_flop", "params", "n_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch",
+                 "sharding", "recompute", "global_batch_seqs", "utilization", "time_to_train_days",
+                 "latency_wall_days", "feasible", "binding", "reason", "cost_usd"]
+PLAN_COLUMNS = ["rank", "hardware", "n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding",
+                "recompute", "days", "days_lo", "days_hi", "days_ideal", "cost_usd", "cost_usd_lo", "cost_usd_hi",
+                "energy_mwh", "mfu", "tokens_per_s_per_gpu", "goodput", "expected_interruptions",
+                "checkpoint_interval_min", "usd_per_gpu_hour", "price_source", "hfu", "step_time_s",
+                "step_time_lo_s", "step_time_hi_s", "fit_version", "assumptions", "calibration_domain"]
+OPTIMAL_COLUMNS = ["rank", "hardware", "n_gpus", "params", "tokens", "loss", "training_flop", "days", "cost_usd",
+                   "energy_mwh", "mfu", "tp", "pp", "dp", "cp", "n_layers", "d_model", "usd_per_gpu_hour"]
+NO_DEADLINE_HORIZON_DAYS = 365
+
+
+def clean(v):
+    """A float that JSON cannot carry (NaN, ±inf) as None, as the commands print it."""
+    return None if isinstance(v, float) and (math.isnan(v) or math.isinf(v)) else v
+
+
+def architecture(cfg: Settings, model: Optional[str] = None, arch_file: Optional[Path] = None,
+                 arch: Optional[Mapping] = None) -> dict:
+    """The architecture dict of a mapping (a row of the architectures schema or a Hugging Face config), of
+    `--arch-file PATH`, or of `--model NAME` (id, name or alias)."""
+    from pipeline import catalog
+
+    if arch is not None:
+        from models.archfile import ArchFileError, architecture_from_mapping
+
+        try:
+            return architecture_from_mapping(dict(arch), "arch")
+        except ArchFileError as err:
+            raise InputError(str(err)) from None
+    try:
+        return catalog.resolve_architecture(model, arch_file, measurements=cfg.measurements)
+    except catalog.UnknownName as err:
+        raise InputError(str(err)) from None
+
+
+def hardware_row(cfg: Settings, gpu: Optional[str] = None, hardware_file: Optional[Path] = None,
+                 hardware: Optional[Mapping] = None) -> dict:
+    """The hardware row of a mapping (a row of the hardware_specs schema), of `--hardware-file PATH`, or of
+    `--gpu NAME`."""
+    from pipeline import catalog
+
+    if hardware is not None:
+        from models.archfile import ArchFileError, hardware_from_mapping
+
+        try:
+            return hardware_from_mapping(dict(hardware), "hardware")
+        except ArchFileError as err:
+            raise InputError(str(err)) from None
+    try:
+        return catalog.resolve_hardware_row(gpu, hardware_file, measurements=cfg.measurements)
+    except catalog.UnknownName as err:
+        raise InputError(str(err)) from None
+
+
+def prediction(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[str] = None, gpus: Optional[int] = None,
+               global_batch: Optional[int] = None, seq_len: Optional[int] = None, arch_file: Optional[Path] = None,
+               hardware_file: Optional[Path] = None, arch: Optional[Mapping] = None,
+               hardware: Optional[Mapping] = None, **layout) -> pl.DataFrame:
+    """`stepcast predict` for one configuration: the resolved inputs and the prediction, columns in the order
+    the command prints them (`PREDICT_COLUMNS`, then the inputs). `layout` takes the other keywords of
+    `predict_config` (tp, pp, dp, micro_batch, sharding, ..., assumptions, analytical_only)."""
+    missing = [flag for flag, v in (("--model", model or arch_file or arch), ("--gpu", gpu or hardware_file or hardware),
+                                    ("--gpus", gpus), ("--global-batch", global_batch), ("--seq-len", seq_len))
+               if v is None]
+    if missing:
+        raise InputError(f"missing {', '.join(missing)} (or give --runs FILE). See `stepcast predict --help`.")
+    arch_row = architecture(cfg, model, arch_file, arch)
+    hw_row = hardware_row(cfg, gpu, hardware_file, hardware)
+    if "hybrid" in str(arch_row.get("arch") or ""):
+        raise InputError(f"{arch_row['id']}: {arch_row['arch']} architecture: Mamba layers are not in the step-time "
+                         "model yet")
+    result = predict_config(cfg, arch=arch_row, hw_row=hw_row, gpus=gpus, global_batch=global_batch,
+                            seq_len=seq_len, **layout)
+    extra = [c for c in result.columns if c not in PREDICT_COLUMNS]
+    return result.select(PREDICT_COLUMNS + extra)
+
+
+def run_predictions(cfg: Settings, runs, *, assumptions: str = "realistic",
+                    analytical_only: bool = False) -> pl.DataFrame:
+    """`stepcast predict --runs`: every run of a measurement-schema file (a path) or frame, one row per run_id."""
+    from pipeline.calibrated import model_for
+    from pipeline.predict_runs import predict_file, predict_frame
+    from pipeline.readers import FileRejected
+
+    check_choice("--assumptions", assumptions, ASSUMPTION_SETS)
+    try:
+        if isinstance(runs, pl.DataFrame):
+            return predict_frame(runs, cfg.measurements, model_for(cfg, analytical_only, assumptions))
+        return predict_file(runs, cfg.measurements, model_for(cfg, analytical_only, assumptions))
+    except FileRejected as err:
+        raise InputError(str(err), exit_code=1) from err
+
+
+def layout_search(cfg: Settings, *, model: Optional[str] = None, layers: Optional[int] = None,
+                  d_model: Optional[int] = None, heads: Optional[int] = None, kv_heads: Optional[int] = None,
+                  ffn_dim: Optional[int] = None, vocab: int = 51200, activation: str = "gelu",
+                  gpu: Optional[str] = None, arch_file: Optional[Path] = None, hardware_file: Optional[Path] = None,
+                  arch: Optional[Mapping] = None, hardware: Optional[Mapping] = None, gpus: int, global_batch: int,
+                  seq_len: int, dtype: str = "bf16", top: int = 10, rank_by: str = "throughput",
+                  tp: Optional[int] = None, pp: Optional[int] = None, dp: Optional[int] = None,
+                  cp: Optional[int] = None, ep: Optional[int] = None, vpp: Optional[int] = None,
+                  micro_batch: Optional[int] = None, sharding: Optional[str] = None, recompute: Optional[str] = None,
+                  assumptions: str = "realistic", analytical_only: bool = False, scaleup_size: Optional[int] = None,
+                  scaleup_gbps: Optional[float] = None,
+                  scaleout_gbps: Optional[float] = None) -> tuple[pl.DataFrame, int, dict, str]:
+    """`stepcast search`: (the best layouts ranked, `SEARCH_COLUMNS` first; how many were evaluated; the
+    architecture; the accelerator's name). `scaleup_size`, `scaleup_gbps`, `scaleout_gbps` override the
+    accelerator's network tiers. NoResult when no layout is feasible."""
+    if rank_by not in ("throughput", "cost"):
+        raise InputError(f"--rank-by must be throughput or cost, got '{rank_by}'")
+    for name, value, allowed in (("--sharding", sharding, SHARDINGS), ("--recompute", recompute, RECOMPUTES),
+                                 ("--activation", activation, ("gelu", "swiglu")), ("--dtype", dtype, DTYPES)):
+        check_choice(name, value, allowed)
+    if model or arch_file or arch is not None:
+        arch_row = architecture(cfg, model, arch_file, arch)
+    else:
+        missing = [f for f, v in (("--layers", layers), ("--d-model", d_model), ("--heads", heads)) if v is None]
+        if missing:
+            raise InputError(f"give --model ID, --arch-file PATH or the architecture flags ({', '.join(missing)} "
+                             "missing)")
+        arch_row = dict(id="custom", n_layers=layers, d_model=d_model, n_heads=heads, n_kv_heads=kv_heads or heads,
+                        ffn_dim=ffn_dim or 4 * d_model, vocab=vocab, activation=activation, n_experts=0, top_k=0,
+                        tied_embeddings=False)
+    hw_row = hardware_row(cfg, gpu, hardware_file, hardware)
+    gpu = gpu or hw_row.get("id")
+    fixed = {k: v for k, v in dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch,
+                                   sharding=sharding, recompute=recompute).items() if v is not None}
+    overrides = network_overrides(scaleup_size, scaleup_gbps, scaleout_gbps)
+    result, n_evaluated, _ = search_layouts(cfg, arch=arch_row, hw_row=hw_row, gpus=gpus, global_batch=global_batch,
+                                            seq_len=seq_len, fixed=fixed, dtype=dtype, top=top, rank_by=rank_by,
+                                            analytical_only=analytical_only, assumptions=assumptions,
+                                            hw_overrides=overrides)
+    if result.height == 0:
+        raise NoResult(f"no feasible layout among {n_evaluated:,} evaluated for {arch_row['id']} on {gpus} x {gpu} "
+                       f"(batch {global_batch} x {seq_len}{', fixed ' + str(fixed) if fixed else ''}). Try more GPUs, "
+                       f"a smaller micro-batch, recompute, or sharding.")
+    result = result.with_row_index("rank", offset=1)
+    extra = [c for c in result.columns if c not in SEARCH_COLUMNS]
+    result = result.select([c for c in SEARCH_COLUMNS if c in result.columns] + extra)
+    return result, n_evaluated, arch_row, gpu
+
+
+# ---------------------------------------------------------------- curve and frontier
+
+def tier_hardware(cfg: Settings, gpu: str, *, scaleup_size: Optional[int] = None,
+                  scaleup_gbps: Optional[float] = None, scaleout_gbps: Optional[float] = None,
+                  memory_gb: Optional[float] = None) -> dict:
+    """The resolved hardware row, with the network tiers (and memory) overridden where a flag gives them."""
+    from models.hardware import resolve_hardware
+    from pipeline import catalog
+
+    check_network(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb)
+    try:
+        hw_row = catalog.find_hardware(cfg.measurements, gpu)
+    except catalog.UnknownName as err:
+        raise InputError(str(err)) from None
+    hw_row = dict(hw_row)
+    if memory_gb is not None:
+        hw_row["memory_gb"] = float(memory_gb)
+    if scaleup_gbps is not None:
+        hw_row["intra_node_bw_gbps"] = float(scaleup_gbps)
+    if scaleout_gbps is not None:
+        hw_row["inter_node_bw_gbps"] = float(scaleout_gbps)
+    hw = resolve_hardware(pl.DataFrame([hw_row]), strict=False).row(0, named=True)
+    if hw.get("hardware_error"):
+        raise InputError(f"--gpu {gpu}: {hw['hardware_error']}", exit_code=1)
+    if scaleup_size is not None:
+        hw["scaleup_size"] = float(scaleup_size)
+        hw["gpus_per_node_typical"] = int(scaleup_size)
+    return hw
+
+
+def overrides_note(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb=None) -> str:
+    parts = [f"{k} {v:g}" for k, v in (("scale-up size", scaleup_size), ("scale-up GB/s", scaleup_gbps),
+                                       ("scale-out GB/s", scaleout_gbps), ("memory GB", memory_gb)) if v is not None]
+    return f" (overridden: {', '.join(parts)})" if parts else ""
+
+
+def physics(cfg: Settings, assumptions: str, residual: bool = True, analytical_only: bool = False):
+    """(residual hook, model, note) under an assumption set, from the promoted fit (`models.predictor`, the one
+    prediction function): 'realistic' is the fit (``residual=False``: the frontier ranks and reports with the
+    model directly, no post-hoc hook); 'ideal' is Epoch AI's ideal conditions on the fit's physics, no residual.
+    Without a fit the priors answer."""
+    from models.assumptions import check_assumptions, params_for
+    from models.curves import calibration_from_bundle
+    from models.params import DEFAULT
+    from models.predictor import Predictor
+    from pipeline.calibrated import promoted_fit
+
+    try:
+        check_assumptions(assumptions)
+    except ValueError as err:
+        raise InputError(f"--{err}") from None
+    bundle = None if analytical_only else promoted_fit(cfg)
+    if analytical_only:
+        if assumptions == "ideal":
+            return None, params_for("ideal", DEFAULT), "ideal: Epoch AI's ideal conditions on the priors"
+        return None, DEFAULT, "analytical: the prior parameters (--analytical-only)"
+    if bundle is None:
+        if assumptions == "ideal":
+            return None, params_for("ideal", DEFAULT), "ideal: Epoch AI's ideal conditions on the priors"
+        return None, DEFAULT, "realistic: analytical only: no promoted calibration fit"
+    if assumptions == "ideal":
+        return None, Predictor(bundle, "ideal"), (f"ideal: Epoch AI's ideal conditions on fit {bundle.version}'s "
+                                                  "physics (no residual)")
+    if not residual:
+        return None, Predictor(bundle), f"realistic: calibrated with fit {bundle.version}"
+    hook, params, note = calibration_from_bundle(bundle)
+    return hook, params, f"realistic: {note}"
+
+
+def check_batch_rule(batch_rule: str) -> None:
+    from models.curves import BATCH_RULES
+
+    if batch_rule not in BATCH_RULES:
+        raise InputError(f"--batch-rule must be one of {', '.join(BATCH_RULES)}, got '{batch_rule}'")
+
+
+def scaling_curve(cfg: Settings, *, gpu: str, model: Optional[str] = None, arch_file: Optional[Path] = None,
+                  arch: Optional[Mapping] = None, policy: str = "strong", tokens: Optional[float] = None,
+                  seq_len: int = 2048, global_batch: Optional[int] = None, per_gpu_batch: float = 1.0,
+                  max_gpus: int = 16384, threshold: float = 0.5, dtype: Optional[str] = None,
+                  assumptions: str = "realistic", batch_rule: str = "deepseek", scaleup_size: Optional[int] = None,
+                  scaleup_gbps: Optional[float] = None, scaleout_gbps: Optional[float] = None,
+                  analytical_only: bool = False) -> tuple[dict, str]:
+    """`stepcast curve`: (the document `--format json` prints, with the points as a frame under "points" and
+    the inflection under "inflection"; the header line the table and CSV print)."""
+    from models.curves import (POLICIES, _arch_params, default_dtype, explain, inflection, round_batch)
+    from models.curves import scaling_curve as sweep
+
+    if policy not in POLICIES:
+        raise InputError(f"--policy must be one of {', '.join(POLICIES)}, got '{policy}'")
+    if tokens is not None and not (tokens > 0 and math.isfinite(tokens)):
+        raise InputError(f"--tokens must be a positive number of tokens, got {tokens}")
+    if not 0 < threshold <= 1:
+        raise InputError(f"--threshold must be in (0, 1], got {threshold}")
+    if policy != "strong" and per_gpu_batch <= 0:
+        raise InputError(f"--per-gpu-batch must be > 0 for the {policy} policy, got {per_gpu_batch}")
+    if dtype is not None and dtype not in DTYPES:
+        raise InputError(f"--dtype must be one of {', '.join(DTYPES)}, got '{dtype}'")
+    arch_row = architecture(cfg, model, arch_file, arch)
+    check_batch_rule(batch_rule)
+    hook, params, note = physics(cfg, assumptions, analytical_only=analytical_only)
+    hw = tier_hardware(cfg, gpu, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps)
+    n_params = _arch_params(arch_row)
+    tokens = tokens if tokens is not None else 20.0 * n_params
+    batch = global_batch or round_batch(4 * 2**20 / seq_len)
+    try:
+        c = sweep(arch_row, hw, policy, seq_len=seq_len, tokens=tokens, global_batch_seqs=batch,
+                  per_gpu_batch_seqs=per_gpu_batch, n_max=max_gpus, dtype=dtype or default_dtype(hw), params=params,
+                  usd_per_gpu_hour=hw.get("cloud_usd_per_hour"), calibrate=hook, batch_rule=batch_rule)
+    except ValueError as err:
+        raise InputError(str(err)) from None
+    rec = inflection(c, threshold)
+    price = hw.get("cloud_usd_per_hour")
+    c = c.with_columns(pl.lit(assumptions).alias("assumptions"))
+    header = (f"{arch_row['id']} on {gpu}{overrides_note(scaleup_size, scaleup_gbps, scaleout_gbps)}, {assumptions} "
+              f"assumptions, {policy} scaling, seq {seq_len}, {tokens:.3g} tokens"
+              + (f", batch {batch} seqs" if policy == "strong" else f", {per_gpu_batch:g} seq/GPU")
+              + f"; {note}; cost: " + (f"${price}/GPU-h (hardware.cloud_usd_per_hour)" if price else
+                                       "none (no price for this accelerator)"))
+    doc = {"model": arch_row["id"], "gpu": gpu, "assumptions": assumptions, "batch_rule": batch_rule,
+           "policy": policy, "seq_len": seq_len, "tokens": tokens, "calibration": note,
+           "inflection": {k: clean(v) for k, v in rec.items()}, "explanation": explain(rec),
+           "points": c.select([x for x in CURVE_COLUMNS if x in c.columns])}
+    return doc, header
+
+
+def compute_frontier(cfg: Settings, *, gpu: str, months: float = 3.0, min_utilization: float = 0.8,
+                     dtype: Optional[str] = None, assumptions: str = "realistic", batch_rule: str = "deepseek",
+                     scaleup_size: Optional[int] = None, scaleup_gbps: Optional[float] = None,
+                     scaleout_gbps: Optional[float] = None, memory_gb: Optional[float] = None,
+                     analytical_only: bool = False) -> tuple[dict, pl.DataFrame, str]:
+    """`stepcast frontier`: (the document `--format json` prints, before NaN becomes None; the sweep of every compute
+    level; the title). NoResult when no level is trainable (its `detail` has "reason", "sweep", "title")."""
+    from models.curves import default_dtype
+    from models.frontier import frontier_summary, frontier_sweep
+
+    if not (months > 0 and math.isfinite(months)):
+        raise InputError(f"--months must be > 0, got {months}")
+    if not 0 < min_utilization <= 1:
+        raise InputError(f"--min-utilization must be in (0, 1], got {min_utilization}")
+    check_batch_rule(batch_rule)
+    _, params, note = physics(cfg, assumptions, residual=False, analytical_only=analytical_only)
+    hw = tier_hardware(cfg, gpu, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps,
+                       memory_gb=memory_gb)
+    dt = dtype or default_dtype(hw)
+    sweep = frontier_sweep(hw, months, params=params, dtype=dt, usd_per_gpu_hour=hw.get("cloud_usd_per_hour"),
+                           assumptions=assumptions, batch_rule=batch_rule)
+    s = frontier_summary(sweep, min_utilization)
+    over = overrides_note(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb)
+    title = (f"frontier of {gpu}{over}: {assumptions} assumptions, {months:g} months, >= {min_utilization:g} x best "
+             f"utilization, {batch_rule} batch rule ({note})")
+    if not s["found"]:
+        raise NoResult(f"no compute level is trainable on {gpu} within {months:g} months ({assumptions} "
+                       f"assumptions): {s['reason']}", detail={"reason": s["reason"], "sweep": sweep, "title": title})
+    result = {"max_training_flop": s["training_flop"], "n_gpus": s["n_gpus"], "tp": s["tp"], "pp": s["pp"],
+              "dp": s["dp"], "ep": s["ep"], "cp": s["cp"], "utilization": s["utilization"], "params": s["params"],
+              "tokens": s["tokens"], "cost_usd": clean(s["cost_usd"]), "assumptions": assumptions,
+              "batch_rule": batch_rule, "binding": s["binding"], "crossing_flop": s["crossing_flop"],
+              "ended_by": s["ended_by"], "cost_basis": s["cost_basis"],
+              "latency_wall_days": s["latency_wall_days"],
+              "breakdown": {k: s[k] for k in BREAKDOWN_KEYS},
+              "layout": {k: s[k] for k in ("vpp", "micro_batch", "sharding", "recompute", "global_batch_seqs")},
+              "model": {k: s[k] for k in ("arch_id", "d_model", "n_layers", "n_heads", "seq_len")},
+              "gpu": gpu, "network": {"scaleup_size": hw.get("scaleup_size"),
+                                      "scaleup_gbps": hw.get("intra_node_bw_gbps"),
+                                      "scaleout_gbps": hw.get("inter_node_bw_gbps"), "memory_gb": hw.get("memory_gb")},
+              "dtype": dt, "months": months, "min_utilization": min_utilization,
+              "best_utilization": s["best_utilization"], "best_utilization_flop": s["best_utilization_flop"],
+              "utilization_threshold": s["utilization_threshold"],
+              "time_to_train_days": s["time_to_train_days"], "usd_per_gpu_hour": clean(s["usd_per_gpu_hour"]),
+              "launch_price_usd": clean(s["launch_price_usd"]), "model_flop": s["model_flop"],
+              "calibration": note,
+              "training_flop_convention": "6 x params x tokens (Chinchilla); utilization = MFU (stepcast FLOPs)"}
+    return result, sweep, title
+
+
+def frontier_levels(sweep: pl.DataFrame) -> pl.DataFrame:
+    """Every compute level of a frontier sweep, the columns `--table` prints in JSON."""
+    return sweep.select([c for c in LEVEL_COLUMNS if c in sweep.columns])
+
+
+def curve_document(doc: dict) -> dict:
+    """What `stepcast curve --format json` prints (and `stepcast serve` answers) of a `scaling_curve` document."""
+    from pipeline.output import json_rows
+
+    return dict(doc, points=json_rows(doc["points"]))
+
+
+def frontier_document(result: dict, sweep: pl.DataFrame, table: bool = False) -> dict:
+    """What `stepcast frontier --format json` prints (and `stepcast serve` answers) of a `compute_frontier`
+    answer; with `table`, every level as `--table` adds them."""
+    from pipeline.output import json_rows
+
+    out = {k: clean(v) for k, v in result.items()}
+    if table:
+        out["levels"] = json_rows(frontier_levels(sweep))
+    return out
+
+
+# ---------------------------------------------------------------- plan
+
+def plan_prices(source: str, price_file: Optional[Path], measurements: Path):
+    """Per-accelerator USD/hour by the chosen price source -> (dict id -> price, label)."""
+    from pipeline import catalog
+
+    if price_file is not None or source.startswith("custom"):
+        path = price_file or Path(source.split(":", 1)[1] if ":" in source else "")
+        if not path or not Path(path).exists():
+            raise InputError(f"--price-source custom needs a file: --price-source custom:FILE or --price-file FILE "
+                             f"(CSV with columns hardware,usd_per_gpu_hour); got '{path}'")
+        try:
+            frame = pl.read_csv(path)
+        except Exception as err:  # noqa: BLE001
+            raise InputError(f"{path}: unreadable CSV ({err})") from None
+        missing = [c for c in ("hardware", "usd_per_gpu_hour") if c not in frame.columns]
+        if missing:
+            raise InputError(f"{path}: missing column(s) {', '.join(missing)} (expected hardware,usd_per_gpu_hour)")
+        bad = frame.with_row_index("i").filter(~(pl.col("usd_per_gpu_hour").cast(pl.Float64, strict=False) > 0))
+        if bad.height:
+            raise InputError(f"{path}: line {int(bad['i'][0]) + 2}, column usd_per_gpu_hour: expected a price > 0")
+        return dict(zip(frame["hardware"], frame["usd_per_gpu_hour"].cast(pl.Float64))), f"custom:{path}"
+    if source == "median":
+        hw = catalog.hardware(measurements).filter(pl.col("cloud_usd_per_hour").is_not_null())
+        return dict(zip(hw["id"], hw["cloud_usd_per_hour"].cast(pl.Float64))), "median"
+    if source.startswith("cloud:"):
+        cloud = source.split(":", 1)[1]
+        prices = pl.read_csv(measurements / "cloud_prices.csv")
+        known = sorted(prices["cloud"].unique().to_list())
+        if cloud not in known:
+            raise InputError(f"--price-source cloud:{cloud}: unknown cloud; expected one of {', '.join(known)}")
+        per = (prices.filter(pl.col("cloud") == cloud)
+               .group_by("accelerator_id")
+               .agg((pl.col("price_usd_per_hour") / pl.col("accelerator_count")).median().alias("p")))
+        return dict(zip(per["accelerator_id"], per["p"])), source
+    raise InputError(f"--price-source must be median, cloud:NAME or custom:FILE, got '{source}'")
+
+
+def training_plan(cfg: Settings, *, model: Optional[str] = None, arch_file: Optional[Path] = None,
+                  arch: Optional[Mapping] = None, tokens: Optional[float] = None,
+                  deadline_days: Optional[float] = None, budget_usd: Optional[float] = None,
+                  hardware: Optional[str] = None, max_gpus: int = 65536, price_source: str = "median",
+                  price_file: Optional[Path] = None, seq_len: int = 8192, global_batch_tokens: int = 4_194_304,
+                  dtype: str = "bf16", optimal: bool = False, top: int = 10, assumptions: str = "realistic",
+                  analytical_only: bool = False,
+                  warn: Optional[Callable[[str], None]] = None) -> tuple[pl.DataFrame, str]:
+    """`stepcast plan`: (the ranked options, the columns the command prints; the title). NoResult when nothing
+    meets the ask (`detail["empty_json"]`: the command prints `[]` for JSON). `warn` receives the warnings
+    the command prints (plans past a year without a deadline)."""
+    import numpy as np
+
+    from models import plan as P
+    from models.hardware import resolve_hardware
+    from pipeline import catalog
+    from pipeline.calibrated import model_for
+
+    batch_tokens = global_batch_tokens
+    if assumptions not in ASSUMPTION_SETS:
+        raise InputError(f"--assumptions must be one of {', '.join(ASSUMPTION_SETS)}, got '{assumptions}'")
+    if tokens is not None and not (tokens > 0 and math.isfinite(tokens)):
+        raise InputError(f"--tokens must be a positive number, got {tokens}")
+    for name, v in (("--deadline-days", deadline_days), ("--budget-usd", budget_usd)):
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            raise InputError(f"{name} must be a positive number, got {v}")
+    if optimal and budget_usd is None:
+        raise InputError("--optimal needs --budget-usd (the compute you can buy decides the model size)")
+    if not optimal and (tokens is None or (model is None and arch_file is None and arch is None)):
+        raise InputError("--model (or --arch-file) and --tokens are required (or use --optimal with --budget-usd)")
+    if batch_tokens < seq_len:
+        raise InputError(f"--global-batch-tokens ({batch_tokens}) must be at least --seq-len ({seq_len})")
+    prices, price_label = plan_prices(price_source, price_file, cfg.measurements)
+    hw_all = resolve_hardware(catalog.hardware(cfg.measurements), strict=False)
+    if hardware:
+        try:  # names as people say them (H100, gb200) resolve to the table's ids
+            wanted = [catalog.find_hardware(cfg.measurements, h.strip())["id"] for h in hardware.split(",")
+                      if h.strip()]
+        except catalog.UnknownName as err:
+            raise InputError(str(err)) from None
+        no_price = [h for h in wanted if h not in prices]
+        if no_price:
+            raise InputError(f"no {price_label} price for {', '.join(no_price)}; give one with --price-source "
+                             "custom:FILE")
+    else:
+        wanted = [h for h in hw_all["id"].to_list() if h in prices]
+    hw_rows = [r for r in hw_all.filter(pl.col("id").is_in(wanted) & pl.col("hardware_error").is_null())
+               .iter_rows(named=True)]
+    pred_model = model_for(cfg, analytical_only, assumptions)
+    seqs = max(batch_tokens // seq_len, 1)
+
+    if optimal:
+        result = _optimal(P, np, hw_rows, prices, budget_usd, deadline_days, max_gpus, seq_len, seqs, dtype,
+                          pred_model)
+        if result.height == 0:
+            raise NoResult("no hardware in the list can train a model within the budget"
+                           + (f" and {deadline_days:g} days" if deadline_days else "") + "; raise --budget-usd, "
+                           "--deadline-days or --max-gpus")
+        result = result.sort("loss").head(top).with_row_index("rank", offset=1)
+        return (result.select([c for c in OPTIMAL_COLUMNS if c in result.columns]),
+                f"compute-optimal plans for ${budget_usd:,.0f} (Chinchilla loss, lower is better)")
+
+    arch_row = architecture(cfg, model, arch_file, arch)
+    frame = P.plan_rows(arch_row, hw_rows, tokens, seqs, seq_len, max_gpus, prices, dtype=dtype, model=pred_model)
+    if frame.height == 0:
+        raise NoResult(f"{arch_row['id']} fits on none of {', '.join(wanted)} up to {max_gpus} accelerators; raise "
+                       "--max-gpus")
+    frame = frame.with_columns(pl.lit(price_label).alias("price_source"))
+    ok = frame
+    if deadline_days is not None:
+        ok = ok.filter(pl.col("days") <= deadline_days)
+    if budget_usd is not None:
+        ok = ok.filter(pl.col("cost_usd") <= budget_usd)
+    if ok.height == 0:
+        fastest = frame.sort("days").row(0, named=True)
+        cheapest = frame.sort("cost_usd").row(0, named=True)
+        msg = [f"no option meets the ask for {arch_row['id']} on {tokens:.3g} tokens"]
+        if deadline_days is not None:
+            msg.append(f"the fastest found takes {fastest['days']:.1f} days ({fastest['n_gpus']:,} x "
+                       f"{fastest['hardware']}, ${fastest['cost_usd']:,.0f}); a {deadline_days:g}-day deadline needs "
+                       f"a larger --max-gpus (now {max_gpus:,}) or --global-batch-tokens (now {batch_tokens:,}: data "
+                       f"parallelism cannot exceed its {seqs:,} sequences), faster hardware, or fewer tokens")
+        if budget_usd is not None:
+            msg.append(f"the cheapest found costs ${cheapest['cost_usd']:,.0f} ({cheapest['n_gpus']:,} x "
+                       f"{cheapest['hardware']}, {cheapest['days']:.1f} days); the budget would need to be at "
+                       f"least that")
+        raise NoResult("; ".join(msg), detail={"empty_json": True})
+    order = "cost_usd" if deadline_days is not None or budget_usd is None else "days"
+    late = pl.lit(False)
+    if deadline_days is None and budget_usd is None:
+        # no deadline: the cheapest plans are the slowest; those past a year are ranked last, with a warning
+        late = pl.col("days") > NO_DEADLINE_HORIZON_DAYS
+        n_late = ok.filter(late).height
+        if n_late and warn is not None:
+            warn(f"no --deadline-days given; {n_late} of {ok.height} plans take more than "
+                 f"{NO_DEADLINE_HORIZON_DAYS} days and are ranked last (give --deadline-days to rank by cost within "
+                 "it)")
+    ok = ok.with_columns(late.alias("_late")).sort(["_late", order, "days"]).drop("_late").head(top) \
+        .with_row_index("rank", offset=1)
+    title = (f"{arch_row['id']}, {tokens:.3g} tokens: best {ok.height} by {order.replace('_usd', '')}"
+             + (f" within {deadline_days:g} days" if deadline_days else "")
+             + (f" within ${budget_usd:,.0f}" if budget_usd else "")
+             + f" — {title_of('plan', ok).split(' — ', 1)[-1]}")
+    return ok.select([c for c in PLAN_COLUMNS if c in ok.columns]), title
+
+
+def _optimal(P, np, hw_rows, prices, budget, deadline, max_gpus, seq_len, seqs, dtype, phys):
+    """For each hardware and cluster size: the Chinchilla-optimal model for the compute the budget buys at the
+    MFU the model predicts for that model on that cluster (fixed point of size -> MFU -> compute -> size)."""
+    from models.search import search
+
+    out = []
+    for hw in hw_rows:
+        price = prices[hw["id"]]
+        gpu_hours = budget / price
+        peak = hw.get("peak_bf16_tflops") or hw.get("peak_fp32_tflops")
+        for n in P.cluster_sizes(hw.get("scaleup_size") or 8, max_gpus):
+            hours = gpu_hours / n
+            if deadline is not None and hours / 24.0 > deadline:
+                continue
+            mfu, best, shape, n_opt, d_opt = 0.4, None, None, None, None
+            for _ in range(3):
+                compute = n * peak * 1e12 * mfu * hours * 3600.0
+                n_opt, d_opt = P.CHINCHILLA.optimal(compute)
+                shape = {k: float(v) for k, v in P.dense_shape(n_opt).items()}
+                arch = dict(shape, activation="gelu", n_experts=0, top_k=0, tied_embeddings=False)
+                res = search(arch, hw, n, seqs, seq_len, fixed=P.PLAN_GRID, dtype=dtype, top_k=1,
+                             **({"params": phys} if phys is not None else {}))
+                if res.height == 0:
+                    best = None
+                    break
+                best = res.row(0, named=True)
+                mfu = best["mfu"]
+            if best is None or not hours > 0:
+                continue
+            rel = P.reliability(hours * 3600.0, n, n_opt)
+            # the budget buys `hours` of wall-clock; interruptions eat (1 - goodput) of it
+            compute = n * peak * 1e12 * mfu * hours * 3600.0 * float(rel["goodput"])
+            n_opt, d_opt = P.CHINCHILLA.optimal(compute)
+            out.append(dict(hardware=hw["id"], n_gpus=n, params=float(n_opt), tokens=float(d_opt),
+                            loss=float(P.CHINCHILLA.loss(n_opt, d_opt)), training_flop=float(compute),
+                            days=hours / 24.0, cost_usd=budget,
+                            energy_mwh=float(P.energy_mwh(n, hw.get("tdp_w") or np.nan, hours * 3600.0)),
+                            mfu=mfu, tp=best["tp"], pp=best["pp"], dp=best["dp"], cp=best["cp"],
+                            n_layers=shape["n_layers"], d_model=shape["d_model"], usd_per_gpu_hour=price))
+    return pl.DataFrame(out) if out else pl.DataFrame()

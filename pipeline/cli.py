@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from pipeline import api
 from pipeline.settings import Settings
 
 app = typer.Typer(
@@ -156,10 +157,7 @@ def ingest(
 
 # ---------------------------------------------------------------- predict
 
-PREDICT_COLUMNS = ["run_id", "feasible", "error", "step_time_s", "step_time_lo_s", "step_time_hi_s",
-                   "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu", "hfu",
-                   "memory_gb_per_gpu", "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s",
-                   "cp_comm_s", "ep_comm_s", "optimizer_s", "fit_version", "assumptions", "calibration_domain"]
+PREDICT_COLUMNS = api.PREDICT_COLUMNS
 TABLE_COLUMNS = ["run_id", "feasible", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu",
                  "mfu", "memory_gb_per_gpu", "compute_s", "tp_comm_s", "pp_bubble_s", "dp_comm_exposed_s", "error"]
 RUNS_TABLE_COLUMNS = ["run_id", "step_time_s", "tokens_per_s_per_gpu", "measured_tokens_per_s_per_gpu", "error_pct",
@@ -242,48 +240,27 @@ def predict(
     in `assumptions`); a run the memory model calls too big is still predicted (`memory_fits` false). Only
     file-level problems exit non-zero. An invalid layout (e.g. tp x pp x cp x dp != N) exits 2 with the reason.
     """
-    from pipeline import api
     from pipeline.output import render
 
     if fmt not in ("table", "csv", "json"):
         _fail(f"--format must be table, csv or json, got '{fmt}'")
     cfg = settings()
     if runs is not None:
-        from pipeline.calibrated import model_for
-        from pipeline.predict_runs import predict_file
-        from pipeline.readers import FileRejected
-
         try:
-            api.check_choice("--assumptions", assumptions, api.ASSUMPTION_SETS)
-            result = predict_file(runs, cfg.measurements, model_for(cfg, analytical_only, assumptions))
-        except FileRejected as err:
-            _fail(str(err), 1)
+            result = api.run_predictions(cfg, runs, assumptions=assumptions, analytical_only=analytical_only)
         except api.InputError as err:
-            _fail(str(err))
+            _fail(str(err), err.exit_code)
         render(result, fmt, out, title=api.title_of("predict --runs", result), table_columns=RUNS_TABLE_COLUMNS)
         return
-    missing = [flag for flag, v in (("--model", model or arch_file), ("--gpu", gpu or hardware_file),
-                                    ("--gpus", gpus), ("--global-batch", global_batch), ("--seq-len", seq_len))
-               if v is None]
-    if missing:
-        _fail(f"missing {', '.join(missing)} (or give --runs FILE). See `stepcast predict --help`.")
-    from pipeline import catalog
-
-    try:  # by name, or from --arch-file / --hardware-file (catalog.resolve_architecture / resolve_hardware_row)
-        arch = catalog.resolve_architecture(model, arch_file, measurements=cfg.measurements)
-        hw_row = catalog.resolve_hardware_row(gpu, hardware_file, measurements=cfg.measurements)
-    except catalog.UnknownName as err:
-        _fail(str(err))
-    if "hybrid" in str(arch.get("arch") or ""):
-        _fail(f"{arch['id']}: {arch['arch']} architecture: Mamba layers are not in the step-time model yet")
-    try:
-        result = api.predict_config(cfg, arch=arch, hw_row=hw_row, gpus=gpus, global_batch=global_batch,
-                                    seq_len=seq_len, micro_batch=micro_batch, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp,
-                                    sharding=sharding, recompute=recompute, sequence_parallel=sequence_parallel,
-                                    dtype=dtype, gpus_per_node=gpus_per_node, inter_node_gbps=inter_node_gbps,
-                                    analytical_only=analytical_only, assumptions=assumptions)
+    try:  # by name, or from --arch-file / --hardware-file
+        result = api.prediction(cfg, model=model, gpu=gpu, arch_file=arch_file, hardware_file=hardware_file, gpus=gpus,
+                                global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, tp=tp, pp=pp,
+                                dp=dp, cp=cp, ep=ep, vpp=vpp, sharding=sharding, recompute=recompute,
+                                sequence_parallel=sequence_parallel, dtype=dtype, gpus_per_node=gpus_per_node,
+                                inter_node_gbps=inter_node_gbps, analytical_only=analytical_only,
+                                assumptions=assumptions)
     except api.InputError as err:
-        _fail(str(err))
+        _fail(str(err), err.exit_code)
     if fmt == "table" and out is None:
         inputs = result.select("model", "gpu", "n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch",
                                "global_batch_seqs", "seq_len", "sharding", "recompute", "sequence_parallel", "dtype",
@@ -292,8 +269,6 @@ def predict(
         console.print(f"assumptions: {result['assumptions'][0]}")
         if not result["feasible"][0]:
             console.print(f"[yellow]does not fit in memory[/yellow]: {result['error'][0]}")
-    extra = [c for c in result.columns if c not in PREDICT_COLUMNS]
-    result = result.select(PREDICT_COLUMNS + extra)
     render(result, fmt, out, title=api.title_of("predict", result), table_columns=TABLE_COLUMNS)
 
 

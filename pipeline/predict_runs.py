@@ -47,15 +47,22 @@ def predict_file(path: Path, measurements: Path, model=None) -> pl.DataFrame:
     after the assumption set). Memory never refuses a run: `memory_gb_per_gpu` is reported beside the
     capacity `memory_gb` and `memory_fits`. Cells are parsed leniently (a bad number becomes empty and the run
     says what is missing); only problems with the file as a whole raise FileRejected."""
+    return predict_frame(read_measurement_file(path).frame, measurements, model, source=str(path))
+
+
+def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: str = "frame") -> pl.DataFrame:
+    """`predict_file` on the rows of a measurement-schema frame (cells as strings, as a file is read; other
+    types are taken as their text). Raises FileRejected (naming `source`) without a run_id column."""
     from models.hardware import resolve_hardware
     from models.predictor import predict
     from models.runs_adapter import configs_from_runs, resolve_layout, resolve_recompute
     from models.step_time import predict as physics
     from models.targets import derive_flop_targets, measured_throughput
 
-    frame = read_measurement_file(path).frame
+    frame = frame.with_columns(pl.col(c).cast(pl.Utf8) for c, t in frame.schema.items()
+                               if t != pl.Utf8 and c != "_line")
     if "run_id" not in frame.columns:
-        raise FileRejected(str(path), "missing required column run_id", line=1)
+        raise FileRejected(source, "missing required column run_id", line=1)
     for c in COLUMNS:
         if c not in frame.columns:
             frame = frame.with_columns(pl.lit(None, dtype=pl.Utf8).alias(c))

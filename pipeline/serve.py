@@ -9,12 +9,12 @@ What it serves, and nothing else:
 | `/api/predict`, `/api/search`, `/api/curve`, `/api/frontier` | the JSON `stepcast predict / search / curve / frontier --format json` prints |
 
 The API takes the commands' option names as query parameters (`--global-batch` is `global_batch`, flags are
-`analytical_only=true`), calls the functions the commands call (pipeline.api, pipeline.commands.search,
-pipeline.commands.curves) and answers with the same JSON, so the numbers are the CLI's. A Hugging Face
+`analytical_only=true`), calls the functions the commands (and `import stepcast`) call, pipeline.api, and
+answers with the same JSON, so the numbers are the CLI's. A Hugging Face
 config.json (or a row of the architectures schema) can stand in for `model` as the `arch_json` parameter: the
 text of the file, which `--arch-file` would read. Bad input is HTTP 400 with the message the CLI prints
-(`{"error": ...}`); a search with no feasible layout or a frontier with no trainable level is 422 with the
-CLI's message.
+(`{"error": ...}`, an `api.InputError`); valid input without an answer (`api.NoResult`: a search with no
+feasible layout, a frontier with no trainable level) is 422 with the CLI's message.
 
 Bounds: GET only, no request body, a query string of at most MAX_QUERY_BYTES, at most MAX_GPUS accelerators
 (and MAX_TOP layouts), at most WORKERS computations running and MAX_IN_FLIGHT admitted (more: 503), each
@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from pipeline.api import InputError
+from pipeline.api import InputError, NoResult
 from pipeline.settings import Settings
 
 EXPLORER = Path(__file__).resolve().parent / "explorer"
@@ -142,123 +142,66 @@ def parse_query(pairs: list[tuple[str, str]], spec: dict[str, Callable], endpoin
 
 # ------------------------------------------------------------------ the four answers (the CLI's functions)
 
-def _arch(cfg: Settings, q: dict) -> dict:
-    """The architecture of `arch_json` (a pasted config.json or schema row, as --arch-file reads it), else of
-    `model` (the table)."""
-    from models.archfile import ArchFileError, architecture_from_mapping
-    from pipeline import catalog
-
+def _arch(q: dict) -> Optional[dict]:
+    """The mapping of `arch_json` (a pasted config.json or schema row, as --arch-file reads it), else None."""
     text = q.pop("arch_json", None)
-    if text is not None:
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise InputError(f"arch_json: not valid JSON ({err})") from None
-        if not isinstance(obj, dict):
-            raise InputError("arch_json: expected a JSON object (a Hugging Face config.json or a row of the "
-                             "architectures schema)")
-        try:
-            return architecture_from_mapping(obj, "arch_json")
-        except ArchFileError as err:
-            raise InputError(str(err)) from None
+    if text is None:
+        return None
     try:
-        return catalog.resolve_architecture(q.get("model"), None, measurements=cfg.measurements)
-    except catalog.UnknownName as err:
-        raise InputError(str(err)) from None
+        obj = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"arch_json: not valid JSON ({err})") from None
+    if not isinstance(obj, dict):
+        raise InputError("arch_json: expected a JSON object (a Hugging Face config.json or a row of the "
+                         "architectures schema)")
+    return obj
 
 
-def _hardware_row(cfg: Settings, gpu: Optional[str]) -> dict:
-    from pipeline import catalog
-
-    try:
-        return catalog.resolve_hardware_row(gpu, None, measurements=cfg.measurements)
-    except catalog.UnknownName as err:
-        raise InputError(str(err)) from None
+def _require(q: dict, *names: str) -> None:
+    """The options the command requires, with typer's message when one is missing."""
+    for k in names:
+        if q.get(k) is None:
+            raise InputError(f"Missing option '{_flag(k)}'.")
 
 
 def predict_json(cfg: Settings, q: dict) -> list[dict]:
     """`stepcast predict --format json` for one configuration."""
     from pipeline import api
-    from pipeline.cli import PREDICT_COLUMNS
     from pipeline.output import json_rows
 
-    missing = [_flag(k) for k in ("model", "gpu", "gpus", "global_batch", "seq_len")
-               if q.get(k) is None and not (k == "model" and q.get("arch_json"))]
-    if missing:
-        raise InputError(f"missing {', '.join(missing)}. See `stepcast predict --help`.")
-    arch = _arch(cfg, q)
-    hw_row = _hardware_row(cfg, q.pop("gpu"))
-    if "hybrid" in str(arch.get("arch") or ""):  # as `stepcast predict` says it
-        raise InputError(f"{arch['id']}: {arch['arch']} architecture: Mamba layers are not in the step-time model yet")
-    q.pop("model", None)
-    result = api.predict_config(cfg, arch=arch, hw_row=hw_row, **q)
-    extra = [c for c in result.columns if c not in PREDICT_COLUMNS]
-    return json_rows(result.select(PREDICT_COLUMNS + extra))
-
-
-class NoAnswer(Exception):
-    """The command would exit 1 with this message (no feasible layout, no trainable level): HTTP 422."""
+    arch = _arch(q)
+    return json_rows(api.prediction(cfg, arch=arch, **q))
 
 
 def search_json(cfg: Settings, q: dict) -> list[dict]:
     """`stepcast search --format json`."""
     from pipeline import api
-    from pipeline.commands.search import no_layout_message, ranked
     from pipeline.output import json_rows
 
-    for k in ("gpus", "global_batch", "seq_len"):
-        if q.get(k) is None:
-            raise InputError(f"Missing option '{_flag(k)}'.")
-    if q.get("model") is None and q.get("arch_json") is None:
-        raise InputError("give --model ID, --arch-file PATH or the architecture flags (--layers, --d-model, "
-                         "--heads missing)")
-    for flag, value, allowed in (("--sharding", q.get("sharding"), api.SHARDINGS),
-                                 ("--recompute", q.get("recompute"), api.RECOMPUTES),
-                                 ("--dtype", q.get("dtype"), api.DTYPES)):
-        api.check_choice(flag, value, allowed)
-    arch = _arch(cfg, q)
-    hw_row = _hardware_row(cfg, q.get("gpu"))
-    gpu = q.get("gpu") or hw_row.get("id")
-    fixed = {k: q[k] for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding", "recompute")
-             if q.get(k) is not None}
-    overrides = api.network_overrides(q.get("scaleup_size"), q.get("scaleup_gbps"), q.get("scaleout_gbps"))
-    result, n, _ = api.search_layouts(cfg, arch=arch, hw_row=hw_row, gpus=q["gpus"], global_batch=q["global_batch"],
-                                      seq_len=q["seq_len"], fixed=fixed, dtype=q.get("dtype", "bf16"),
-                                      top=q.get("top", 10), rank_by=q.get("rank_by", "throughput"),
-                                      analytical_only=q.get("analytical_only", False),
-                                      assumptions=q.get("assumptions", "realistic"), hw_overrides=overrides)
-    if result.height == 0:
-        raise NoAnswer(no_layout_message(arch["id"], gpu, q["gpus"], q["global_batch"], q["seq_len"], fixed, n))
-    return json_rows(ranked(result))
+    _require(q, "gpus", "global_batch", "seq_len")
+    arch = _arch(q)
+    result, _, _, _ = api.layout_search(cfg, arch=arch, **q)
+    return json_rows(result)
 
 
 def curve_json(cfg: Settings, q: dict) -> dict:
     """`stepcast curve --format json`."""
-    from pipeline.commands.curves import curve_result
+    from pipeline import api
 
-    if q.get("gpu") is None:
-        raise InputError("Missing option '--gpu'.")
-    if q.get("model") is None and q.get("arch_json") is None:
-        raise InputError("give --model NAME or --arch-file PATH")
-    arch = _arch(cfg, q) if q.get("arch_json") is not None else None
-    q.pop("arch_json", None)
-    doc, _, _ = curve_result(cfg, arch=arch, **q)
-    return doc
+    _require(q, "gpu")
+    arch = _arch(q)
+    doc, _ = api.scaling_curve(cfg, arch=arch, **q)
+    return api.curve_document(doc)
 
 
 def frontier_json(cfg: Settings, q: dict) -> dict:
     """`stepcast frontier --format json` (`table=true`: with every level, as `--table`)."""
-    from pipeline.commands.curves import frontier_result
+    from pipeline import api
 
-    if q.get("gpu") is None:
-        raise InputError("Missing option '--gpu'.")
+    _require(q, "gpu")
     table = q.pop("table", False)
-    doc, _, _ = frontier_result(cfg, **q)
-    if doc.get("found") is False:
-        raise NoAnswer(doc["error"])
-    if not table:
-        doc = {k: v for k, v in doc.items() if k != "levels"}
-    return doc
+    result, sweep, _ = api.compute_frontier(cfg, **q)
+    return api.frontier_document(result, sweep, table)
 
 
 ENDPOINTS: dict[str, tuple[dict, Callable]] = {
@@ -395,10 +338,10 @@ def create_app(cfg: Settings, *, timeout_s: float = REQUEST_TIMEOUT_S, bundle: O
         except asyncio.TimeoutError:
             return error(504, f"{request.url.path}: no answer within {ex.timeout_s:g} s; ask for less (fewer "
                               "accelerators, fix a layout dimension)")
+        except NoResult as err:
+            return error(422, str(err))
         except InputError as err:
             return error(400, str(err))
-        except NoAnswer as err:
-            return error(422, str(err))
         body = json.dumps(finite(doc), default=str).encode("utf-8")
         return respond(body, "application/json")
 

@@ -310,23 +310,6 @@ def wait_drawn(browser, renders_before: int, timeout: float = 60.0) -> dict:
     return state
 
 
-def outside_requests(browser, base: str) -> tuple[list[str], list[str]]:
-    errors, requests = [], []
-    for ev in browser.events:
-        m, p = ev.get("method"), ev.get("params", {})
-        if m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
-            errors.append(" ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", [])))
-        elif m == "Runtime.exceptionThrown":
-            errors.append(p.get("exceptionDetails", {}).get("text", "exception"))
-        elif m == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
-            errors.append(p["entry"].get("text", ""))
-        elif m == "Network.requestWillBeSent":
-            url = p.get("request", {}).get("url", "")
-            if not url.startswith((base + "/", "data:", "blob:", "about:")):
-                requests.append(url)
-    return errors, requests
-
-
 @pytest.fixture(scope="module")
 def browser():
     need_chromium()
@@ -363,7 +346,7 @@ def test_the_page_redraws_as_inputs_change_and_the_url_reopens_the_view(server, 
     again = wait_drawn(browser, 0)
     assert again and again["rows"] == ["a100-sxm4-80gb", "h100-sxm5-80gb"] and again["hash"] == state["hash"]
     assert browser.evaluate("document.getElementById('n').value") == "2048"
-    errors, requests = outside_requests(browser, base)
+    errors, requests = browser.problems((base + "/",))
     assert not errors, errors[:3]
     assert not requests, requests[:3]
 
@@ -376,5 +359,5 @@ def test_a_preset_button_loads_its_view(server, browser):
     browser.evaluate("document.querySelector('button[data-preset=gtx580]').click()")
     state = wait_drawn(browser, first["renders"])
     assert state and state["rows"] == ["gtx-580-3gb"] and "assumptions=ideal" in state["hash"], state
-    errors, requests = outside_requests(browser, base)
+    errors, requests = browser.problems((base + "/",))
     assert not errors and not requests, (errors[:3], requests[:3])

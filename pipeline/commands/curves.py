@@ -4,116 +4,28 @@ compute an accelerator sustains at good utilization within a time limit)."""
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from pipeline.api import InputError, check_network
+from pipeline import api
 from pipeline.cli import (ANALYTICAL_HELP, ASSUMPTIONS_HELP, SCALEOUT_GBPS_HELP, SCALEUP_GBPS_HELP,
                           SCALEUP_SIZE_HELP, _fail, app, settings)
-from pipeline.settings import Settings
+from pipeline.output import json_rows
 
 # help of the options curve and frontier share (the network-tier flags' help is pipeline.cli's)
 BATCH_RULE_HELP = ("Batch ceiling: deepseek (0.292 C^0.3271 tokens), kaplan (critical batch, Kaplan et al. 2020) "
                    "or fixed (4M tokens).")
 
-CURVE_COLUMNS = ["n_gpus", "global_batch_seqs", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding",
-                 "recompute", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s", "tokens_per_s_lo",
-                 "tokens_per_s_hi", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu",
-                 "time_to_train_days", "cost_usd", "parallel_efficiency", "marginal_efficiency",
-                 "marginal_efficiency_lo", "marginal_efficiency_hi", "pareto_optimal", "feasible", "reason",
-                 "calibrated", "fit_version", "assumptions"]
+CURVE_COLUMNS = api.CURVE_COLUMNS
 CURVE_TABLE = ["n_gpus", "global_batch_seqs", "tp", "pp", "dp", "vpp", "micro_batch", "sharding", "recompute",
                "tokens_per_s_per_gpu", "mfu", "time_to_train_days", "cost_usd", "parallel_efficiency",
                "marginal_efficiency"]
 FRONTIER_KEYS = ["max_training_flop", "n_gpus", "tp", "pp", "dp", "ep", "cp", "utilization", "params", "tokens",
                  "cost_usd"]
-BREAKDOWN_KEYS = ["step_time_s", "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s",
-                  "cp_comm_s", "ep_comm_s", "optimizer_s"]
-
-
-def _hardware(cfg: Settings, gpu: str, *, scaleup_size: Optional[int] = None, scaleup_gbps: Optional[float] = None,
-              scaleout_gbps: Optional[float] = None, memory_gb: Optional[float] = None) -> dict:
-    """The resolved hardware row, with the network tiers (and memory) overridden where a flag gives them."""
-    import polars as pl
-
-    from models.hardware import resolve_hardware
-    from pipeline import catalog
-
-    check_network(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb)
-    try:
-        hw_row = catalog.find_hardware(cfg.measurements, gpu)
-    except catalog.UnknownName as err:
-        raise InputError(str(err)) from None
-    hw_row = dict(hw_row)
-    if memory_gb is not None:
-        hw_row["memory_gb"] = float(memory_gb)
-    if scaleup_gbps is not None:
-        hw_row["intra_node_bw_gbps"] = float(scaleup_gbps)
-    if scaleout_gbps is not None:
-        hw_row["inter_node_bw_gbps"] = float(scaleout_gbps)
-    hw = resolve_hardware(pl.DataFrame([hw_row]), strict=False).row(0, named=True)
-    if hw.get("hardware_error"):
-        err = InputError(f"--gpu {gpu}: {hw['hardware_error']}")
-        err.exit_code = 1
-        raise err
-    if scaleup_size is not None:
-        hw["scaleup_size"] = float(scaleup_size)
-        hw["gpus_per_node_typical"] = int(scaleup_size)
-    return hw
-
-
-def _overrides(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb=None) -> str:
-    parts = [f"{k} {v:g}" for k, v in (("scale-up size", scaleup_size), ("scale-up GB/s", scaleup_gbps),
-                                       ("scale-out GB/s", scaleout_gbps), ("memory GB", memory_gb)) if v is not None]
-    return f" (overridden: {', '.join(parts)})" if parts else ""
-
-
-def _physics(cfg: Settings, assumptions: str, residual: bool = True, analytical_only: bool = False):
-    """(residual hook, model, note) under an assumption set, from the promoted fit (`models.predictor`, the one
-    prediction function): 'realistic' is the fit (``residual=False``: the frontier ranks and reports with the
-    model directly, no post-hoc hook); 'ideal' is Epoch AI's ideal conditions on the fit's physics, no residual.
-    Without a fit the priors answer."""
-    from models.assumptions import check_assumptions, params_for
-    from models.curves import calibration_from_bundle
-    from models.params import DEFAULT
-    from models.predictor import Predictor
-    from pipeline.calibrated import promoted_fit
-
-    try:
-        check_assumptions(assumptions)
-    except ValueError as err:
-        raise InputError(f"--{err}") from None
-    bundle = None if analytical_only else promoted_fit(cfg)
-    if analytical_only:
-        if assumptions == "ideal":
-            return None, params_for("ideal", DEFAULT), "ideal: Epoch AI's ideal conditions on the priors"
-        return None, DEFAULT, "analytical: the prior parameters (--analytical-only)"
-    if bundle is None:
-        if assumptions == "ideal":
-            return None, params_for("ideal", DEFAULT), "ideal: Epoch AI's ideal conditions on the priors"
-        return None, DEFAULT, "realistic: analytical only: no promoted calibration fit"
-    if assumptions == "ideal":
-        return None, Predictor(bundle, "ideal"), (f"ideal: Epoch AI's ideal conditions on fit {bundle.version}'s "
-                                                  "physics (no residual)")
-    if not residual:
-        return None, Predictor(bundle), f"realistic: calibrated with fit {bundle.version}"
-    hook, params, note = calibration_from_bundle(bundle)
-    return hook, params, f"realistic: {note}"
-
-
-def _check_rule(batch_rule: str) -> None:
-    from models.curves import BATCH_RULES
-
-    if batch_rule not in BATCH_RULES:
-        raise InputError(f"--batch-rule must be one of {', '.join(BATCH_RULES)}, got '{batch_rule}'")
-
-
-def _clean(v):
-    return None if isinstance(v, float) and (math.isnan(v) or math.isinf(v)) else v
+BREAKDOWN_KEYS = api.BREAKDOWN_KEYS
 
 
 @app.command()
@@ -148,88 +60,29 @@ def curve(
 
     Example: `stepcast curve --model gpt3-175b --gpu h100-sxm5-80gb --policy strong --tokens 300e9`
     """
+    from pipeline.output import render
+
     if fmt not in ("table", "csv", "json"):
         _fail(f"--format must be table, csv or json, got '{fmt}'")
     try:
-        doc, out, header = curve_result(settings(), model=model, arch_file=arch_file, gpu=gpu, policy=policy,
-                                        tokens=tokens, seq_len=seq_len, global_batch=global_batch,
-                                        per_gpu_batch=per_gpu_batch, max_gpus=max_gpus, threshold=threshold,
-                                        dtype=dtype, assumptions=assumptions, batch_rule=batch_rule,
-                                        scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps,
-                                        scaleout_gbps=scaleout_gbps, analytical_only=analytical_only)
-    except InputError as err:
+        doc, header = api.scaling_curve(
+            settings(), gpu=gpu, model=model, arch_file=arch_file, policy=policy, tokens=tokens, seq_len=seq_len,
+            global_batch=global_batch, per_gpu_batch=per_gpu_batch, max_gpus=max_gpus, threshold=threshold,
+            dtype=dtype, assumptions=assumptions, batch_rule=batch_rule, scaleup_size=scaleup_size,
+            scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps, analytical_only=analytical_only)
+    except api.InputError as err:
         _fail(str(err), err.exit_code)
+    out = doc["points"]
+    knee = doc["explanation"]
     if fmt == "json":
-        print(json.dumps(doc, indent=2, default=str))
+        print(json.dumps(api.curve_document(doc), indent=2, default=str))
         return
-    from pipeline.output import render
-
     print(header, file=sys.stderr)
     if fmt == "csv":
         render(out, "csv")
     else:
         render(out.filter(out["feasible"]).select(CURVE_TABLE), "table", title=header)
-    print(f"inflection: {doc['explanation']}", file=sys.stderr if fmt == "csv" else sys.stdout)
-
-
-def curve_result(cfg: Settings, *, model: Optional[str] = None, arch_file: Optional[Path] = None,
-                 arch: Optional[dict] = None, gpu: str, policy: str = "strong", tokens: Optional[float] = None,
-                 seq_len: int = 2048, global_batch: Optional[int] = None, per_gpu_batch: float = 1.0,
-                 max_gpus: int = 16384, threshold: float = 0.5, dtype: Optional[str] = None,
-                 assumptions: str = "realistic", batch_rule: str = "deepseek", scaleup_size: Optional[int] = None,
-                 scaleup_gbps: Optional[float] = None, scaleout_gbps: Optional[float] = None,
-                 analytical_only: bool = False):
-    """`stepcast curve`'s answer (the CLI and `stepcast serve` call this): (the document `--format json` prints,
-    the curve's rows, the header line). The architecture is `arch` when given, else `--arch-file` or `--model`.
-    Bad input raises InputError with the message the CLI prints."""
-    import polars as pl
-
-    from models.curves import POLICIES, _arch_params, default_dtype, explain, inflection, round_batch, scaling_curve
-    from pipeline import catalog
-
-    if policy not in POLICIES:
-        raise InputError(f"--policy must be one of {', '.join(POLICIES)}, got '{policy}'")
-    if tokens is not None and not (tokens > 0 and math.isfinite(tokens)):
-        raise InputError(f"--tokens must be a positive number of tokens, got {tokens}")
-    if not 0 < threshold <= 1:
-        raise InputError(f"--threshold must be in (0, 1], got {threshold}")
-    if policy != "strong" and per_gpu_batch <= 0:
-        raise InputError(f"--per-gpu-batch must be > 0 for the {policy} policy, got {per_gpu_batch}")
-    if dtype is not None and dtype not in ("bf16", "fp16", "fp8", "fp8-cs", "mxfp8", "nvfp4", "fp32", "tf32"):
-        raise InputError(f"--dtype must be one of bf16, fp16, fp8, fp8-cs, mxfp8, nvfp4, fp32, tf32, got '{dtype}'")
-    if arch is None:
-        try:
-            arch = catalog.resolve_architecture(model, arch_file, measurements=cfg.measurements)
-        except catalog.UnknownName as err:
-            raise InputError(str(err)) from None
-    _check_rule(batch_rule)
-    hook, params, note = _physics(cfg, assumptions, analytical_only=analytical_only)
-    hw = _hardware(cfg, gpu, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps)
-    n_params = _arch_params(arch)
-    tokens = tokens if tokens is not None else 20.0 * n_params
-    batch = global_batch or round_batch(4 * 2**20 / seq_len)
-    try:
-        c = scaling_curve(arch, hw, policy, seq_len=seq_len, tokens=tokens, global_batch_seqs=batch,
-                          per_gpu_batch_seqs=per_gpu_batch, n_max=max_gpus, dtype=dtype or default_dtype(hw),
-                          params=params, usd_per_gpu_hour=hw.get("cloud_usd_per_hour"), calibrate=hook,
-                          batch_rule=batch_rule)
-    except ValueError as err:
-        raise InputError(str(err)) from None
-    rec = inflection(c, threshold)
-    price = hw.get("cloud_usd_per_hour")
-    c = c.with_columns(pl.lit(assumptions).alias("assumptions"))
-    header = (f"{arch['id']} on {gpu}{_overrides(scaleup_size, scaleup_gbps, scaleout_gbps)}, {assumptions} "
-              f"assumptions, {policy} scaling, seq {seq_len}, {tokens:.3g} tokens"
-              + (f", batch {batch} seqs" if policy == "strong" else f", {per_gpu_batch:g} seq/GPU")
-              + f"; {note}; cost: " + (f"${price}/GPU-h (hardware.cloud_usd_per_hour)" if price else
-                                       "none (no price for this accelerator)"))
-    out = c.select([x for x in CURVE_COLUMNS if x in c.columns])
-    doc = {"model": arch["id"], "gpu": gpu, "assumptions": assumptions, "batch_rule": batch_rule,
-           "policy": policy, "seq_len": seq_len, "tokens": tokens,
-           "calibration": note, "inflection": {k: _clean(v) for k, v in rec.items()},
-           "explanation": explain(rec),
-           "points": [{k: _clean(v) for k, v in r.items()} for r in out.iter_rows(named=True)]}
-    return doc, out, header
+    print(f"inflection: {knee}", file=sys.stderr if fmt == "csv" else sys.stdout)
 
 
 @app.command()
@@ -260,25 +113,23 @@ def frontier(
     if fmt not in ("table", "json"):
         _fail(f"--format must be table or json, got '{fmt}'")
     try:
-        result, sweep, title = frontier_result(settings(), gpu=gpu, months=months, min_utilization=min_utilization,
-                                               dtype=dtype, analytical_only=analytical_only, assumptions=assumptions,
-                                               batch_rule=batch_rule, scaleup_size=scaleup_size,
-                                               scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps,
-                                               memory_gb=memory_gb)
-    except InputError as err:
-        _fail(str(err), err.exit_code)
-    if result.get("found") is False:
+        result, sweep, title = api.compute_frontier(
+            settings(), gpu=gpu, months=months, min_utilization=min_utilization, dtype=dtype, assumptions=assumptions,
+            batch_rule=batch_rule, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps,
+            memory_gb=memory_gb, analytical_only=analytical_only)
+    except api.NoResult as err:
+        sweep, title = err.detail["sweep"], err.detail["title"]
         if fmt == "json" and table:
-            print(json.dumps({k: v for k, v in result.items() if k != "error"}, indent=2, default=str))
+            print(json.dumps({"found": False, "reason": err.detail["reason"], "assumptions": assumptions,
+                              "levels": json_rows(api.frontier_levels(sweep))}, indent=2, default=str))
         elif table:
             _print_levels(sweep, title)
-        print(f"error: {result['error']}", file=sys.stderr)
+        print(f"error: {err}", file=sys.stderr)
         raise typer.Exit(1)
+    except api.InputError as err:
+        _fail(str(err), err.exit_code)
     if fmt == "json":
-        out = dict(result)
-        if not table:
-            out.pop("levels")
-        print(json.dumps(out, indent=2, default=str))
+        print(json.dumps(api.frontier_document(result, sweep, table), indent=2, default=str))
         return
     from rich.console import Console
     from rich.table import Table
@@ -297,65 +148,7 @@ def frontier(
     Console(width=140).print(t)
 
 
-def frontier_result(cfg: Settings, *, gpu: str, months: float = 3.0, min_utilization: float = 0.8,
-                    dtype: Optional[str] = None, analytical_only: bool = False, assumptions: str = "realistic",
-                    batch_rule: str = "deepseek", scaleup_size: Optional[int] = None,
-                    scaleup_gbps: Optional[float] = None, scaleout_gbps: Optional[float] = None,
-                    memory_gb: Optional[float] = None):
-    """`stepcast frontier`'s answer (the CLI and `stepcast serve` call this): (the document `--format json
-    --table` prints, the sweep, the title). Without a trainable level the document is `found` false with the
-    `reason`, and `error` the message the CLI prints. Bad input raises InputError with the CLI's message."""
-    from models.curves import default_dtype
-    from models.frontier import frontier_summary, frontier_sweep
-
-    if not (months > 0 and math.isfinite(months)):
-        raise InputError(f"--months must be > 0, got {months}")
-    if not 0 < min_utilization <= 1:
-        raise InputError(f"--min-utilization must be in (0, 1], got {min_utilization}")
-    _check_rule(batch_rule)
-    _, params, note = _physics(cfg, assumptions, residual=False, analytical_only=analytical_only)
-    hw = _hardware(cfg, gpu, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps,
-                   memory_gb=memory_gb)
-    dt = dtype or default_dtype(hw)
-    sweep = frontier_sweep(hw, months, params=params, dtype=dt, usd_per_gpu_hour=hw.get("cloud_usd_per_hour"),
-                           assumptions=assumptions, batch_rule=batch_rule)
-    s = frontier_summary(sweep, min_utilization)
-    over = _overrides(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb)
-    title = (f"frontier of {gpu}{over}: {assumptions} assumptions, {months:g} months, >= {min_utilization:g} x best "
-             f"utilization, {batch_rule} batch rule ({note})")
-    levels = [{k: _clean(v) for k, v in r.items()} for r in sweep.select(
-        [c for c in LEVEL_COLUMNS if c in sweep.columns]).iter_rows(named=True)]
-    if not s["found"]:
-        return ({"found": False, "reason": s["reason"], "assumptions": assumptions, "levels": levels,
-                 "error": f"no compute level is trainable on {gpu} within {months:g} months ({assumptions} "
-                          f"assumptions): {s['reason']}"}, sweep, title)
-    result = {"max_training_flop": s["training_flop"], "n_gpus": s["n_gpus"], "tp": s["tp"], "pp": s["pp"],
-              "dp": s["dp"], "ep": s["ep"], "cp": s["cp"], "utilization": s["utilization"], "params": s["params"],
-              "tokens": s["tokens"], "cost_usd": _clean(s["cost_usd"]), "assumptions": assumptions,
-              "batch_rule": batch_rule, "binding": s["binding"], "crossing_flop": s["crossing_flop"],
-              "ended_by": s["ended_by"], "cost_basis": s["cost_basis"],
-              "latency_wall_days": s["latency_wall_days"],
-              "breakdown": {k: s[k] for k in BREAKDOWN_KEYS},
-              "layout": {k: s[k] for k in ("vpp", "micro_batch", "sharding", "recompute", "global_batch_seqs")},
-              "model": {k: s[k] for k in ("arch_id", "d_model", "n_layers", "n_heads", "seq_len")},
-              "gpu": gpu, "network": {"scaleup_size": hw.get("scaleup_size"),
-                                      "scaleup_gbps": hw.get("intra_node_bw_gbps"),
-                                      "scaleout_gbps": hw.get("inter_node_bw_gbps"), "memory_gb": hw.get("memory_gb")},
-              "dtype": dt, "months": months, "min_utilization": min_utilization,
-              "best_utilization": s["best_utilization"], "best_utilization_flop": s["best_utilization_flop"],
-              "utilization_threshold": s["utilization_threshold"],
-              "time_to_train_days": s["time_to_train_days"], "usd_per_gpu_hour": _clean(s["usd_per_gpu_hour"]),
-              "launch_price_usd": _clean(s["launch_price_usd"]), "model_flop": s["model_flop"],
-              "calibration": note,
-              "training_flop_convention": "6 x params x tokens (Chinchilla); utilization = MFU (stepcast FLOPs)"}
-    result = {k: _clean(v) for k, v in result.items()}
-    result["levels"] = levels
-    return result, sweep, title
-
-
-LEVEL_COLUMNS = ["assumptions", "training_flop", "params", "n_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch",
-                 "sharding", "recompute", "global_batch_seqs", "utilization", "time_to_train_days",
-                 "latency_wall_days", "feasible", "binding", "reason", "cost_usd"]
+LEVEL_COLUMNS = api.LEVEL_COLUMNS
 
 
 def _print_levels(sweep, title: str) -> None:

@@ -9,14 +9,11 @@ from typing import Optional
 
 import typer
 
+from pipeline import api
 from pipeline.cli import (ANALYTICAL_HELP, ASSUMPTIONS_HELP, SCALEOUT_GBPS_HELP, SCALEUP_GBPS_HELP,
                           SCALEUP_SIZE_HELP, _fail, app, settings)
 
-SEARCH_COLUMNS = ["rank", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding", "recompute",
-                  "sequence_parallel", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu",
-                  "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu", "memory_gb_per_gpu", "fit_version",
-                  "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s",
-                  "ep_comm_s", "optimizer_s"]
+SEARCH_COLUMNS = api.SEARCH_COLUMNS
 TABLE_COLUMNS = ["rank", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding", "recompute",
                  "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu", "mfu", "memory_gb_per_gpu"]
 
@@ -75,51 +72,23 @@ def search(
     `stepcast search --model llama3-8b --gpu h100-sxm5-80gb --gpus 64 -b 256 -s 8192 --tp 1 --pp 1 --sharding fsdp`
     """
     start = time.perf_counter()
-    from pipeline import catalog
     from pipeline.output import render
 
     if fmt not in ("table", "csv", "json"):
         _fail(f"--format must be table, csv or json, got '{fmt}'")
-    if rank_by not in ("throughput", "cost"):
-        _fail(f"--rank-by must be throughput or cost, got '{rank_by}'")
-    for name, value, allowed in (("--sharding", sharding, ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp")),
-                                 ("--recompute", recompute, ("none", "selective", "full")),
-                                 ("--activation", activation, ("gelu", "swiglu")),
-                                 ("--dtype", dtype, ("bf16", "fp16", "fp8", "fp8-cs", "mxfp8", "nvfp4", "fp32",
-                                                     "tf32"))):
-        if value is not None and value not in allowed:
-            _fail(f"{name} must be one of {', '.join(allowed)}, got '{value}'")
-    cfg = settings()
     try:
-        if model or arch_file:
-            arch = catalog.resolve_architecture(model, arch_file, measurements=cfg.measurements)
-        else:
-            missing = [f for f, v in (("--layers", layers), ("--d-model", d_model), ("--heads", heads)) if v is None]
-            if missing:
-                _fail(f"give --model ID, --arch-file PATH or the architecture flags ({', '.join(missing)} missing)")
-            arch = dict(id="custom", n_layers=layers, d_model=d_model, n_heads=heads, n_kv_heads=kv_heads or heads,
-                        ffn_dim=ffn_dim or 4 * d_model, vocab=vocab, activation=activation, n_experts=0, top_k=0,
-                        tied_embeddings=False)
-        hw_row = catalog.resolve_hardware_row(gpu, hardware_file, measurements=cfg.measurements)
-    except catalog.UnknownName as err:
-        _fail(str(err))
-    gpu = gpu or hw_row.get("id")
-    fixed = {k: v for k, v in dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch,
-                                   sharding=sharding, recompute=recompute).items() if v is not None}
-    from pipeline import api
-
-    try:
-        overrides = api.network_overrides(scaleup_size, scaleup_gbps, scaleout_gbps)
-        result, n_evaluated, _ = api.search_layouts(cfg, arch=arch, hw_row=hw_row, gpus=gpus, global_batch=global_batch,
-                                                    seq_len=seq_len, fixed=fixed, dtype=dtype, top=top,
-                                                    rank_by=rank_by, analytical_only=analytical_only,
-                                                    assumptions=assumptions, hw_overrides=overrides)
-    except api.InputError as err:
-        _fail(str(err))
-    if result.height == 0:
-        print(no_layout_message(arch["id"], gpu, gpus, global_batch, seq_len, fixed, n_evaluated), file=sys.stderr)
+        result, n_evaluated, arch, gpu = api.layout_search(
+            settings(), model=model, layers=layers, d_model=d_model, heads=heads, kv_heads=kv_heads, ffn_dim=ffn_dim,
+            vocab=vocab, activation=activation, gpu=gpu, arch_file=arch_file, hardware_file=hardware_file, gpus=gpus,
+            global_batch=global_batch, seq_len=seq_len, dtype=dtype, top=top, rank_by=rank_by, tp=tp, pp=pp, dp=dp,
+            cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch, sharding=sharding, recompute=recompute,
+            assumptions=assumptions, analytical_only=analytical_only, scaleup_size=scaleup_size,
+            scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps)
+    except api.NoResult as err:
+        print(str(err), file=sys.stderr)
         raise typer.Exit(1)
-    result = ranked(result)
+    except api.InputError as err:
+        _fail(str(err), err.exit_code)
     elapsed = time.perf_counter() - start
     title = (f"{arch['id']} on {gpus} x {gpu}, batch {global_batch} x {seq_len}: best {result.height} of "
              f"{n_evaluated:,} layouts ({elapsed:.2f} s) — {api.title_of('search', result).split(' — ', 1)[-1]}")
@@ -128,18 +97,3 @@ def search(
     else:
         print(title, file=sys.stderr)
         render(result, fmt, out)
-
-
-def ranked(result):
-    """The layouts as `stepcast search` prints them (and `stepcast serve` answers): a 1-based `rank`, then
-    SEARCH_COLUMNS, then the rest."""
-    result = result.with_row_index("rank", offset=1)
-    extra = [c for c in result.columns if c not in SEARCH_COLUMNS]
-    return result.select([c for c in SEARCH_COLUMNS if c in result.columns] + extra)
-
-
-def no_layout_message(arch_id: str, gpu: str, gpus: int, global_batch: int, seq_len: int, fixed: dict,
-                      n_evaluated: int) -> str:
-    return (f"no feasible layout among {n_evaluated:,} evaluated for {arch_id} on {gpus} x {gpu} "
-            f"(batch {global_batch} x {seq_len}{', fixed ' + str(fixed) if fixed else ''}). Try more GPUs, a "
-            f"smaller micro-batch, recompute, or sharding.")
