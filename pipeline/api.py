@@ -57,6 +57,24 @@ def check_precision(dtype: str, hw: dict) -> None:
                          "choose a precision it has or another accelerator (`stepcast list gpus`)")
 
 
+def check_network(scaleup_size=None, scaleup_gbps=None, scaleout_gbps=None, memory_gb=None) -> None:
+    """The network-tier (and memory) overrides are positive finite numbers, else InputError naming the flag."""
+    for flag, v in (("--scaleup-size", scaleup_size), ("--scaleup-gbps", scaleup_gbps),
+                    ("--scaleout-gbps", scaleout_gbps), ("--memory-gb", memory_gb)):
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            raise InputError(f"{flag} must be a positive number, got {v}")
+
+
+def network_overrides(scaleup_size: Optional[int] = None, scaleup_gbps: Optional[float] = None,
+                      scaleout_gbps: Optional[float] = None) -> dict:
+    """`resolved_hardware` overrides of the network tiers (checked), as `stepcast search` applies them."""
+    check_network(scaleup_size, scaleup_gbps, scaleout_gbps)
+    out = {"intra_node_bw_gbps": scaleup_gbps, "inter_node_bw_gbps": scaleout_gbps}
+    if scaleup_size is not None:
+        out.update(scaleup_size=scaleup_size, gpus_per_node_typical=scaleup_size)
+    return out
+
+
 def resolve_names(cfg: Settings, model: Optional[str] = None, gpu: Optional[str] = None, arch: Optional[dict] = None,
                   hw_row: Optional[dict] = None) -> tuple[dict, dict]:
     """(architecture row, hardware row) from names (ids or aliases) or given rows."""
@@ -302,9 +320,12 @@ def layout_search(cfg: Settings, *, model: Optional[str] = None, layers: Optiona
                   tp: Optional[int] = None, pp: Optional[int] = None, dp: Optional[int] = None,
                   cp: Optional[int] = None, ep: Optional[int] = None, vpp: Optional[int] = None,
                   micro_batch: Optional[int] = None, sharding: Optional[str] = None, recompute: Optional[str] = None,
-                  assumptions: str = "realistic", analytical_only: bool = False) -> tuple[pl.DataFrame, int, dict, str]:
+                  assumptions: str = "realistic", analytical_only: bool = False, scaleup_size: Optional[int] = None,
+                  scaleup_gbps: Optional[float] = None,
+                  scaleout_gbps: Optional[float] = None) -> tuple[pl.DataFrame, int, dict, str]:
     """`stepcast search`: (the best layouts ranked, `SEARCH_COLUMNS` first; how many were evaluated; the
-    architecture; the accelerator's name). NoResult when no layout is feasible."""
+    architecture; the accelerator's name). `scaleup_size`, `scaleup_gbps`, `scaleout_gbps` override the
+    accelerator's network tiers. NoResult when no layout is feasible."""
     if rank_by not in ("throughput", "cost"):
         raise InputError(f"--rank-by must be throughput or cost, got '{rank_by}'")
     for name, value, allowed in (("--sharding", sharding, SHARDINGS), ("--recompute", recompute, RECOMPUTES),
@@ -324,9 +345,11 @@ def layout_search(cfg: Settings, *, model: Optional[str] = None, layers: Optiona
     gpu = gpu or hw_row.get("id")
     fixed = {k: v for k, v in dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch,
                                    sharding=sharding, recompute=recompute).items() if v is not None}
+    overrides = network_overrides(scaleup_size, scaleup_gbps, scaleout_gbps)
     result, n_evaluated, _ = search_layouts(cfg, arch=arch_row, hw_row=hw_row, gpus=gpus, global_batch=global_batch,
                                             seq_len=seq_len, fixed=fixed, dtype=dtype, top=top, rank_by=rank_by,
-                                            analytical_only=analytical_only, assumptions=assumptions)
+                                            analytical_only=analytical_only, assumptions=assumptions,
+                                            hw_overrides=overrides)
     if result.height == 0:
         raise NoResult(f"no feasible layout among {n_evaluated:,} evaluated for {arch_row['id']} on {gpus} x {gpu} "
                        f"(batch {global_batch} x {seq_len}{', fixed ' + str(fixed) if fixed else ''}). Try more GPUs, "
@@ -346,10 +369,7 @@ def tier_hardware(cfg: Settings, gpu: str, *, scaleup_size: Optional[int] = None
     from models.hardware import resolve_hardware
     from pipeline import catalog
 
-    for flag, v in (("--scaleup-size", scaleup_size), ("--scaleup-gbps", scaleup_gbps),
-                    ("--scaleout-gbps", scaleout_gbps), ("--memory-gb", memory_gb)):
-        if v is not None and not (v > 0 and math.isfinite(v)):
-            raise InputError(f"{flag} must be a positive number, got {v}")
+    check_network(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb)
     try:
         hw_row = catalog.find_hardware(cfg.measurements, gpu)
     except catalog.UnknownName as err:
@@ -519,6 +539,24 @@ def compute_frontier(cfg: Settings, *, gpu: str, months: float = 3.0, min_utiliz
 def frontier_levels(sweep: pl.DataFrame) -> pl.DataFrame:
     """Every compute level of a frontier sweep, the columns `--table` prints in JSON."""
     return sweep.select([c for c in LEVEL_COLUMNS if c in sweep.columns])
+
+
+def curve_document(doc: dict) -> dict:
+    """What `stepcast curve --format json` prints (and `stepcast serve` answers) of a `scaling_curve` document."""
+    from pipeline.output import json_rows
+
+    return dict(doc, points=json_rows(doc["points"]))
+
+
+def frontier_document(result: dict, sweep: pl.DataFrame, table: bool = False) -> dict:
+    """What `stepcast frontier --format json` prints (and `stepcast serve` answers) of a `compute_frontier`
+    answer; with `table`, every level as `--table` adds them."""
+    from pipeline.output import json_rows
+
+    out = {k: clean(v) for k, v in result.items()}
+    if table:
+        out["levels"] = json_rows(frontier_levels(sweep))
+    return out
 
 
 # ---------------------------------------------------------------- plan

@@ -28,10 +28,24 @@ def _from_readable_store(cfg: Settings, read):
     return None
 
 
+#: fits read once for a long-running reader (`stepcast serve`, `pin_promoted_fit`), by settings
+_PINNED: dict = {}
+
+
+def pin_promoted_fit(cfg: Settings):
+    """Read the promoted fit once; later `promoted_fit(cfg)` calls answer from memory (the fit the process
+    started with) instead of opening the store on every call. Returns the fit (or None)."""
+    _PINNED.pop(cfg, None)
+    _PINNED[cfg] = promoted_fit(cfg)
+    return _PINNED[cfg]
+
+
 def promoted_fit(cfg: Settings):
     """The promoted fit (a `models.predictor.Calibration`) from the snapshot (or the store when there is no
     snapshot), or None. A stored fit of an earlier format (before the one prediction function) is reported
     and skipped: run `stepcast fit` to make a current one."""
+    if cfg in _PINNED:
+        return _PINNED[cfg]
     try:
         from pipeline.fits import load_promoted_fit
     except ImportError:

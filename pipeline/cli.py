@@ -168,6 +168,10 @@ ASSUMPTIONS_HELP = ("realistic (the calibrated model: fitted parameters, residua
                     "ideal (Epoch AI's ideal conditions: no host overhead or GEMM-size ramp, perfect overlap, no "
                     "memory allowance; latency stays).")
 ANALYTICAL_HELP = "The analytical model with the prior parameters: no fit, no correction, no interval."
+# the network-tier flags (curve, frontier, search) override the accelerator's row
+SCALEUP_SIZE_HELP = "Accelerators per scale-up domain."
+SCALEUP_GBPS_HELP = "Scale-up bandwidth per accelerator, GB/s per direction."
+SCALEOUT_GBPS_HELP = "Scale-out (network) bandwidth per accelerator, GB/s per direction."
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -320,6 +324,29 @@ def info(fmt: str = typer.Option("table", "--format", "-f", help="table or json"
         label = "served fit" if role == "served" else "latest candidate"
         console.print(f"{label}: {f['version']} (n_train {f['n_train']}, created {f['created_at']}, {state}): "
                       f"{f['promotion_reason']}", highlight=False)
+
+
+# ---------------------------------------------------------------- serve
+
+@app.command()
+def serve(
+    port: int = typer.Option(8765, "--port", "-p", min=1, max=65535, help="TCP port to listen on."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind: loopback by default; 0.0.0.0 serves "
+                                                         "every network this machine is on (prints a warning)."),
+) -> None:
+    """An interactive explorer in the browser: scaling curves, the frontier and the best layout of your choice
+    of accelerators, model, tokens and network, redrawn as you change them; the URL keeps the view.
+
+    It reads the promoted fit of the snapshot once at start-up and never writes. Beside the page, a JSON API
+    answers `/api/predict`, `/api/search`, `/api/curve` and `/api/frontier` with the options of the commands
+    of those names as query parameters and the JSON their `--format json` prints, e.g.
+    `curl 'http://127.0.0.1:8765/api/predict?model=gpt3-175b&gpu=a100-sxm4-80gb&gpus=1024&global_batch=1536&seq_len=2048&tp=8&pp=8'`.
+
+    Example: `stepcast serve` then open http://127.0.0.1:8765/ (Ctrl-C stops it).
+    """
+    from pipeline.serve import run
+
+    run(settings(), host=host, port=port)
 
 
 # Commands that live in their own modules register themselves on `app` when imported.

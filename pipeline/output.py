@@ -18,13 +18,17 @@ def _clean(v):
     return v
 
 
+def json_rows(frame: pl.DataFrame) -> list[dict]:
+    """The rows `--format json` prints (NaN and infinities as null); `stepcast serve` answers with the same."""
+    return [{k: _clean(v) for k, v in row.items()} for row in frame.iter_rows(named=True)]
+
+
 def render(frame: pl.DataFrame, fmt: str, out: Path | None = None, title: str | None = None,
            table_columns: list[str] | None = None) -> None:
     if fmt not in FORMATS:
         raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got '{fmt}'")
     if fmt == "json":
-        text = json.dumps([{k: _clean(v) for k, v in row.items()} for row in frame.iter_rows(named=True)],
-                          indent=2, default=str)
+        text = json.dumps(json_rows(frame), indent=2, default=str)
     elif fmt == "csv":
         text = frame.write_csv()
     else:

@@ -129,15 +129,17 @@ def search(*, model: Optional[str] = None, gpu: Optional[str] = None, gpus: Opti
            pp: Optional[int] = None, dp: Optional[int] = None, cp: Optional[int] = None, ep: Optional[int] = None,
            vpp: Optional[int] = None, micro_batch: Optional[int] = None, sharding: Optional[str] = None,
            recompute: Optional[str] = None, assumptions: str = "realistic", analytical_only: bool = False,
-           store: Optional[PathLike] = None) -> pl.DataFrame:
+           scaleup_size: Optional[int] = None, scaleup_gbps: Optional[float] = None,
+           scaleout_gbps: Optional[float] = None, store: Optional[PathLike] = None) -> pl.DataFrame:
     """The best feasible layouts of a model on `gpus` accelerators, best first (`stepcast search`).
 
     Every valid layout (tp, pp, dp, cp, ep, interleave, micro-batch, sharding, recompute) is predicted; those
     that do not fit in memory are dropped; the rest are ranked by throughput (`rank_by="cost"`: GPU-time per
     token) and the first `top` returned with `rank`, the columns of `stepcast search --format json`. Fix a
     dimension with its keyword (`tp=8`, `sharding="fsdp"`). The architecture is `model`, `arch` (path or
-    dict, as in `predict`) or the shape keywords (`layers`, `d_model`, `heads`, ...). Raises NoResult when
-    no layout fits.
+    dict, as in `predict`) or the shape keywords (`layers`, `d_model`, `heads`, ...). `scaleup_size`,
+    `scaleup_gbps` and `scaleout_gbps` override the accelerator's network tiers (as in `curve`). Raises NoResult
+    when no layout fits.
 
     >>> import stepcast
     >>> best = stepcast.search(model="gpt3-175b", gpu="a100-sxm4-80gb", gpus=1024, global_batch=1536,
@@ -160,7 +162,8 @@ def search(*, model: Optional[str] = None, gpu: Optional[str] = None, gpus: Opti
         ffn_dim=ffn_dim, vocab=vocab, activation=activation, gpu=gpu, arch_file=arch_file, hardware_file=hw_file,
         arch=arch_row, hardware=hw_row, gpus=gpus, global_batch=global_batch, seq_len=seq_len, dtype=dtype, top=top,
         rank_by=rank_by, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch, sharding=sharding,
-        recompute=recompute, assumptions=assumptions, analytical_only=analytical_only)
+        recompute=recompute, assumptions=assumptions, analytical_only=analytical_only, scaleup_size=scaleup_size,
+        scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps)
     return result
 
 

@@ -88,6 +88,18 @@ def test_search_equals_the_cli(built_store):
     assert records(got) == expected and got["rank"].to_list() == [1, 2, 3, 4, 5]
 
 
+def test_search_with_network_overrides_equals_the_cli(built_store):
+    net = ("--scaleup-size", "4", "--scaleup-gbps", "150", "--scaleout-gbps", "12.5")
+    expected = cli_json(built_store, "search", "--model", "gpt3-175b", "--gpu", "a100-sxm4-80gb", "--gpus", "1024",
+                        "--global-batch", "1536", "--seq-len", "2048", "--top", "3", *net)
+    kw = dict(model="gpt3-175b", gpu="a100-sxm4-80gb", gpus=1024, global_batch=1536, seq_len=2048, top=3,
+              store=built_store)
+    got = stepcast.search(scaleup_size=4, scaleup_gbps=150, scaleout_gbps=12.5, **kw)
+    assert records(got) == expected
+    # a slower, smaller scale-up domain and network never make the best layout faster than the accelerator's own
+    assert got["tokens_per_s_per_gpu"][0] <= stepcast.search(**kw)["tokens_per_s_per_gpu"][0]
+
+
 def test_search_by_shape_and_fixed_dimensions_equals_the_cli(built_store):
     expected = cli_json(built_store, "search", "--layers", "24", "--d-model", "2048", "--heads", "16", "--gpu",
                         "h100", "--gpus", "16", "-b", "64", "-s", "2048", "--tp", "2", "--rank-by", "cost")
@@ -142,6 +154,9 @@ BAD = [
     (stepcast.search, dict(model="llama3-8b", gpu="h100", gpus=64, global_batch=256, seq_len=8192, rank_by="speed"),
      ["search", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "64", "-b", "256", "-s", "8192", "--rank-by",
       "speed"]),
+    (stepcast.search, dict(model="llama3-8b", gpu="h100", gpus=64, global_batch=256, seq_len=8192, scaleout_gbps=0),
+     ["search", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "64", "-b", "256", "-s", "8192",
+      "--scaleout-gbps", "0"]),
     (stepcast.search, dict(layers=24, gpu="h100", gpus=16, global_batch=64, seq_len=2048),
      ["search", "--layers", "24", "--gpu", "h100", "--gpus", "16", "-b", "64", "-s", "2048"]),
     (stepcast.curve, dict(model="llama3-8b", gpu="h100-sxm5-80gb", policy="bogus"),

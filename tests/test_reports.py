@@ -221,7 +221,8 @@ class Browser:
         self.evaluate("1")  # drain pending events
         return state
 
-    def problems(self) -> tuple[list[str], list[str]]:
+    def problems(self, local: tuple[str, ...] = ("file:",)) -> tuple[list[str], list[str]]:
+        """(console errors, requests to addresses that do not start with one of `local`, data:, blob:, about:)."""
         errors, requests = [], []
         for ev in self.events:
             m, p = ev.get("method"), ev.get("params", {})
@@ -233,7 +234,7 @@ class Browser:
                 errors.append(p["entry"].get("text", ""))
             elif m == "Network.requestWillBeSent":
                 url = p.get("request", {}).get("url", "")
-                if not url.startswith(("file:", "data:", "blob:", "about:")):
+                if not url.startswith((*local, "data:", "blob:", "about:")):
                     requests.append(url)
         return errors, requests
 

@@ -11,14 +11,13 @@ from typing import Optional
 import typer
 
 from pipeline import api
-from pipeline.cli import ANALYTICAL_HELP, ASSUMPTIONS_HELP, _fail, app, settings
+from pipeline.cli import (ANALYTICAL_HELP, ASSUMPTIONS_HELP, SCALEOUT_GBPS_HELP, SCALEUP_GBPS_HELP,
+                          SCALEUP_SIZE_HELP, _fail, app, settings)
+from pipeline.output import json_rows
 
-# help of the options curve and frontier share (the network-tier flags override the accelerator's row)
+# help of the options curve and frontier share (the network-tier flags' help is pipeline.cli's)
 BATCH_RULE_HELP = ("Batch ceiling: deepseek (0.292 C^0.3271 tokens), kaplan (critical batch, Kaplan et al. 2020) "
                    "or fixed (4M tokens).")
-SCALEUP_SIZE_HELP = "Accelerators per scale-up domain."
-SCALEUP_GBPS_HELP = "Scale-up bandwidth per accelerator, GB/s per direction."
-SCALEOUT_GBPS_HELP = "Scale-out (network) bandwidth per accelerator, GB/s per direction."
 
 CURVE_COLUMNS = api.CURVE_COLUMNS
 CURVE_TABLE = ["n_gpus", "global_batch_seqs", "tp", "pp", "dp", "vpp", "micro_batch", "sharding", "recompute",
@@ -76,8 +75,7 @@ def curve(
     out = doc["points"]
     knee = doc["explanation"]
     if fmt == "json":
-        print(json.dumps(dict(doc, points=[{k: api.clean(v) for k, v in r.items()} for r in out.iter_rows(named=True)]),
-                         indent=2, default=str))
+        print(json.dumps(api.curve_document(doc), indent=2, default=str))
         return
     print(header, file=sys.stderr)
     if fmt == "csv":
@@ -123,7 +121,7 @@ def frontier(
         sweep, title = err.detail["sweep"], err.detail["title"]
         if fmt == "json" and table:
             print(json.dumps({"found": False, "reason": err.detail["reason"], "assumptions": assumptions,
-                              "levels": _levels(sweep)}, indent=2, default=str))
+                              "levels": json_rows(api.frontier_levels(sweep))}, indent=2, default=str))
         elif table:
             _print_levels(sweep, title)
         print(f"error: {err}", file=sys.stderr)
@@ -131,10 +129,7 @@ def frontier(
     except api.InputError as err:
         _fail(str(err), err.exit_code)
     if fmt == "json":
-        out = {k: api.clean(v) for k, v in result.items()}
-        if table:
-            out["levels"] = _levels(sweep)
-        print(json.dumps(out, indent=2, default=str))
+        print(json.dumps(api.frontier_document(result, sweep, table), indent=2, default=str))
         return
     from rich.console import Console
     from rich.table import Table
@@ -154,10 +149,6 @@ def frontier(
 
 
 LEVEL_COLUMNS = api.LEVEL_COLUMNS
-
-
-def _levels(sweep) -> list[dict]:
-    return [{k: api.clean(v) for k, v in r.items()} for r in api.frontier_levels(sweep).iter_rows(named=True)]
 
 
 def _print_levels(sweep, title: str) -> None:

@@ -10,7 +10,8 @@ from typing import Optional
 import typer
 
 from pipeline import api
-from pipeline.cli import ANALYTICAL_HELP, ASSUMPTIONS_HELP, _fail, app, settings
+from pipeline.cli import (ANALYTICAL_HELP, ASSUMPTIONS_HELP, SCALEOUT_GBPS_HELP, SCALEUP_GBPS_HELP,
+                          SCALEUP_SIZE_HELP, _fail, app, settings)
 
 SEARCH_COLUMNS = api.SEARCH_COLUMNS
 TABLE_COLUMNS = ["rank", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding", "recompute",
@@ -51,6 +52,9 @@ def search(
     recompute: Optional[str] = typer.Option(None, "--recompute", help="Fix: none, selective, full."),
     assumptions: str = typer.Option("realistic", "--assumptions", help=ASSUMPTIONS_HELP),
     analytical_only: bool = typer.Option(False, "--analytical-only", help=ANALYTICAL_HELP),
+    scaleup_size: Optional[int] = typer.Option(None, "--scaleup-size", help=SCALEUP_SIZE_HELP),
+    scaleup_gbps: Optional[float] = typer.Option(None, "--scaleup-gbps", help=SCALEUP_GBPS_HELP),
+    scaleout_gbps: Optional[float] = typer.Option(None, "--scaleout-gbps", help=SCALEOUT_GBPS_HELP),
     intervals: bool = typer.Option(True, "--intervals/--no-intervals", hidden=True,
                                    help="Kept for scripts: the interval is always part of the prediction."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json."),
@@ -78,7 +82,8 @@ def search(
             vocab=vocab, activation=activation, gpu=gpu, arch_file=arch_file, hardware_file=hardware_file, gpus=gpus,
             global_batch=global_batch, seq_len=seq_len, dtype=dtype, top=top, rank_by=rank_by, tp=tp, pp=pp, dp=dp,
             cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch, sharding=sharding, recompute=recompute,
-            assumptions=assumptions, analytical_only=analytical_only)
+            assumptions=assumptions, analytical_only=analytical_only, scaleup_size=scaleup_size,
+            scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps)
     except api.NoResult as err:
         print(str(err), file=sys.stderr)
         raise typer.Exit(1)

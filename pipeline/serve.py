@@ -1,0 +1,415 @@
+"""`stepcast serve`: the interactive explorer, a small Starlette app on uvicorn.
+
+What it serves, and nothing else:
+
+| path | what |
+|---|---|
+| `/` | the explorer page (pipeline/explorer/index.html with the model and accelerator tables inlined) |
+| `/vega-bundle.js` | the offline Vega / Vega-Lite / vega-embed bundle of the report site (reports.site.BUNDLE) |
+| `/api/predict`, `/api/search`, `/api/curve`, `/api/frontier` | the JSON `stepcast predict / search / curve / frontier --format json` prints |
+
+The API takes the commands' option names as query parameters (`--global-batch` is `global_batch`, flags are
+`analytical_only=true`), calls the functions the commands (and `import stepcast`) call, pipeline.api, and
+answers with the same JSON, so the numbers are the CLI's. A Hugging Face
+config.json (or a row of the architectures schema) can stand in for `model` as the `arch_json` parameter: the
+text of the file, which `--arch-file` would read. Bad input is HTTP 400 with the message the CLI prints
+(`{"error": ...}`, an `api.InputError`); valid input without an answer (`api.NoResult`: a search with no
+feasible layout, a frontier with no trainable level) is 422 with the CLI's message.
+
+Bounds: GET only, no request body, a query string of at most MAX_QUERY_BYTES, at most MAX_GPUS accelerators
+(and MAX_TOP layouts), at most WORKERS computations running and MAX_IN_FLIGHT admitted (more: 503), each
+answered within the timeout (else 504; the abandoned computation still counts as in flight until it ends).
+The server only reads: the promoted fit is read once from the snapshot at start-up (pin_promoted_fit), the
+hardware and architecture tables come from measurements/ (cached by pipeline.catalog).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import math
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from pipeline.api import InputError, NoResult
+from pipeline.settings import Settings
+
+EXPLORER = Path(__file__).resolve().parent / "explorer"
+MAX_QUERY_BYTES = 16_384  # a pasted config.json is 1-3 KB
+MAX_GPUS = 131_072  # accelerators in one request (--gpus, --max-gpus): 8x the largest preset
+MAX_TOP = 100  # layouts one search returns
+WORKERS = 2  # computations at once: the cores of the development machine
+MAX_IN_FLIGHT = 6  # admitted computations, running or queued (or timed out and still running)
+REQUEST_TIMEOUT_S = 30.0
+MAX_ACCELERATORS = 4  # side by side on the page (each is its own request)
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+SECURITY_HEADERS = {
+    # everything from this origin: no CDN, no request leaving the server (vega compiles expressions: eval)
+    "content-security-policy": "default-src 'self'; script-src 'self' 'unsafe-inline' 'unsafe-eval'; "
+                               "style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; connect-src 'self'; "
+                               "frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+
+
+# ------------------------------------------------------------------ query parameters (the CLI's option names)
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _int(name: str, text: str, lo: int = 1, hi: Optional[int] = None) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise InputError(f"Invalid value for '{_flag(name)}': '{text}' is not a valid integer.") from None
+    if v < lo or (hi is not None and v > hi):
+        rng = f"x>={lo}" if hi is None else f"{lo}<=x<={hi}"
+        raise InputError(f"Invalid value for '{_flag(name)}': {v} is not in the range {rng}.")
+    return v
+
+
+def _float(name: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise InputError(f"Invalid value for '{_flag(name)}': '{text}' is not a valid float.") from None
+
+
+def _bool(name: str, text: str) -> bool:
+    t = text.strip().lower()
+    if t in ("", "1", "true", "yes", "on"):
+        return True
+    if t in ("0", "false", "no", "off"):
+        return False
+    raise InputError(f"Invalid value for '{_flag(name)}': '{text}' is not a valid boolean.")
+
+
+def _gpus(name: str, text: str) -> int:
+    return _int(name, text, 1, MAX_GPUS)
+
+
+def _top(name: str, text: str) -> int:
+    return _int(name, text, 1, MAX_TOP)
+
+
+def _str(name: str, text: str) -> str:
+    return text
+
+
+POS = _int
+PREDICT_PARAMS: dict[str, Callable] = {
+    "model": _str, "arch_json": _str, "gpu": _str, "gpus": _gpus, "global_batch": POS, "seq_len": POS,
+    "micro_batch": POS, "tp": POS, "pp": POS, "dp": POS, "cp": POS, "ep": POS, "vpp": POS, "sharding": _str,
+    "recompute": _str, "sequence_parallel": _bool, "dtype": _str, "gpus_per_node": POS, "inter_node_gbps": _float,
+    "assumptions": _str, "analytical_only": _bool}
+SEARCH_PARAMS: dict[str, Callable] = {
+    "model": _str, "arch_json": _str, "gpu": _str, "gpus": _gpus, "global_batch": POS, "seq_len": POS,
+    "dtype": _str, "top": _top, "rank_by": _str, "tp": POS, "pp": POS, "dp": POS, "cp": POS, "ep": POS, "vpp": POS,
+    "micro_batch": POS, "sharding": _str, "recompute": _str, "assumptions": _str, "analytical_only": _bool,
+    "scaleup_size": POS, "scaleup_gbps": _float, "scaleout_gbps": _float}
+CURVE_PARAMS: dict[str, Callable] = {
+    "model": _str, "arch_json": _str, "gpu": _str, "policy": _str, "tokens": _float, "seq_len": POS,
+    "global_batch": POS, "per_gpu_batch": _float, "max_gpus": _gpus, "threshold": _float, "dtype": _str,
+    "assumptions": _str, "batch_rule": _str, "scaleup_size": POS, "scaleup_gbps": _float, "scaleout_gbps": _float,
+    "analytical_only": _bool}
+FRONTIER_PARAMS: dict[str, Callable] = {
+    "gpu": _str, "months": _float, "min_utilization": _float, "dtype": _str, "analytical_only": _bool,
+    "table": _bool, "assumptions": _str, "batch_rule": _str, "scaleup_size": POS, "scaleup_gbps": _float,
+    "scaleout_gbps": _float, "memory_gb": _float}
+
+
+def parse_query(pairs: list[tuple[str, str]], spec: dict[str, Callable], endpoint: str) -> dict[str, Any]:
+    """Typed parameters from the query string; `global-batch` and `global_batch` are one name. An unknown,
+    repeated or ill-typed parameter is an InputError naming it."""
+    out: dict[str, Any] = {}
+    for raw, text in pairs:
+        name = raw.strip().lstrip("-").replace("-", "_")
+        if name not in spec:
+            raise InputError(f"unknown parameter '{raw}' for {endpoint}; expected one of {', '.join(spec)}")
+        if name in out:
+            raise InputError(f"parameter '{name}' given twice")
+        out[name] = spec[name](name, text)
+    return out
+
+
+# ------------------------------------------------------------------ the four answers (the CLI's functions)
+
+def _arch(q: dict) -> Optional[dict]:
+    """The mapping of `arch_json` (a pasted config.json or schema row, as --arch-file reads it), else None."""
+    text = q.pop("arch_json", None)
+    if text is None:
+        return None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"arch_json: not valid JSON ({err})") from None
+    if not isinstance(obj, dict):
+        raise InputError("arch_json: expected a JSON object (a Hugging Face config.json or a row of the "
+                         "architectures schema)")
+    return obj
+
+
+def _require(q: dict, *names: str) -> None:
+    """The options the command requires, with typer's message when one is missing."""
+    for k in names:
+        if q.get(k) is None:
+            raise InputError(f"Missing option '{_flag(k)}'.")
+
+
+def predict_json(cfg: Settings, q: dict) -> list[dict]:
+    """`stepcast predict --format json` for one configuration."""
+    from pipeline import api
+    from pipeline.output import json_rows
+
+    arch = _arch(q)
+    return json_rows(api.prediction(cfg, arch=arch, **q))
+
+
+def search_json(cfg: Settings, q: dict) -> list[dict]:
+    """`stepcast search --format json`."""
+    from pipeline import api
+    from pipeline.output import json_rows
+
+    _require(q, "gpus", "global_batch", "seq_len")
+    arch = _arch(q)
+    result, _, _, _ = api.layout_search(cfg, arch=arch, **q)
+    return json_rows(result)
+
+
+def curve_json(cfg: Settings, q: dict) -> dict:
+    """`stepcast curve --format json`."""
+    from pipeline import api
+
+    _require(q, "gpu")
+    arch = _arch(q)
+    doc, _ = api.scaling_curve(cfg, arch=arch, **q)
+    return api.curve_document(doc)
+
+
+def frontier_json(cfg: Settings, q: dict) -> dict:
+    """`stepcast frontier --format json` (`table=true`: with every level, as `--table`)."""
+    from pipeline import api
+
+    _require(q, "gpu")
+    table = q.pop("table", False)
+    result, sweep, _ = api.compute_frontier(cfg, **q)
+    return api.frontier_document(result, sweep, table)
+
+
+ENDPOINTS: dict[str, tuple[dict, Callable]] = {
+    "/api/predict": (PREDICT_PARAMS, predict_json),
+    "/api/search": (SEARCH_PARAMS, search_json),
+    "/api/curve": (CURVE_PARAMS, curve_json),
+    "/api/frontier": (FRONTIER_PARAMS, frontier_json),
+}
+
+
+def finite(obj):
+    """NaN and infinities as null, so that a browser's JSON.parse reads the answer."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
+
+
+# ------------------------------------------------------------------ the page and the bundle
+
+def vega_bundle(cfg: Settings) -> bytes:
+    """The report site's Vega bundle: the built site's copy when there is one, else made the way the site
+    makes it (reports.site._bundle, vl-convert's offline bundle)."""
+    from reports.site import BUNDLE, _bundle
+
+    built = cfg.reports / BUNDLE
+    if built.is_file():
+        return built.read_bytes()
+    return _bundle().encode("utf-8")
+
+
+def boot_data(cfg: Settings) -> dict:
+    """What the page needs before its first request: the named models and accelerators, limits."""
+    from models.curves import default_dtype
+    from models.hardware import resolve_hardware
+    from pipeline import catalog
+
+    arch = catalog.architectures(cfg.measurements)
+    models = [{"id": r["id"], "name": r.get("name"), "params_b": finite(r.get("params_b")), "arch": r.get("arch")}
+              for r in arch.iter_rows(named=True) if "hybrid" not in str(r.get("arch") or "")]
+    hw = resolve_hardware(catalog.hardware(cfg.measurements), strict=False)
+    keep = ("id", "name", "memory_gb", "scaleup_size", "intra_node_bw_gbps", "inter_node_bw_gbps",
+            "cloud_usd_per_hour", "release_year")
+    gpus = [{**{k: finite(r.get(k)) for k in keep}, "default_dtype": default_dtype(r)}
+            for r in hw.iter_rows(named=True) if not r.get("hardware_error")]
+    return {"models": models, "gpus": gpus,
+            "limits": {"max_gpus": MAX_GPUS, "max_accelerators": MAX_ACCELERATORS, "max_top": MAX_TOP,
+                       "max_query_bytes": MAX_QUERY_BYTES}}
+
+
+def explorer_page(cfg: Settings) -> bytes:
+    html = (EXPLORER / "index.html").read_text(encoding="utf-8")
+    data = json.dumps(boot_data(cfg), separators=(",", ":")).replace("</", "<\\/")
+    return html.replace("/*BOOT*/null", data).encode("utf-8")
+
+
+# ------------------------------------------------------------------ the app
+
+class Explorer:
+    """The state the app keeps from start-up: settings, the pinned fit, page and bundle, the worker pool."""
+
+    def __init__(self, cfg: Settings, *, timeout_s: float = REQUEST_TIMEOUT_S, bundle: Optional[bytes] = None):
+        from pipeline.calibrated import pin_promoted_fit
+
+        self.cfg = cfg
+        self.timeout_s = timeout_s
+        self.fit = pin_promoted_fit(cfg)
+        self.page = explorer_page(cfg)
+        self.bundle = bundle if bundle is not None else vega_bundle(cfg)
+        self.pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="stepcast-serve")
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self._warm()
+
+    def _warm(self) -> None:
+        """Import the model and answer one small request, so that the first visitor does not wait for it."""
+        try:
+            curve_json(self.cfg, {"model": "llama3-8b", "gpu": "h100-sxm5-80gb", "max_gpus": 64})
+        except Exception as err:  # noqa: BLE001 - a warm-up failing must not stop the server; requests will say why
+            print(f"warning: warm-up request failed: {err}", file=sys.stderr)
+
+    def admit(self) -> bool:
+        with self.lock:
+            if self.in_flight >= MAX_IN_FLIGHT:
+                return False
+            self.in_flight += 1
+            return True
+
+    def release(self, _future=None) -> None:
+        with self.lock:
+            self.in_flight -= 1
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def create_app(cfg: Settings, *, timeout_s: float = REQUEST_TIMEOUT_S, bundle: Optional[bytes] = None):
+    """The Starlette app: the page, the bundle and the four API endpoints (module docstring)."""
+    from reports.site import BUNDLE
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    ex = Explorer(cfg, timeout_s=timeout_s, bundle=bundle)
+
+    def respond(body: bytes, media: str, status: int = 200, extra: Optional[dict] = None) -> Response:
+        return Response(body, status_code=status, media_type=media, headers={**SECURITY_HEADERS, **(extra or {})})
+
+    def error(status: int, message: str, extra: Optional[dict] = None) -> Response:
+        return JSONResponse({"error": message}, status_code=status, headers={**SECURITY_HEADERS, **(extra or {})})
+
+    async def page(request):
+        return respond(ex.page, "text/html; charset=utf-8")
+
+    async def bundle_js(request):
+        return respond(ex.bundle, "text/javascript; charset=utf-8", extra={"cache-control": "max-age=3600"})
+
+    async def api(request):
+        spec, answer = ENDPOINTS[request.url.path]
+        try:
+            q = parse_query(request.query_params.multi_items(), spec, request.url.path)
+        except InputError as err:
+            return error(400, str(err))
+        if not ex.admit():
+            return error(503, f"busy: {MAX_IN_FLIGHT} computations already in flight; retry in a moment",
+                         {"retry-after": "2"})
+        fut = ex.pool.submit(answer, ex.cfg, q)
+        fut.add_done_callback(ex.release)
+        try:
+            doc = await asyncio.wait_for(asyncio.wrap_future(fut), ex.timeout_s)
+        except asyncio.TimeoutError:
+            return error(504, f"{request.url.path}: no answer within {ex.timeout_s:g} s; ask for less (fewer "
+                              "accelerators, fix a layout dimension)")
+        except NoResult as err:
+            return error(422, str(err))
+        except InputError as err:
+            return error(400, str(err))
+        body = json.dumps(finite(doc), default=str).encode("utf-8")
+        return respond(body, "application/json")
+
+    routes = [Route("/", page, methods=["GET", "HEAD"]), Route(f"/{BUNDLE}", bundle_js, methods=["GET", "HEAD"])]
+    routes += [Route(path, api, methods=["GET"]) for path in ENDPOINTS]
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        yield
+        ex.close()
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.explorer = ex
+    return Bounded(app)
+
+
+class Bounded:
+    """ASGI guard in front of the app: GET/HEAD only, no body, a bounded query string and path."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            problem = None
+            headers = dict(scope.get("headers") or [])
+            length = headers.get(b"content-length", b"0")
+            if scope["method"] not in ("GET", "HEAD"):
+                problem = (405, "only GET: the explorer reads, it never writes")
+            elif len(scope.get("query_string") or b"") > MAX_QUERY_BYTES:
+                problem = (414, f"query string over {MAX_QUERY_BYTES:,} bytes")
+            elif length.strip() not in (b"", b"0") or b"transfer-encoding" in headers:
+                problem = (413, "no request body accepted")
+            elif len(scope.get("raw_path") or b"") > 256:
+                problem = (414, "path too long")
+            if problem:
+                body = json.dumps({"error": problem[1]}).encode()
+                await send({"type": "http.response.start", "status": problem[0],
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"content-length", str(len(body)).encode()), (b"connection", b"close")]
+                            + [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run(cfg: Settings, *, host: str = "127.0.0.1", port: int = 8765) -> None:
+    """Start the explorer and serve until interrupted."""
+    import uvicorn
+
+    if not is_loopback(host):
+        print(f"warning: serving on {host}: anyone who can reach port {port} of this machine can use the explorer "
+              "(read-only, no authentication, no encryption). Use the default 127.0.0.1 to keep it to yourself.",
+              file=sys.stderr)
+    print("stepcast serve: loading the fit, the tables and the Vega bundle ...", file=sys.stderr)
+    app = create_app(cfg)
+    fit = app.app.state.explorer.fit
+    print(f"fit: {getattr(fit, 'version', None) or 'none (analytical priors)'} (read from {cfg.snapshot} "
+          f"or {cfg.store}, once)", file=sys.stderr)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"explorer: http://{shown}:{port}/  (Ctrl-C stops it)", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning", h11_max_incomplete_event_size=32_768,
+                timeout_keep_alive=5)
