@@ -19,7 +19,7 @@ import urllib.request
 import pytest
 from typer.testing import CliRunner
 
-from tests.test_reports import Browser, need_chromium
+from tests.test_reports import browser  # noqa: F401 - the headless Chromium fixture of the report tests
 
 GPT3 = {"model": "gpt3-175b", "gpu": "a100-sxm4-80gb", "gpus": "1024", "global_batch": "1536", "seq_len": "2048",
         "tp": "8", "pp": "8"}
@@ -308,14 +308,6 @@ def wait_drawn(browser, renders_before: int, timeout: float = 60.0) -> dict:
             return state
         time.sleep(0.25)
     return state
-
-
-@pytest.fixture(scope="module")
-def browser():
-    need_chromium()
-    b = Browser()
-    yield b
-    b.close()
 
 
 def test_the_page_redraws_as_inputs_change_and_the_url_reopens_the_view(server, browser):
