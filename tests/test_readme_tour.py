@@ -64,7 +64,7 @@ def test_readme_is_short_and_for_users():
     text = README.read_text(encoding="utf-8")
     assert len(text.splitlines()) <= README_MAX_LINES
     # the two set-up commands, exactly (.ci/run runs the second)
-    assert "python -m pip install uv && uv run --locked stepcast build" in text
+    assert "python -m pip install uv && uv run --locked --compile-bytecode stepcast build" in text
     assert "python -m pip install uv && uv run --locked pytest" in text
     assert "python -m pip install uv && uv run --locked pytest" in (ROOT / ".ci" / "run").read_text()
 
