@@ -85,7 +85,10 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
         .otherwise(pl.col("config_error")).alias("config_error"))
     ok = cfg.filter(pl.col("config_error").is_null())
     ok = resolve_layout(ok, physics)
-    ok = resolve_recompute(ok, physics)
+    # a row with a measurement ran, so it fitted (models.runs_adapter: full recompute is never assumed for it)
+    measured_ids = frame.filter(pl.col("value").str.strip_chars().replace("", None).is_not_null())["run_id"] \
+        if "value" in frame.columns else pl.Series([], dtype=pl.Utf8)
+    ok = resolve_recompute(ok, physics, measured=ok["run_id"].is_in(measured_ids.unique().to_list()))
     pred = predict(ok, model)
     pred = pred.with_columns(
         pl.concat_str([pl.col("assumptions"), pl.Series(ok["assumptions"])], separator="; ", ignore_nulls=True)

@@ -121,12 +121,17 @@ def test_outside_the_domain_the_interval_widens_and_the_output_says_why(inputs):
         pl.lit("v100-sxm2-32gb").alias("gpu")).join(old.rename({"id": "gpu"}), on="gpu")
     far = predict(far_cfg, b).row(0, named=True)
     assert far["calibration_domain"].startswith("extrapolated: hardware generation pre-Ampere not in the fit")
+    # the interval is step x exp(+-q): q_inside inside the domain, the wider q_extrapolated (the transfer protocols'
+    # out-of-fold conformal quantile) outside it
     rel = lambda o: o["step_time_hi_s"] / o["step_time_lo_s"]  # noqa: E731
-    assert rel(far) > 1.5 * rel(near)
+    q_in, q_out = b.q_inside, b.q_extrapolated
+    assert q_out > q_in > 0
+    assert np.log(rel(near)) == pytest.approx(2 * q_in, rel=1e-9)
+    assert np.log(rel(far)) == pytest.approx(2 * q_out, rel=1e-9)
     big = predict(cfg.with_columns((pl.col("n_gpus") * 4096).alias("n_gpus"), (pl.col("dp") * 4096).alias("dp"),
                                    (pl.col("global_batch_seqs") * 4096).alias("global_batch_seqs")), b).row(0, named=True)
     assert "accelerators > the largest cluster in the fit" in big["calibration_domain"]
-    assert rel(big) > 1.5 * rel(near)
+    assert np.log(rel(big)) == pytest.approx(2 * q_out, rel=1e-9)
 
 
 def test_apply_calibration_wraps_the_one_function(inputs):
