@@ -112,7 +112,39 @@ def hierarchical_all_reduce_time(nbytes, n, g, bw_intra, bw_inter, alpha_intra, 
     return np.maximum(intra, inter) if pipelined else intra + inter
 
 
-def group_link(n, ranks_per_node, bw_intra, bw_inter, alpha_intra, alpha_inter):
+def network_tiers(domain, n_gpus, pod_size, oversubscription):
+    """The oversubscribed pod tier of a network: ``(tiers, bad)``.
+
+    ``oversubscription`` (ratio >= 1; NaN = 1, non-blocking) is the ratio of the bandwidth the
+    accelerators of a pod offer the tier above it to the bandwidth that tier carries: 3 = a 3:1
+    oversubscribed fat-tree, where traffic crossing the pod tier gets 1/3 of the scale-out bandwidth.
+    ``pod_size``: accelerators below that tier (NaN: no pod boundary - all traffic leaving the
+    scale-up ``domain`` crosses it); a pod smaller than the scale-up domain is invalid. ``bad``
+    marks rows with a ratio < 1, a non-finite one or an invalid pod (NaN is the default, not bad).
+    ``tiers`` is None when no row crosses an oversubscribed tier (every link is then ``group_link``'s
+    two-tier one, bit for bit), else ``(pod, ratio)`` for ``pod_ratio``: a job inside one pod
+    (n_gpus <= pod) never crosses the tier, so its ratio is 1.
+    """
+    ratio = _f(oversubscription)
+    pod_size = _f(pod_size)
+    bad = ~np.isnan(ratio) & ~(np.isfinite(ratio) & (ratio >= 1.0))
+    bad |= ~np.isnan(pod_size) & ~(np.isfinite(pod_size) & (pod_size >= 1.0) & ~(pod_size < _f(domain)))
+    pod = np.where(np.isnan(pod_size), _f(domain), pod_size)
+    ratio = np.where(~bad & (pod < _f(n_gpus)) & (ratio > 1.0), ratio, 1.0)
+    return (None if not np.any(ratio != 1.0) else (pod, ratio)), bad
+
+
+def pod_ratio(n, stride, tiers):
+    """The bandwidth divisor of a group of ``n`` ranks ``stride`` ranks apart (the product of the inner
+    degrees: rank order tp, cp, ep, dp, pp): the tier's ratio where the group spans more than one pod
+    (more members than floor(pod / stride), pods aligned to rank blocks as nodes are), else 1."""
+    if tiers is None:
+        return 1.0
+    pod, ratio = tiers
+    return np.where(_f(n) > np.maximum(np.floor(pod / _f(stride)), 1.0), ratio, 1.0)
+
+
+def group_link(n, ranks_per_node, bw_intra, bw_inter, alpha_intra, alpha_inter, stride=1.0, tiers=None):
     """Effective per-rank bandwidth and per-step latency of a communicator.
 
     n ranks, of which ``ranks_per_node`` share a scale-up domain. Inside one domain
@@ -120,6 +152,9 @@ def group_link(n, ranks_per_node, bw_intra, bw_inter, alpha_intra, alpha_inter):
     NIC, so the g ranks of a node together drive g NICs and the per-rank "bus bandwidth"
     is min(scale-up bw, g * NIC bw per GPU) - the pipelined hierarchical bound
     (``hierarchical_all_reduce_time(..., pipelined=True)`` has the same bandwidth term).
+    A group spanning pods (``tiers`` from ``network_tiers``, ``stride`` its members' rank distance)
+    gets the NIC bandwidth divided by the oversubscription: the slowest tier bounds the pipelined ring.
+    Latency across pods is the scale-out one.
     """
     n = _f(n)
     # g = clip(ranks_per_node, 1, max(n, 1)); n <= g <=> n <= max(ranks_per_node, 1), and
@@ -131,6 +166,8 @@ def group_link(n, ranks_per_node, bw_intra, bw_inter, alpha_intra, alpha_inter):
     k = np.count_nonzero(inside)
     if k == inside.size:  # every row inside one domain
         return np.array(np.broadcast_to(bw_intra, shape)), np.full(shape, alpha_intra, dtype=np.float64)
+    if tiers is not None:
+        bw_inter = bw_inter / pod_ratio(n, stride, tiers)
     bw_x = np.minimum(bw_intra, g * bw_inter)
     if k == 0:
         return np.array(np.broadcast_to(bw_x, shape)), np.full(shape, alpha_inter, dtype=np.float64)

@@ -34,7 +34,7 @@ from models.params import (
     PhysParams,
 )
 from models.predictor import EXTRA_COLUMNS, Model, as_predictor, domain_text, predict_arrays
-from models.step_time import HARDWARE_COLUMNS, OUTPUT_COLUMNS
+from models.step_time import HARDWARE_COLUMNS, NETWORK_COLUMNS, OUTPUT_COLUMNS
 
 LAYOUT_DIMS = ("tp", "pp", "cp", "dp", "ep", "vpp", "micro_batch", "sharding", "recompute", "sequence_parallel")
 _CODES = {"sharding": SHARDING_CODES, "recompute": RECOMPUTE_CODES}
@@ -153,6 +153,9 @@ def broadcast_arch_hw(out: dict, m: int, arch_row: Mapping[str, Any], hw_row: Ma
     out["tied_embeddings"] = np.full(m, float(bool(arch_row.get("tied_embeddings") or False)))
     for key in HARDWARE_COLUMNS:
         out[key] = np.full(m, _num(hw_row, key))
+    for key in NETWORK_COLUMNS:  # the optional pod tier, only when the row has one
+        if _num(hw_row, key) == _num(hw_row, key):
+            out[key] = np.full(m, _num(hw_row, key))
 
 
 def search(

@@ -59,6 +59,8 @@ HARDWARE_COLUMNS = (
     "generation_code",
     "sm_count",
 )
+# optional network tiers (models.collectives.network_tiers): NaN or missing = a non-blocking network
+NETWORK_COLUMNS = ("oversubscription", "pod_size")
 
 # error bits of ``error_code``
 ERR_BAD_VALUE = 1 << 0
@@ -82,7 +84,8 @@ ERROR_MESSAGES = {
     ERR_VPP: "invalid vpp (vpp>1 needs pp>1, micro-batches divisible by pp and >= vpp layers per stage)",
     ERR_CP_SEQ: "seq_len not divisible by cp",
     ERR_CATEGORY: "unknown activation/sharding/recompute/dtype value",
-    ERR_HARDWARE: "hardware has no peak for this dtype or lacks a required bandwidth/memory value",
+    ERR_HARDWARE: "hardware has no peak for this dtype or lacks a required bandwidth/memory value (or an "
+                  "oversubscription < 1, or a pod_size below the scale-up domain)",
 }
 INVALID_MASK = (ERR_MEMORY - 1)  # every bit except memory
 
@@ -165,8 +168,8 @@ def predict_arrays(a: Mapping[str, np.ndarray], params: PhysParams = DEFAULT) ->
     "Inputs"); categoricals as integer codes (``activation``, ``sharding``, ``recompute``,
     ``dtype``), ``sequence_parallel``/``tied_embeddings`` as bool or 0/1. Missing optional
     columns take their defaults (cp=ep=vpp=1, sharding none, recompute none, no SP,
-    gpus_per_node = scaleup_size). Returns float/bool/int arrays (OUTPUT_COLUMNS); rows with
-    invalid inputs get NaN outputs and ``error_code`` bits; memory-infeasible rows keep
+    gpus_per_node = scaleup_size; NETWORK_COLUMNS: oversubscription 1, no pod tier). Returns
+    float/bool/int arrays (OUTPUT_COLUMNS); rows with invalid inputs get NaN outputs and ``error_code`` bits; memory-infeasible rows keep
     their time prediction but ``feasible`` is False and ERR_MEMORY is set.
     """
     n = len(np.asarray(a["n_layers"]))
@@ -220,6 +223,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     su = g("scaleup_size")
     gpn = g("gpus_per_node")
     node = np.where(np.isnan(gpn), su, np.minimum(gpn, np.where(np.isnan(su), gpn, su)))
+    tiers, tier_bad = coll.network_tiers(node, N, g("pod_size"), g("oversubscription"))  # None: non-blocking
     node = np.maximum(np.minimum(node, N), 1.0)
     bw_up = g("intra_node_bw_gbps") * 1e9 * P.scaleup_eff
     bw_out = g("inter_node_bw_gbps") * 1e9 * P.scaleout_eff
@@ -263,6 +267,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     _flag(err, cat_bad, ERR_CATEGORY)
     hw_bad = ~(np.isfinite(peak_tf) & (peak_tf > 0) & np.isfinite(hbm_bw) & (hbm_bw > 0) & np.isfinite(mem_cap))
     hw_bad |= ~(np.isfinite(bw_up) & (bw_up > 0) & np.isfinite(bw_out) & (bw_out > 0) & np.isfinite(attn_peak_tf))
+    hw_bad |= tier_bad
     _flag(err, hw_bad, ERR_HARDWARE)
     invalid = err != 0
 
@@ -359,14 +364,14 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     # ---------------- communication ----------------
     n_fwd_passes = 1.0 + (rc == 2)
     # tensor parallel: 2 all-reduces (or AG+RS pairs) per layer per forward pass, 2 in backward
-    tp_bw, tp_a = coll.group_link(t, np.minimum(t, node), bw_up, bw_out, a_up, a_out)
+    tp_bw, tp_a = coll.group_link(t, np.minimum(t, node), bw_up, bw_out, a_up, a_out, 1.0, tiers)
     tp_bytes = aT * h
     tp_one = coll.ring_all_reduce_time(tp_bytes, t, tp_bw, tp_a)
     tp_total = Ls * (2.0 * n_fwd_passes + 2.0) * tp_one
     # context parallel: ring exchange of K,V per layer (fwd), K,V + dK,dV (bwd)
     if any_cp:
         cp_rpn = clip(np.floor(node / t), 1.0, c)
-        cp_bw, cp_a = coll.group_link(c, cp_rpn, bw_up, bw_out, a_up, a_out)
+        cp_bw, cp_a = coll.group_link(c, cp_rpn, bw_up, bw_out, a_up, a_out, t, tiers)
         kv_bytes = aTt * (2.0 * kvd)
         cp_step = coll.p2p_time(kv_bytes, cp_bw, cp_a)
         cp_total = np.where(c > 1, Ls * (c - 1.0) * cp_step * (n_fwd_passes + 2.0), 0.0)
@@ -379,7 +384,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     # expert parallel: dispatch + combine all-to-all per MoE layer fwd, 2 more in bwd
     if any_ep:
         ep_rpn = clip(np.floor(node / (t * c)), 1.0, e)
-        ep_bw, ep_a = coll.group_link(e, ep_rpn, bw_up, bw_out, a_up, a_out)
+        ep_bw, ep_a = coll.group_link(e, ep_rpn, bw_up, bw_out, a_up, a_out, t * c, tiers)
         ep_bytes = aTt * (k * h)
         ep_one = coll.all_to_all_time(ep_bytes, e, ep_bw, ep_a)
         ep_total = Ls_moe * (2.0 * n_fwd_passes + 2.0) * ep_one
@@ -387,7 +392,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
         ep_total = np.zeros(n)
     # pipeline point-to-point: activation forward + gradient backward per chunk boundary
     pp_intra = (t * c * d) < node
-    pp_bw = np.where(pp_intra, bw_up, np.minimum(bw_up, bw_out))
+    pp_bw = np.where(pp_intra, bw_up, np.minimum(bw_up, bw_out / coll.pod_ratio(p, t * c * d, tiers)))
     pp_a = np.where(pp_intra, a_up, a_out)
     pp_bytes = aTt * h
     pp_total = np.where(p > 1, 2.0 * v * coll.p2p_time(pp_bytes, pp_bw, pp_a), 0.0)
@@ -413,10 +418,10 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     nd = d * c
     ne = np.maximum(nd / e, 1.0)
     dp_rpn = clip(np.floor(node / t), 1.0, nd)
-    dp_bw, dp_a = coll.group_link(nd, dp_rpn, bw_up, bw_out, a_up, a_out)
+    dp_bw, dp_a = coll.group_link(nd, dp_rpn, bw_up, bw_out, a_up, a_out, t, tiers)
     if any_moe:
         epd_rpn = clip(np.floor(node / (t * e)), 1.0, ne)
-        epd_bw, epd_a = coll.group_link(ne, epd_rpn, bw_up, bw_out, a_up, a_out)
+        epd_bw, epd_a = coll.group_link(ne, epd_rpn, bw_up, bw_out, a_up, a_out, t * e, tiers)
     hs = dp_rpn  # HSDP shards over the data-parallel ranks of one node
     gbytes_d = dense_local * P.grad_reduce_bytes
     gbytes_e = expert_local * P.grad_reduce_bytes if any_moe else 0.0
@@ -437,7 +442,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     # HSDP: reduce-scatter inside the node, all-reduce of the 1/hs shard across nodes
     if has(5):
         hs_bw_in, hs_a_in = coll.group_link(hs, hs, bw_up, bw_out, a_up, a_out)
-        hs_bw_x, hs_a_x = coll.group_link(nd / hs, 1.0, bw_up, bw_out, a_up, a_out)
+        hs_bw_x, hs_a_x = coll.group_link(nd / hs, 1.0, bw_up, bw_out, a_up, a_out, t * hs, tiers)
         hsdp_red = coll.reduce_scatter_time(gbytes_d + gbytes_e, hs, hs_bw_in, hs_a_in) + coll.all_reduce_time(
             (gbytes_d + gbytes_e) / hs, nd / hs, hs_bw_x, hs_a_x
         )
@@ -567,7 +572,7 @@ def encode_configs(configs: pl.DataFrame) -> dict[str, np.ndarray]:
         "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "vocab", "top_k",
         "expert_ffn_dim", "seq_len", "global_batch_seqs", "micro_batch", "n_gpus", "tp", "pp", "dp",
         "gpus_per_node",
-    ] + list(_NUMERIC_DEFAULTS) + list(HARDWARE_COLUMNS)
+    ] + list(_NUMERIC_DEFAULTS) + list(HARDWARE_COLUMNS) + [c_ for c_ in NETWORK_COLUMNS if c_ in cols]
     for name in numeric:
         if name in cols:
             e_ = pl.col(name).cast(pl.Float64, strict=False)

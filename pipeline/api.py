@@ -57,22 +57,57 @@ def check_precision(dtype: str, hw: dict) -> None:
                          "choose a precision it has or another accelerator (`stepcast list gpus`)")
 
 
-def check_network(scaleup_size=None, scaleup_gbps=None, scaleout_gbps=None, memory_gb=None) -> None:
-    """The network-tier (and memory) overrides are positive finite numbers, else InputError naming the flag."""
+def check_network(scaleup_size=None, scaleup_gbps=None, scaleout_gbps=None, memory_gb=None,
+                  oversubscription=None, pod_size=None) -> None:
+    """The network-tier (and memory) overrides are positive finite numbers, the oversubscription a ratio >= 1
+    and the pod size a positive whole number, else InputError naming the flag, its value and the expectation.
+    (A pod below the scale-up domain: `check_pod`, once the hardware is known.)"""
     for flag, v in (("--scaleup-size", scaleup_size), ("--scaleup-gbps", scaleup_gbps),
                     ("--scaleout-gbps", scaleout_gbps), ("--memory-gb", memory_gb)):
         if v is not None and not (v > 0 and math.isfinite(v)):
             raise InputError(f"{flag} must be a positive number, got {v}")
+    if oversubscription is not None and not (oversubscription >= 1 and math.isfinite(oversubscription)):
+        raise InputError(f"--oversubscription must be a ratio >= 1 (1 = non-blocking, 3 = 3:1 oversubscribed), "
+                         f"got {oversubscription:g}")
+    if pod_size is not None and not (pod_size >= 1 and math.isfinite(pod_size) and pod_size == int(pod_size)):
+        raise InputError(f"--pod-size must be a positive whole number of accelerators, got {pod_size:g}")
+
+
+def check_pod(pod_size, hw: dict) -> None:
+    """A pod holds whole scale-up domains: `--pod-size` below the accelerator's (or --scaleup-size's) domain is
+    an InputError."""
+    su = hw.get("scaleup_size")
+    if pod_size is not None and su is not None and pod_size < su:
+        raise InputError(f"--pod-size must be at least the scale-up domain ({su:g} accelerators of {hw.get('id')}), "
+                         f"got {pod_size:g}")
 
 
 def network_overrides(scaleup_size: Optional[int] = None, scaleup_gbps: Optional[float] = None,
-                      scaleout_gbps: Optional[float] = None) -> dict:
-    """`resolved_hardware` overrides of the network tiers (checked), as `stepcast search` applies them."""
-    check_network(scaleup_size, scaleup_gbps, scaleout_gbps)
-    out = {"intra_node_bw_gbps": scaleup_gbps, "inter_node_bw_gbps": scaleout_gbps}
+                      scaleout_gbps: Optional[float] = None, oversubscription: Optional[float] = None,
+                      pod_size: Optional[int] = None) -> dict:
+    """`resolved_hardware` overrides of the network tiers (checked), as `stepcast search` applies them:
+    `oversubscription` and `pod_size` are the model's optional network columns (models.step_time.NETWORK_COLUMNS)."""
+    check_network(scaleup_size, scaleup_gbps, scaleout_gbps, oversubscription=oversubscription, pod_size=pod_size)
+    out = {"intra_node_bw_gbps": scaleup_gbps, "inter_node_bw_gbps": scaleout_gbps,
+           "oversubscription": oversubscription, "pod_size": pod_size}
     if scaleup_size is not None:
         out.update(scaleup_size=scaleup_size, gpus_per_node_typical=scaleup_size)
     return out
+
+
+def network_note(oversubscription: Optional[float] = None, pod_size: Optional[int] = None) -> str:
+    """The pod tier in words, for the outputs that list their assumptions; "" for a non-blocking network."""
+    if oversubscription is None or oversubscription == 1:
+        return ""
+    where = f"pods of {pod_size:g} accelerators" if pod_size is not None else "every scale-up domain"
+    return f"network: {oversubscription:g}:1 oversubscribed above {where}"
+
+
+def _with_network_note(result: pl.DataFrame, oversubscription, pod_size) -> pl.DataFrame:
+    note = network_note(oversubscription, pod_size)
+    if not note or "assumptions" not in result.columns:
+        return result
+    return result.with_columns((pl.col("assumptions") + pl.lit("; " + note)).alias("assumptions"))
 
 
 def resolve_names(cfg: Settings, model: Optional[str] = None, gpu: Optional[str] = None, arch: Optional[dict] = None,
@@ -97,6 +132,7 @@ def resolved_hardware(hw_row: dict, overrides: Optional[dict] = None) -> dict:
     for k, v in (overrides or {}).items():
         if v is not None:
             hw[k] = float(v)
+    check_pod((overrides or {}).get("pod_size"), hw)
     return hw
 
 
@@ -107,10 +143,15 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
                    dtype: str = "bf16", gpus_per_node: Optional[int] = None,
                    inter_node_gbps: Optional[float] = None, analytical_only: bool = False,
                    assumptions: str = "realistic", arch: Optional[dict] = None,
-                   hw_row: Optional[dict] = None) -> pl.DataFrame:
+                   hw_row: Optional[dict] = None, scaleup_size: Optional[int] = None,
+                   scaleup_gbps: Optional[float] = None, scaleout_gbps: Optional[float] = None,
+                   oversubscription: Optional[float] = None, pod_size: Optional[int] = None) -> pl.DataFrame:
     """One configuration: a one-row frame with the resolved inputs, the prediction (calibrated unless
     `analytical_only`), its interval and provenance (`fit_version`, `assumptions`, `calibration_domain`).
-    `assumptions` also lists every default applied. An invalid layout raises InputError with the reason."""
+    `assumptions` also lists every default applied (and the pod tier when it is oversubscribed). The network
+    flags of search/curve (`scaleup_size`, `scaleup_gbps`, `scaleout_gbps`) stand beside the older
+    `gpus_per_node` / `inter_node_gbps`; both given and different is an InputError. An invalid layout raises
+    InputError with the reason."""
     from models.predictor import predict
     from pipeline import catalog
     from pipeline.calibrated import model_for
@@ -119,8 +160,14 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     check_choice("--recompute", recompute, RECOMPUTES)
     check_choice("--dtype", dtype, DTYPES)
     check_choice("--assumptions", assumptions, ASSUMPTION_SETS)
+    for (old, ov), (new, nv) in ((("--gpus-per-node", gpus_per_node), ("--scaleup-size", scaleup_size)),
+                                 (("--inter-node-gbps", inter_node_gbps), ("--scaleout-gbps", scaleout_gbps))):
+        if ov is not None and nv is not None and ov != nv:
+            raise InputError(f"{old} {ov:g} and {new} {nv:g} disagree: both set the same network tier; give one")
+    scaleout_gbps = scaleout_gbps if scaleout_gbps is not None else inter_node_gbps
     arch, hw_row = resolve_names(cfg, model, gpu, arch, hw_row)
-    hw = resolved_hardware(hw_row, {"inter_node_bw_gbps": inter_node_gbps})
+    hw = resolved_hardware(hw_row, network_overrides(scaleup_size, scaleup_gbps, scaleout_gbps, oversubscription,
+                                                     pod_size))
     check_precision(dtype, hw)
     defaults = []
     if dp is None:
@@ -159,6 +206,7 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
                                                  "recompute", "sequence_parallel", "dtype", "gpus_per_node")}])
     res = res.with_columns((pl.col("assumptions") + pl.lit("; defaults: " + ", ".join(defaults) if defaults else ""))
                            .alias("assumptions"))
+    res = _with_network_note(res, oversubscription, pod_size)
     return inputs.hstack(res.with_columns(pl.lit(float(hw["inter_node_bw_gbps"])).alias("inter_node_bw_gbps")))
 
 
@@ -321,11 +369,13 @@ def layout_search(cfg: Settings, *, model: Optional[str] = None, layers: Optiona
                   cp: Optional[int] = None, ep: Optional[int] = None, vpp: Optional[int] = None,
                   micro_batch: Optional[int] = None, sharding: Optional[str] = None, recompute: Optional[str] = None,
                   assumptions: str = "realistic", analytical_only: bool = False, scaleup_size: Optional[int] = None,
-                  scaleup_gbps: Optional[float] = None,
-                  scaleout_gbps: Optional[float] = None) -> tuple[pl.DataFrame, int, dict, str]:
+                  scaleup_gbps: Optional[float] = None, scaleout_gbps: Optional[float] = None,
+                  oversubscription: Optional[float] = None,
+                  pod_size: Optional[int] = None) -> tuple[pl.DataFrame, int, dict, str]:
     """`stepcast search`: (the best layouts ranked, `SEARCH_COLUMNS` first; how many were evaluated; the
-    architecture; the accelerator's name). `scaleup_size`, `scaleup_gbps`, `scaleout_gbps` override the
-    accelerator's network tiers. NoResult when no layout is feasible."""
+    architecture; the accelerator's name). `scaleup_size`, `scaleup_gbps`, `scaleout_gbps`, `oversubscription`
+    and `pod_size` override the accelerator's network tiers (the ranking is computed with them). NoResult when
+    no layout is feasible."""
     if rank_by not in ("throughput", "cost"):
         raise InputError(f"--rank-by must be throughput or cost, got '{rank_by}'")
     for name, value, allowed in (("--sharding", sharding, SHARDINGS), ("--recompute", recompute, RECOMPUTES),
@@ -345,7 +395,7 @@ def layout_search(cfg: Settings, *, model: Optional[str] = None, layers: Optiona
     gpu = gpu or hw_row.get("id")
     fixed = {k: v for k, v in dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch,
                                    sharding=sharding, recompute=recompute).items() if v is not None}
-    overrides = network_overrides(scaleup_size, scaleup_gbps, scaleout_gbps)
+    overrides = network_overrides(scaleup_size, scaleup_gbps, scaleout_gbps, oversubscription, pod_size)
     result, n_evaluated, _ = search_layouts(cfg, arch=arch_row, hw_row=hw_row, gpus=gpus, global_batch=global_batch,
                                             seq_len=seq_len, fixed=fixed, dtype=dtype, top=top, rank_by=rank_by,
                                             analytical_only=analytical_only, assumptions=assumptions,
@@ -354,7 +404,7 @@ def layout_search(cfg: Settings, *, model: Optional[str] = None, layers: Optiona
         raise NoResult(f"no feasible layout among {n_evaluated:,} evaluated for {arch_row['id']} on {gpus} x {gpu} "
                        f"(batch {global_batch} x {seq_len}{', fixed ' + str(fixed) if fixed else ''}). Try more GPUs, "
                        f"a smaller micro-batch, recompute, or sharding.")
-    result = result.with_row_index("rank", offset=1)
+    result = _with_network_note(result.with_row_index("rank", offset=1), oversubscription, pod_size)
     extra = [c for c in result.columns if c not in SEARCH_COLUMNS]
     result = result.select([c for c in SEARCH_COLUMNS if c in result.columns] + extra)
     return result, n_evaluated, arch_row, gpu
@@ -364,12 +414,13 @@ def layout_search(cfg: Settings, *, model: Optional[str] = None, layers: Optiona
 
 def tier_hardware(cfg: Settings, gpu: str, *, scaleup_size: Optional[int] = None,
                   scaleup_gbps: Optional[float] = None, scaleout_gbps: Optional[float] = None,
-                  memory_gb: Optional[float] = None) -> dict:
+                  memory_gb: Optional[float] = None, oversubscription: Optional[float] = None,
+                  pod_size: Optional[int] = None) -> dict:
     """The resolved hardware row, with the network tiers (and memory) overridden where a flag gives them."""
     from models.hardware import resolve_hardware
     from pipeline import catalog
 
-    check_network(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb)
+    check_network(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb, oversubscription, pod_size)
     try:
         hw_row = catalog.find_hardware(cfg.measurements, gpu)
     except catalog.UnknownName as err:
@@ -387,12 +438,20 @@ def tier_hardware(cfg: Settings, gpu: str, *, scaleup_size: Optional[int] = None
     if scaleup_size is not None:
         hw["scaleup_size"] = float(scaleup_size)
         hw["gpus_per_node_typical"] = int(scaleup_size)
+    for k, v in (("oversubscription", oversubscription), ("pod_size", pod_size)):
+        if v is not None:
+            hw[k] = float(v)
+    check_pod(pod_size, hw)
     return hw
 
 
-def overrides_note(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb=None) -> str:
+def overrides_note(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb=None, oversubscription=None,
+                   pod_size=None) -> str:
     parts = [f"{k} {v:g}" for k, v in (("scale-up size", scaleup_size), ("scale-up GB/s", scaleup_gbps),
-                                       ("scale-out GB/s", scaleout_gbps), ("memory GB", memory_gb)) if v is not None]
+                                       ("scale-out GB/s", scaleout_gbps), ("memory GB", memory_gb),
+                                       ("pod size", pod_size)) if v is not None]
+    if oversubscription is not None and oversubscription != 1:
+        parts.append(f"oversubscription {oversubscription:g}:1")
     return f" (overridden: {', '.join(parts)})" if parts else ""
 
 
@@ -442,7 +501,8 @@ def scaling_curve(cfg: Settings, *, gpu: str, model: Optional[str] = None, arch_
                   max_gpus: int = 16384, threshold: float = 0.5, dtype: Optional[str] = None,
                   assumptions: str = "realistic", batch_rule: str = "deepseek", scaleup_size: Optional[int] = None,
                   scaleup_gbps: Optional[float] = None, scaleout_gbps: Optional[float] = None,
-                  analytical_only: bool = False) -> tuple[dict, str]:
+                  analytical_only: bool = False, oversubscription: Optional[float] = None,
+                  pod_size: Optional[int] = None) -> tuple[dict, str]:
     """`stepcast curve`: (the document `--format json` prints, with the points as a frame under "points" and
     the inflection under "inflection"; the header line the table and CSV print)."""
     from models.curves import (POLICIES, _arch_params, default_dtype, explain, inflection, round_batch)
@@ -461,7 +521,8 @@ def scaling_curve(cfg: Settings, *, gpu: str, model: Optional[str] = None, arch_
     arch_row = architecture(cfg, model, arch_file, arch)
     check_batch_rule(batch_rule)
     hook, params, note = physics(cfg, assumptions, analytical_only=analytical_only)
-    hw = tier_hardware(cfg, gpu, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps)
+    hw = tier_hardware(cfg, gpu, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps,
+                       oversubscription=oversubscription, pod_size=pod_size)
     n_params = _arch_params(arch_row)
     tokens = tokens if tokens is not None else 20.0 * n_params
     batch = global_batch or round_batch(4 * 2**20 / seq_len)
@@ -474,7 +535,8 @@ def scaling_curve(cfg: Settings, *, gpu: str, model: Optional[str] = None, arch_
     rec = inflection(c, threshold)
     price = hw.get("cloud_usd_per_hour")
     c = c.with_columns(pl.lit(assumptions).alias("assumptions"))
-    header = (f"{arch_row['id']} on {gpu}{overrides_note(scaleup_size, scaleup_gbps, scaleout_gbps)}, {assumptions} "
+    over = overrides_note(scaleup_size, scaleup_gbps, scaleout_gbps, None, oversubscription, pod_size)
+    header = (f"{arch_row['id']} on {gpu}{over}, {assumptions} "
               f"assumptions, {policy} scaling, seq {seq_len}, {tokens:.3g} tokens"
               + (f", batch {batch} seqs" if policy == "strong" else f", {per_gpu_batch:g} seq/GPU")
               + f"; {note}; cost: " + (f"${price}/GPU-h (hardware.cloud_usd_per_hour)" if price else
@@ -483,6 +545,8 @@ def scaling_curve(cfg: Settings, *, gpu: str, model: Optional[str] = None, arch_
            "policy": policy, "seq_len": seq_len, "tokens": tokens, "calibration": note,
            "inflection": {k: clean(v) for k, v in rec.items()}, "explanation": explain(rec),
            "points": c.select([x for x in CURVE_COLUMNS if x in c.columns])}
+    if network_note(oversubscription, pod_size):
+        doc["network"] = {"oversubscription": oversubscription, "pod_size": pod_size}
     return doc, header
 
 
@@ -490,7 +554,8 @@ def compute_frontier(cfg: Settings, *, gpu: str, months: float = 3.0, min_utiliz
                      dtype: Optional[str] = None, assumptions: str = "realistic", batch_rule: str = "deepseek",
                      scaleup_size: Optional[int] = None, scaleup_gbps: Optional[float] = None,
                      scaleout_gbps: Optional[float] = None, memory_gb: Optional[float] = None,
-                     analytical_only: bool = False) -> tuple[dict, pl.DataFrame, str]:
+                     analytical_only: bool = False, oversubscription: Optional[float] = None,
+                     pod_size: Optional[int] = None) -> tuple[dict, pl.DataFrame, str]:
     """`stepcast frontier`: (the document `--format json` prints, before NaN becomes None; the sweep of every compute
     level; the title). NoResult when no level is trainable (its `detail` has "reason", "sweep", "title")."""
     from models.curves import default_dtype
@@ -503,12 +568,12 @@ def compute_frontier(cfg: Settings, *, gpu: str, months: float = 3.0, min_utiliz
     check_batch_rule(batch_rule)
     _, params, note = physics(cfg, assumptions, residual=False, analytical_only=analytical_only)
     hw = tier_hardware(cfg, gpu, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps,
-                       memory_gb=memory_gb)
+                       memory_gb=memory_gb, oversubscription=oversubscription, pod_size=pod_size)
     dt = dtype or default_dtype(hw)
     sweep = frontier_sweep(hw, months, params=params, dtype=dt, usd_per_gpu_hour=hw.get("cloud_usd_per_hour"),
                            assumptions=assumptions, batch_rule=batch_rule)
     s = frontier_summary(sweep, min_utilization)
-    over = overrides_note(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb)
+    over = overrides_note(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb, oversubscription, pod_size)
     title = (f"frontier of {gpu}{over}: {assumptions} assumptions, {months:g} months, >= {min_utilization:g} x best "
              f"utilization, {batch_rule} batch rule ({note})")
     if not s["found"]:
@@ -525,7 +590,9 @@ def compute_frontier(cfg: Settings, *, gpu: str, months: float = 3.0, min_utiliz
               "model": {k: s[k] for k in ("arch_id", "d_model", "n_layers", "n_heads", "seq_len")},
               "gpu": gpu, "network": {"scaleup_size": hw.get("scaleup_size"),
                                       "scaleup_gbps": hw.get("intra_node_bw_gbps"),
-                                      "scaleout_gbps": hw.get("inter_node_bw_gbps"), "memory_gb": hw.get("memory_gb")},
+                                      "scaleout_gbps": hw.get("inter_node_bw_gbps"), "memory_gb": hw.get("memory_gb"),
+                                      "oversubscription": hw.get("oversubscription", 1.0),
+                                      "pod_size": hw.get("pod_size")},
               "dtype": dt, "months": months, "min_utilization": min_utilization,
               "best_utilization": s["best_utilization"], "best_utilization_flop": s["best_utilization_flop"],
               "utilization_threshold": s["utilization_threshold"],
@@ -603,11 +670,14 @@ def training_plan(cfg: Settings, *, model: Optional[str] = None, arch_file: Opti
                   hardware: Optional[str] = None, max_gpus: int = 65536, price_source: str = "median",
                   price_file: Optional[Path] = None, seq_len: int = 8192, global_batch_tokens: int = 4_194_304,
                   dtype: str = "bf16", optimal: bool = False, top: int = 10, assumptions: str = "realistic",
-                  analytical_only: bool = False,
+                  analytical_only: bool = False, scaleup_size: Optional[int] = None,
+                  scaleup_gbps: Optional[float] = None, scaleout_gbps: Optional[float] = None,
+                  oversubscription: Optional[float] = None, pod_size: Optional[int] = None,
                   warn: Optional[Callable[[str], None]] = None) -> tuple[pl.DataFrame, str]:
     """`stepcast plan`: (the ranked options, the columns the command prints; the title). NoResult when nothing
     meets the ask (`detail["empty_json"]`: the command prints `[]` for JSON). `warn` receives the warnings
-    the command prints (plans past a year without a deadline)."""
+    the command prints (plans past a year without a deadline). The network flags override every candidate
+    accelerator's tiers, as in `search`."""
     import numpy as np
 
     from models import plan as P
@@ -616,6 +686,8 @@ def training_plan(cfg: Settings, *, model: Optional[str] = None, arch_file: Opti
     from pipeline.calibrated import model_for
 
     batch_tokens = global_batch_tokens
+    overrides = {k: v for k, v in network_overrides(scaleup_size, scaleup_gbps, scaleout_gbps, oversubscription,
+                                                    pod_size).items() if v is not None}
     if assumptions not in ASSUMPTION_SETS:
         raise InputError(f"--assumptions must be one of {', '.join(ASSUMPTION_SETS)}, got '{assumptions}'")
     if tokens is not None and not (tokens > 0 and math.isfinite(tokens)):
@@ -643,8 +715,11 @@ def training_plan(cfg: Settings, *, model: Optional[str] = None, arch_file: Opti
                              "custom:FILE")
     else:
         wanted = [h for h in hw_all["id"].to_list() if h in prices]
-    hw_rows = [r for r in hw_all.filter(pl.col("id").is_in(wanted) & pl.col("hardware_error").is_null())
+    hw_rows = [r | {k: float(v) for k, v in overrides.items()}
+               for r in hw_all.filter(pl.col("id").is_in(wanted) & pl.col("hardware_error").is_null())
                .iter_rows(named=True)]
+    for r in hw_rows:
+        check_pod(pod_size, r)
     pred_model = model_for(cfg, analytical_only, assumptions)
     seqs = max(batch_tokens // seq_len, 1)
 
@@ -657,7 +732,8 @@ def training_plan(cfg: Settings, *, model: Optional[str] = None, arch_file: Opti
                            "--deadline-days or --max-gpus")
         result = result.sort("loss").head(top).with_row_index("rank", offset=1)
         return (result.select([c for c in OPTIMAL_COLUMNS if c in result.columns]),
-                f"compute-optimal plans for ${budget_usd:,.0f} (Chinchilla loss, lower is better)")
+                f"compute-optimal plans for ${budget_usd:,.0f} (Chinchilla loss, lower is better)"
+                + overrides_note(scaleup_size, scaleup_gbps, scaleout_gbps, None, oversubscription, pod_size))
 
     arch_row = architecture(cfg, model, arch_file, arch)
     frame = P.plan_rows(arch_row, hw_rows, tokens, seqs, seq_len, max_gpus, prices, dtype=dtype, model=pred_model)
@@ -699,7 +775,9 @@ def training_plan(cfg: Settings, *, model: Optional[str] = None, arch_file: Opti
     title = (f"{arch_row['id']}, {tokens:.3g} tokens: best {ok.height} by {order.replace('_usd', '')}"
              + (f" within {deadline_days:g} days" if deadline_days else "")
              + (f" within ${budget_usd:,.0f}" if budget_usd else "")
-             + f" — {title_of('plan', ok).split(' — ', 1)[-1]}")
+             + f" — {title_of('plan', ok).split(' — ', 1)[-1]}"
+             + overrides_note(scaleup_size, scaleup_gbps, scaleout_gbps, None, oversubscription, pod_size))
+    ok = _with_network_note(ok, oversubscription, pod_size)
     return ok.select([c for c in PLAN_COLUMNS if c in ok.columns]), title
 
 

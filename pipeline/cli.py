@@ -168,10 +168,17 @@ ASSUMPTIONS_HELP = ("realistic (the calibrated model: fitted parameters, residua
                     "ideal (Epoch AI's ideal conditions: no host overhead or GEMM-size ramp, perfect overlap, no "
                     "memory allowance; latency stays).")
 ANALYTICAL_HELP = "The analytical model with the prior parameters: no fit, no correction, no interval."
-# the network-tier flags (curve, frontier, search) override the accelerator's row
+# the network-tier flags (predict, search, curve, frontier, plan) override the accelerator's row
 SCALEUP_SIZE_HELP = "Accelerators per scale-up domain."
 SCALEUP_GBPS_HELP = "Scale-up bandwidth per accelerator, GB/s per direction."
 SCALEOUT_GBPS_HELP = "Scale-out (network) bandwidth per accelerator, GB/s per direction."
+OVERSUBSCRIPTION_HELP = ("Oversubscription of the network tier above the pods, a ratio >= 1 [default: 1, "
+                         "non-blocking]: 3 = a 3:1 oversubscribed fat-tree: traffic crossing the pod tier gets 1/3 "
+                         "of the scale-out bandwidth. Without --pod-size, all traffic leaving a scale-up domain "
+                         "crosses it.")
+POD_SIZE_HELP = ("Accelerators per pod, below the oversubscribed tier (at least the scale-up domain) [default: no "
+                 "pod boundary]. A parallel group whose ranks span pods pays the oversubscription; a job within "
+                 "one pod never does.")
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -208,6 +215,13 @@ def predict(
         None, "--inter-node-gbps", min=0.001, metavar="GB/S",
         help="Your cluster's scale-out bandwidth per accelerator, GB/s one way [default: the accelerator's typical "
              "deployment; e.g. 12.5 for 4 x 200 Gb/s NICs per 8-GPU node]."),
+    scaleup_size: Optional[int] = typer.Option(None, "--scaleup-size", help=SCALEUP_SIZE_HELP + " Same as "
+                                               "--gpus-per-node (give one)."),
+    scaleup_gbps: Optional[float] = typer.Option(None, "--scaleup-gbps", help=SCALEUP_GBPS_HELP),
+    scaleout_gbps: Optional[float] = typer.Option(None, "--scaleout-gbps", help=SCALEOUT_GBPS_HELP + " Same as "
+                                                  "--inter-node-gbps (give one)."),
+    oversubscription: Optional[float] = typer.Option(None, "--oversubscription", help=OVERSUBSCRIPTION_HELP),
+    pod_size: Optional[int] = typer.Option(None, "--pod-size", help=POD_SIZE_HELP),
     arch_file: Optional[Path] = typer.Option(
         None, "--arch-file", metavar="PATH", help="Architecture from a file instead of --model: a row of the "
         "architectures.csv schema (CSV/JSON) or a Hugging Face config.json."),
@@ -258,7 +272,8 @@ def predict(
                                 dp=dp, cp=cp, ep=ep, vpp=vpp, sharding=sharding, recompute=recompute,
                                 sequence_parallel=sequence_parallel, dtype=dtype, gpus_per_node=gpus_per_node,
                                 inter_node_gbps=inter_node_gbps, analytical_only=analytical_only,
-                                assumptions=assumptions)
+                                assumptions=assumptions, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps,
+                                scaleout_gbps=scaleout_gbps, oversubscription=oversubscription, pod_size=pod_size)
     except api.InputError as err:
         _fail(str(err), err.exit_code)
     if fmt == "table" and out is None:

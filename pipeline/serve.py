@@ -109,21 +109,23 @@ PREDICT_PARAMS: dict[str, Callable] = {
     "model": _str, "arch_json": _str, "gpu": _str, "gpus": _gpus, "global_batch": POS, "seq_len": POS,
     "micro_batch": POS, "tp": POS, "pp": POS, "dp": POS, "cp": POS, "ep": POS, "vpp": POS, "sharding": _str,
     "recompute": _str, "sequence_parallel": _bool, "dtype": _str, "gpus_per_node": POS, "inter_node_gbps": _float,
-    "assumptions": _str, "analytical_only": _bool}
+    "assumptions": _str, "analytical_only": _bool, "scaleup_size": POS, "scaleup_gbps": _float,
+    "scaleout_gbps": _float, "oversubscription": _float, "pod_size": POS}
 SEARCH_PARAMS: dict[str, Callable] = {
     "model": _str, "arch_json": _str, "gpu": _str, "gpus": _gpus, "global_batch": POS, "seq_len": POS,
     "dtype": _str, "top": _top, "rank_by": _str, "tp": POS, "pp": POS, "dp": POS, "cp": POS, "ep": POS, "vpp": POS,
     "micro_batch": POS, "sharding": _str, "recompute": _str, "assumptions": _str, "analytical_only": _bool,
-    "scaleup_size": POS, "scaleup_gbps": _float, "scaleout_gbps": _float}
+    "scaleup_size": POS, "scaleup_gbps": _float, "scaleout_gbps": _float, "oversubscription": _float,
+    "pod_size": POS}
 CURVE_PARAMS: dict[str, Callable] = {
     "model": _str, "arch_json": _str, "gpu": _str, "policy": _str, "tokens": _float, "seq_len": POS,
     "global_batch": POS, "per_gpu_batch": _float, "max_gpus": _gpus, "threshold": _float, "dtype": _str,
     "assumptions": _str, "batch_rule": _str, "scaleup_size": POS, "scaleup_gbps": _float, "scaleout_gbps": _float,
-    "analytical_only": _bool}
+    "analytical_only": _bool, "oversubscription": _float, "pod_size": POS}
 FRONTIER_PARAMS: dict[str, Callable] = {
     "gpu": _str, "months": _float, "min_utilization": _float, "dtype": _str, "analytical_only": _bool,
     "table": _bool, "assumptions": _str, "batch_rule": _str, "scaleup_size": POS, "scaleup_gbps": _float,
-    "scaleout_gbps": _float, "memory_gb": _float}
+    "scaleout_gbps": _float, "memory_gb": _float, "oversubscription": _float, "pod_size": POS}
 
 
 def parse_query(pairs: list[tuple[str, str]], spec: dict[str, Callable], endpoint: str) -> dict[str, Any]:

@@ -60,7 +60,9 @@ def predict(*, model: Union[None, str, Sequence[str]] = None, gpu: Union[None, s
             gpus_per_node: Optional[int] = None, inter_node_gbps: Optional[float] = None,
             arch: Union[None, PathLike, Mapping] = None, hardware_file: Union[None, PathLike, Mapping] = None,
             assumptions: str = "realistic", analytical_only: bool = False,
-            store: Optional[PathLike] = None) -> pl.DataFrame:
+            scaleup_size: Optional[int] = None, scaleup_gbps: Optional[float] = None,
+            scaleout_gbps: Optional[float] = None, oversubscription: Optional[float] = None,
+            pod_size: Optional[int] = None, store: Optional[PathLike] = None) -> pl.DataFrame:
     """Step time, throughput, MFU, memory and the time breakdown of a configuration (`stepcast predict`).
 
     One row per configuration with exactly the columns and values of `stepcast predict --format json`: the
@@ -70,7 +72,9 @@ def predict(*, model: Union[None, str, Sequence[str]] = None, gpu: Union[None, s
     combination, in order. `arch` is an architecture instead of `model`: a path to a Hugging Face config.json
     or a row of the architectures schema (CSV/JSON), or that row / config as a dict; `hardware_file` likewise
     for the accelerator. A configuration that does not fit in memory is a row with `feasible` false; an
-    invalid one (e.g. tp x pp x cp x dp != gpus) raises InputError with the reason.
+    invalid one (e.g. tp x pp x cp x dp != gpus) raises InputError with the reason. The network keywords
+    (`scaleup_size`, `scaleup_gbps`, `scaleout_gbps`, `oversubscription`, `pod_size`) are the CLI's flags: 3 =
+    a 3:1 oversubscribed fat-tree above pods of `pod_size` accelerators (none: above every scale-up domain).
 
     >>> import stepcast
     >>> df = stepcast.predict(model="llama3-70b", gpu="h100", gpus=[512, 1024], global_batch=1024,
@@ -91,7 +95,9 @@ def predict(*, model: Union[None, str, Sequence[str]] = None, gpu: Union[None, s
                              micro_batch=micro_batch, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, sharding=sharding,
                              recompute=recompute, sequence_parallel=sequence_parallel, dtype=dtype,
                              gpus_per_node=gpus_per_node, inter_node_gbps=inter_node_gbps,
-                             analytical_only=analytical_only, assumptions=assumptions)
+                             analytical_only=analytical_only, assumptions=assumptions, scaleup_size=scaleup_size,
+                             scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps,
+                             oversubscription=oversubscription, pod_size=pod_size)
               for m, g, n in itertools.product(_many(model), _many(gpu), _many(gpus))]
     return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
 
@@ -130,7 +136,8 @@ def search(*, model: Optional[str] = None, gpu: Optional[str] = None, gpus: Opti
            vpp: Optional[int] = None, micro_batch: Optional[int] = None, sharding: Optional[str] = None,
            recompute: Optional[str] = None, assumptions: str = "realistic", analytical_only: bool = False,
            scaleup_size: Optional[int] = None, scaleup_gbps: Optional[float] = None,
-           scaleout_gbps: Optional[float] = None, store: Optional[PathLike] = None) -> pl.DataFrame:
+           scaleout_gbps: Optional[float] = None, oversubscription: Optional[float] = None,
+           pod_size: Optional[int] = None, store: Optional[PathLike] = None) -> pl.DataFrame:
     """The best feasible layouts of a model on `gpus` accelerators, best first (`stepcast search`).
 
     Every valid layout (tp, pp, dp, cp, ep, interleave, micro-batch, sharding, recompute) is predicted; those
@@ -138,7 +145,8 @@ def search(*, model: Optional[str] = None, gpu: Optional[str] = None, gpus: Opti
     token) and the first `top` returned with `rank`, the columns of `stepcast search --format json`. Fix a
     dimension with its keyword (`tp=8`, `sharding="fsdp"`). The architecture is `model`, `arch` (path or
     dict, as in `predict`) or the shape keywords (`layers`, `d_model`, `heads`, ...). `scaleup_size`,
-    `scaleup_gbps` and `scaleout_gbps` override the accelerator's network tiers (as in `curve`). Raises NoResult
+    `scaleup_gbps`, `scaleout_gbps`, `oversubscription` and `pod_size` override the accelerator's network tiers
+    (as in `curve`); the ranking is computed with them. Raises NoResult
     when no layout fits.
 
     >>> import stepcast
@@ -163,7 +171,8 @@ def search(*, model: Optional[str] = None, gpu: Optional[str] = None, gpus: Opti
         arch=arch_row, hardware=hw_row, gpus=gpus, global_batch=global_batch, seq_len=seq_len, dtype=dtype, top=top,
         rank_by=rank_by, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch, sharding=sharding,
         recompute=recompute, assumptions=assumptions, analytical_only=analytical_only, scaleup_size=scaleup_size,
-        scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps)
+        scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps, oversubscription=oversubscription,
+        pod_size=pod_size)
     return result
 
 
@@ -173,6 +182,7 @@ def curve(*, gpu: str, model: Optional[str] = None, arch: Union[None, PathLike, 
           threshold: float = 0.5, dtype: Optional[str] = None, assumptions: str = "realistic",
           batch_rule: str = "deepseek", scaleup_size: Optional[int] = None, scaleup_gbps: Optional[float] = None,
           scaleout_gbps: Optional[float] = None, analytical_only: bool = False,
+          oversubscription: Optional[float] = None, pod_size: Optional[int] = None,
           store: Optional[PathLike] = None) -> dict:
     """A scaling curve: the best layout at each cluster size from one node to `max_gpus` (`stepcast curve`).
 
@@ -194,7 +204,8 @@ def curve(*, gpu: str, model: Optional[str] = None, arch: Union[None, PathLike, 
                                per_gpu_batch=per_gpu_batch, max_gpus=max_gpus, threshold=threshold, dtype=dtype,
                                assumptions=assumptions, batch_rule=batch_rule, scaleup_size=scaleup_size,
                                scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps,
-                               analytical_only=analytical_only)
+                               analytical_only=analytical_only, oversubscription=oversubscription,
+                               pod_size=pod_size)
     return doc
 
 
@@ -202,7 +213,8 @@ def frontier(*, gpu: str, months: float = 3.0, min_utilization: float = 0.8, dty
              table: bool = False, assumptions: str = "realistic", batch_rule: str = "deepseek",
              scaleup_size: Optional[int] = None, scaleup_gbps: Optional[float] = None,
              scaleout_gbps: Optional[float] = None, memory_gb: Optional[float] = None,
-             analytical_only: bool = False, store: Optional[PathLike] = None) -> dict:
+             analytical_only: bool = False, oversubscription: Optional[float] = None,
+             pod_size: Optional[int] = None, store: Optional[PathLike] = None) -> dict:
     """The largest training compute one accelerator type trains within `months` at good utilization
     (`stepcast frontier`).
 
@@ -219,7 +231,8 @@ def frontier(*, gpu: str, months: float = 3.0, min_utilization: float = 0.8, dty
     result, sweep, _ = api.compute_frontier(
         _settings(store), gpu=gpu, months=months, min_utilization=min_utilization, dtype=dtype,
         assumptions=assumptions, batch_rule=batch_rule, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps,
-        scaleout_gbps=scaleout_gbps, memory_gb=memory_gb, analytical_only=analytical_only)
+        scaleout_gbps=scaleout_gbps, memory_gb=memory_gb, analytical_only=analytical_only,
+        oversubscription=oversubscription, pod_size=pod_size)
     out = {k: api.clean(v) for k, v in result.items()}
     if table:
         out["levels"] = api.frontier_levels(sweep)
@@ -231,14 +244,17 @@ def plan(*, model: Optional[str] = None, arch: Union[None, PathLike, Mapping] = 
          hardware: Union[None, str, Sequence[str]] = None, max_gpus: int = 65536, price_source: str = "median",
          price_file: Optional[PathLike] = None, seq_len: int = 8192, global_batch_tokens: int = 4_194_304,
          dtype: str = "bf16", optimal: bool = False, top: int = 10, assumptions: str = "realistic",
-         analytical_only: bool = False, store: Optional[PathLike] = None) -> pl.DataFrame:
+         analytical_only: bool = False, scaleup_size: Optional[int] = None, scaleup_gbps: Optional[float] = None,
+         scaleout_gbps: Optional[float] = None, oversubscription: Optional[float] = None,
+         pod_size: Optional[int] = None, store: Optional[PathLike] = None) -> pl.DataFrame:
     """Hardware x cluster size x layout ranked by cost within a deadline, or by time within a budget
     (`stepcast plan`).
 
     The rows of `stepcast plan --format json`: days (with the expected interruptions of a cluster that size;
     `days_ideal` without), dollars, energy, MFU and, with a promoted fit, the interval `days_lo..days_hi`.
     `hardware` is a list of accelerator names (or the CLI's comma-separated string); default: every one
-    with a price. `optimal=True` chooses the model size too (Chinchilla) for `budget_usd`. Raises NoResult
+    with a price; the network keywords override every accelerator's tiers (as in `search`). `optimal=True`
+    chooses the model size too (Chinchilla) for `budget_usd`. Raises NoResult
     when no option meets the ask (the message says what the fastest and cheapest found need). Without a
     deadline or budget, plans past a year are ranked last with a warning (`warnings.warn`).
 
@@ -257,5 +273,7 @@ def plan(*, model: Optional[str] = None, arch: Union[None, PathLike, Mapping] = 
         budget_usd=budget_usd, hardware=hardware, max_gpus=max_gpus, price_source=price_source,
         price_file=None if price_file is None else Path(price_file), seq_len=seq_len,
         global_batch_tokens=global_batch_tokens, dtype=dtype, optimal=optimal, top=top, assumptions=assumptions,
-        analytical_only=analytical_only, warn=lambda message: warnings.warn(message, stacklevel=3))
+        analytical_only=analytical_only, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps,
+        scaleout_gbps=scaleout_gbps, oversubscription=oversubscription, pod_size=pod_size,
+        warn=lambda message: warnings.warn(message, stacklevel=3))
     return result

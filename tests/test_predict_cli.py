@@ -120,3 +120,49 @@ def test_inter_node_gbps_gives_the_configuration_its_clusters_network():
     assert half["tp_comm_s"] > default["tp_comm_s"] and half["step_time_s"] > default["step_time_s"]
     bad = runner.invoke(app, args + ["--inter-node-gbps", "0"])
     assert bad.exit_code != 0 and "--inter-node-gbps" in bad.output
+
+
+L70 = ["predict", "--model", "llama3-70b", "--gpu", "h100-sxm5-80gb", "--gpus", "512", "-b", "1024", "-s", "8192",
+       "--tp", "8", "--pp", "4", "--format", "json"]
+
+
+def test_oversubscription_slows_a_multi_node_layout_and_says_so():
+    """512 x H100, tp 8 (inside a node), dp 16 and pp 4 across nodes. 3:1 above every scale-up domain: the DP
+    reduction and the PP hops slow down. Pods of 256 (= tp x dp x 2): the DP groups (span 128) stay inside a
+    pod, only the pipeline (outermost in the rank order) crosses, so only pp_comm_s grows."""
+    base, over, pod = (json.loads(runner.invoke(app, L70 + extra).output)[0] for extra in
+                       ([], ["--oversubscription", "3"], ["--oversubscription", "3", "--pod-size", "256"]))
+    assert over["step_time_s"] > base["step_time_s"]
+    assert over["dp_comm_exposed_s"] > base["dp_comm_exposed_s"] and over["pp_comm_s"] > base["pp_comm_s"]
+    assert "network: 3:1 oversubscribed above every scale-up domain" in over["assumptions"]
+    assert "network" not in base["assumptions"]
+    assert pod["dp_comm_exposed_s"] == base["dp_comm_exposed_s"] and pod["pp_comm_s"] == over["pp_comm_s"]
+    assert base["step_time_s"] < pod["step_time_s"] < over["step_time_s"]
+    assert "pods of 256 accelerators" in pod["assumptions"]
+    one = json.loads(runner.invoke(app, L70 + ["--oversubscription", "1"]).output)[0]
+    assert one == base
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--oversubscription", "0.5"], "--oversubscription must be a ratio >= 1 (1 = non-blocking, 3 = 3:1 "
+                                    "oversubscribed), got 0.5"),
+    (["--oversubscription", "nan"], "--oversubscription must be a ratio >= 1"),
+    (["--pod-size", "4"], "--pod-size must be at least the scale-up domain (8 accelerators of h100-sxm5-80gb), "
+                          "got 4"),
+    (["--pod-size", "0"], "--pod-size must be a positive whole number of accelerators, got 0"),
+    (["--scaleout-gbps", "-1"], "--scaleout-gbps must be a positive number, got -1"),
+    (["--gpus-per-node", "4", "--scaleup-size", "8"], "--gpus-per-node 4 and --scaleup-size 8 disagree"),
+    (["--inter-node-gbps", "25", "--scaleout-gbps", "50"], "--inter-node-gbps 25 and --scaleout-gbps 50 disagree"),
+])
+def test_bad_network_flags_exit_2_with_the_flag_value_and_expectation(extra, message):
+    r = runner.invoke(app, L70 + extra)
+    assert r.exit_code == 2 and message in r.output, r.output
+
+
+def test_predict_takes_the_network_names_of_search_beside_the_old_ones():
+    old = json.loads(runner.invoke(app, L70 + ["--inter-node-gbps", "25", "--gpus-per-node", "8"]).output)[0]
+    new = json.loads(runner.invoke(app, L70 + ["--scaleout-gbps", "25", "--scaleup-size", "8"]).output)[0]
+    both = json.loads(runner.invoke(app, L70 + ["--scaleout-gbps", "25", "--inter-node-gbps", "25"]).output)[0]
+    assert new["step_time_s"] == old["step_time_s"] == both["step_time_s"]
+    faster = json.loads(runner.invoke(app, L70 + ["--scaleup-gbps", "900"]).output)[0]
+    assert faster["tp_comm_s"] < old["tp_comm_s"]

@@ -100,6 +100,23 @@ def test_search_with_network_overrides_equals_the_cli(built_store):
     assert got["tokens_per_s_per_gpu"][0] <= stepcast.search(**kw)["tokens_per_s_per_gpu"][0]
 
 
+def test_network_tiers_equal_the_cli(built_store):
+    """`oversubscription=` and `pod_size=` are the CLI's `--oversubscription` / `--pod-size`, on every command."""
+    net = ("--oversubscription", "3", "--pod-size", "256")
+    args = ("--model", "llama3-70b", "--gpu", "h100", "--gpus", "512", "--global-batch", "1024", "--seq-len", "8192")
+    kw = dict(model="llama3-70b", gpu="h100", gpus=512, global_batch=1024, seq_len=8192, store=built_store)
+    got = stepcast.predict(tp=8, pp=4, oversubscription=3, pod_size=256, **kw)
+    assert records(got) == cli_json(built_store, "predict", *args, "--tp", "8", "--pp", "4", *net)
+    assert got["step_time_s"][0] > stepcast.predict(tp=8, pp=4, **kw)["step_time_s"][0]
+    assert records(stepcast.search(top=2, oversubscription=3, pod_size=256, **kw)) == cli_json(
+        built_store, "search", *args, "--top", "2", *net)
+    curve = stepcast.curve(model="llama3-8b", gpu="h100-sxm5-80gb", max_gpus=128, oversubscription=3,
+                           store=built_store)
+    assert as_json(curve) == cli_json(built_store, "curve", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb",
+                                      "--max-gpus", "128", "--oversubscription", "3")
+    assert curve["network"] == {"oversubscription": 3, "pod_size": None}
+
+
 def test_search_by_shape_and_fixed_dimensions_equals_the_cli(built_store):
     expected = cli_json(built_store, "search", "--layers", "24", "--d-model", "2048", "--heads", "16", "--gpu",
                         "h100", "--gpus", "16", "-b", "64", "-s", "2048", "--tp", "2", "--rank-by", "cost")
@@ -157,6 +174,15 @@ BAD = [
     (stepcast.search, dict(model="llama3-8b", gpu="h100", gpus=64, global_batch=256, seq_len=8192, scaleout_gbps=0),
      ["search", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "64", "-b", "256", "-s", "8192",
       "--scaleout-gbps", "0"]),
+    (stepcast.predict, dict(model="llama3-8b", gpu="h100", gpus=64, global_batch=256, seq_len=8192,
+                            oversubscription=0.5),
+     ["predict", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "64", "-b", "256", "-s", "8192",
+      "--oversubscription", "0.5"]),
+    (stepcast.search, dict(model="llama3-8b", gpu="h100", gpus=64, global_batch=256, seq_len=8192, pod_size=4),
+     ["search", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "64", "-b", "256", "-s", "8192",
+      "--pod-size", "4"]),
+    (stepcast.plan, dict(model="llama3-70b", tokens=15e12, hardware="h100", oversubscription=0),
+     ["plan", "--model", "llama3-70b", "--tokens", "15e12", "--hardware", "h100", "--oversubscription", "0"]),
     (stepcast.search, dict(layers=24, gpu="h100", gpus=16, global_batch=64, seq_len=2048),
      ["search", "--layers", "24", "--gpu", "h100", "--gpus", "16", "-b", "64", "-s", "2048"]),
     (stepcast.curve, dict(model="llama3-8b", gpu="h100-sxm5-80gb", policy="bogus"),

@@ -50,3 +50,28 @@ def test_search_with_architecture_flags_and_bad_flags():
     assert bad.exit_code == 2 and "--rank-by" in bad.output
     bad = runner.invoke(app, ["search", "--gpu", "a100-sxm4-80gb", "--gpus", "8", "-b", "8", "-s", "2048"])
     assert bad.exit_code == 2 and "--model" in bad.output
+
+
+def test_search_ranks_with_the_oversubscription():
+    """4:1 above every scale-up domain makes cross-node traffic dearer: the best layout of Llama 3 70B on 512 H100
+    does not take a larger data-parallel degree (here it drops from 64 to 16), and its step time is the one
+    `predict` gives that layout with the same flag (the ranking is computed with it)."""
+    args = ["search", "--model", "llama3-70b", "--gpu", "h100-sxm5-80gb", "--gpus", "512", "-b", "1024", "-s",
+            "8192", "--analytical-only", "--top", "1", "--format", "json"]
+    base = json.loads(runner.invoke(app, args).stdout)[0]
+    r = runner.invoke(app, args + ["--oversubscription", "4"])
+    assert r.exit_code == 0, r.output
+    over = json.loads(r.stdout)[0]
+    assert over["dp"] * over["cp"] <= base["dp"] * base["cp"] and over["dp"] <= base["dp"]
+    assert over["step_time_s"] > base["step_time_s"]
+    assert "4:1 oversubscribed" in over["assumptions"]
+    lay = [f"--{k.replace('_', '-')}={over[k]}" for k in ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "sharding",
+                                                          "recompute")]
+    sp = "--sequence-parallel" if over["sequence_parallel"] else "--no-sequence-parallel"
+    p = runner.invoke(app, ["predict"] + args[1:12] + ["--format", "json", "--oversubscription", "4", sp] + lay)
+    assert p.exit_code == 0, p.output
+    assert json.loads(p.stdout)[0]["step_time_s"] == over["step_time_s"]
+    bad = runner.invoke(app, args + ["--oversubscription", "0.5"])
+    assert bad.exit_code == 2 and "--oversubscription must be a ratio >= 1" in bad.output
+    bad = runner.invoke(app, args + ["--pod-size", "4"])
+    assert bad.exit_code == 2 and "--pod-size must be at least the scale-up domain" in bad.output

@@ -121,6 +121,34 @@ def test_search_equals_the_cli_with_network_overrides(server, built_store):
     assert wide[0]["tokens_per_s_per_gpu"] >= doc[0]["tokens_per_s_per_gpu"]  # a faster network never slows the best
 
 
+def test_network_tiers_equal_the_cli(server, built_store):
+    """`oversubscription` and `pod_size` are the CLI's flags: same JSON, and a slower step than without them."""
+    base, _ = server
+    q = {"model": "llama3-70b", "gpu": "h100-sxm5-80gb", "gpus": "512", "global_batch": "1024", "seq_len": "8192",
+         "tp": "8", "pp": "4", "oversubscription": "3", "pod_size": "256"}
+    status, doc = get(base, "/api/predict", q)
+    assert status == 200, doc
+    code, out, err = cli(built_store, "predict", *flags(q), "--format", "json")
+    assert code == 0, err
+    assert doc == json.loads(out)
+    _, plain = get(base, "/api/predict", {k: v for k, v in q.items() if k not in ("oversubscription", "pod_size")})
+    assert doc[0]["step_time_s"] > plain[0]["step_time_s"] and "3:1 oversubscribed" in doc[0]["assumptions"]
+    s = {"model": "llama3-8b", "gpu": "h100-sxm5-80gb", "gpus": "64", "global_batch": "256", "seq_len": "8192",
+         "top": "3", "oversubscription": "4"}
+    status, doc = get(base, "/api/search", s)
+    assert status == 200, doc
+    code, out, err = cli(built_store, "search", *flags(s), "--format", "json")
+    assert code == 0, err
+    assert doc == json.loads(out)
+
+
+def test_the_page_has_the_oversubscription_control(server):
+    base, _ = server
+    page = urllib.request.urlopen(base + "/", timeout=30).read().decode()
+    assert 'id="oversubscription"' in page and 'id="pod_size"' in page
+    assert '"oversubscription", "pod_size"]' in page  # kept in the URL state (FIELDS) like the other overrides
+
+
 def test_curve_equals_the_cli(server, built_store):
     base, _ = server
     q = {"model": "gpt3-175b", "gpu": "a100-sxm4-80gb", "tokens": "3e11", "global_batch": "1536", "max_gpus": "4096",
@@ -177,6 +205,11 @@ def test_pasted_config_json_is_the_arch_file(server, built_store, tmp_path):
     ("curve", {"model": "llama3-8b", "gpu": "a100-sxm4-80gb", "scaleup_gbps": "-5"}),
     ("frontier", {"gpu": "h100-sxm5-80gb", "min_utilization": "80"}),
     ("frontier", {"gpu": "h900"}),
+    ("predict", {**GPT3, "oversubscription": "0.5"}),
+    ("search", {"model": "llama3-8b", "gpu": "h100-sxm5-80gb", "gpus": "64", "global_batch": "256",
+                "seq_len": "8192", "pod_size": "4"}),
+    ("curve", {"model": "llama3-8b", "gpu": "h100-sxm5-80gb", "oversubscription": "inf"}),
+    ("frontier", {"gpu": "h100-sxm5-80gb", "oversubscription": "0"}),
 ])
 def test_bad_input_is_400_with_the_cli_message(server, built_store, command, params):
     base, _ = server
@@ -324,11 +357,13 @@ def test_the_page_redraws_as_inputs_change_and_the_url_reopens_the_view(server, 
       const box = [...document.querySelectorAll('#gpu-list input')].find(c => c.value === 'h100-sxm5-80gb');
       box.checked = true; box.dispatchEvent(new Event('change'));
       const n = document.getElementById('n'); n.value = '2048'; n.dispatchEvent(new Event('input'));
+      const o = document.getElementById('oversubscription'); o.value = '3'; o.dispatchEvent(new Event('input'));
     })()""")
     state = wait_drawn(browser, state["renders"])
     assert state and all(n > 0 for n in state["charts"]), state
     assert "h100-sxm5-80gb" in state["legend"] and state["rows"] == ["a100-sxm4-80gb", "h100-sxm5-80gb"], state
     assert "gpus=a100-sxm4-80gb%2Ch100-sxm5-80gb" in state["hash"] and "n=2048" in state["hash"]
+    assert "oversubscription=3" in state["hash"]
     assert not state["errors"], state["errors"]
 
     # the address alone reopens the view
@@ -338,6 +373,7 @@ def test_the_page_redraws_as_inputs_change_and_the_url_reopens_the_view(server, 
     again = wait_drawn(browser, 0)
     assert again and again["rows"] == ["a100-sxm4-80gb", "h100-sxm5-80gb"] and again["hash"] == state["hash"]
     assert browser.evaluate("document.getElementById('n').value") == "2048"
+    assert browser.evaluate("document.getElementById('oversubscription').value") == "3"
     errors, requests = browser.problems((base + "/",))
     assert not errors, errors[:3]
     assert not requests, requests[:3]

@@ -218,3 +218,121 @@ def test_params_roundtrip():
     assert PhysParams.from_dict(p.to_dict()) == p
     with pytest.raises(ValueError):
         PhysParams.from_dict({"nope": 1.0})
+
+
+# ---------------- network tiers: oversubscription and the pod tier ----------------
+OVERSUB_ARCHS = np.array([(24, 2048, 16, 16, 8192, 0, 0, 0), (32, 4096, 32, 8, 14336, 1, 0, 0),
+                          (32, 4096, 32, 8, 14336, 1, 8, 2)], dtype=float)
+
+
+def random_layouts(hw, n=300, seed=0, hids=("a100-sxm4-80gb", "h100-sxm5-80gb", "b200")):
+    """n random configurations per accelerator (8 per scale-up domain, up to 512 accelerators), as arrays;
+    some are invalid (NaN outputs on both sides of a comparison)."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for hid in hids:
+        pick = lambda vals: rng.choice(np.asarray(vals, dtype=float), n)  # noqa: E731
+        arch = OVERSUB_ARCHS[rng.integers(0, len(OVERSUB_ARCHS), n)]
+        tp, pp, cp, dp = pick([1, 2, 4, 8]), pick([1, 2, 4]), pick([1, 2]), pick([1, 2, 4, 8, 16, 32])
+        mb, m = pick([1, 2]), pick([1, 4, 8])
+        moe = arch[:, 6] > 0
+        a = dict(n_layers=arch[:, 0], d_model=arch[:, 1], n_heads=arch[:, 2], n_kv_heads=arch[:, 3],
+                 ffn_dim=arch[:, 4], activation=arch[:, 5].astype(np.int64), n_experts=arch[:, 6], top_k=arch[:, 7],
+                 vocab=np.full(n, 32000.0), seq_len=pick([1024, 4096]), global_batch_seqs=dp * mb * m,
+                 micro_batch=mb, n_gpus=tp * pp * cp * dp, tp=tp, pp=pp, dp=dp, cp=cp,
+                 ep=np.where(moe & (dp % 2 == 0), 2.0, 1.0), vpp=np.where((pp > 1) & (m % pp == 0), pick([1, 2]), 1.0),
+                 sharding=rng.integers(0, 6, n), recompute=rng.integers(0, 3, n),
+                 sequence_parallel=rng.random(n) < 0.5, dtype=rng.integers(0, 2, n), gpus_per_node=np.full(n, 8.0))
+        a.update({k: np.full(n, np.nan if v is None else float(v)) for k, v in hw_row(hw, hid).items()})
+        parts.append(a)
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def _same(r1, r2, rows=slice(None)):
+    for k in r1:
+        assert np.array_equal(np.asarray(r1[k])[rows], np.asarray(r2[k])[rows], equal_nan=True), k
+
+
+def test_oversubscription_one_is_bit_identical_to_no_column(hw):
+    a = random_layouts(hw)
+    base = predict_arrays(a)
+    n = len(a["tp"])
+    assert (base["error_code"] == 0).sum() > 300  # enough valid rows to mean something
+    rng = np.random.default_rng(1)
+    pods = rng.choice(np.array([np.nan, 8, 16, 64, 256]), n)
+    _same(base, predict_arrays(a | {"oversubscription": np.ones(n), "pod_size": pods}))
+    _same(base, predict_arrays(a | {"oversubscription": np.full(n, np.nan)}))
+    # a pod holding the whole job (never below the scale-up domain of 8): nothing crosses the oversubscribed tier
+    job = np.maximum(a["n_gpus"], 8.0)
+    _same(base, predict_arrays(a | {"oversubscription": np.full(n, 4.0), "pod_size": job * 2}))
+    _same(base, predict_arrays(a | {"oversubscription": np.full(n, 4.0), "pod_size": job}))
+
+
+def test_more_oversubscription_never_makes_a_step_faster(hw):
+    a = random_layouts(hw, seed=2)
+    n = len(a["tp"])
+    rng = np.random.default_rng(3)
+    pods = rng.choice(np.array([np.nan, 8, 16, 64]), n)
+    ratio = 1.0 + 3.0 * rng.random(n)
+    r1 = predict_arrays(a | {"oversubscription": ratio, "pod_size": pods})
+    r2 = predict_arrays(a | {"oversubscription": ratio * (1.0 + 4.0 * rng.random(n)), "pod_size": pods})
+    base = predict_arrays(a)
+    ok = base["error_code"] & ~(1 << 10) == 0
+    assert np.all(r2["step_time_s"][ok] >= r1["step_time_s"][ok] * (1 - 1e-12))
+    assert np.all(r1["step_time_s"][ok] >= base["step_time_s"][ok] * (1 - 1e-12))
+    multi = ok & (a["n_gpus"] > 8) & (a["dp"] * a["cp"] > 1)
+    assert np.mean(r2["step_time_s"][multi] > base["step_time_s"][multi]) > 0.5  # it does bite across nodes
+
+
+def test_layouts_inside_one_scaleup_domain_ignore_oversubscription(hw):
+    a = random_layouts(hw, seed=4)
+    inside = a["n_gpus"] <= 8  # gpus_per_node 8: every group stays in one scale-up domain
+    assert inside.sum() > 50
+    n = len(a["tp"])
+    _same(predict_arrays(a), predict_arrays(a | {"oversubscription": np.full(n, 16.0)}), inside)
+
+
+def test_dp_allreduce_across_nodes_scales_by_the_ratio(hw):
+    """By hand: 64 x H100 (8 per node) on 200 Gb/s NICs (25 GB/s per accelerator), tp = pp = 1, dp = 64, no
+    sharding, no overlap (dp_overlap 0), so the exposed DP time is the gradient all-reduce,
+    2 (n-1) (alpha + x/n) per ring (the auto choice at this size), x = bytes / bw. The group spans nodes with
+    g = 8 ranks each: bw = min(scale-up, 8 x NIC) = 8 x 25 x 0.85 = 170 GB/s < 450 x 0.75; the pod tier (no pod:
+    every inter-node hop crosses it) divides the NIC term by 3, so x triples:
+    dp(3) = 3 dp(1) - 4 (n-1) alpha_scaleout. (With the H100's own 50 GB/s NIC, 8 x 50 x 0.85 = 340 GB/s is
+    above the scale-up link's 337.5, which binds at 1:1, so 3:1 slows the bandwidth term by 337.5/113.3 = 2.98.)"""
+    row = hw_row(hw, "h100-sxm5-80gb") | {"inter_node_bw_gbps": 25.0}
+    a = {k: np.array([np.nan if v is None else float(v)]) for k, v in row.items()}
+    a.update({k: np.array([float(v)]) for k, v in dict(
+        n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8, ffn_dim=14336, vocab=128256, seq_len=4096,
+        global_batch_seqs=128, micro_batch=1, n_gpus=64, tp=1, pp=1, dp=64, gpus_per_node=8).items()})
+    a.update(activation=np.array([1]), sharding=np.array([0]), recompute=np.array([2]), dtype=np.array([0]))
+    P = DEFAULT.with_(dp_overlap=0.0)
+    assert 8 * row["inter_node_bw_gbps"] * P.scaleout_eff < row["intra_node_bw_gbps"] * P.scaleup_eff / 1.0
+    one = predict_arrays(a, P)
+    three = predict_arrays(a | {"oversubscription": np.array([3.0])}, P)
+    d1, d3 = one["dp_comm_exposed_s"][0], three["dp_comm_exposed_s"][0]
+    assert d1 > 0.1  # bandwidth-bound: ~0.1 s of 16 GB of bf16 gradients
+    assert d3 == pytest.approx(3.0 * d1 - 4.0 * 63 * P.alpha_scaleout_s, rel=1e-12)
+    # the step grows by that (up to the host-issue soft maximum, which takes a little back)
+    assert three["step_time_s"][0] - one["step_time_s"][0] == pytest.approx(d3 - d1, rel=1e-3)
+    # a 32-accelerator pod: the 64-rank DP group still spans two pods, same answer; a 64-pod: no crossing
+    assert predict_arrays(a | {"oversubscription": np.array([3.0]), "pod_size": np.array([32.0])}, P)[
+        "dp_comm_exposed_s"][0] == d3
+    assert predict_arrays(a | {"oversubscription": np.array([3.0]), "pod_size": np.array([64.0])}, P)[
+        "dp_comm_exposed_s"][0] == d1
+
+
+@pytest.mark.parametrize("over", [dict(oversubscription=0.5), dict(oversubscription=np.inf),
+                                  dict(oversubscription=-1.0), dict(pod_size=4.0), dict(pod_size=np.inf),
+                                  dict(pod_size=0.0)])
+def test_bad_network_tiers_are_hardware_errors(hw, over):
+    out = predict(cfg(hw, **over))
+    assert not out["feasible"][0] and out["step_time_s"][0] is None
+    assert "oversubscription < 1" in out["error"][0]
+
+
+def test_network_tier_columns_in_the_polars_front_end(hw):
+    base = predict(cfg(hw))["step_time_s"][0]
+    assert predict(cfg(hw, oversubscription=None, pod_size=None))["step_time_s"][0] == base
+    assert predict(cfg(hw, oversubscription=1.0))["step_time_s"][0] == base
+    assert predict(cfg(hw, oversubscription=4.0))["step_time_s"][0] > base  # 64 GPUs: pp spans nodes

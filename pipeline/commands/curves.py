@@ -11,8 +11,8 @@ from typing import Optional
 import typer
 
 from pipeline import api
-from pipeline.cli import (ANALYTICAL_HELP, ASSUMPTIONS_HELP, SCALEOUT_GBPS_HELP, SCALEUP_GBPS_HELP,
-                          SCALEUP_SIZE_HELP, _fail, app, settings)
+from pipeline.cli import (ANALYTICAL_HELP, ASSUMPTIONS_HELP, OVERSUBSCRIPTION_HELP, POD_SIZE_HELP,
+                          SCALEOUT_GBPS_HELP, SCALEUP_GBPS_HELP, SCALEUP_SIZE_HELP, _fail, app, settings)
 from pipeline.output import json_rows
 
 # help of the options curve and frontier share (the network-tier flags' help is pipeline.cli's)
@@ -53,6 +53,8 @@ def curve(
     scaleup_size: Optional[int] = typer.Option(None, "--scaleup-size", help=SCALEUP_SIZE_HELP),
     scaleup_gbps: Optional[float] = typer.Option(None, "--scaleup-gbps", help=SCALEUP_GBPS_HELP),
     scaleout_gbps: Optional[float] = typer.Option(None, "--scaleout-gbps", help=SCALEOUT_GBPS_HELP),
+    oversubscription: Optional[float] = typer.Option(None, "--oversubscription", help=OVERSUBSCRIPTION_HELP),
+    pod_size: Optional[int] = typer.Option(None, "--pod-size", help=POD_SIZE_HELP),
 ) -> None:
     """A scaling curve: the best layout at each cluster size N (one node up to --max-gpus, powers of two and the
     node-aligned sizes between), with throughput, MFU, time-to-train, cost, parallel and marginal efficiency,
@@ -69,7 +71,8 @@ def curve(
             settings(), gpu=gpu, model=model, arch_file=arch_file, policy=policy, tokens=tokens, seq_len=seq_len,
             global_batch=global_batch, per_gpu_batch=per_gpu_batch, max_gpus=max_gpus, threshold=threshold,
             dtype=dtype, assumptions=assumptions, batch_rule=batch_rule, scaleup_size=scaleup_size,
-            scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps, analytical_only=analytical_only)
+            scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps, analytical_only=analytical_only,
+            oversubscription=oversubscription, pod_size=pod_size)
     except api.InputError as err:
         _fail(str(err), err.exit_code)
     out = doc["points"]
@@ -101,6 +104,8 @@ def frontier(
     scaleup_size: Optional[int] = typer.Option(None, "--scaleup-size", help=SCALEUP_SIZE_HELP),
     scaleup_gbps: Optional[float] = typer.Option(None, "--scaleup-gbps", help=SCALEUP_GBPS_HELP),
     scaleout_gbps: Optional[float] = typer.Option(None, "--scaleout-gbps", help=SCALEOUT_GBPS_HELP),
+    oversubscription: Optional[float] = typer.Option(None, "--oversubscription", help=OVERSUBSCRIPTION_HELP),
+    pod_size: Optional[int] = typer.Option(None, "--pod-size", help=POD_SIZE_HELP),
     memory_gb: Optional[float] = typer.Option(None, "--memory-gb", help="Memory per accelerator, GB (overrides the "
                                                                          "hardware row)."),
 ) -> None:
@@ -116,7 +121,8 @@ def frontier(
         result, sweep, title = api.compute_frontier(
             settings(), gpu=gpu, months=months, min_utilization=min_utilization, dtype=dtype, assumptions=assumptions,
             batch_rule=batch_rule, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps,
-            memory_gb=memory_gb, analytical_only=analytical_only)
+            memory_gb=memory_gb, analytical_only=analytical_only, oversubscription=oversubscription,
+            pod_size=pod_size)
     except api.NoResult as err:
         sweep, title = err.detail["sweep"], err.detail["title"]
         if fmt == "json" and table:

@@ -9,7 +9,8 @@ from typing import Optional
 import typer
 
 from pipeline import api
-from pipeline.cli import ANALYTICAL_HELP, ASSUMPTIONS_HELP, _fail, app, settings
+from pipeline.cli import (ANALYTICAL_HELP, ASSUMPTIONS_HELP, OVERSUBSCRIPTION_HELP, POD_SIZE_HELP,
+                          SCALEOUT_GBPS_HELP, SCALEUP_GBPS_HELP, SCALEUP_SIZE_HELP, _fail, app, settings)
 
 PLAN_COLUMNS = api.PLAN_COLUMNS
 TABLE_COLUMNS = ["rank", "hardware", "n_gpus", "tp", "pp", "dp", "cp", "days", "days_lo", "days_hi", "cost_usd",
@@ -44,6 +45,12 @@ def plan(
     top: int = typer.Option(10, "--top", "-k", min=1, help="How many options to show."),
     assumptions: str = typer.Option("realistic", "--assumptions", help=ASSUMPTIONS_HELP),
     analytical_only: bool = typer.Option(False, "--analytical-only", help=ANALYTICAL_HELP),
+    scaleup_size: Optional[int] = typer.Option(None, "--scaleup-size", help=SCALEUP_SIZE_HELP + " (every "
+                                               "accelerator considered)"),
+    scaleup_gbps: Optional[float] = typer.Option(None, "--scaleup-gbps", help=SCALEUP_GBPS_HELP),
+    scaleout_gbps: Optional[float] = typer.Option(None, "--scaleout-gbps", help=SCALEOUT_GBPS_HELP),
+    oversubscription: Optional[float] = typer.Option(None, "--oversubscription", help=OVERSUBSCRIPTION_HELP),
+    pod_size: Optional[int] = typer.Option(None, "--pod-size", help=POD_SIZE_HELP),
     fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the result to this file."),
 ) -> None:
@@ -71,7 +78,9 @@ def plan(
             settings(), model=model, arch_file=arch_file, tokens=tokens, deadline_days=deadline_days,
             budget_usd=budget_usd, hardware=hardware, max_gpus=max_gpus, price_source=price_source,
             price_file=price_file, seq_len=seq_len, global_batch_tokens=batch_tokens, dtype=dtype, optimal=optimal,
-            top=top, assumptions=assumptions, analytical_only=analytical_only,
+            top=top, assumptions=assumptions, analytical_only=analytical_only, scaleup_size=scaleup_size,
+            scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps, oversubscription=oversubscription,
+            pod_size=pod_size,
             warn=lambda message: print(f"warning: {message}", file=sys.stderr))
     except api.NoResult as err:
         print(str(err), file=sys.stderr)

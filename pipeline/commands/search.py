@@ -10,8 +10,8 @@ from typing import Optional
 import typer
 
 from pipeline import api
-from pipeline.cli import (ANALYTICAL_HELP, ASSUMPTIONS_HELP, SCALEOUT_GBPS_HELP, SCALEUP_GBPS_HELP,
-                          SCALEUP_SIZE_HELP, _fail, app, settings)
+from pipeline.cli import (ANALYTICAL_HELP, ASSUMPTIONS_HELP, OVERSUBSCRIPTION_HELP, POD_SIZE_HELP,
+                          SCALEOUT_GBPS_HELP, SCALEUP_GBPS_HELP, SCALEUP_SIZE_HELP, _fail, app, settings)
 
 SEARCH_COLUMNS = api.SEARCH_COLUMNS
 TABLE_COLUMNS = ["rank", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding", "recompute",
@@ -55,6 +55,8 @@ def search(
     scaleup_size: Optional[int] = typer.Option(None, "--scaleup-size", help=SCALEUP_SIZE_HELP),
     scaleup_gbps: Optional[float] = typer.Option(None, "--scaleup-gbps", help=SCALEUP_GBPS_HELP),
     scaleout_gbps: Optional[float] = typer.Option(None, "--scaleout-gbps", help=SCALEOUT_GBPS_HELP),
+    oversubscription: Optional[float] = typer.Option(None, "--oversubscription", help=OVERSUBSCRIPTION_HELP),
+    pod_size: Optional[int] = typer.Option(None, "--pod-size", help=POD_SIZE_HELP),
     intervals: bool = typer.Option(True, "--intervals/--no-intervals", hidden=True,
                                    help="Kept for scripts: the interval is always part of the prediction."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json."),
@@ -83,7 +85,8 @@ def search(
             global_batch=global_batch, seq_len=seq_len, dtype=dtype, top=top, rank_by=rank_by, tp=tp, pp=pp, dp=dp,
             cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch, sharding=sharding, recompute=recompute,
             assumptions=assumptions, analytical_only=analytical_only, scaleup_size=scaleup_size,
-            scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps)
+            scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps, oversubscription=oversubscription,
+            pod_size=pod_size)
     except api.NoResult as err:
         print(str(err), file=sys.stderr)
         raise typer.Exit(1)
@@ -91,7 +94,8 @@ def search(
         _fail(str(err), err.exit_code)
     elapsed = time.perf_counter() - start
     title = (f"{arch['id']} on {gpus} x {gpu}, batch {global_batch} x {seq_len}: best {result.height} of "
-             f"{n_evaluated:,} layouts ({elapsed:.2f} s) — {api.title_of('search', result).split(' — ', 1)[-1]}")
+             f"{n_evaluated:,} layouts ({elapsed:.2f} s) — {api.title_of('search', result).split(' — ', 1)[-1]}"
+             + api.overrides_note(scaleup_size, scaleup_gbps, scaleout_gbps, None, oversubscription, pod_size))
     if fmt == "table":
         render(result, fmt, out, title=title, table_columns=TABLE_COLUMNS)
     else:
