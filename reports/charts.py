@@ -333,14 +333,17 @@ def _vendor_facets(chart: alt.LayerChart, title: str) -> dict:
 
 def frontier_chart(fr: pl.DataFrame, title: str) -> dict:
     """Utilization vs training compute per accelerator, one panel per vendor; the frontier point of each as a large
-    dot. Click a legend entry to highlight one accelerator."""
-    d = data(fr.filter(pl.col("feasible")), ["gpu", "vendor", "training_flop", "params_h", "tokens_h", "n_gpus",
-                                              "layout", "utilization", "time_to_train_days", "cost", "is_frontier"])
+    dot, levels where the latency wall binds (the minimum step time, not data movement or memory, sets the
+    cluster size) as crosses. Click a legend entry to highlight one accelerator."""
+    cols = ["gpu", "vendor", "training_flop", "params_h", "tokens_h", "n_gpus", "layout", "utilization",
+            "time_to_train_days", "cost", "is_frontier", "binding"]
+    d = data(fr.filter(pl.col("feasible")), [c for c in cols if c in fr.columns])
     tip = [alt.Tooltip("gpu:N", title="accelerator"), alt.Tooltip("training_flop:Q", title="training FLOP", format=".2~e"),
            alt.Tooltip("params_h:N", title="parameters"), alt.Tooltip("tokens_h:N", title="tokens"),
            alt.Tooltip("n_gpus:Q", title="N", format=","), alt.Tooltip("layout:N"),
            alt.Tooltip("utilization:Q", format=".1%"), alt.Tooltip("time_to_train_days:Q", title="days", format=",.1f"),
-           alt.Tooltip("cost:N", title="cost")]
+           alt.Tooltip("cost:N", title="cost")] + ([alt.Tooltip("binding:N", title="binding constraint")]
+                                                   if "binding" in fr.columns else [])
     sel = alt.selection_point(fields=["gpu"], bind="legend")
     base = alt.Chart().encode(
         x=alt.X("training_flop:Q", title="training compute, 6·params·tokens (FLOP, log)", scale=alt.Scale(type="log"),
@@ -350,7 +353,11 @@ def frontier_chart(fr: pl.DataFrame, title: str) -> dict:
         opacity=alt.condition(sel, alt.value(0.9), alt.value(0.1)), tooltip=tip)
     line = base.mark_line().add_params(sel)
     top = base.transform_filter(alt.datum.is_frontier).mark_point(size=120, filled=True, stroke="black")
-    return _vendor_facets(alt.layer(line, top, data=d).properties(width=380, height=260), title)
+    layers = [line, top]
+    if "binding" in fr.columns:
+        layers.append(base.transform_filter(alt.datum.binding == "latency").mark_point(shape="cross", size=60,
+                                                                                        filled=True))
+    return _vendor_facets(alt.layer(*layers, data=d).properties(width=380, height=260), title)
 
 
 def choice_chart(df: pl.DataFrame, title: str) -> dict:

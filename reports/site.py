@@ -487,20 +487,36 @@ def _frontier_page(site: _Site, pngs: dict) -> Page:
            f"large dot marks each accelerator's frontier: the largest C whose utilization stays ≥ "
            f"{pct(minu) if minu else '?'} of its best. One panel per vendor; click a legend entry to highlight one "
            f"accelerator. <b>{html.escape(site.cal_note)}</b>.", "note")
-    if fr.filter(pl.col("feasible")).height:
-        pngs["frontier"] = page.chart(charts.frontier_chart(
-            fr, f"utilization vs training compute ({months or '?'}-month limit)"), "frontier")
-    else:
-        page.empty("No accelerator has a feasible configuration at any compute level: nothing to draw.")
+    sets = [(None, "")] if "assumptions" not in fr.columns else [
+        ("ideal", "ideal conditions (Epoch AI: perfect overlap, datasheet rates, no host overhead or GEMM-size ramp; "
+                  "latency stays)"),
+        ("realistic", "realistic (the calibrated model)")]
+    page.p("Two charts: the same sweep under ideal conditions and under the calibrated model. Crosses mark levels "
+           "where the latency wall binds: the minimum time per step (kernel and collective latencies) times the steps "
+           "the critical batch allows leaves no room for a larger cluster.", "note")
+    for name, label in sets:
+        sub = fr if name is None else fr.filter(pl.col("assumptions") == name)
+        key = "frontier" if name in (None, "realistic") else f"frontier-{name}"
+        if sub.filter(pl.col("feasible")).height:
+            chart = charts.frontier_chart(
+                sub, f"utilization vs training compute ({months or '?'}-month limit){', ' + label if label else ''}")
+            if name == "realistic" or name is None:
+                pngs["frontier"] = page.chart(chart, key)
+            else:
+                page.chart(chart, key)
+        else:
+            page.empty(f"No accelerator has a feasible configuration at any compute level{' under ' + name if name else ''}: "
+                       "nothing to draw.")
     top = fr.filter(pl.col("is_frontier")) if "is_frontier" in fr.columns else fr.clear()
     if top.height:
-        page.table(top.sort("training_flop", descending=True).select(
-            pl.col("gpu").alias("accelerator"), pl.col("training_flop").alias("training FLOP"),
+        lead = [pl.col("assumptions")] if "assumptions" in top.columns else []
+        page.table(top.sort(*(["assumptions"] if lead else []), "training_flop", descending=True).select(
+            *lead, pl.col("gpu").alias("accelerator"), pl.col("training_flop").alias("training FLOP"),
             pl.col("params").alias("parameters"), "tokens", pl.col("n_gpus").alias("N"), "layout",
             pl.col("utilization").alias("utilization"), pl.col("best_utilization").alias("best utilization"),
             pl.col("time_to_train_days").alias("days"), pl.col("cost_usd").alias("cost")),
             {"training FLOP": flop, "parameters": si, "tokens": si, "N": count, "utilization": pct,
-             "best utilization": pct, "days": days, "cost": usd}, {"accelerator": "hardware/{}.html"}, text=("layout",))
+             "best utilization": pct, "days": days, "cost": usd}, {"accelerator": "hardware/{}.html"}, text=("assumptions", "layout"))
     none = fr.filter(~pl.col("gpu").is_in(top["gpu"].to_list())).group_by("gpu").agg(pl.col("reason").drop_nulls()
                                                                                     .first())
     if none.height:
