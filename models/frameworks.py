@@ -11,7 +11,8 @@ Mapping from a source's words: ``framework_preset(framework, year)`` (the ``fram
 it), ``finetune_mode(model_name)`` (LoRA runs), ``reported_memory_gb(gpu_as_reported)`` (a capacity the source
 states, e.g. torchtitan's Grand Teton "H100-HBM2e-96GB" that the hardware table maps to the 80 GB SKU) and
 ``source_layout(runs)`` (a layout a source leaves unstated: the one it states for the same model elsewhere, else the
-stack's documented default).
+stack's documented default) and ``source_interleave(runs)`` (a pipeline interleave a source leaves unstated: the
+one it states for the same model and stage split elsewhere).
 """
 
 from __future__ import annotations
@@ -257,6 +258,28 @@ def source_layout(runs: pl.DataFrame) -> pl.DataFrame:
                                         pl.col("_sib_tp"), pl.col("_sib_pp")))
         .when(use_def).then(d_rule.cast(pl.Utf8)).otherwise(pl.lit(None, dtype=pl.Utf8)).alias("layout_rule"),
     ).drop("_sib_tp", "_sib_pp", "_stack")
+
+
+def source_interleave(runs: pl.DataFrame) -> pl.DataFrame:
+    """`runs` with `vpp` filled where a pipelined run (pp > 1) leaves the interleave unstated but the same source
+    states one for the same architecture, stack (memory preset) and (tp, pp) in its other rows (the most frequent;
+    the largest on a tie), and a boolean column `vpp_from_source`. An interleave is a property of the stage split
+    (layers per stage / chunks), not of the cluster size: MLPerf's GPT-3 submissions state vpp 12 with tp 4 x pp 8
+    in v3.0 and leave it unstated in v3.1 for the same configuration. Other rows keep their vpp (null: 1 later).
+    Needs columns source, arch_id, framework, year, tp, pp, vpp."""
+    keyed = runs.with_columns(framework_preset("framework", "year").alias("_stack"))
+    key = ["source", "arch_id", "_stack", "tp", "pp"]
+    stated = keyed.filter(pl.col("vpp").is_not_null() & (pl.col("pp") > 1) & pl.col("arch_id").is_not_null())
+    sib = (stated.group_by(*key, "vpp").len()
+           .sort(["len", "vpp"], descending=[True, True])
+           .group_by(*key, maintain_order=True).first()
+           .select(*key, pl.col("vpp").alias("_sib_vpp")))
+    out = keyed.join(sib, on=key, how="left", nulls_equal=True)
+    use = pl.col("vpp").is_null() & (pl.col("pp") > 1) & pl.col("_sib_vpp").is_not_null()
+    return out.with_columns(
+        pl.when(use).then(pl.col("_sib_vpp")).otherwise(pl.col("vpp")).cast(pl.Int64).alias("vpp"),
+        use.fill_null(False).alias("vpp_from_source"),
+    ).drop("_sib_vpp", "_stack")
 
 
 # ---- to memory_per_gpu ---------------------------------------------------------------------------------------------

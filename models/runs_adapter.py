@@ -6,6 +6,7 @@ never silently rests on a guess:
 
 | gap | rule | why |
 |---|---|---|
+| vpp empty with pp > 1, stated by the same source for the same architecture, stack and tp x pp | that vpp (the most frequent) | an interleave belongs to the stage split, not the cluster size (MLPerf GPT-3: vpp 12 at tp 4 x pp 8 stated in v3.0, unstated in v3.1) |
 | tp, pp, cp, ep, vpp empty | 1 | the sources state every degree they use |
 | tp, pp empty but dp stated (dp < n_gpus) | model-parallel size n_gpus/(dp*cp): tp = min(that, scale-up domain), pp = the rest | Megatron-LM's layout: tensor parallel inside the node, pipeline across (Narayanan et al. 2021, section 3.3) |
 | tp, pp, dp all empty and tp=pp=1 impossible | the smallest tp*pp (tp <= scale-up domain first, then pp) that divides n_gpus, leaves a dp dividing the batch and fits in memory (`resolve_layout`) | the framework default of a model-parallel stack: as little model parallelism as fits |
@@ -183,6 +184,12 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
         if c not in r.columns:
             r = r.with_columns(pl.lit(None, dtype=dtype).alias(c))
     notes: list[pl.Expr] = []
+    from models import frameworks as fw
+
+    if "source" in r.columns and "arch_id" in r.columns:
+        r = fw.source_interleave(r)
+    else:
+        r = r.with_columns(pl.lit(False).alias("vpp_from_source"))
 
     def note(cond: pl.Expr, text: str) -> None:
         notes.append(pl.when(cond).then(pl.lit(text)))
@@ -192,6 +199,7 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     megatron = _has_any("framework", MEGATRON_STACKS)
     r = r.with_columns(fw.framework_preset("framework", "year"))  # memory_preset: the stack's memory behaviour
     ratio = pl.col("ffn_dim").cast(pl.Float64) / pl.col("d_model").cast(pl.Float64)
+    note(pl.col("vpp_from_source"), "vpp from the same source's runs of this model and tp x pp")
     note(pl.col("sharding").is_null(), "sharding from framework default")
     note(pl.col("dtype").is_null(), "dtype=bf16")
     note(pl.col("gpus_per_node").is_null(), "gpus_per_node=scale-up domain")

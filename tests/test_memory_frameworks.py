@@ -6,6 +6,7 @@ import pytest
 
 from models.accounting import layer_shapes, normalize_arch, param_counts
 from models.frameworks import (
+    source_interleave,
     PRESETS,
     finetune_mode,
     framework_preset,
@@ -269,6 +270,22 @@ def test_source_layout_fills_from_siblings_then_stack_defaults():
     rules = out["layout_rule"].to_list()
     assert rules[0] is None and "same source" in rules[2] and "MaxText" in rules[3] and "Habana" in rules[4]
     assert rules[5] is None
+
+
+def test_source_interleave_takes_the_same_sources_vpp_for_the_same_stage_split_only():
+    """MLPerf v3.0 states vpp 12 for GPT-3 at tp 4 x pp 8; v3.1 rows of the same configuration leave it out."""
+    runs = pl.DataFrame({
+        "run_id": ["v30", "v31", "v31-tp8", "v31-pp1", "stated", "elsewhere"],
+        "source": ["mlperf"] * 5 + ["other"],
+        "arch_id": ["gpt3"] * 6,
+        "framework": ["NeMo"] * 6, "year": [2023] * 6,
+        "tp": [4, 4, 8, 4, 4, 4], "pp": [8, 8, 8, 1, 8, 8], "vpp": [12, None, None, None, 2, None],
+    }, schema_overrides={"vpp": pl.Int64})
+    out = source_interleave(runs).sort("run_id")
+    got = dict(zip(out["run_id"], out["vpp"]))
+    assert got == {"v30": 12, "v31": 12, "v31-tp8": None, "v31-pp1": None, "stated": 2, "elsewhere": None}
+    assert dict(zip(out["run_id"], out["vpp_from_source"]))["v31"] is True
+    assert sum(out["vpp_from_source"]) == 1
 
 
 def test_maxtext_remat_policies_order_as_documented():
