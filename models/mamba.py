@@ -160,3 +160,18 @@ def hybrid_shape_complete(a: dict) -> bool:
     if "M" not in str(a["layer_pattern"]):
         return True
     return all(a.get(k) for k in ("mamba_n_heads", "mamba_head_dim", "mamba_n_groups", "mamba_state_dim"))
+
+
+def hybrid_params_b(frame: pl.DataFrame) -> np.ndarray:
+    """Total parameters (billions) of the rows of a config frame (architecture columns + layer_pattern), counted
+    by models.accounting (hybrid rows by block kind)."""
+    from models.accounting import ARCH_COLUMNS, param_counts
+
+    arr = {c: frame[c].cast(pl.Float64, strict=False).fill_null(np.nan).to_numpy()
+           for c in ARCH_COLUMNS if c in frame.columns and c != "activation"}
+    arr["activation"] = (frame["activation"] == "swiglu").cast(pl.Float64).fill_null(0.0).to_numpy()
+    enc = frame.select(pattern_count_exprs("layer_pattern")
+                       + [pl.col(c).cast(pl.Float64, strict=False) if c in frame.columns
+                          else pl.lit(None, dtype=pl.Float64).alias(c) for c in SHAPE_COLUMNS])
+    arr.update({c: enc[c].fill_null(np.nan).to_numpy() for c in enc.columns})
+    return param_counts(arr)["params"] / 1e9

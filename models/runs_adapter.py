@@ -257,6 +257,7 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
                         "mamba_head_dim, mamba_n_groups, mamba_state_dim; Mamba-1 mixers are not modelled)",
                         pl.col("arch"))),
         pl.when(pl.col("scaleup_size").is_null()).then(pl.lit("hardware not resolvable")),
+        _hybrid_size_mismatch(out),
     ]
     if "hardware_error" in out.columns:
         problems.append(pl.col("hardware_error"))
@@ -274,6 +275,26 @@ def _hybrid_shape_known() -> pl.Expr:
     mamba = pl.col("layer_pattern").cast(pl.Utf8).str.contains("M", literal=True).fill_null(True)
     shape = pl.all_horizontal([pl.col(c).is_not_null() for c in HYBRID_SHAPE_COLUMNS[1:]])
     return pl.col("layer_pattern").is_not_null() & (~mamba | shape)
+
+
+def _hybrid_size_mismatch(out: pl.DataFrame) -> pl.Expr:
+    """Hybrid rows whose counted parameters are off the architecture table's stated size (`arch_params_b`) by more
+    than HYBRID_SIZE_TOLERANCE: a part of the shape is missing from the table (Nemotron 3 Super's latent MoE width,
+    moe_latent_size), so a prediction would rest on a wrong model."""
+    from models.mamba import hybrid_params_b
+
+    if "arch_params_b" not in out.columns or "layer_pattern" not in out.columns or not out.height:
+        return pl.lit(None, dtype=pl.Utf8)
+    counted = pl.Series(hybrid_params_b(out))
+    off = (counted / pl.col("arch_params_b") - 1.0).abs() > HYBRID_SIZE_TOLERANCE
+    return pl.when(pl.col("layer_pattern").is_not_null() & off).then(pl.format(
+        "hybrid shape incomplete: {} B parameters counted, the architecture table states {} B (a part such as a "
+        "latent MoE width, moe_latent_size, is not in the table)", counted.round(1), pl.col("arch_params_b")))
+
+
+#: counted vs stated size of a hybrid row beyond which its table shape is taken as incomplete (nominal sizes in
+#: model names are rounded: Nemotron 3 Nano "30B" is 31.6 B)
+HYBRID_SIZE_TOLERANCE = 0.25
 
 
 def _lora_fraction(out: pl.DataFrame) -> pl.DataFrame:

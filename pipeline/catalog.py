@@ -119,7 +119,8 @@ def fill_from_architectures(runs: pl.DataFrame, measurements: Path) -> pl.DataFr
     out = runs.with_columns(normalize_expr("model_name").alias("_name_key")).join(keys, on="_name_key", how="left")
     out = out.drop("_name_key")
     fill = [c for c in ("arch", *ARCH_MODEL_COLUMNS, *ARCH_HYBRID_COLUMNS) if c in arch.columns]
-    shapes = arch.select("id", *fill).rename({c: f"_a_{c}" for c in fill})
+    fill_src = fill + (["params_b"] if "params_b" in arch.columns and "params_b" not in fill else [])
+    shapes = arch.select("id", *fill_src).rename({c: f"_a_{c}" for c in fill_src})
     out = out.join(shapes, left_on="arch_id", right_on="id", how="left")
     exprs = []
     for c in fill:
@@ -129,6 +130,8 @@ def fill_from_architectures(runs: pl.DataFrame, measurements: Path) -> pl.DataFr
             exprs.append(pl.coalesce(pl.col(c), pl.col(f"_a_{c}").cast(out.schema[c], strict=False)).alias(c))
         else:
             exprs.append(pl.col(f"_a_{c}").alias(c))
+    if "params_b" in arch.columns:  # the table's stated size, for the hybrid completeness check (runs_adapter)
+        exprs.append(pl.col("_a_params_b").cast(pl.Float64, strict=False).alias("arch_params_b"))
     return out.with_columns(exprs).drop([c for c in out.columns if c.startswith("_a_")])
 
 
