@@ -156,3 +156,14 @@ def test_mamba1_hybrid_is_refused(hw):  # noqa: F811
 
 
 
+
+
+def test_a_hybrid_whose_table_shape_is_incomplete_is_refused():
+    """Nemotron 3 Super's latent MoE width is not in the table: the counted size is far off the stated 120 B."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    result = CliRunner().invoke(app, ["predict", "--model", "nemotron-3-super", "--gpu", "gb200", "--gpus", "64",
+                                      "--global-batch", "512", "--seq-len", "8192", "--tp", "2", "--ep", "64"])
+    assert result.exit_code == 2 and "moe_latent_size" in result.stderr
