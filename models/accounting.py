@@ -28,6 +28,7 @@ from typing import Mapping
 
 import numpy as np
 
+from models import mamba
 from models.params import ACTIVATION_CODES
 
 ArrayDict = Mapping[str, np.ndarray]
@@ -115,7 +116,7 @@ def normalize_arch(a: ArrayDict) -> dict[str, np.ndarray]:
     nd = _get(a, "n_dense_layers", 0.0)
     tied = _get(a, "tied_embeddings", 0.0)
     act = _get(a, "activation", 0.0)
-    return {
+    out = {
         "n_layers": L,
         "d_model": h,
         "n_heads": heads,
@@ -131,6 +132,75 @@ def normalize_arch(a: ArrayDict) -> dict[str, np.ndarray]:
         "n_dense_layers": nd,
         "tied_embeddings": tied,
     }
+    if "hybrid" in a:  # already normalized (the shared-expert multiple is applied)
+        out["hybrid"] = a["hybrid"]
+    elif any(a.get(k) is not None for k in mamba.COUNT_COLUMNS):
+        hy = mamba.hybrid_shapes(a, L, h)
+        if np.any(hy["hybrid"]):
+            out["hybrid"] = hy
+            # Nemotron 3: one shared expert of shared_expert_ffn_dim = an integer multiple of expert_ffn_dim;
+            # counted as that many expert-sized shared experts (same weights, FLOPs and bytes)
+            sf = hy["shared_expert_ffn_dim"]
+            wide = hy["hybrid"] & np.isfinite(sf) & (sf > 0) & (fe > 0)
+            if np.any(wide):
+                out["n_shared_experts"] = np.where(wide, np.minimum(ns, 1.0) * sf / np.where(wide, fe, 1.0), ns)
+    return out
+
+
+def hybrid_param_counts(ar: ArrayDict, sh: ArrayDict) -> dict[str, np.ndarray]:
+    """Parameters of hybrid rows (``ar["hybrid"]``, models.mamba) by block kind: every block carries an RMSNorm
+    gain (d_model) and one mixer; no biases (Nemotron-H configs: attention_bias, mlp_bias, use_bias false).
+    MoE blocks: router h*E, routed experts mlp_mats x w x expert_ffn with w = moe_latent_size when given
+    (Megatron-Core latent MoE: fc1/fc2_latent_proj h <-> latent, 2 h latent) else d_model, shared experts on
+    d_model. Returns blocks_dense (every block parameter but the routed experts), blocks_expert (routed experts),
+    params, active_params, matmul_params_layers_active and, per block, attn / mlp / moe_active / mamba matmul
+    weights."""
+    hy = ar["hybrid"]
+    h, V, E, k, ns = ar["d_model"], ar["vocab"], ar["n_experts"], ar["top_k"], ar["n_shared_experts"]
+    fe, mats = ar["expert_ffn_dim"], sh["mlp_mats"]
+    nM, nA, nF, nE = (hy[c] for c in mamba.COUNT_COLUMNS)
+    lat = hy["moe_latent_size"]
+    has_lat = np.isfinite(lat) & (lat > 0)
+    expert = mats * np.where(has_lat, lat, h) * fe
+    moe_common = h * E + ns * mats * h * fe + np.where(has_lat, 2.0 * h * np.where(has_lat, lat, 0.0), 0.0)
+    mamba_m = np.nan_to_num(hy["matmul"])
+    blocks_dense = nA * sh["attn_matmul"] + nF * sh["dense_mlp_matmul"] + nE * moe_common \
+        + nM * (mamba_m + np.nan_to_num(hy["other"])) + (nA + nF + nE + nM) * h
+    blocks_expert = nE * E * expert
+    tied = np.minimum(np.maximum(ar["tied_embeddings"], 0.0), 1.0)
+    embed = V * h * (2.0 - tied)
+    moe_active = k * expert + moe_common
+    matmul_layers = nA * sh["attn_matmul"] + nF * sh["dense_mlp_matmul"] + nE * moe_active + nM * mamba_m
+    return {
+        "blocks_dense": blocks_dense,
+        "blocks_expert": blocks_expert,
+        "params": blocks_dense + blocks_expert + embed + h,
+        "active_params": blocks_dense + nE * k * expert + embed + h,
+        "matmul_params_layers_active": matmul_layers,
+        "embedding_params": embed,
+        "expert_matmul": expert,
+        "moe_active_matmul": moe_active,
+        "mamba_matmul": mamba_m,
+    }
+
+
+def hybrid_flops_per_token(ar: ArrayDict, pc: ArrayDict, seq_len, recompute):
+    """(model, hardware) FLOPs per token of hybrid rows: 6 x matmul params + attention core of the attention
+    blocks only (12 n_attn s q) + 3 x the SSD scan forward of the Mamba blocks (models.mamba); recompute as for
+    transformers: full + one forward of every block, selective + the attention core."""
+    hy = ar["hybrid"]
+    s = _f(seq_len)
+    q = ar["n_heads"] * ar["head_dim"]
+    nA, nM = hy["n_attn_layers"], hy["n_mamba_layers"]
+    ssd = nM * np.nan_to_num(mamba.ssd_flops_per_token(hy["mamba_n_heads"], hy["mamba_head_dim"],
+                                                       hy["mamba_n_groups"], hy["mamba_state_dim"],
+                                                       hy["mamba_chunk_size"]))
+    attn_fwd = 4.0 * nA * s * q
+    model = 6.0 * pc["matmul_params_active"] + 3.0 * attn_fwd + 3.0 * ssd
+    rc = np.asarray(recompute)
+    extra = np.where(rc == 2, 2.0 * pc["matmul_params_layers_active"] + attn_fwd + ssd,
+                     np.where(rc == 1, attn_fwd, 0.0))
+    return model, model + extra
 
 
 def layer_shapes(arch: ArrayDict) -> dict[str, np.ndarray]:
@@ -230,7 +300,7 @@ def param_counts(a: ArrayDict, *, normalized: bool = False, shapes: ArrayDict | 
     else:
         total = base
         active = base.copy() if isinstance(base, np.ndarray) else base
-    return {
+    out = {
         "params": total,
         "active_params": active,
         "matmul_params_layers_active": matmul_layers_active,
@@ -238,6 +308,14 @@ def param_counts(a: ArrayDict, *, normalized: bool = False, shapes: ArrayDict | 
         "matmul_params_active": matmul_layers_active + lm_head,
         "embedding_params": embed,
     }
+    if "hybrid" in ar:  # hybrid rows: counted by block kind (models.mamba); other rows as above
+        hyb = ar["hybrid"]["hybrid"]
+        hc = hybrid_param_counts(ar, sh)
+        for key in ("params", "active_params", "matmul_params_layers_active", "embedding_params"):
+            out[key] = np.where(hyb, hc[key], out[key])
+        out["matmul_params_active"] = out["matmul_params_layers_active"] + lm_head
+        out["hybrid_counts"] = hc
+    return out
 
 
 def model_flops_per_token(a: ArrayDict, seq_len) -> np.ndarray:
@@ -246,7 +324,10 @@ def model_flops_per_token(a: ArrayDict, seq_len) -> np.ndarray:
     pc = param_counts(ar)
     s = _f(seq_len)
     q = ar["n_heads"] * ar["head_dim"]
-    return 6.0 * pc["matmul_params_active"] + 12.0 * ar["n_layers"] * s * q
+    out = 6.0 * pc["matmul_params_active"] + 12.0 * ar["n_layers"] * s * q
+    if "hybrid" in ar:
+        out = np.where(ar["hybrid"]["hybrid"], hybrid_flops_per_token(ar, pc, s, 0)[0], out)
+    return out
 
 
 def recompute_flops_per_token(a: ArrayDict, seq_len, recompute) -> np.ndarray:
@@ -257,7 +338,11 @@ def recompute_flops_per_token(a: ArrayDict, seq_len, recompute) -> np.ndarray:
     q = ar["n_heads"] * ar["head_dim"]
     attn_fwd = 4.0 * ar["n_layers"] * s * q
     rc = np.asarray(recompute)
-    return np.where(rc == 2, 2.0 * pc["matmul_params_layers_active"] + attn_fwd, np.where(rc == 1, attn_fwd, 0.0))
+    out = np.where(rc == 2, 2.0 * pc["matmul_params_layers_active"] + attn_fwd, np.where(rc == 1, attn_fwd, 0.0))
+    if "hybrid" in ar:
+        model, hw = hybrid_flops_per_token(ar, pc, s, rc)
+        out = np.where(ar["hybrid"]["hybrid"], hw - model, out)
+    return out
 
 
 def hardware_flops_per_token(a: ArrayDict, seq_len, recompute) -> np.ndarray:

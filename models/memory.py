@@ -171,6 +171,34 @@ def activation_bytes_per_layer(
     return scale * np.where(rc == 2, checkpoint, np.where(rc == 1, kept, kept + scores))
 
 
+def hybrid_activation_bytes(hy, act_args, q_dim, kv_dim, mlp_width, moe_width, recompute, scores_stored,
+                            dropout_mask_elems):
+    """Hybrid rows (models.mamba): (stored elements of the mean block, working set of the heaviest block) for
+    one micro-batch, in the units of ``_activation_elems``. Each block keeps its norm input and mixer input
+    (replicated 4 + half the dropout masks, i.e. half of a transformer layer's 8 + m_d) and its mixer's sharded
+    tensors: attention 4q + 4kv (+ scores on attention blocks only), MLP c_f F, MoE c_f F_moe + dispatch copies,
+    Mamba-2 `models.mamba.activation_bytes_per_token`. Selective recompute drops the attention scores (Megatron's
+    core-attention recompute; Mamba blocks have no selective option); full recompute keeps each block's input
+    2h and the working set of its heaviest block."""
+    from models import mamba
+
+    L = sum(hy[c] for c in mamba.COUNT_COLUMNS)
+    L = np.where(L > 0, L, 1.0)
+    nM, nA, nF, nE = (hy[c] / L for c in mamba.COUNT_COLUMNS)
+    rep, m_sh = mamba.activation_bytes_per_token(act_args[2], hy["d_inner"], hy["bc"], hy["mamba_n_heads"],
+                                                 dropout_mask_elems)
+    m_sh = np.nan_to_num(m_sh)
+    a_sh = 4.0 * (q_dim + kv_dim)
+    mean_sh = nA * a_sh + nF * mlp_width + nE * moe_width + nM * m_sh
+    kept, scores, checkpoint = _activation_elems(*act_args, mean_sh, rep, scores_stored)
+    rc = np.asarray(recompute)
+    stored = np.where(rc == 2, checkpoint, np.where(rc == 1, kept, kept + nA * scores))
+    heaviest = np.maximum(np.maximum((nA > 0) * a_sh, (nF > 0) * mlp_width), np.maximum((nE > 0) * moe_width,
+                                                                                      (nM > 0) * m_sh))
+    work = _activation_elems(*act_args, heaviest, rep, scores_stored)[0] + (nA > 0) * scores
+    return stored, (rc == 2) * work
+
+
 def memory_per_gpu(
     *,
     arch: Mapping[str, np.ndarray],
@@ -283,6 +311,16 @@ def memory_per_gpu(
     else:
         dense_local = (Ls * plc + Ls * dense_mlp + embed_stage) * inv_t
         expert_local = np.zeros(np.shape(dense_local))
+    hy = arch.get("hybrid")
+    if hy is not None:  # hybrid rows: the stage holds Ls of the n_layers blocks (models.mamba)
+        from models.accounting import hybrid_param_counts
+
+        hyb = hy["hybrid"]
+        hc = hybrid_param_counts(arch, shapes)
+        frac = Ls / L
+        e_h = np.maximum(e, 1.0)
+        dense_local = np.where(hyb, (frac * hc["blocks_dense"] + embed_stage) * inv_t, dense_local)
+        expert_local = np.where(hyb, frac * hc["blocks_expert"] / e_h * inv_t, expert_local)
 
     # sharding: weights sharded by codes 3-5, gradients by 2-5, optimizer state by 1-5; the
     # data-parallel group is dp*cp (routed experts: dp*cp/ep); HSDP (5) shards inside the node
@@ -318,6 +356,8 @@ def memory_per_gpu(
             layer_local = (plc + np.where(is_moe, ns_expert + E_expert_e, dense_mlp)) * inv_t
         else:
             layer_local = (plc + dense_mlp) * inv_t
+        if hy is not None:  # two of the stage's blocks (mean block)
+            layer_local = np.where(hyb, 2.0 * (dense_local + expert_local) / np.maximum(Ls, 1.0), layer_local)
         prefetch = 2.0 * wb * layer_local
         if fsdp_unsharded_stage is not None and np.any(fsdp_unsharded_stage):
             # FSDP without reshard-after-forward (torchtitan with pp > 1): the whole stage's 16-bit
@@ -377,6 +417,12 @@ def memory_per_gpu(
     else:
         working = 0.0
     working = working + recomputed
+    if hy is not None:
+        h_stored, h_working = hybrid_activation_bytes(
+            hy, act_args, shapes["q_dim"], shapes["kv_dim"], cf * F_d,
+            cf * ((k + ns) * arch["expert_ffn_dim"]) + 2.0 * h * k, rc, ass, params.dropout_mask_elems)
+        stored = np.where(hyb, h_stored, stored)
+        working = np.where(hyb, scale * h_working, working)
     stage_acts = scale * stored * Ls
     if act_offload_frac is not None:
         stage_acts = stage_acts * (1.0 - _f(act_offload_frac))

@@ -251,21 +251,58 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
         out = out.with_columns(pl.coalesce(fw.reported_memory_gb("gpu_as_reported"), pl.col("memory_gb"))
                                .alias("memory_gb"))
     out = _lora_fraction(out)
+    out = out.with_columns([pl.lit(None, dtype=pl.Utf8 if c == "layer_pattern" else pl.Int64).alias(c)
+                            for c in HYBRID_SHAPE_COLUMNS if c not in out.columns])
     problems = [
         pl.when(pl.col("n_gpus").is_null()).then(pl.lit("n_gpus not stated (whole-run totals cannot be predicted)")),
         pl.when(pl.col("n_layers").is_null() | pl.col("d_model").is_null() | pl.col("n_heads").is_null())
         .then(pl.lit("architecture shape unknown (no n_layers/d_model/n_heads and no architectures alias)")),
         pl.when((pl.col("arch") != "dense") & ~pl.col("arch").str.contains("hybrid") & (pl.col("n_experts") == 0))
         .then(pl.format("{} architecture without expert shapes", pl.col("arch"))),
-        # Mamba blocks are not in the step-time model yet: refuse rather than count them as transformer layers
-        pl.when(pl.col("arch").str.contains("hybrid"))
-        .then(pl.format("{} architecture: Mamba layers are not modelled yet", pl.col("arch"))),
+        # hybrids are modelled block by block (models.mamba) when the table gives the pattern and Mamba-2 shape
+        pl.when(pl.col("arch").str.contains("hybrid") & ~_hybrid_shape_known())
+        .then(pl.format("{} architecture without a complete Mamba-2 shape (layer_pattern, mamba_n_heads, "
+                        "mamba_head_dim, mamba_n_groups, mamba_state_dim; Mamba-1 mixers are not modelled)",
+                        pl.col("arch"))),
         pl.when(pl.col("scaleup_size").is_null()).then(pl.lit("hardware not resolvable")),
+        _hybrid_size_mismatch(out),
     ]
     if "hardware_error" in out.columns:
         problems.append(pl.col("hardware_error"))
     return out.with_columns(pl.concat_str(problems, separator="; ", ignore_nulls=True).replace("", None)
                             .alias("config_error"))
+
+
+#: what a hybrid row needs for the step-time model (models.mamba; chunk size and conv width have defaults)
+HYBRID_SHAPE_COLUMNS = ("layer_pattern", "mamba_n_heads", "mamba_head_dim", "mamba_n_groups", "mamba_state_dim")
+
+
+def _hybrid_shape_known() -> pl.Expr:
+    """A hybrid row the step-time model can predict: a layer_pattern and, when it has Mamba blocks, the Mamba-2
+    heads, head dim, groups and state size."""
+    mamba = pl.col("layer_pattern").cast(pl.Utf8).str.contains("M", literal=True).fill_null(True)
+    shape = pl.all_horizontal([pl.col(c).is_not_null() for c in HYBRID_SHAPE_COLUMNS[1:]])
+    return pl.col("layer_pattern").is_not_null() & (~mamba | shape)
+
+
+def _hybrid_size_mismatch(out: pl.DataFrame) -> pl.Expr:
+    """Hybrid rows whose counted parameters are off the architecture table's stated size (`arch_params_b`) by more
+    than HYBRID_SIZE_TOLERANCE: a part of the shape is missing from the table (Nemotron 3 Super's latent MoE width,
+    moe_latent_size), so a prediction would rest on a wrong model."""
+    from models.mamba import hybrid_params_b
+
+    if "arch_params_b" not in out.columns or "layer_pattern" not in out.columns or not out.height:
+        return pl.lit(None, dtype=pl.Utf8)
+    counted = pl.Series(hybrid_params_b(out))
+    off = (counted / pl.col("arch_params_b") - 1.0).abs() > HYBRID_SIZE_TOLERANCE
+    return pl.when(pl.col("layer_pattern").is_not_null() & off).then(pl.format(
+        "hybrid shape incomplete: {} B parameters counted, the architecture table states {} B (a part such as a "
+        "latent MoE width, moe_latent_size, is not in the table)", counted.round(1), pl.col("arch_params_b")))
+
+
+#: counted vs stated size of a hybrid row beyond which its table shape is taken as incomplete (nominal sizes in
+#: model names are rounded: Nemotron 3 Nano "30B" is 31.6 B)
+HYBRID_SIZE_TOLERANCE = 0.25
 
 
 def _lora_fraction(out: pl.DataFrame) -> pl.DataFrame:

@@ -14,7 +14,8 @@ import numpy as np
 import polars as pl
 
 from models import collectives as coll
-from models.accounting import normalize_arch, layer_shapes, param_counts
+from models import mamba
+from models.accounting import hybrid_flops_per_token, normalize_arch, layer_shapes, param_counts
 from models.fastops import clip, divisible
 from models.hardware import A100_TFLOPS_PER_SM, choose_peak, peak_table
 from models.memory import GB, memory_per_gpu
@@ -74,20 +75,25 @@ ERR_CP_SEQ = 1 << 7
 ERR_CATEGORY = 1 << 8
 ERR_HARDWARE = 1 << 9
 ERR_MEMORY = 1 << 10
+ERR_HYBRID = 1 << 11
 ERROR_MESSAGES = {
     ERR_BAD_VALUE: "a required numeric input is missing, non-finite or not positive",
     ERR_GPU_PRODUCT: "tp*pp*cp*dp != n_gpus",
     ERR_BATCH: "global_batch_seqs is not divisible by dp*micro_batch",
-    ERR_HEADS_TP: "n_heads (or n_kv_heads) not divisible by tp",
+    ERR_HEADS_TP: "n_heads (or n_kv_heads, or a hybrid's Mamba heads/groups) not divisible by tp",
     ERR_PP_LAYERS: "pp > n_layers",
     ERR_EP: "invalid ep (ep>1 needs an MoE model, ep | n_experts and ep | dp or ep | tp*cp*dp)",
     ERR_VPP: "invalid vpp (vpp>1 needs pp>1, micro-batches divisible by pp and >= vpp layers per stage)",
-    ERR_CP_SEQ: "seq_len not divisible by cp",
+    ERR_CP_SEQ: "seq_len not divisible by cp (hybrids: or Mamba heads not divisible by tp*cp, or Mamba groups per "
+                "tp rank neither a multiple nor a divisor of cp)",
     ERR_CATEGORY: "unknown activation/sharding/recompute/dtype value",
     ERR_HARDWARE: "hardware has no peak for this dtype or lacks a required bandwidth/memory value (or an "
                   "oversubscription < 1, or a pod_size below the scale-up domain)",
+    ERR_HYBRID: "hybrid layer_pattern without a complete Mamba-2 shape (mamba_n_heads, mamba_head_dim, "
+                "mamba_n_groups, mamba_state_dim) or whose blocks do not add up to n_layers (Jamba's Mamba-1 "
+                "mixers are not modelled)",
 }
-INVALID_MASK = (ERR_MEMORY - 1)  # every bit except memory
+INVALID_MASK = ((ERR_HYBRID << 1) - 1) & ~ERR_MEMORY  # every bit except memory
 
 OUTPUT_COLUMNS = (
     "feasible",
@@ -190,12 +196,72 @@ def predict_arrays(a: Mapping[str, np.ndarray], params: PhysParams = DEFAULT) ->
     return out
 
 
+def _hybrid_validity(err: np.ndarray, hy: Mapping[str, np.ndarray], t: np.ndarray, c: np.ndarray) -> None:
+    """Error bits of hybrid rows: an incomplete shape; Megatron-Core MambaMixer asserts nheads % tp == 0 and
+    ngroups % tp == 0; MambaContextParallel asserts nheads % (tp*cp) == 0 and that groups per tp rank are a
+    multiple or a divisor of cp (models.mamba)."""
+    _flag(err, hy["shape_bad"], ERR_HYBRID)
+    m = hy["hybrid"] & (hy["n_mamba_layers"] > 0) & ~hy["shape_bad"]
+    nh, G = hy["mamba_n_heads"], hy["mamba_n_groups"]
+    _flag(err, m & ~(divisible(nh, t) & divisible(G, t)), ERR_HEADS_TP)
+    gl = G / t
+    cp_ok = divisible(nh, t * c) & (divisible(gl, c) | divisible(c, np.maximum(gl, 1.0)))
+    _flag(err, m & (c > 1) & ~cp_ok, ERR_CP_SEQ)
+
+
+def _hybrid_stage(hy: Mapping[str, np.ndarray], arch: Mapping[str, np.ndarray], pc: Mapping, v: Mapping,
+                  P: PhysParams) -> dict[str, np.ndarray]:
+    """Forward and backward time of one micro-batch through the stage's blocks of hybrid rows (docs/model.md,
+    "Hybrid Mamba-Transformer blocks"). ``v``: the driver's per-row quantities (L, Ls, T, t, e, aT, aTt, wrt,
+    Tt2, h2, act_b, inv_rate, inv_hbm, wh, peaks, t_attn_gemm, t_core, t_mlp_d, ew_common, ew_scores, aTt_ef,
+    F_dense, n_mats). The stage holds Ls = ceil(n_layers/pp) blocks in the proportions of the pattern; a block
+    carries half of a transformer layer's h-wide element-wise traffic (one norm and one residual add)."""
+    hc = pc["hybrid_counts"]
+    frac = v["Ls"] / v["L"]
+    nM, nA, nF, nE = (frac * hy[c_] for c_ in mamba.COUNT_COLUMNS)
+    inv_rate, inv_hbm, wh, Tt2, aT, aTt, wrt = (v[x] for x in ("inv_rate", "inv_hbm", "wh", "Tt2", "aT", "aTt",
+                                                                "wrt"))
+    n_mats, aTt_ef = v["n_mats"], v["aTt_ef"]
+    ew_half = 0.5 * v["ew_common"]
+    # attention and MLP blocks: the transformer's GEMMs, core and element-wise traffic, split by block
+    gemm_attn = v["t_attn_gemm"] + v["t_core"]
+    t_ew_attn = (ew_half + v["ew_scores"]) * inv_hbm
+    t_ew_mlp = (ew_half + aTt_ef * v["F_dense"]) * inv_hbm
+    # MoE blocks: routed experts (latent width when given), shared experts, router (+ latent projections)
+    k, ns, fe = arch["top_k"], arch["n_shared_experts"], arch["expert_ffn_dim"]
+    kns = k + ns
+    exp_w, moe_act = hc["expert_matmul"], hc["moe_active_matmul"]
+    lat = hy["moe_latent_size"]
+    n_lat_gemms = 2.0 * (np.isfinite(lat) & (lat > 0))
+    moe_bytes = wrt * (np.where(arch["n_experts"] > 0, arch["n_experts"] / v["e"], 0.0) * exp_w
+                       + moe_act - k * exp_w) + aT * (v["h2"] * (1.0 + k)) + aTt * (n_mats * kns * fe)
+    t_moe = np.maximum(Tt2 * moe_act * inv_rate + (n_mats * kns + n_lat_gemms) * wh, moe_bytes * inv_hbm)
+    t_ew_moe = (ew_half + aTt_ef * (kns * fe)) * inv_hbm
+    # Mamba blocks: in_proj + out_proj GEMMs, SSD scan (16-bit tensor-core roofline), conv + gated norm traffic
+    mm = hc["mamba_matmul"]
+    m_bytes = wrt * mm + aT * v["h2"] + aTt * (hy["in_proj_out"] + hy["d_inner"])
+    t_m_gemm = np.maximum(Tt2 * mm * inv_rate + 2.0 * wh, m_bytes * inv_hbm)
+    ssd_rate = v["peaks"][0] * (1e12 * P.attn_eff * P.kernel_eff)
+    shape = (hy["mamba_n_heads"], hy["mamba_head_dim"], hy["mamba_n_groups"], hy["mamba_state_dim"],
+             hy["mamba_chunk_size"])
+    tok_t = v["T"] / v["t"]  # heads and groups are split over tp
+    t_scan = np.maximum(tok_t * mamba.ssd_flops_per_token(*shape) / ssd_rate,
+                        tok_t * mamba.ssd_bytes_per_token(*shape, v["act_b"]) * inv_hbm)
+    t_ew_m = (ew_half + aTt * mamba.elementwise_elems_per_token(hy["conv_dim"], hy["d_inner"])) * inv_hbm
+    m_core = np.nan_to_num(t_m_gemm + t_scan)
+    t_ew_m = np.nan_to_num(t_ew_m)
+    gemm = nA * gemm_attn + nF * v["t_mlp_d"] + nE * t_moe + nM * m_core
+    ew = nA * t_ew_attn + nF * t_ew_mlp + nE * t_ew_moe + nM * t_ew_m
+    return {"fwd": gemm + ew, "bwd": 2.0 * gemm + P.elementwise_bwd_factor * ew, "Ls_attn": nA, "Ls_moe": nE}
+
+
 def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[str, np.ndarray]:
     g = lambda k, d=np.nan: _f(a[k], n) if k in a and a[k] is not None else np.full(n, d)  # noqa: E731
     arch = normalize_arch({k: g(k) for k in ("n_layers", "d_model", "n_heads", "ffn_dim", "vocab")} | {
         k: g(k) for k in ("n_kv_heads", "head_dim", "n_experts", "top_k", "expert_ffn_dim",
                           "n_shared_experts", "n_dense_layers", "tied_embeddings", "activation")
-    })
+    } | {k: g(k) for k in mamba.HYBRID_COLUMNS if a.get("n_attn_layers") is not None})
+    hy = arch.get("hybrid")  # hybrid Mamba-Transformer rows (models.mamba); None when the block has none
     L, h, heads, kvh = arch["n_layers"], arch["d_model"], arch["n_heads"], arch["n_kv_heads"]
     V, E, k, ns = arch["vocab"], arch["n_experts"], arch["top_k"], arch["n_shared_experts"]
 
@@ -269,6 +335,8 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     hw_bad |= ~(np.isfinite(bw_up) & (bw_up > 0) & np.isfinite(bw_out) & (bw_out > 0) & np.isfinite(attn_peak_tf))
     hw_bad |= tier_bad
     _flag(err, hw_bad, ERR_HARDWARE)
+    if hy is not None:
+        _hybrid_validity(err, hy, t, c)
     invalid = err != 0
 
     # ---------------- derived shapes ----------------
@@ -350,7 +418,17 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
         gemm_core_m = t_attn_gemm + t_mlp_m + t_core
         fwd_layers = fwd_layers + Ls_moe * (gemm_core_m + t_ew_m)
         bwd_layers = bwd_layers + Ls_moe * (2.0 * gemm_core_m + P.elementwise_bwd_factor * t_ew_m)
-    recompute_layers = np.where(rc == 2, fwd_layers, np.where(rc == 1, Ls * (t_core + ew_scores * inv_hbm), 0.0))
+    tp_per_stage = 2.0 * Ls  # TP collective pairs per pass: 2 per transformer layer, 1 per hybrid block
+    Ls_attn = Ls
+    if hy is not None:  # hybrid rows: blocks of one mixer each (models.mamba, docs/model.md)
+        hb = _hybrid_stage(hy, arch, pc, locals(), P)
+        fwd_layers = np.where(hy["hybrid"], hb["fwd"], fwd_layers)
+        bwd_layers = np.where(hy["hybrid"], hb["bwd"], bwd_layers)
+        Ls_attn = np.where(hy["hybrid"], hb["Ls_attn"], Ls)
+        Ls_moe = np.where(hy["hybrid"], hb["Ls_moe"], Ls_moe)
+        tp_per_stage = np.where(hy["hybrid"], Ls, tp_per_stage)
+    recompute_layers = np.where(rc == 2, fwd_layers, np.where(rc == 1, Ls_attn * (t_core + ew_scores * inv_hbm),
+                                                              0.0))
     # LM head + cross-entropy on the last stage (forward + 2x backward)
     Vh = V * h
     lm_bytes = wrt * Vh + aT * h + (12.0 * T) * V * inv_t
@@ -359,7 +437,8 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     bwd_mb = bwd_layers + 2.0 / 3.0 * t_lm
     # host (CPU) time to issue the ops of one micro-batch; the GPU waits for it when kernels are short
     ops_rc = np.take(np.array([0.0, P.ops_attn_core_fwd, P.ops_per_layer_fwd]), rc, mode="clip")
-    host_mb = Ls * P.host_overhead_s_per_op * (P.ops_per_layer_fwd * (1.0 + P.elementwise_bwd_factor) + ops_rc)
+    host_mb = (0.5 * tp_per_stage) * P.host_overhead_s_per_op * (
+        P.ops_per_layer_fwd * (1.0 + P.elementwise_bwd_factor) + ops_rc)
 
     # ---------------- communication ----------------
     n_fwd_passes = 1.0 + (rc == 2)
@@ -367,17 +446,23 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     tp_bw, tp_a = coll.group_link(t, np.minimum(t, node), bw_up, bw_out, a_up, a_out, 1.0, tiers)
     tp_bytes = aT * h
     tp_one = coll.ring_all_reduce_time(tp_bytes, t, tp_bw, tp_a)
-    tp_total = Ls * (2.0 * n_fwd_passes + 2.0) * tp_one
+    tp_total = tp_per_stage * (n_fwd_passes + 1.0) * tp_one
     # context parallel: ring exchange of K,V per layer (fwd), K,V + dK,dV (bwd)
     if any_cp:
         cp_rpn = clip(np.floor(node / t), 1.0, c)
         cp_bw, cp_a = coll.group_link(c, cp_rpn, bw_up, bw_out, a_up, a_out, t, tiers)
         kv_bytes = aTt * (2.0 * kvd)
         cp_step = coll.p2p_time(kv_bytes, cp_bw, cp_a)
-        cp_total = np.where(c > 1, Ls * (c - 1.0) * cp_step * (n_fwd_passes + 2.0), 0.0)
-        core_total = Ls * t_core * (n_fwd_passes + 2.0)
+        cp_total = np.where(c > 1, Ls_attn * (c - 1.0) * cp_step * (n_fwd_passes + 2.0), 0.0)
+        core_total = Ls_attn * t_core * (n_fwd_passes + 2.0)
         hidden_cp = np.minimum(cp_total, core_total)  # ring attention hides K/V passing behind the core
         cp_mb = cp_total - hidden_cp
+        if hy is not None:  # Mamba blocks: head-split all-to-alls, exposed (models.mamba)
+            pre, post = mamba.cp_all_to_all_elems_per_token(hy["d_inner"], hy["mamba_n_groups"],
+                                                            hy["mamba_state_dim"], hy["mamba_n_heads"], t, c)
+            cp_a2a = coll.all_to_all_time(aT * pre, c, cp_bw, cp_a) + coll.all_to_all_time(aT * post, c, cp_bw, cp_a)
+            cp_mamba = Ls * (hy["n_mamba_layers"] / L) * (n_fwd_passes + 1.0) * cp_a2a
+            cp_mb = cp_mb + np.where(hy["hybrid"] & (c > 1), np.nan_to_num(cp_mamba), 0.0)
     else:
         cp_mb = np.zeros(n)
         hidden_cp = np.zeros(n)
@@ -484,6 +569,9 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     model_fpt = 6.0 * pc["matmul_params_active"] + 12.0 * L * s * q
     attn_fwd = 4.0 * L * s * q
     hw_fpt = model_fpt + np.where(rc == 2, 2.0 * pc["matmul_params_layers_active"] + attn_fwd, np.where(rc == 1, attn_fwd, 0.0))
+    if hy is not None:
+        h_model, h_hw = hybrid_flops_per_token(arch, pc, s, rc)
+        model_fpt, hw_fpt = np.where(hy["hybrid"], h_model, model_fpt), np.where(hy["hybrid"], h_hw, hw_fpt)
     tokens = B * s
     denom = step * N * peak_tf * 1e12
     mem_total = mem["mem_total_bytes"]
@@ -546,6 +634,8 @@ def encode_configs(configs: pl.DataFrame) -> dict[str, np.ndarray]:
     Nulls in categoricals take the defaults (activation gelu, sharding none, recompute none,
     dtype bf16); values outside the vocabulary become -1 (-> ERR_CATEGORY). Missing optional
     numeric columns take cp=ep=vpp=1, n_experts=0 ...; gpus_per_node null -> scaleup_size.
+    A `layer_pattern` column (hybrid Mamba-Transformer rows) adds the block counts
+    (models.mamba.COUNT_COLUMNS, null for rows without a pattern) and the Mamba shape columns.
     """
     out: dict[str, np.ndarray] = {}
     cols = set(configs.columns)
@@ -585,6 +675,10 @@ def encode_configs(configs: pl.DataFrame) -> dict[str, np.ndarray]:
             exprs.append(pl.lit(None, dtype=pl.Float64).alias(name))
     if "trainable_frac" in cols:
         exprs.append(pl.col("trainable_frac").cast(pl.Float64, strict=False).fill_null(1.0))
+    if "layer_pattern" in cols:  # hybrids: block counts from the pattern (null for other rows), Mamba shapes
+        exprs += mamba.pattern_count_exprs("layer_pattern")
+        exprs += [pl.col(c_).cast(pl.Float64, strict=False).alias(c_) if c_ in cols
+                  else pl.lit(None, dtype=pl.Float64).alias(c_) for c_ in mamba.SHAPE_COLUMNS]
     enc = configs.select(exprs)
     for name in enc.columns:
         col = enc[name]

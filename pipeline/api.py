@@ -191,6 +191,8 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
         gpus_per_node = int(min(hw["scaleup_size"] or 8, gpus))
         defaults.append(f"gpus_per_node={gpus_per_node}")
     row = {c: arch.get(c) for c in catalog.ARCH_MODEL_COLUMNS}
+    if arch.get("layer_pattern"):  # hybrid Mamba-Transformer rows (models.mamba)
+        row.update({c: arch.get(c) for c in catalog.ARCH_HYBRID_COLUMNS})
     row.update(run_id="cli", model=arch.get("id"), gpu=hw_row.get("id"), seq_len=seq_len,
                global_batch_seqs=global_batch, micro_batch=micro_batch, n_gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp,
                ep=ep, vpp=vpp, sharding=sharding, recompute=recompute, sequence_parallel=sequence_parallel,
@@ -335,8 +337,23 @@ def prediction(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[str]
     arch_row = architecture(cfg, model, arch_file, arch)
     hw_row = hardware_row(cfg, gpu, hardware_file, hardware)
     if "hybrid" in str(arch_row.get("arch") or ""):
-        raise InputError(f"{arch_row['id']}: {arch_row['arch']} architecture: Mamba layers are not in the step-time "
-                         "model yet")
+        from models.mamba import hybrid_shape_complete
+
+        if not hybrid_shape_complete(arch_row):
+            raise InputError(f"{arch_row['id']}: {arch_row['arch']} architecture without a complete Mamba-2 shape "
+                             "(layer_pattern, mamba_n_heads, mamba_head_dim, mamba_n_groups, mamba_state_dim; "
+                             "Mamba-1 mixers such as Jamba's are not modelled)")
+        from models.mamba import hybrid_params_b
+        from models.runs_adapter import HYBRID_SIZE_TOLERANCE
+        from pipeline import catalog
+
+        stated = arch_row.get("params_b")
+        counted = float(hybrid_params_b(pl.DataFrame([{c: arch_row.get(c) for c in (
+            *catalog.ARCH_MODEL_COLUMNS, *catalog.ARCH_HYBRID_COLUMNS)}]))[0])
+        if stated and abs(counted / float(stated) - 1.0) > HYBRID_SIZE_TOLERANCE:
+            raise InputError(f"{arch_row['id']}: hybrid shape incomplete: {counted:.1f} B parameters counted, the "
+                             f"architecture table states {float(stated):g} B (a part such as a latent MoE width, "
+                             "moe_latent_size, is not in the table)")
     result = predict_config(cfg, arch=arch_row, hw_row=hw_row, gpus=gpus, global_batch=global_batch,
                             seq_len=seq_len, **layout)
     extra = [c for c in result.columns if c not in PREDICT_COLUMNS]

@@ -27,6 +27,9 @@ import polars as pl
 
 ARCH_MODEL_COLUMNS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "vocab", "activation",
                       "n_experts", "top_k", "expert_ffn_dim", "n_shared_experts", "n_dense_layers", "tied_embeddings")
+#: hybrid Mamba-Transformer columns (models.mamba) carried to the model for rows that have a layer_pattern
+ARCH_HYBRID_COLUMNS = ("layer_pattern", "mamba_state_dim", "mamba_n_heads", "mamba_head_dim", "mamba_n_groups",
+                       "mamba_chunk_size", "mamba_conv_kernel", "shared_expert_ffn_dim", "moe_latent_size")
 
 #: characters a name comparison ignores (the same class is used in the store's SQL, pipeline/store.py)
 NAME_IGNORED = "[ \t\r\n._-]"
@@ -115,8 +118,9 @@ def fill_from_architectures(runs: pl.DataFrame, measurements: Path) -> pl.DataFr
     keys = arch_name_keys(arch).rename({"id": "arch_id", "key": "_name_key"})
     out = runs.with_columns(normalize_expr("model_name").alias("_name_key")).join(keys, on="_name_key", how="left")
     out = out.drop("_name_key")
-    fill = [c for c in ("arch", *ARCH_MODEL_COLUMNS) if c in arch.columns]
-    shapes = arch.select("id", *fill).rename({c: f"_a_{c}" for c in fill})
+    fill = [c for c in ("arch", *ARCH_MODEL_COLUMNS, *ARCH_HYBRID_COLUMNS) if c in arch.columns]
+    fill_src = fill + (["params_b"] if "params_b" in arch.columns and "params_b" not in fill else [])
+    shapes = arch.select("id", *fill_src).rename({c: f"_a_{c}" for c in fill_src})
     out = out.join(shapes, left_on="arch_id", right_on="id", how="left")
     exprs = []
     for c in fill:
@@ -126,6 +130,8 @@ def fill_from_architectures(runs: pl.DataFrame, measurements: Path) -> pl.DataFr
             exprs.append(pl.coalesce(pl.col(c), pl.col(f"_a_{c}").cast(out.schema[c], strict=False)).alias(c))
         else:
             exprs.append(pl.col(f"_a_{c}").alias(c))
+    if "params_b" in arch.columns:  # the table's stated size, for the hybrid completeness check (runs_adapter)
+        exprs.append(pl.col("_a_params_b").cast(pl.Float64, strict=False).alias("arch_params_b"))
     return out.with_columns(exprs).drop([c for c in out.columns if c.startswith("_a_")])
 
 

@@ -150,8 +150,8 @@ def hybrid_params(a: dict) -> float:
     ("nemotron-h-56b", 56.0, 0.02, "Nemotron-H paper: 56B"),
 ])
 def test_nemotron_h_fields_reproduce_published_totals(arch_id, total_b, rel, source):
-    """models/accounting.py cannot count Mamba blocks yet; the pattern and Mamba fields the table keeps give the
-    published sizes."""
+    """The pattern and Mamba fields the table keeps give the published sizes (models/accounting.py counts the same:
+    tests/test_hybrid.py)."""
     assert hybrid_params(table_row(arch_id)) / 1e9 == pytest.approx(total_b, rel=rel), source
 
 

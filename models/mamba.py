@@ -1,0 +1,177 @@
+"""Hybrid Mamba-Transformer blocks (Nemotron-H, Nemotron 3): block counts, Mamba-2 mixer shapes, FLOPs, bytes,
+activations and context-parallel traffic (pure, vectorized over configurations).
+
+A hybrid is a stack of single-mixer blocks (Nemotron-H, arXiv:2504.03624; Megatron-Core MambaStack /
+`hybrid_override_pattern`): each block is RMSNorm -> one mixer -> residual add, the mixer being a Mamba-2 layer
+(M), self-attention (*), a dense MLP (-) or a MoE layer (E); `layer_pattern` has one character per block and
+n_layers counts blocks. A transformer layer is two such blocks (attention + MLP). Jamba's Mamba-1 mixers
+(selective scan, dt_rank, x_proj) are a different layer and are not modelled: a row without mamba_n_heads /
+mamba_head_dim / mamba_n_groups is refused (`hybrid_shape_complete`).
+
+Mamba-2 mixer (Megatron-Core megatron/core/ssm/mamba_mixer.py `MambaMixer`; Dao & Gu 2024, "Transformers are
+SSMs", arXiv:2405.21060), with H heads of head dim P, d_inner = H*P, G groups of B/C, state size N, conv width K:
+
+    in_proj   d_model -> 2*d_inner + 2*G*N + H   (z, x, B, C, dt; ColumnParallelLinear, no bias)
+    conv1d    depthwise over conv_dim = d_inner + 2*G*N channels, K taps + bias
+    dt_bias, A_log, D: H each; gated RMSNorm gain: d_inner
+    out_proj  d_inner -> d_model                  (RowParallelLinear, no bias)
+
+Tensor parallelism splits heads and groups (nheads % tp == 0 and ngroups % tp == 0 are asserted in MambaMixer):
+per block one column-parallel / row-parallel pair, i.e. the all-reduce (or AG + RS with sequence parallelism)
+pattern of one MLP. Context parallelism (megatron/core/ssm/mamba_context_parallel.py `MambaContextParallel`):
+all-to-all of z, x, B, C, dt from sequence- to head-sharding before the conv/scan (`_all_to_all_cp2hp`) and of
+the scan output back (`_all_to_all_hp2cp`); B and C are repeated cp / (G/tp) times when a CP rank holds less
+than one group; nheads % (tp*cp) == 0 is required.
+
+SSD FLOPs (forward, per token, per layer), derived from the four steps of the SSD algorithm (Dao & Gu 2024,
+section 6, chunk length Q): intra-chunk C B^T per group 2*Q*N*G and its product with X per head 2*Q*P*H;
+chunk states B^T X 2*N*P*H; state passing between chunks 2*N*P*H/Q; state-to-output C h 2*N*P*H:
+
+    ssd_fwd = 2*Q*N*G + 2*Q*P*H + 4*N*P*H + 2*N*P*H/Q
+
+(Megatron-LM training.py `mamba_layer_flops` uses the coarser 7*d_inner*N for the scan: 7.3e6 against 6.6e6
+for Nemotron-H 8B.) The SSD kernels are batched matmuls on tensor cores in 16 bits (the point of SSD, section 6;
+FP8 recipes cast only the Linear layers), so the scan is timed as a roofline of these FLOPs at the 16-bit peak
+times the fused-attention efficiency and of the bytes the kernels move (mamba_ssm ssd_combined.py
+`_mamba_chunk_scan_combined_fwd`): x, B, C twice and dt once in, y out (16-bit), fp32 chunk states
+(H*P*N per chunk) written, read and rewritten by state passing and read by the output kernel (4 passes),
+fp32 C B^T (G*Q per token) written and read.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+#: block counts derived from layer_pattern (one character per block)
+COUNT_COLUMNS = ("n_mamba_layers", "n_attn_layers", "n_mlp_layers", "n_moe_layers")
+PATTERN_CHARS = {"n_mamba_layers": "M", "n_attn_layers": "*", "n_mlp_layers": "-", "n_moe_layers": "E"}
+#: architecture columns of the Mamba mixer and of the Nemotron 3 MoE blocks, carried for hybrid rows
+SHAPE_COLUMNS = ("mamba_state_dim", "mamba_n_heads", "mamba_head_dim", "mamba_n_groups", "mamba_chunk_size",
+                 "mamba_conv_kernel", "shared_expert_ffn_dim", "moe_latent_size")
+#: every numeric hybrid input of the step-time model
+HYBRID_COLUMNS = COUNT_COLUMNS + SHAPE_COLUMNS
+#: Megatron-Core MambaMixer defaults (megatron/core/ssm/mamba_mixer.py: chunk_size=128, d_conv=4), used when
+#: a row leaves them empty (the Nemotron-H 47B/56B rows; the 8B config states the same values)
+DEFAULT_CHUNK = 128.0
+DEFAULT_CONV_KERNEL = 4.0
+#: fp32 bytes of the SSD kernels' chunk states and C B^T (mamba_ssm ssd_combined.py: float32 states and CB)
+FP32_BYTES = 4.0
+
+
+def pattern_count_exprs(col: str = "layer_pattern") -> list[pl.Expr]:
+    """Polars expressions for COUNT_COLUMNS from a layer_pattern column (null pattern -> null counts)."""
+    s = pl.col(col).cast(pl.Utf8).str.strip_chars()
+    return [s.str.count_matches(ch, literal=True).cast(pl.Float64).alias(name)
+            for name, ch in PATTERN_CHARS.items()]
+
+
+def pattern_counts(pattern) -> dict[str, float]:
+    """COUNT_COLUMNS of one pattern string (NaN when no pattern): for architecture dicts."""
+    if pattern is None or not str(pattern).strip():
+        return {name: np.nan for name in COUNT_COLUMNS}
+    p = str(pattern).strip()
+    return {name: float(p.count(ch)) for name, ch in PATTERN_CHARS.items()}
+
+
+def mixer_shapes(d_model, n_heads, head_dim, n_groups, state_dim, conv_kernel) -> dict[str, np.ndarray]:
+    """Mamba-2 mixer widths and parameters (module docstring): d_inner, in_proj_out, conv_dim, matmul (in_proj
+    + out_proj weights) and other (conv weight + bias, dt_bias, A_log, D, gated-norm gain) parameters."""
+    d_inner = n_heads * head_dim
+    bc = 2.0 * n_groups * state_dim
+    in_out = 2.0 * d_inner + bc + n_heads
+    conv_dim = d_inner + bc
+    matmul = d_model * in_out + d_inner * d_model
+    other = conv_dim * (conv_kernel + 1.0) + 3.0 * n_heads + d_inner
+    return {"d_inner": d_inner, "bc": bc, "in_proj_out": in_out, "conv_dim": conv_dim, "matmul": matmul,
+            "other": other}
+
+
+def ssd_flops_per_token(n_heads, head_dim, n_groups, state_dim, chunk) -> np.ndarray:
+    """Forward FLOPs of the SSD chunked scan per token and layer (module docstring)."""
+    nph = state_dim * head_dim * n_heads
+    return 2.0 * chunk * state_dim * n_groups + 2.0 * chunk * head_dim * n_heads + 4.0 * nph + 2.0 * nph / chunk
+
+
+def ssd_bytes_per_token(n_heads, head_dim, n_groups, state_dim, chunk, act_bytes) -> np.ndarray:
+    """HBM bytes the SSD kernels move per token and layer, forward (module docstring)."""
+    d_inner = n_heads * head_dim
+    bc = 2.0 * n_groups * state_dim
+    io = act_bytes * (3.0 * d_inner + 2.0 * bc + n_heads)  # x, B, C read twice (x also), dt once, y written
+    states = FP32_BYTES * (4.0 * n_heads * head_dim * state_dim / chunk + 2.0 * n_groups * chunk)
+    return io + states
+
+
+def elementwise_elems_per_token(conv_dim, d_inner) -> np.ndarray:
+    """Elements the mixer's memory-bound kernels read + write per token, forward: the causal conv1d with fused
+    SiLU reads and writes conv_dim (causal_conv1d_fn); the gated RMSNorm reads y and z and writes d_inner."""
+    return 2.0 * conv_dim + 3.0 * d_inner
+
+
+def activation_bytes_per_token(d_model, d_inner, bc, n_heads, dropout_mask_elems):
+    """Stored activation bytes (16-bit) of one Mamba block per token, as (replicated coefficient of d_model,
+    sharded bytes): Megatron-Core's mem-eff path (mamba_ssm `MambaSplitConv1dScanCombinedFn`) saves the in_proj
+    output zxbcdt (2*d_inner + 2*G*N + H) and the scan output y (d_inner) and recomputes the conv and the chunk
+    states in backward; out_proj saves its input (d_inner), in_proj its input and the norm its input (2 + 2 bytes
+    per d_model, replicated unless sequence parallel), plus the residual dropout mask (half a layer's masks)."""
+    replicated = 4.0 + 0.5 * dropout_mask_elems
+    sharded = 2.0 * (2.0 * d_inner + bc + n_heads) + 2.0 * d_inner + 2.0 * d_inner
+    return replicated, sharded
+
+
+def cp_all_to_all_elems_per_token(d_inner, n_groups, state_dim, n_heads, tp, cp):
+    """Elements per local token and GPU of the two Mamba CP all-to-alls of one forward pass (module docstring):
+    before the scan z, x (2*d_inner), B, C repeated r = max(cp*tp/G, 1) times and dt, all / tp; after it y."""
+    r = np.maximum(cp * tp / np.maximum(n_groups, 1.0), 1.0)
+    pre = (2.0 * d_inner + 2.0 * n_groups * state_dim * r + n_heads) / tp
+    post = d_inner / tp
+    return pre, post
+
+
+def hybrid_shapes(a, n_layers, d_model) -> dict[str, np.ndarray]:
+    """Filled hybrid arrays of rows given as a dict of float arrays (COUNT_COLUMNS, SHAPE_COLUMNS): `hybrid`
+    (a pattern was given), the counts, the mixer shapes, chunk / conv defaults. Non-hybrid rows get NaN shapes."""
+    get = lambda k: np.asarray(a[k], dtype=np.float64) if k in a and a[k] is not None else np.full(np.shape(n_layers), np.nan)  # noqa: E731
+    counts = {k: get(k) for k in COUNT_COLUMNS}
+    hybrid = np.isfinite(counts["n_attn_layers"])
+    nh, P, G, N = (get(k) for k in ("mamba_n_heads", "mamba_head_dim", "mamba_n_groups", "mamba_state_dim"))
+    Q = get("mamba_chunk_size")
+    Q = np.where(np.isnan(Q), DEFAULT_CHUNK, Q)
+    K = get("mamba_conv_kernel")
+    K = np.where(np.isnan(K), DEFAULT_CONV_KERNEL, K)
+    out = {k: np.where(hybrid, np.nan_to_num(v), 0.0) for k, v in counts.items()}
+    out.update(hybrid=hybrid, mamba_n_heads=nh, mamba_head_dim=P, mamba_n_groups=G, mamba_state_dim=N,
+               mamba_chunk_size=Q, mamba_conv_kernel=K,
+               shared_expert_ffn_dim=get("shared_expert_ffn_dim"), moe_latent_size=get("moe_latent_size"))
+    out.update(mixer_shapes(d_model, nh, P, G, N, K))
+    # a hybrid needs the Mamba-2 shape whenever it has Mamba blocks, and its blocks must add up to n_layers
+    need = hybrid & (out["n_mamba_layers"] > 0)
+    shape_ok = np.isfinite(nh) & (nh > 0) & np.isfinite(P) & (P > 0) & np.isfinite(G) & (G > 0) \
+        & np.isfinite(N) & (N > 0) & (Q > 0) & (K > 0)
+    total = sum(out[k] for k in COUNT_COLUMNS)
+    out["shape_bad"] = (need & ~shape_ok) | (hybrid & (total != n_layers))
+    return out
+
+
+def hybrid_shape_complete(a: dict) -> bool:
+    """Whether an architecture dict (models.archfile) carries everything the hybrid model needs."""
+    if not a.get("layer_pattern"):
+        return False
+    if "M" not in str(a["layer_pattern"]):
+        return True
+    return all(a.get(k) for k in ("mamba_n_heads", "mamba_head_dim", "mamba_n_groups", "mamba_state_dim"))
+
+
+def hybrid_params_b(frame: pl.DataFrame) -> np.ndarray:
+    """Total parameters (billions) of the rows of a config frame (architecture columns + layer_pattern), counted
+    by models.accounting (hybrid rows by block kind)."""
+    from models.accounting import ARCH_COLUMNS, param_counts
+
+    arr = {c: frame[c].cast(pl.Float64, strict=False).fill_null(np.nan).to_numpy()
+           for c in ARCH_COLUMNS if c in frame.columns and c != "activation"}
+    arr["activation"] = (frame["activation"] == "swiglu").cast(pl.Float64).fill_null(0.0).to_numpy()
+    enc = frame.select(pattern_count_exprs("layer_pattern")
+                       + [pl.col(c).cast(pl.Float64, strict=False) if c in frame.columns
+                          else pl.lit(None, dtype=pl.Float64).alias(c) for c in SHAPE_COLUMNS])
+    arr.update({c: enc[c].fill_null(np.nan).to_numpy() for c in enc.columns})
+    return param_counts(arr)["params"] / 1e9
