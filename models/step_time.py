@@ -421,7 +421,10 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     tp_per_stage = 2.0 * Ls  # TP collective pairs per pass: 2 per transformer layer, 1 per hybrid block
     Ls_attn = Ls
     if hy is not None:  # hybrid rows: blocks of one mixer each (models.mamba, docs/model.md)
-        hb = _hybrid_stage(hy, arch, pc, locals(), P)
+        hb = _hybrid_stage(hy, arch, pc, dict(
+            L=L, Ls=Ls, T=T, t=t, e=e, aT=aT, aTt=aTt, wrt=wrt, Tt2=Tt2, h2=h2, act_b=act_b, inv_rate=inv_rate,
+            inv_hbm=inv_hbm, wh=wh, peaks=peaks, t_attn_gemm=t_attn_gemm, t_core=t_core, t_mlp_d=t_mlp_d,
+            ew_common=ew_common, ew_scores=ew_scores, aTt_ef=aTt_ef, F_dense=F_dense, n_mats=n_mats), P)
         fwd_layers = np.where(hy["hybrid"], hb["fwd"], fwd_layers)
         bwd_layers = np.where(hy["hybrid"], hb["bwd"], bwd_layers)
         Ls_attn = np.where(hy["hybrid"], hb["Ls_attn"], Ls)
