@@ -7,6 +7,7 @@ from dagster_duckdb import DuckDBResource
 from assets.ingest import hardware, runs
 from models.evaluate import error_summary, predict_runs
 from pipeline import store
+from pipeline.fits import read_inputs
 
 
 @dg.asset(group_name="predict", kinds={"duckdb"}, deps=[runs, hardware],
@@ -15,10 +16,7 @@ from pipeline import store
                       "`analytical_error` (MdAPE/MAPE of throughput by source and by hardware).")
 def analytical_predictions(duckdb: DuckDBResource) -> dg.MaterializeResult:
     with duckdb.get_connection() as con:
-        runs_df = con.sql("select * from runs").pl()
-        hw = con.sql("select * from hardware").pl()
-        metrics = con.sql("select run_id, metric, value, derived, notes, n_gpus, seq_len, global_batch_seqs "
-                          "from run_metrics").pl()
+        runs_df, hw, metrics = read_inputs(con)
     pred = predict_runs(runs_df, hw, metrics)
     errors = pl.concat([error_summary(pred, "source"), error_summary(pred, "gpu")])
     with duckdb.get_connection() as con:

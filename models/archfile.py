@@ -22,6 +22,7 @@ model does not use them yet (None when the architecture has no such part):
 | mtp_layers | multi-token-prediction modules beyond the main stack (not in params_b) | num_nextn_predict_layers, mtp_num_layers |
 | layer_pattern | hybrids: one character per block: M = Mamba mixer, * = attention, - = dense MLP, E = MoE (Nemotron-H `hybrid_override_pattern`; Jamba: mixer then MLP/MoE per layer) | hybrid_override_pattern; Jamba attn/expert period and offset |
 | mamba_state_dim, mamba_n_heads, mamba_head_dim, mamba_n_groups, mamba_chunk_size, mamba_conv_kernel, mamba_expand | Mamba(-2) mixer shape: SSM state size N, heads, head dim, B/C groups, SSD chunk, conv width, expansion | ssm_state_size / mamba_d_state, mamba_num_heads, mamba_head_dim, n_groups, chunk_size, conv_kernel / mamba_d_conv, expand / mamba_expand |
+| moe_latent_size | latent MoE: the routed experts work in this width, with down/up projections around them (Nemotron 3 Super) | moe_latent_size |
 | sliding_window | tokens of local attention where some layers use it (gpt-oss) | sliding_window |
 
 For hybrid rows `n_layers` is the config's num_hidden_layers (Nemotron-H: blocks, one mixer each; Jamba:
@@ -40,14 +41,14 @@ from typing import Any, Mapping
 EXTRA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
                 "shared_expert_ffn_dim", "moe_layer_step", "mtp_layers", "layer_pattern", "mamba_state_dim",
                 "mamba_n_heads", "mamba_head_dim", "mamba_n_groups", "mamba_chunk_size", "mamba_conv_kernel",
-                "mamba_expand", "sliding_window")
+                "mamba_expand", "moe_latent_size", "sliding_window")
 ARCH_FIELDS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "vocab", "activation",
                "n_experts", "top_k", "expert_ffn_dim", "n_shared_experts", "n_dense_layers", "tied_embeddings")
 INT_FIELDS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "vocab", "n_experts", "top_k",
               "expert_ffn_dim", "n_shared_experts", "n_dense_layers", "q_lora_rank", "kv_lora_rank",
               "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "shared_expert_ffn_dim", "moe_layer_step",
               "mtp_layers", "mamba_state_dim", "mamba_n_heads", "mamba_head_dim", "mamba_n_groups",
-              "mamba_chunk_size", "mamba_conv_kernel", "mamba_expand", "sliding_window")
+              "mamba_chunk_size", "mamba_conv_kernel", "mamba_expand", "moe_latent_size", "sliding_window")
 #: schema columns a row of our architecture schema must fill
 SCHEMA_REQUIRED = ("n_layers", "d_model", "n_heads", "ffn_dim", "vocab")
 #: hardware_specs.csv columns the step-time model needs (models.hardware.REQUIRED_COLUMNS + one peak)
@@ -276,7 +277,8 @@ def _nemotron_h(cfg: Mapping, source: str, what: str) -> dict:
              mamba_n_groups=int(_need(cfg, "n_groups", source, what)),
              mamba_chunk_size=int(cfg["chunk_size"]) if cfg.get("chunk_size") else None,
              mamba_conv_kernel=int(cfg["conv_kernel"]) if cfg.get("conv_kernel") else None,
-             mamba_expand=int(cfg["expand"]) if cfg.get("expand") else None)
+             mamba_expand=int(cfg["expand"]) if cfg.get("expand") else None,
+             moe_latent_size=int(cfg["moe_latent_size"]) if cfg.get("moe_latent_size") else None)
     if moe:
         n_shared = int(cfg.get("n_shared_experts") or 0)
         shared = int(cfg.get("moe_shared_expert_intermediate_size") or 0)

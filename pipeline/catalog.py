@@ -110,6 +110,23 @@ def find_architecture(measurements: Path, name: str) -> dict:
     return arch.filter(pl.col("id") == hit["id"][0]).row(0, named=True)
 
 
+def with_architecture_extras(runs: pl.DataFrame, arch: pl.DataFrame) -> pl.DataFrame:
+    """`runs` (the store's table, with `arch_id`) plus the architecture columns its SQL does not carry: the hybrid
+    block pattern and Mamba shape (`ARCH_HYBRID_COLUMNS`, where the run leaves them empty) and the table's stated
+    size as `arch_params_b` (the hybrid completeness check of models.runs_adapter), joined by `arch_id`."""
+    if "arch_id" not in runs.columns or "id" not in arch.columns:
+        return runs
+    cols = [c for c in ARCH_HYBRID_COLUMNS if c in arch.columns]
+    src = arch.select("id", *cols, *(["params_b"] if "params_b" in arch.columns else []))
+    src = src.rename({c: f"_a_{c}" for c in src.columns if c != "id"})
+    out = runs.join(src, left_on="arch_id", right_on="id", how="left")
+    exprs = [(pl.coalesce(pl.col(c), pl.col(f"_a_{c}").cast(out.schema[c], strict=False)) if c in runs.columns
+              else pl.col(f"_a_{c}")).alias(c) for c in cols]
+    if "params_b" in arch.columns:
+        exprs.append(pl.col("_a_params_b").cast(pl.Float64, strict=False).alias("arch_params_b"))
+    return out.with_columns(exprs).drop([c for c in out.columns if c.startswith("_a_")])
+
+
 def fill_from_architectures(runs: pl.DataFrame, measurements: Path) -> pl.DataFrame:
     """Fill empty architecture columns (and an empty `arch`) of run rows from the architecture the run's
     model_name names (id, name or alias, compared by `normalize_name`; the rule the store's `runs` table

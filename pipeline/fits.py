@@ -371,7 +371,14 @@ def stored_fit(con: duckdb.DuckDBPyConnection, version: str) -> dict:
 
 
 def read_inputs(con: duckdb.DuckDBPyConnection) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(runs, hardware, run_metrics) of a store, as every store-side prediction reads them (the fit, the calibrated
+    and analytical predictions): runs carry their architecture's hybrid block pattern and Mamba shape, the columns
+    `predict --runs` takes from the architecture table too (`pipeline.catalog.with_architecture_extras`)."""
+    from pipeline import catalog
+
     runs = con.sql("select * from runs").pl()
+    if store.table_exists(con, "architectures"):
+        runs = catalog.with_architecture_extras(runs, con.sql("select * from architectures").pl())
     hw = con.sql("select * from hardware").pl()
     metrics = con.sql("select run_id, metric, value, derived, notes, n_gpus, seq_len, global_batch_seqs "
                       "from run_metrics").pl()

@@ -40,6 +40,8 @@ def counts(arch: dict) -> dict[str, float]:
     ("nemotron-h-56b", 56.0, None, "Nemotron-H paper: 56B"),
     ("nemotron-3-nano", 31.6, 3.6, "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B model card: 31.6B total, 3.6B active "
                                    "including embeddings"),
+    ("nemotron-3-super", 120.0, None, "NVIDIA-Nemotron-3-Super-120B-A12B: 120B total, with the latent MoE width "
+                                      "(moe_latent_size 1024, Megatron-Bridge Nemotron3SuperProvider)"),
 ])
 def test_hybrid_param_counts_reproduce_published_totals(arch_id, total_b, active_b, source):
     c = counts(table_row(arch_id))
@@ -158,12 +160,17 @@ def test_mamba1_hybrid_is_refused(hw):  # noqa: F811
 
 
 
-def test_a_hybrid_whose_table_shape_is_incomplete_is_refused():
-    """Nemotron 3 Super's latent MoE width is not in the table: the counted size is far off the stated 120 B."""
+def test_a_hybrid_whose_table_shape_is_incomplete_is_refused(tmp_path):
+    """Nemotron 3 Super without its latent MoE width (moe_latent_size): full-width experts count 459 B for a model
+    the row states at 120 B, so the row is refused with the missing part named, not predicted on a wrong model."""
     from typer.testing import CliRunner
 
     from pipeline.cli import app
 
-    result = CliRunner().invoke(app, ["predict", "--model", "nemotron-3-super", "--gpu", "gb200", "--gpus", "64",
-                                      "--global-batch", "512", "--seq-len", "8192", "--tp", "2", "--ep", "64"])
-    assert result.exit_code == 2 and "moe_latent_size" in result.stderr
+    row = pl.read_csv(MEASUREMENTS / "architectures.csv", infer_schema_length=0).filter(
+        pl.col("id") == "nemotron-3-super").drop("moe_latent_size").with_columns(pl.lit("super-no-latent").alias("id"))
+    row.write_csv(tmp_path / "super.csv")
+    result = CliRunner().invoke(app, ["predict", "--arch-file", str(tmp_path / "super.csv"), "--gpu", "gb200",
+                                      "--gpus", "64", "--global-batch", "512", "--seq-len", "8192", "--tp", "2",
+                                      "--ep", "64"])
+    assert result.exit_code == 2 and "moe_latent_size" in result.stderr and "120 B" in result.stderr
