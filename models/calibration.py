@@ -43,7 +43,7 @@ from models.predictor import FEATURE_NAMES, GEN_KEY, Calibration, encode, group_
 from models.predictor import predict_arrays as serve_arrays
 from models.step_time import OUTPUT_COLUMNS, encode_configs, predict_arrays
 
-FIT_CODE_VERSION = "stepcast-calibration/2"
+FIT_CODE_VERSION = "stepcast-calibration/3"
 FIT_FIELDS = ("matmul_eff_16bit", "matmul_eff_8bit", "attn_eff", "gemm_ramp_flops_per_sm", "host_overhead_s_per_op",
               "scaleup_eff", "scaleout_eff", "alpha_scaleup_s", "tp_overlap", "dp_overlap", "fsdp_gather_overlap")
 PRESET_FIELDS = {"megatron_2022": ("host_overhead_s_per_op",), "pytorch_native": ("kernel_eff",)}
@@ -103,7 +103,9 @@ class FitData:
             gen = c["generation"] if "generation" in c.columns else None
             return domains.generation_groups(c["gpu"], gen)
         if protocol == "lofo":
-            mamba = c["n_mamba_layers"].to_numpy() if "n_mamba_layers" in c.columns else None
+            mamba = (c["n_mamba_layers"].to_numpy() if "n_mamba_layers" in c.columns else
+                     c["layer_pattern"].cast(pl.Utf8).str.count_matches("M", literal=True).fill_null(0).to_numpy()
+                     if "layer_pattern" in c.columns else None)
             return domains.arch_family(c["n_experts"].cast(pl.Float64).to_numpy(), mamba)
         if protocol == "lopo":
             return domains.precision_family(c["dtype"].to_list())
