@@ -92,15 +92,22 @@ def flags(params: dict) -> list[str]:
     return out
 
 
+def api_equals_cli(base: str, store, endpoint: str, q: dict, *extra: str):
+    """GET /api/<endpoint> with `q` and run `stepcast <endpoint>` with the same flags (+ `extra`): both succeed and
+    answer the same JSON, which is returned."""
+    status, doc = get(base, f"/api/{endpoint}", {k: "true" if v is True else v for k, v in q.items()})
+    assert status == 200, doc
+    code, out, err = cli(store, endpoint, *flags(q), *extra, "--format", "json")
+    assert code == 0, err
+    assert doc == json.loads(out)
+    return doc
+
+
 # ------------------------------------------------------------------ the API answers what the CLI prints
 
 def test_predict_equals_the_cli(server, built_store):
     base, _ = server
-    status, doc = get(base, "/api/predict", GPT3)
-    assert status == 200, doc
-    code, out, err = cli(built_store, "predict", *flags(GPT3), "--format", "json")
-    assert code == 0, err
-    assert doc == json.loads(out)
+    doc = api_equals_cli(base, built_store, "predict", GPT3)
     row = doc[0]
     assert row["feasible"] and row["fit_version"] and row["step_time_lo_s"] < row["step_time_s"] < row["step_time_hi_s"]
     status, ideal = get(base, "/api/predict", {**GPT3, "assumptions": "ideal"})
@@ -111,11 +118,7 @@ def test_search_equals_the_cli_with_network_overrides(server, built_store):
     base, _ = server
     q = {"model": "llama3-8b", "gpu": "h100-sxm5-80gb", "gpus": "64", "global_batch": "256", "seq_len": "8192",
          "top": "5", "scaleout_gbps": "12.5"}
-    status, doc = get(base, "/api/search", q)
-    assert status == 200, doc
-    code, out, err = cli(built_store, "search", *flags(q), "--format", "json")
-    assert code == 0, err
-    assert doc == json.loads(out)
+    doc = api_equals_cli(base, built_store, "search", q)
     assert [r["rank"] for r in doc] == [1, 2, 3, 4, 5]
     _, wide = get(base, "/api/search", {**q, "scaleout_gbps": "400"})
     assert wide[0]["tokens_per_s_per_gpu"] >= doc[0]["tokens_per_s_per_gpu"]  # a faster network never slows the best
@@ -126,20 +129,12 @@ def test_network_tiers_equal_the_cli(server, built_store):
     base, _ = server
     q = {"model": "llama3-70b", "gpu": "h100-sxm5-80gb", "gpus": "512", "global_batch": "1024", "seq_len": "8192",
          "tp": "8", "pp": "4", "oversubscription": "3", "pod_size": "256"}
-    status, doc = get(base, "/api/predict", q)
-    assert status == 200, doc
-    code, out, err = cli(built_store, "predict", *flags(q), "--format", "json")
-    assert code == 0, err
-    assert doc == json.loads(out)
+    doc = api_equals_cli(base, built_store, "predict", q)
     _, plain = get(base, "/api/predict", {k: v for k, v in q.items() if k not in ("oversubscription", "pod_size")})
     assert doc[0]["step_time_s"] > plain[0]["step_time_s"] and "3:1 oversubscribed" in doc[0]["assumptions"]
     s = {"model": "llama3-8b", "gpu": "h100-sxm5-80gb", "gpus": "64", "global_batch": "256", "seq_len": "8192",
          "top": "3", "oversubscription": "4"}
-    status, doc = get(base, "/api/search", s)
-    assert status == 200, doc
-    code, out, err = cli(built_store, "search", *flags(s), "--format", "json")
-    assert code == 0, err
-    assert doc == json.loads(out)
+    api_equals_cli(base, built_store, "search", s)
 
 
 def test_the_page_has_the_oversubscription_control(server):
@@ -153,22 +148,14 @@ def test_curve_equals_the_cli(server, built_store):
     base, _ = server
     q = {"model": "gpt3-175b", "gpu": "a100-sxm4-80gb", "tokens": "3e11", "global_batch": "1536", "max_gpus": "4096",
          "scaleup_size": "16"}
-    status, doc = get(base, "/api/curve", q)
-    assert status == 200, doc
-    code, out, err = cli(built_store, "curve", *flags(q), "--format", "json")
-    assert code == 0, err
-    assert doc == json.loads(out)
+    doc = api_equals_cli(base, built_store, "curve", q)
     assert doc["points"][-1]["n_gpus"] == 4096 and "inflection_n" in doc["inflection"]
 
 
 def test_frontier_equals_the_cli_with_every_level(server, built_store):
     base, _ = server
     q = {"gpu": "gtx-580-3gb", "assumptions": "ideal", "months": "3"}
-    status, doc = get(base, "/api/frontier", {**q, "table": "true"})
-    assert status == 200, doc
-    code, out, err = cli(built_store, "frontier", *flags(q), "--table", "--format", "json")
-    assert code == 0, err
-    assert doc == json.loads(out)
+    doc = api_equals_cli(base, built_store, "frontier", {**q, "table": True})
     assert len(doc["levels"]) == 65 and doc["latency_wall_days"] > 0
     _, short = get(base, "/api/frontier", q)
     assert "levels" not in short and short["max_training_flop"] == doc["max_training_flop"]
