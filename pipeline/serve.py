@@ -238,6 +238,12 @@ def vega_bundle(cfg: Settings) -> bytes:
     return _bundle().encode("utf-8")
 
 
+def predictable_arch(row: dict) -> bool:
+    """A named architecture the model can answer for: every row except hybrids without a Mamba-2 shape (Jamba's
+    Mamba-1 mixers, refused by the step-time model with that reason)."""
+    return "hybrid" not in str(row.get("arch") or "") or finite(row.get("mamba_n_heads")) is not None
+
+
 def boot_data(cfg: Settings) -> dict:
     """What the page needs before its first request: the named models and accelerators, limits."""
     from models.curves import default_dtype
@@ -246,7 +252,7 @@ def boot_data(cfg: Settings) -> dict:
 
     arch = catalog.architectures(cfg.measurements)
     models = [{"id": r["id"], "name": r.get("name"), "params_b": finite(r.get("params_b")), "arch": r.get("arch")}
-              for r in arch.iter_rows(named=True) if "hybrid" not in str(r.get("arch") or "")]
+              for r in arch.iter_rows(named=True) if predictable_arch(r)]
     hw = resolve_hardware(catalog.hardware(cfg.measurements), strict=False)
     keep = ("id", "name", "memory_gb", "scaleup_size", "intra_node_bw_gbps", "inter_node_bw_gbps",
             "cloud_usd_per_hour", "release_year")

@@ -137,6 +137,20 @@ def test_network_tiers_equal_the_cli(server, built_store):
     api_equals_cli(base, built_store, "search", s)
 
 
+def test_hybrid_models_are_offered_and_answered_as_the_cli_does(server, built_store):
+    """Mamba-2 hybrids (Nemotron-H, Nemotron 3) are in the page's model list and the API answers for them as the CLI
+    does; Jamba (Mamba-1 mixers, which the model refuses) is not offered."""
+    base, _ = server
+    page = urllib.request.urlopen(base + "/", timeout=30).read().decode()
+    assert '"nemotron-h-56b"' in page and '"nemotron-3-nano"' in page
+    assert '"jamba-v0.1"' not in page
+    q = {"model": "nemotron-h-8b", "gpu": "h100-sxm5-80gb", "gpus": "64", "global_batch": "256", "seq_len": "8192",
+         "sharding": "zero3", "recompute": "none"}  # the layout `search` ranks first
+    doc = api_equals_cli(base, built_store, "predict", q)
+    assert doc[0]["step_time_s"] > 0, doc[0]
+    assert doc[0]["feasible"], doc[0]["error"]
+
+
 def test_the_page_has_the_oversubscription_control(server):
     base, _ = server
     page = urllib.request.urlopen(base + "/", timeout=30).read().decode()
