@@ -6,7 +6,7 @@ A hybrid is a stack of single-mixer blocks (Nemotron-H, arXiv:2504.03624; Megatr
 (M), self-attention (*), a dense MLP (-) or a MoE layer (E); `layer_pattern` has one character per block and
 n_layers counts blocks. A transformer layer is two such blocks (attention + MLP). Jamba's Mamba-1 mixers
 (selective scan, dt_rank, x_proj) are a different layer and are not modelled: a row without mamba_n_heads /
-mamba_head_dim / mamba_n_groups is refused (`hybrid_shape_complete`).
+mamba_head_dim / mamba_n_groups is refused (`models.runs_adapter.hybrid_problems`).
 
 Mamba-2 mixer (Megatron-Core megatron/core/ssm/mamba_mixer.py `MambaMixer`; Dao & Gu 2024, "Transformers are
 SSMs", arXiv:2405.21060), with H heads of head dim P, d_inner = H*P, G groups of B/C, state size N, conv width K:
@@ -151,15 +151,6 @@ def hybrid_shapes(a, n_layers, d_model) -> dict[str, np.ndarray]:
     total = sum(out[k] for k in COUNT_COLUMNS)
     out["shape_bad"] = (need & ~shape_ok) | (hybrid & (total != n_layers))
     return out
-
-
-def hybrid_shape_complete(a: dict) -> bool:
-    """Whether an architecture dict (models.archfile) carries everything the hybrid model needs."""
-    if not a.get("layer_pattern"):
-        return False
-    if "M" not in str(a["layer_pattern"]):
-        return True
-    return all(a.get(k) for k in ("mamba_n_heads", "mamba_head_dim", "mamba_n_groups", "mamba_state_dim"))
 
 
 def hybrid_params_b(frame: pl.DataFrame) -> np.ndarray:

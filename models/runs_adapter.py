@@ -194,8 +194,6 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     def note(cond: pl.Expr, text: str) -> None:
         notes.append(pl.when(cond).then(pl.lit(text)))
 
-    from models import frameworks as fw
-
     megatron = _has_any("framework", MEGATRON_STACKS)
     r = r.with_columns(fw.framework_preset("framework", "year"))  # memory_preset: the stack's memory behaviour
     ratio = pl.col("ffn_dim").cast(pl.Float64) / pl.col("d_model").cast(pl.Float64)
@@ -251,21 +249,15 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
         out = out.with_columns(pl.coalesce(fw.reported_memory_gb("gpu_as_reported"), pl.col("memory_gb"))
                                .alias("memory_gb"))
     out = _lora_fraction(out)
-    out = out.with_columns([pl.lit(None, dtype=pl.Utf8 if c == "layer_pattern" else pl.Int64).alias(c)
-                            for c in HYBRID_SHAPE_COLUMNS if c not in out.columns])
+    out, hybrid = hybrid_problems(out)
     problems = [
         pl.when(pl.col("n_gpus").is_null()).then(pl.lit("n_gpus not stated (whole-run totals cannot be predicted)")),
         pl.when(pl.col("n_layers").is_null() | pl.col("d_model").is_null() | pl.col("n_heads").is_null())
         .then(pl.lit("architecture shape unknown (no n_layers/d_model/n_heads and no architectures alias)")),
         pl.when((pl.col("arch") != "dense") & ~pl.col("arch").str.contains("hybrid") & (pl.col("n_experts") == 0))
         .then(pl.format("{} architecture without expert shapes", pl.col("arch"))),
-        # hybrids are modelled block by block (models.mamba) when the table gives the pattern and Mamba-2 shape
-        pl.when(pl.col("arch").str.contains("hybrid") & ~_hybrid_shape_known())
-        .then(pl.format("{} architecture without a complete Mamba-2 shape (layer_pattern, mamba_n_heads, "
-                        "mamba_head_dim, mamba_n_groups, mamba_state_dim; Mamba-1 mixers are not modelled)",
-                        pl.col("arch"))),
+        hybrid,
         pl.when(pl.col("scaleup_size").is_null()).then(pl.lit("hardware not resolvable")),
-        _hybrid_size_mismatch(out),
     ]
     if "hardware_error" in out.columns:
         problems.append(pl.col("hardware_error"))
@@ -277,27 +269,32 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
 HYBRID_SHAPE_COLUMNS = ("layer_pattern", "mamba_n_heads", "mamba_head_dim", "mamba_n_groups", "mamba_state_dim")
 
 
-def _hybrid_shape_known() -> pl.Expr:
-    """A hybrid row the step-time model can predict: a layer_pattern and, when it has Mamba blocks, the Mamba-2
-    heads, head dim, groups and state size."""
-    mamba = pl.col("layer_pattern").cast(pl.Utf8).str.contains("M", literal=True).fill_null(True)
-    shape = pl.all_horizontal([pl.col(c).is_not_null() for c in HYBRID_SHAPE_COLUMNS[1:]])
-    return pl.col("layer_pattern").is_not_null() & (~mamba | shape)
-
-
-def _hybrid_size_mismatch(out: pl.DataFrame) -> pl.Expr:
-    """Hybrid rows whose counted parameters are off the architecture table's stated size (`arch_params_b`) by more
-    than HYBRID_SIZE_TOLERANCE: a part of the shape is missing from the table (Nemotron 3 Super's latent MoE width,
-    moe_latent_size), so a prediction would rest on a wrong model."""
+def hybrid_problems(frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.Expr]:
+    """Why a hybrid row cannot be predicted, as an expression over `frame` (null for a row that can), and `frame`
+    with the hybrid shape columns it lacks added empty. Hybrids are modelled block by block (models.mamba) when the
+    row has a layer_pattern and, with Mamba blocks, the Mamba-2 heads, head dim, groups and state size; and its
+    counted parameters are within HYBRID_SIZE_TOLERANCE of the architecture table's stated size (`arch_params_b`)
+    - else a part of the shape is missing from the table (Nemotron 3 Super's latent MoE width, moe_latent_size)
+    and a prediction would rest on a wrong model. `configs_from_runs` and `stepcast predict` refuse with it."""
     from models.mamba import hybrid_params_b
 
-    if "arch_params_b" not in out.columns or "layer_pattern" not in out.columns or not out.height:
-        return pl.lit(None, dtype=pl.Utf8)
-    counted = pl.Series(hybrid_params_b(out))
+    frame = frame.with_columns([pl.lit(None, dtype=pl.Utf8 if c == "layer_pattern" else pl.Int64).alias(c)
+                                for c in HYBRID_SHAPE_COLUMNS if c not in frame.columns])
+    mamba = pl.col("layer_pattern").cast(pl.Utf8).str.contains("M", literal=True).fill_null(True)
+    shape = pl.col("layer_pattern").is_not_null() & (
+        ~mamba | pl.all_horizontal([pl.col(c).is_not_null() for c in HYBRID_SHAPE_COLUMNS[1:]]))
+    incomplete = pl.when(pl.col("arch").str.contains("hybrid") & ~shape).then(pl.format(
+        "{} architecture without a complete Mamba-2 shape (layer_pattern, mamba_n_heads, mamba_head_dim, "
+        "mamba_n_groups, mamba_state_dim; Mamba-1 mixers such as Jamba's are not modelled)", pl.col("arch")))
+    if "arch_params_b" not in frame.columns or not frame.height:
+        return frame, incomplete
+    counted = pl.Series(hybrid_params_b(frame))
     off = (counted / pl.col("arch_params_b") - 1.0).abs() > HYBRID_SIZE_TOLERANCE
-    return pl.when(pl.col("layer_pattern").is_not_null() & off).then(pl.format(
+    size = pl.when(pl.col("layer_pattern").is_not_null() & off).then(pl.format(
         "hybrid shape incomplete: {} B parameters counted, the architecture table states {} B (a part such as a "
-        "latent MoE width, moe_latent_size, is not in the table)", counted.round(1), pl.col("arch_params_b")))
+        "latent MoE width, moe_latent_size, is not in the table)", counted.round(1),
+        pl.col("arch_params_b").cast(pl.Utf8).str.replace(r"\.0$", "")))  # 120, not 120.0
+    return frame, pl.coalesce(incomplete, size)
 
 
 #: counted vs stated size of a hybrid row beyond which its table shape is taken as incomplete (nominal sizes in
@@ -435,11 +432,12 @@ def resolve_recompute(configs: pl.DataFrame, predict, measured=None) -> pl.DataF
         return configs.with_columns(pl.lit(False).alias("recompute_assumed"))
     measured = pl.Series([True] * configs.height) if measured is None else pl.Series(measured).fill_null(False)
     chosen = pl.Series("recompute", [None] * configs.height, dtype=pl.Utf8)
-    for mode in INFERRED_RECOMPUTE + ("full",):
+    planned = ~measured & unknown  # rows without a measurement may still resolve to full
+    for mode in INFERRED_RECOMPUTE + (("full",) if planned.any() else ()):
         trial = configs.with_columns(pl.lit(mode).alias("recompute"))
         fits = predict_by_preset(trial, predict)["feasible"]
         if mode not in INFERRED_RECOMPUTE:
-            fits = fits & ~measured
+            fits = fits & planned
         chosen = pl.select(pl.when(chosen.is_null() & fits).then(pl.lit(mode)).otherwise(chosen)).to_series()
     why = pl.select(pl.when(chosen.is_null() & measured).then(pl.lit(
         "measured, so it fitted: neither none nor selective fits the memory model, and full is never assumed for a "

@@ -336,24 +336,16 @@ def prediction(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[str]
         raise InputError(f"missing {', '.join(missing)} (or give --runs FILE). See `stepcast predict --help`.")
     arch_row = architecture(cfg, model, arch_file, arch)
     hw_row = hardware_row(cfg, gpu, hardware_file, hardware)
-    if "hybrid" in str(arch_row.get("arch") or ""):
-        from models.mamba import hybrid_shape_complete
-
-        if not hybrid_shape_complete(arch_row):
-            raise InputError(f"{arch_row['id']}: {arch_row['arch']} architecture without a complete Mamba-2 shape "
-                             "(layer_pattern, mamba_n_heads, mamba_head_dim, mamba_n_groups, mamba_state_dim; "
-                             "Mamba-1 mixers such as Jamba's are not modelled)")
-        from models.mamba import hybrid_params_b
-        from models.runs_adapter import HYBRID_SIZE_TOLERANCE
+    if "hybrid" in str(arch_row.get("arch") or ""):  # the rule `predict --runs` applies (models.runs_adapter)
+        from models.runs_adapter import hybrid_problems
         from pipeline import catalog
 
-        stated = arch_row.get("params_b")
-        counted = float(hybrid_params_b(pl.DataFrame([{c: arch_row.get(c) for c in (
-            *catalog.ARCH_MODEL_COLUMNS, *catalog.ARCH_HYBRID_COLUMNS)}]))[0])
-        if stated and abs(counted / float(stated) - 1.0) > HYBRID_SIZE_TOLERANCE:
-            raise InputError(f"{arch_row['id']}: hybrid shape incomplete: {counted:.1f} B parameters counted, the "
-                             f"architecture table states {float(stated):g} B (a part such as a latent MoE width, "
-                             "moe_latent_size, is not in the table)")
+        row, why = hybrid_problems(pl.DataFrame([{c: arch_row.get(c) for c in (
+            "arch", *catalog.ARCH_MODEL_COLUMNS, *catalog.ARCH_HYBRID_COLUMNS)} | {"arch_params_b": arch_row.get(
+                "params_b")}]).with_columns(pl.col("arch_params_b").cast(pl.Float64, strict=False)))
+        problem = row.select(why).item()
+        if problem:
+            raise InputError(f"{arch_row['id']}: {problem}")
     result = predict_config(cfg, arch=arch_row, hw_row=hw_row, gpus=gpus, global_batch=global_batch,
                             seq_len=seq_len, **layout)
     extra = [c for c in result.columns if c not in PREDICT_COLUMNS]

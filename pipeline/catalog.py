@@ -110,21 +110,27 @@ def find_architecture(measurements: Path, name: str) -> dict:
     return arch.filter(pl.col("id") == hit["id"][0]).row(0, named=True)
 
 
-def with_architecture_extras(runs: pl.DataFrame, arch: pl.DataFrame) -> pl.DataFrame:
-    """`runs` (the store's table, with `arch_id`) plus the architecture columns its SQL does not carry: the hybrid
-    block pattern and Mamba shape (`ARCH_HYBRID_COLUMNS`, where the run leaves them empty) and the table's stated
-    size as `arch_params_b` (the hybrid completeness check of models.runs_adapter), joined by `arch_id`."""
-    if "arch_id" not in runs.columns or "id" not in arch.columns:
-        return runs
-    cols = [c for c in ARCH_HYBRID_COLUMNS if c in arch.columns]
-    src = arch.select("id", *cols, *(["params_b"] if "params_b" in arch.columns else []))
-    src = src.rename({c: f"_a_{c}" for c in src.columns if c != "id"})
-    out = runs.join(src, left_on="arch_id", right_on="id", how="left")
+def _fill_by_arch_id(runs: pl.DataFrame, arch: pl.DataFrame, columns) -> pl.DataFrame:
+    """`runs` (with `arch_id`) with `columns` of the architecture table filled where the run leaves them empty (added
+    where it lacks them), and the table's stated size as `arch_params_b` (the hybrid completeness check of
+    models.runs_adapter), joined by `arch_id`."""
+    fill = [c for c in columns if c in arch.columns]
+    src = [*fill, *(["params_b"] if "params_b" in arch.columns and "params_b" not in fill else [])]
+    out = runs.join(arch.select("id", *src).rename({c: f"_a_{c}" for c in src}), left_on="arch_id", right_on="id",
+                    how="left")
     exprs = [(pl.coalesce(pl.col(c), pl.col(f"_a_{c}").cast(out.schema[c], strict=False)) if c in runs.columns
-              else pl.col(f"_a_{c}")).alias(c) for c in cols]
+              else pl.col(f"_a_{c}")).alias(c) for c in fill]
     if "params_b" in arch.columns:
         exprs.append(pl.col("_a_params_b").cast(pl.Float64, strict=False).alias("arch_params_b"))
     return out.with_columns(exprs).drop([c for c in out.columns if c.startswith("_a_")])
+
+
+def with_architecture_extras(runs: pl.DataFrame, arch: pl.DataFrame) -> pl.DataFrame:
+    """`runs` (the store's table, with `arch_id`) plus the architecture columns its SQL does not carry: the hybrid
+    block pattern and Mamba shape (`ARCH_HYBRID_COLUMNS`) and `arch_params_b`."""
+    if "arch_id" not in runs.columns or "id" not in arch.columns:
+        return runs
+    return _fill_by_arch_id(runs, arch, ARCH_HYBRID_COLUMNS)
 
 
 def fill_from_architectures(runs: pl.DataFrame, measurements: Path) -> pl.DataFrame:
@@ -134,22 +140,7 @@ def fill_from_architectures(runs: pl.DataFrame, measurements: Path) -> pl.DataFr
     arch = architectures(measurements)
     keys = arch_name_keys(arch).rename({"id": "arch_id", "key": "_name_key"})
     out = runs.with_columns(normalize_expr("model_name").alias("_name_key")).join(keys, on="_name_key", how="left")
-    out = out.drop("_name_key")
-    fill = [c for c in ("arch", *ARCH_MODEL_COLUMNS, *ARCH_HYBRID_COLUMNS) if c in arch.columns]
-    fill_src = fill + (["params_b"] if "params_b" in arch.columns and "params_b" not in fill else [])
-    shapes = arch.select("id", *fill_src).rename({c: f"_a_{c}" for c in fill_src})
-    out = out.join(shapes, left_on="arch_id", right_on="id", how="left")
-    exprs = []
-    for c in fill:
-        if f"_a_{c}" not in out.columns:
-            continue
-        if c in out.columns:
-            exprs.append(pl.coalesce(pl.col(c), pl.col(f"_a_{c}").cast(out.schema[c], strict=False)).alias(c))
-        else:
-            exprs.append(pl.col(f"_a_{c}").alias(c))
-    if "params_b" in arch.columns:  # the table's stated size, for the hybrid completeness check (runs_adapter)
-        exprs.append(pl.col("_a_params_b").cast(pl.Float64, strict=False).alias("arch_params_b"))
-    return out.with_columns(exprs).drop([c for c in out.columns if c.startswith("_a_")])
+    return _fill_by_arch_id(out.drop("_name_key"), arch, ("arch", *ARCH_MODEL_COLUMNS, *ARCH_HYBRID_COLUMNS))
 
 
 # ---------------------------------------------------------------- hardware
