@@ -182,7 +182,8 @@ def rates(x: Inputs, P: PhysParams, sh: Mapping, pc: Mapping) -> Rates:
     )
 
 
-_W_READ_BYTES = np.array([2.0, 2.0, 1.0, 1.0, 1.0, 0.5, 4.0, 4.0])  # weight bytes read per parameter, by dtype code
+#: weight bytes read per parameter, by dtype code (models.params.DTYPE_CODES)
+_W_READ_BYTES = np.array([2.0, 2.0, 1.0, 1.0, 1.0, 0.5, 4.0, 4.0])
 
 
 def attention_gemms(x: Inputs, r: Rates) -> np.ndarray:
@@ -190,7 +191,8 @@ def attention_gemms(x: Inputs, r: Rates) -> np.ndarray:
     attn_m = r.sh["attn_matmul"]
     attn_bytes = r.wrt * attn_m + r.aT * r.h2 + r.aTt * (2.0 * (r.q + r.kvd))
     t_attn_gemm = np.maximum(r.Tt2 * attn_m * r.inv_rate + 2.0 * r.wh, attn_bytes * r.inv_hbm)  # QKV, output
-    if (ms := x.arch.get("mla")) is not None:  # MLA rows: duplicated down-projections, split up-projections (models.mla)
+    # MLA rows: duplicated down-projections, split up-projections (models.mla)
+    if (ms := x.arch.get("mla")) is not None:
         t_mla = mla.attn_gemm_time(mla.attn_gemms(ms, x.h, x.heads, x.t, x.sp), r.T, r.inv_rate, r.inv_hbm,
                                    r.w_read_b, r.act_b, r.wh, ms["n_gemms"])
         t_attn_gemm = np.where(ms["mla"], t_mla, t_attn_gemm)

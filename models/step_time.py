@@ -173,8 +173,8 @@ def predict_arrays(a: Mapping[str, np.ndarray], params: PhysParams = DEFAULT) ->
     ``dtype``), ``sequence_parallel``/``tied_embeddings`` as bool or 0/1. Missing optional
     columns take their defaults (cp=ep=vpp=1, sharding none, recompute none, no SP,
     gpus_per_node = scaleup_size; NETWORK_COLUMNS: oversubscription 1, no pod tier). Returns
-    float/bool/int arrays (OUTPUT_COLUMNS); rows with invalid inputs get NaN outputs and ``error_code`` bits; memory-infeasible rows keep
-    their time prediction but ``feasible`` is False and ERR_MEMORY is set.
+    float/bool/int arrays (OUTPUT_COLUMNS); rows with invalid inputs get NaN outputs and ``error_code`` bits;
+    memory-infeasible rows keep their time prediction but ``feasible`` is False and ERR_MEMORY is set.
     """
     n = len(np.asarray(a["n_layers"]))
     if n <= CHUNK:
