@@ -214,7 +214,7 @@ def enumerate_points(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], n_v
     The rules are those of ``models.search.enumerate_layouts`` (tp | N, tp | heads, inside or beyond the
     scale-up domain;
     pp | N/tp, pp ≤ layers; cp a power of two ≤ 16 dividing N/(tp·pp) and seq_len; dp = N/(tp·pp·cp) dividing
-    the batch; ep | dp and ep | experts for MoE; vpp ≤ ceil(layers/pp) and only with pp > 1; micro-batch
+    the batch; ep | dp and ep | experts for MoE, etp 1 or tp for MoE with tp > 1 (models.moe); vpp ≤ ceil(layers/pp) and only with pp > 1; micro-batch
     dividing batch/dp, ≤ 64; sharding 'none' when dp·cp = 1) restricted to ``grid``'s values, plus sequence
     parallelism on whenever tp > 1. Built with numpy instead of per-block Python lists: a 20-point sweep is
     enumerated in milliseconds (tests check it finds the same best layout as ``models.search.search``)."""
@@ -246,12 +246,14 @@ def enumerate_points(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], n_v
                     if B % dp:
                         continue
                     eps = [e for e in _divisors(dp) if E % e == 0] if E > 0 else [1]
+                    etps = (1, tp) if E > 0 and tp > 1 else (tp,)
                     ls = -(-L // pp)
                     for vpp in vpps_g:
                         if vpp > 1 and (pp == 1 or ls < vpp):
                             continue
                         for ep in eps:
-                            struct.append((i, n, B, tp, pp, cp, dp, ep, vpp))
+                            for etp in etps:
+                                struct.append((i, n, B, tp, pp, cp, dp, ep, vpp, etp))
     if not struct:
         return {}, np.zeros(0, dtype=np.int64)
     S = np.asarray(struct, dtype=np.int64)
@@ -270,6 +272,7 @@ def enumerate_points(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], n_v
     out: dict[str, Any] = {
         "tp": S[:, 3].astype(np.float64), "pp": S[:, 4].astype(np.float64), "cp": S[:, 5].astype(np.float64),
         "dp": S[:, 6].astype(np.float64), "ep": S[:, 7].astype(np.float64), "vpp": S[:, 8].astype(np.float64),
+        "etp": S[:, 9].astype(np.float64),
         "micro_batch": F[:, 0].astype(np.float64), "sharding": F[:, 1], "recompute": F[:, 2],
         "sequence_parallel": S[:, 3] > 1, "n_gpus": S[:, 1].astype(np.float64),
         "global_batch_seqs": S[:, 2].astype(np.float64), "seq_len": np.full(m, float(s)),

@@ -202,11 +202,12 @@ def hybrid_activation_bytes(hy, act_args, q_dim, kv_dim, mlp_width, moe_width, r
     return stored, (rc == 2) * work
 
 
-def _local_params(arch, shapes, Ls, t, p, e, any_moe) -> dict:
+def _local_params(arch, shapes, Ls, t, p, e, any_moe, etp=None) -> dict:
     """Parameters on one GPU of the stage: ``dense`` (attention, norms, dense MLPs, shared experts, routers,
     embeddings of a first/last stage), ``expert`` (its routed experts), and the per-layer counts the prefetch
     buffers read (``plc`` attention + norms, ``dense_mlp``, ``moe_mlp`` shared + local routed experts of one MoE
-    layer; ``is_moe`` rows with MoE layers; ``moe_frac`` their share of the layers)."""
+    layer; ``is_moe`` rows with MoE layers; ``moe_frac`` their share of the layers). Routed experts are divided
+    by ep * etp (``etp`` expert tensor parallelism, models.moe; None = tp)."""
     h, L, V, E, ns = arch["d_model"], arch["n_layers"], arch["vocab"], arch["n_experts"], arch["n_shared_experts"]
     inv_t = 1.0 / t
     n_moe = shapes["n_moe_layers"]
@@ -229,6 +230,8 @@ def _local_params(arch, shapes, Ls, t, p, e, any_moe) -> dict:
         dense_local = (Ls * plc + Ls_dense * dense_mlp + Ls_moe * (ns_expert + shapes["router_matmul"])
                        + embed_stage) * inv_t
         E_expert_e = E * expert / e1
+        if etp is not None:  # expert tensor parallelism: x tp / etp, exactly 1.0 at etp = tp (models.moe)
+            E_expert_e = E_expert_e * (t / _f(etp))
         expert_local = Ls_moe * E_expert_e * inv_t
         out.update(moe_frac=moe_frac, is_moe=moe_frac > 0, moe_mlp=ns_expert + E_expert_e)
     else:
@@ -238,7 +241,8 @@ def _local_params(arch, shapes, Ls, t, p, e, any_moe) -> dict:
         # MLA: duplicated down-projections; MTP modules on the last stage
         from models import mla
 
-        dense_local, expert_local = mla.local_params(arch, shapes, dense_local, expert_local, Ls, t, p, e)
+        dense_local, expert_local = mla.local_params(arch, shapes, dense_local, expert_local, Ls, t, p, e,
+                                                     etp=etp)
     hy = arch.get("hybrid")
     if hy is not None:  # hybrid rows: the stage holds Ls of the n_layers blocks (models.mamba)
         from models.accounting import hybrid_param_counts
@@ -247,16 +251,19 @@ def _local_params(arch, shapes, Ls, t, p, e, any_moe) -> dict:
         hc = hybrid_param_counts(arch, shapes)
         frac = Ls / L
         e_h = np.maximum(e, 1.0)
+        if etp is not None:  # routed experts / (ep etp) (models.moe)
+            e_h = e_h * (_f(etp) / t)
         dense_local = np.where(hyb, (frac * hc["blocks_dense"] + embed_stage) * inv_t, dense_local)
         expert_local = np.where(hyb, frac * hc["blocks_expert"] / e_h * inv_t, expert_local)
     out.update(dense=dense_local, expert=expert_local)
     return out
 
 
-def _state_shares(lp, shard, d, c, e, node_size, inv_t, any_moe) -> dict:
+def _state_shares(lp, shard, d, c, e, node_size, inv_t, any_moe, etp_scale=None) -> dict:
     """Parameters per GPU whose weights (``S_w``), gradients (``S_g``) and optimizer state (``S_o``) this GPU
     holds, and ``S_none`` (unsharded). Sharding: weights by codes 3-5, gradients by 2-5, optimizer state by 1-5;
-    the data-parallel group is dp*cp (routed experts: dp*cp/ep); HSDP (5) shards inside the node."""
+    the data-parallel group is dp*cp (routed experts: dp*cp/ep, x tp/etp = ``etp_scale`` with expert tensor
+    parallelism, models.moe.expert_dp_size); HSDP (5) shards inside the node."""
     dense_local, expert_local = lp["dense"], lp["expert"]
     nd = d * c
     hs_any = bool(np.any(shard == 5))
@@ -268,7 +275,8 @@ def _state_shares(lp, shard, d, c, e, node_size, inv_t, any_moe) -> dict:
         D = nd
     S_none = dense_local + expert_local
     if any_moe:
-        ne = np.maximum(nd / np.maximum(e, 1.0), 1.0)
+        ne = nd / np.maximum(e, 1.0)
+        ne = np.maximum(ne * etp_scale if etp_scale is not None else ne, 1.0)
         De = np.where(is5, np.minimum(hs, ne), ne) if hs_any else ne
         S_full = dense_local / D + expert_local / De
     else:
@@ -325,9 +333,10 @@ def _grads_optimizer(S, shard, fp32, m, params, grad_bytes, trainable_frac, fsdp
 
 
 def _activations(arch, shapes, lp, s, b, t, p, c, v, m, rc, sp, wb, Ls, any_moe, params, selective_policy,
-                 logits_bytes, logits_chunks, act_offload_frac) -> tuple[np.ndarray, np.ndarray]:
+                 logits_bytes, logits_chunks, act_offload_frac, moe_rho=None) -> tuple[np.ndarray, np.ndarray]:
     """(activation bytes of the most loaded stage, in-flight micro-batches): stored per layer and micro-batch,
-    one layer's working set (full recompute; recomputed save-list tensors), logits on the last stage, MTP."""
+    one layer's working set (full recompute; recomputed save-list tensors), logits on the last stage, MTP.
+    ``moe_rho``: the most loaded EP rank stores rho x the mean routed copies (models.moe; None = 1)."""
     # activations (per layer, per micro-batch; models.memory docstring, Korthikanti et al. 2022).
     # The stored bytes are linear in the sharded FFN width F, so a stage mixing dense and MoE
     # layers stores per layer what one layer of the layer-weighted mean width stores:
@@ -343,9 +352,10 @@ def _activations(arch, shapes, lp, s, b, t, p, c, v, m, rc, sp, wb, Ls, any_moe,
     attn_part = 4.0 * (shapes["q_dim"] + shapes["kv_dim"])
     F_d = arch["ffn_dim"]
     any_full = bool(np.any(rc == 2))
+    k_r = k * _f(moe_rho) if moe_rho is not None else k  # the most loaded EP rank's routed copies (models.moe)
     if any_moe:
         # the MoE dispatch copies 2h*top_k are added to the sharded part via the FFN width
-        F_m = (k + ns) * arch["expert_ffn_dim"] + 2.0 * h * k / cf
+        F_m = (k_r + ns) * arch["expert_ffn_dim"] + 2.0 * h * k_r / cf
         F_mix = F_d + lp["moe_frac"] * (F_m - F_d)
         F_work = np.where(lp["is_moe"], F_m, F_d) if any_full else F_mix  # full recompute: the heaviest layer
     else:
@@ -378,7 +388,7 @@ def _activations(arch, shapes, lp, s, b, t, p, c, v, m, rc, sp, wb, Ls, any_moe,
     if hy is not None:
         h_stored, h_working = hybrid_activation_bytes(
             hy, act_args, shapes["q_dim"], shapes["kv_dim"], cf * F_d,
-            cf * ((k + ns) * arch["expert_ffn_dim"]) + 2.0 * h * k, rc, ass, params.dropout_mask_elems)
+            cf * ((k_r + ns) * arch["expert_ffn_dim"]) + 2.0 * h * k_r, rc, ass, params.dropout_mask_elems)
         stored = np.where(hy["hybrid"], h_stored, stored)
         working = np.where(hy["hybrid"], scale * h_working, working)
     stage_acts = scale * stored * Ls
@@ -443,6 +453,8 @@ def memory_per_gpu(
     fsdp_unsharded_stage=None,
     capacity_gb=None,
     overhead_frac_of_capacity=None,
+    etp=None,
+    moe_rho=None,
 ) -> dict[str, np.ndarray]:
     """Bytes per GPU on the most loaded stage: weights, grads, optimizer, activations, overhead.
 
@@ -472,6 +484,10 @@ def memory_per_gpu(
                          ``set_requires_gradient_sync(last_backward)``), upcast to ``grad_bytes``.
     ``capacity_gb`` + ``overhead_frac_of_capacity``: the fixed allowance is this fraction of the
                          device's capacity instead of ``params.mem_overhead_gb`` (portable).
+    ``etp``              expert tensor-parallel degree (models.moe): routed experts / (ep etp), their
+                         data-parallel group tp*cp*dp / (etp ep); None = tp.
+    ``moe_rho``          the most loaded EP rank's routed tokens / the mean (models.moe.effective_imbalance):
+                         scales its routed activations; None = 1.
 
     Implementation note: written for few numpy calls per row block (the step-time model's
     hot path): block-level branches skip terms whose rows are absent (MoE, sharding modes,
@@ -498,15 +514,15 @@ def memory_per_gpu(
     any_moe = bool(np.any(shapes["n_moe_layers"] > 0))
     inv_t = 1.0 / t
 
-    lp = _local_params(arch, shapes, Ls, t, p, e, any_moe)
-    S = _state_shares(lp, shard, d, c, e, node_size, inv_t, any_moe)
+    lp = _local_params(arch, shapes, Ls, t, p, e, any_moe, etp)
+    S = _state_shares(lp, shard, d, c, e, node_size, inv_t, any_moe, None if etp is None else t / _f(etp))
     weights = _weights(lp, S, shard, fp32, wb, Ls, inv_t, any_moe, arch.get("hybrid"), fsdp_unsharded_stage)
     grads, optimizer, S_o = _grads_optimizer(S, shard, fp32, m, params, grad_bytes, trainable_frac,
                                              fsdp_unsharded_stage)
     activations, inflight = _activations(
         arch, shapes, lp, _f(seq_len), _f(micro_batch), t, p, c, v, m, rc,
         np.asarray(sequence_parallel, dtype=bool), wb, Ls, any_moe, params, selective_policy, logits_bytes,
-        logits_chunks, act_offload_frac)
+        logits_chunks, act_offload_frac, moe_rho)
     modelled = weights + grads + optimizer + activations
     overhead = _overhead(modelled, params, capacity_gb, overhead_frac_of_capacity)
     total = modelled + overhead

@@ -150,11 +150,12 @@ def replicated_params_local(ms, layers_per_stage, tp):
     return layers_per_stage * ms["replicated"] * (1.0 - 1.0 / np.asarray(tp, dtype=np.float64))
 
 
-def local_params(arch, shapes, dense_local, expert_local, layers_per_stage, tp, pp, ep):
+def local_params(arch, shapes, dense_local, expert_local, layers_per_stage, tp, pp, ep, etp=None):
     """(dense, expert) parameters per GPU of the most loaded stage (models.memory) with the MLA and MTP terms: the
     duplicated MLA down-projections of the stage's layers (`replicated_params_local`) and, on the last stage, the
     MTP modules (dense part / tp, routed experts / (ep tp), their down-projections duplicated) and, with pp > 1,
-    the embedding copy Megatron-Core builds on the MTP stage."""
+    the embedding copy Megatron-Core builds on the MTP stage. ``etp`` (expert tensor parallelism, models.moe):
+    the MTP modules' routed experts / (ep etp) instead."""
     ms, D = arch.get("mla"), arch.get("mtp")
     t = np.asarray(tp, dtype=np.float64)
     if ms is not None:
@@ -165,7 +166,8 @@ def local_params(arch, shapes, dense_local, expert_local, layers_per_stage, tp, 
         dense_local = dense_local + (mp["dense"] + emb) / t
         if ms is not None:
             dense_local = dense_local + replicated_params_local(ms, D, t)
-        expert_local = expert_local + mp["expert"] / (np.maximum(np.asarray(ep, dtype=np.float64), 1.0) * t)
+        et = t if etp is None else np.asarray(etp, dtype=np.float64)
+        expert_local = expert_local + mp["expert"] / (np.maximum(np.asarray(ep, dtype=np.float64), 1.0) * et)
     return dense_local, expert_local
 
 

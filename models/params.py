@@ -140,6 +140,12 @@ class PhysParams:
     pp_overlap: float = 0.0
     # prior: fraction of MoE all-to-all hidden behind compute (0 = no overlap).
     ep_overlap: float = 0.0
+    # Tokens the most loaded expert-parallel rank receives, as a multiple of the mean (>= 1): scales that rank's
+    # routed-expert GEMMs, routed activations and all-to-all volume (the step waits for it; models.moe). derived
+    # 1.0 = balanced: no published per-rank max/mean of dropless training was found (models.moe docstring), and
+    # the Megatron-Bridge MoE benchmarks of the corpus force balanced routing. A calibration candidate (not in
+    # FITTABLE_BOUNDS: no run in the corpus identifies it).
+    moe_imbalance: float = 1.0
 
     # --- memory ----------------------------------------------------------------------
     # derived: bytes per gradient element held during accumulation. Megatron-LM keeps

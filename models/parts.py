@@ -7,7 +7,7 @@ one function per part, in this order (docs/model.md, "Where each part lives"):
     compute      forward + backward + recompute of the stage's layers, LM head, MTP, host issue time (``Compute``)
     tp_comm      tensor-parallel collectives of one micro-batch
     cp_comm      context-parallel K/V ring (+ Mamba all-to-alls) of one micro-batch, and what the core hides
-    ep_comm      expert-parallel dispatch / combine of one micro-batch
+    ep_comm      expert-parallel dispatch / combine of one micro-batch (MoE options: models.moe)
     pp_comm      pipeline point-to-point of one micro-batch
     overlap      the one overlap budget per micro-batch: what TP/EP/PP traffic stays exposed (``Overlap``)
     dp_comm      gradient sync and ZeRO / FSDP / HSDP gathers (per step and per micro-batch), exposed
@@ -29,7 +29,7 @@ from typing import Mapping
 import numpy as np
 
 from models import collectives as coll
-from models import mamba, mla
+from models import mamba, mla, moe
 from models.accounting import hybrid_flops_per_token
 from models.fastops import clip
 from models.params import PhysParams
@@ -88,6 +88,10 @@ class Inputs:
     bw_out: np.ndarray  # scale-out bytes/s
     a_up: float  # scale-up latency, s
     a_out: float  # scale-out latency, s
+    # MoE options (models.moe)
+    et: np.ndarray  # expert tensor-parallel degree (tp by default; tp for dense rows)
+    moe_cf: np.ndarray  # capacity factor (NaN: dropless)
+    rho: np.ndarray | float  # the most loaded EP rank's routed tokens / the mean (1.0: balanced)
 
 
 @dataclass(slots=True)
@@ -208,13 +212,17 @@ def dense_mlp_gemms(x: Inputs, r: Rates) -> np.ndarray:
 
 def moe_mlp_gemms(x: Inputs, r: Rates) -> tuple[np.ndarray, np.ndarray]:
     """The MoE MLP of one layer, forward, per GPU (s): top_k + shared experts' GEMMs on every token, one GEMM
-    call per local expert, the router; and the sharded FFN width F_moe its element-wise traffic reads."""
+    call per local expert, the router; and the sharded FFN width F_moe its element-wise traffic reads. The most
+    loaded EP rank runs rho x the mean routed tokens; its routed-expert weights are split over etp, i.e. tp/etp x
+    the tp-split bytes (models.moe; both factors exactly 1 at the defaults)."""
     k, ns = x.k, x.ns
-    kns = k + ns
+    k_rho = k * x.rho
+    kns = moe.routed_tokens_factor(k, ns, x.rho)  # k rho + n_shared
     F_moe = kns * x.arch["expert_ffn_dim"]
     e_local = np.where(x.E > 0, x.E / x.e, 0.0)
     exp_m, rout_m = r.sh["expert_matmul"], r.sh["router_matmul"]
-    mlp_bytes_m = r.wrt * ((e_local + ns) * exp_m + rout_m) + r.aT * (r.h2 * (1.0 + k)) + r.aTt * (r.n_mats * F_moe)
+    mlp_bytes_m = (r.wrt * ((e_local * moe.expert_weight_scale(x.t, x.et) + ns) * exp_m + rout_m)
+                   + r.aT * (r.h2 * (1.0 + k_rho)) + r.aTt * (r.n_mats * F_moe))
     t_mlp_m = np.maximum(r.Tt2 * (kns * exp_m + rout_m) * r.inv_rate + (r.n_mats * r.wh) * (e_local + ns),
                          mlp_bytes_m * r.inv_hbm)
     return t_mlp_m, F_moe
@@ -254,7 +262,7 @@ def compute(x: Inputs, r: Rates, P: PhysParams) -> Compute:
     Ls_attn = x.Ls
     if (hy := x.hy) is not None:  # hybrid rows: blocks of one mixer each (models.mamba, docs/model.md)
         hb = hybrid_stage(hy, x.arch, r.pc, dict(
-            L=x.L, Ls=x.Ls, T=r.T, t=x.t, e=x.e, aT=r.aT, aTt=r.aTt, wrt=r.wrt, Tt2=r.Tt2, h2=r.h2, act_b=r.act_b,
+            L=x.L, Ls=x.Ls, T=r.T, t=x.t, e=x.e, rho=x.rho, scale_e=moe.expert_weight_scale(x.t, x.et), aT=r.aT, aTt=r.aTt, wrt=r.wrt, Tt2=r.Tt2, h2=r.h2, act_b=r.act_b,
             inv_rate=r.inv_rate, inv_hbm=inv_hbm, wh=r.wh, peaks=x.peaks, ke=x.ke, t_attn_gemm=t_attn_gemm,
             t_core=t_core, t_mlp_d=t_mlp_d, ew_common=ew_common, ew_scores=ew_scores, aTt_ef=aTt_ef,
             F_dense=F_dense, n_mats=r.n_mats), P)
@@ -290,7 +298,8 @@ def compute(x: Inputs, r: Rates, P: PhysParams) -> Compute:
 def hybrid_stage(hy: Mapping[str, np.ndarray], arch: Mapping[str, np.ndarray], pc: Mapping, v: Mapping,
                  P: PhysParams) -> dict[str, np.ndarray]:
     """Forward and backward time of one micro-batch through the stage's blocks of hybrid rows (docs/model.md,
-    "Hybrid Mamba-Transformer blocks"). ``v``: the compute part's per-row quantities (L, Ls, T, t, e, aT, aTt, wrt,
+    "Hybrid Mamba-Transformer blocks"). ``v``: the compute part's per-row quantities (L, Ls, T, t, e, rho and
+    scale_e of models.moe, aT, aTt, wrt,
     Tt2, h2, act_b, inv_rate, inv_hbm, wh, peaks, t_attn_gemm, t_core, t_mlp_d, ew_common, ew_scores, aTt_ef,
     F_dense, n_mats). The stage holds Ls = ceil(n_layers/pp) blocks in the proportions of the pattern; a block
     carries half of a transformer layer's h-wide element-wise traffic (one norm and one residual add)."""
@@ -307,14 +316,16 @@ def hybrid_stage(hy: Mapping[str, np.ndarray], arch: Mapping[str, np.ndarray], p
     t_ew_mlp = (ew_half + aTt_ef * v["F_dense"]) * inv_hbm
     # MoE blocks: routed experts (latent width when given), shared experts, router (+ latent projections)
     k, ns, fe = arch["top_k"], arch["n_shared_experts"], arch["expert_ffn_dim"]
-    kns = k + ns
+    rho = v["rho"]  # the most loaded EP rank's routed tokens / the mean; experts split over etp (models.moe)
+    kns = moe.routed_tokens_factor(k, ns, rho)
     exp_w, moe_act = hc["expert_matmul"], hc["moe_active_matmul"]
+    moe_flops = moe_act if np.all(rho == 1.0) else moe_act + (k * (rho - 1.0)) * exp_w
     lat = hy["moe_latent_size"]
     n_lat_gemms = 2.0 * (np.isfinite(lat) & (lat > 0))
-    moe_bytes = wrt * (np.where(arch["n_experts"] > 0, arch["n_experts"] / v["e"], 0.0) * exp_w
-                       + moe_act - k * exp_w) + aT * (v["h2"] * (1.0 + k)) + aTt * (n_mats * kns * fe)
+    moe_bytes = wrt * (np.where(arch["n_experts"] > 0, arch["n_experts"] / v["e"], 0.0) * exp_w * v["scale_e"]
+                       + moe_act - k * exp_w) + aT * (v["h2"] * (1.0 + k * rho)) + aTt * (n_mats * kns * fe)
     calls = np.where(arch["n_experts"] > 0, arch["n_experts"] / v["e"], 0.0) + ns  # one GEMM per local expert
-    t_moe = np.maximum(Tt2 * moe_act * inv_rate + (n_mats * calls + n_lat_gemms) * wh, moe_bytes * inv_hbm)
+    t_moe = np.maximum(Tt2 * moe_flops * inv_rate + (n_mats * calls + n_lat_gemms) * wh, moe_bytes * inv_hbm)
     t_ew_moe = (ew_half + aTt_ef * (kns * fe)) * inv_hbm
     # Mamba blocks: in_proj + out_proj GEMMs, SSD scan (16-bit tensor-core roofline), conv + gated norm traffic
     mm = hc["mamba_matmul"]
@@ -342,7 +353,23 @@ def tp_comm(x: Inputs, r: Rates, cm: Compute) -> np.ndarray:
     tp_bw, tp_a = coll.group_link(x.t, np.minimum(x.t, x.node), x.bw_up, x.bw_out, x.a_up, x.a_out, 1.0, x.tiers)
     tp_bytes = r.aT * x.h
     tp_one = coll.ring_all_reduce_time(tp_bytes, x.t, tp_bw, tp_a)
-    return cm.tp_per_stage * (r.n_fwd_passes + 1.0) * tp_one
+    return cm.tp_per_stage * (r.n_fwd_passes + 1.0) * tp_one + expert_tp_comm(x, r, cm, tp_bytes, tp_one)
+
+
+def expert_tp_comm(x: Inputs, r: Rates, cm: Compute, tp_bytes, tp_one) -> np.ndarray | float:
+    """What expert tensor parallelism and the load imbalance change in the TP traffic of one micro-batch (s):
+    each MoE layer's expert-side collective pair (all-gather of the dispatched tokens, reduce-scatter after) runs
+    over etp ranks with ``models.moe.expert_tp_bytes`` instead of the tp pair ``tp_one`` (none at etp = 1).
+    0.0 where etp = tp and the load is balanced (today's TP pair, bit for bit)."""
+    if not r.any_moe:
+        return 0.0
+    moved = (x.E > 0) & ((x.et != x.t) | (x.rho != 1.0))
+    if not np.any(moved):
+        return 0.0
+    et = x.et
+    etp_bw, etp_a = coll.group_link(et, np.minimum(et, x.node), x.bw_up, x.bw_out, x.a_up, x.a_out, 1.0, x.tiers)
+    etp_one = coll.ring_all_reduce_time(moe.expert_tp_bytes(tp_bytes, x.t, et, x.rho), et, etp_bw, etp_a)
+    return np.where(moved, cm.Ls_moe * (r.n_fwd_passes + 1.0) * (etp_one - tp_one), 0.0)
 
 
 def cp_comm(x: Inputs, r: Rates, cm: Compute) -> tuple[np.ndarray, np.ndarray]:
@@ -370,12 +397,14 @@ def cp_comm(x: Inputs, r: Rates, cm: Compute) -> tuple[np.ndarray, np.ndarray]:
 
 def ep_comm(x: Inputs, r: Rates, cm: Compute) -> np.ndarray:
     """Expert parallel, per micro-batch (s, before overlap): dispatch + combine all-to-all per MoE layer fwd,
-    2 more in bwd."""
+    2 more in bwd. The most loaded rank receives (dispatch) and sends (combine) rho x the mean; the group is ep
+    ranks ``models.moe.ep_stride`` apart (etp on Megatron-Core's expert grid, tp*cp at etp = tp)."""
     if not r.any_ep:
         return np.zeros(x.n)
-    ep_rpn = clip(np.floor(x.node / (x.t * x.c)), 1.0, x.e)
-    ep_bw, ep_a = coll.group_link(x.e, ep_rpn, x.bw_up, x.bw_out, x.a_up, x.a_out, x.t * x.c, x.tiers)
-    ep_bytes = r.aTt * (x.k * x.h)
+    stride = moe.ep_stride(x.t, x.c, x.et)
+    ep_rpn = clip(np.floor(x.node / stride), 1.0, x.e)
+    ep_bw, ep_a = coll.group_link(x.e, ep_rpn, x.bw_up, x.bw_out, x.a_up, x.a_out, stride, x.tiers)
+    ep_bytes = r.aTt * (x.k * x.h) * x.rho
     ep_one = coll.all_to_all_time(ep_bytes, x.e, ep_bw, ep_a)
     return cm.Ls_moe * (2.0 * r.n_fwd_passes + 2.0) * ep_one
 
@@ -407,19 +436,20 @@ def dp_comm(x: Inputs, r: Rates, mem: Mapping[str, np.ndarray], cm: Compute, ov:
             P: PhysParams) -> tuple[np.ndarray, np.ndarray]:
     """Data parallel: (exposed s per step, exposed gathers s per micro-batch). Gradient sync (all-reduce; ZeRO:
     reduce-scatter + all-gather of the updated weights; HSDP: inside the node, then across), ZeRO-3 / FSDP / HSDP
-    parameter gathers in forward and backward; dense weights over dp*cp, routed experts over dp*cp/ep."""
+    parameter gathers in forward and backward; dense weights over dp*cp, routed experts over
+    tp*cp*dp/(etp*ep) ranks etp*ep apart (models.moe.expert_dp_size; dp*cp/ep at etp = tp)."""
     shard, t, e, n = x.shard, x.t, x.e, x.n
     bw_up, bw_out, a_up, a_out, tiers = x.bw_up, x.bw_out, x.a_up, x.a_out, x.tiers
     dense_local = mem["dense_params_local"]
     expert_local = mem["expert_params_local"]
     nd = x.d * x.c
-    ne = np.maximum(nd / e, 1.0)
+    ne = moe.expert_dp_size(t, x.c, x.d, e, x.et)
     dp_rpn = clip(np.floor(x.node / t), 1.0, nd)
     dp_bw, dp_a = coll.group_link(nd, dp_rpn, bw_up, bw_out, a_up, a_out, t, tiers)
     any_exp = r.any_moe
     if any_exp:
-        epd_rpn = clip(np.floor(x.node / (t * e)), 1.0, ne)
-        epd_bw, epd_a = coll.group_link(ne, epd_rpn, bw_up, bw_out, a_up, a_out, t * e, tiers)
+        epd_rpn = clip(np.floor(x.node / (x.et * e)), 1.0, ne)
+        epd_bw, epd_a = coll.group_link(ne, epd_rpn, bw_up, bw_out, a_up, a_out, x.et * e, tiers)
     hs = dp_rpn  # HSDP shards over the data-parallel ranks of one node
     gbytes_d = dense_local * P.grad_reduce_bytes
     gbytes_e = expert_local * P.grad_reduce_bytes if any_exp else 0.0

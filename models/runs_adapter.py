@@ -11,6 +11,8 @@ never silently rests on a guess:
 | tp, pp, cp, ep, vpp empty | 1 | the sources state every degree they use |
 | tp, pp empty but dp stated (dp < n_gpus) | model-parallel size n_gpus/(dp*cp): tp = min(that, scale-up domain), pp = the rest | Megatron-LM's layout: tensor parallel inside the node, pipeline across (Narayanan et al. 2021, section 3.3) |
 | tp, pp, dp all empty and tp=pp=1 impossible | the smallest tp*pp (tp <= scale-up domain first, then pp) that divides n_gpus, leaves a dp dividing the batch and fits in memory (`resolve_layout`) | the framework default of a model-parallel stack: as little model parallelism as fits |
+| etp (expert tensor parallelism) of an MoE run: the measurement schema has no column | tp (Megatron-Core's default `--expert-tensor-parallel-size`); where ep does not fold with it (ep does not divide cp*dp), the largest etp dividing tp with etp*ep dividing tp*cp*dp (`models.moe.resolve_etp`) | Megatron-Core refuses an expert grid that does not tile the stage (MoE parallel folding), so a run that ran used such an etp |
+| capacity factor of an MoE run | dropless, unless the notes state otherwise (only "dropless" is stated in the corpus) | Megatron-Core's default (`--moe-expert-capacity-factor` None) |
 | dp stated but tp*pp*cp*dp != n_gpus | dp*ep when that completes n_gpus (the source counted dp without the expert ranks), else n_gpus/(tp*pp*cp) | |
 | dp empty | n_gpus / (tp*pp*cp) | definition of dp in the data card |
 | micro_batch empty | 1 | smallest micro-batch; Megatron's default |
@@ -156,6 +158,18 @@ def infer_layout(frame: pl.DataFrame) -> pl.DataFrame:
     refit = bad & ~fold_ep & (np.mod(n, base) == 0)
     dp = np.where(refit, n / base, dp)
     note(refit, "dp=n_gpus/(tp*pp*cp) (the stated dp did not complete n_gpus)")
+    # MoE runs: expert tensor parallelism and dropping are never columns of the schema (models.moe)
+    if "n_experts" in frame.columns:
+        from models.moe import resolve_etp
+
+        moe_run = np.nan_to_num(f("n_experts"), nan=0.0) > 0
+        etp, folded = resolve_etp(np.full(frame.height, np.nan), tp, cp, dp, ep)
+        note(moe_run & folded, [f"etp={x:.0f} (ep={e:.0f} does not fold with etp=tp: the largest etp dividing tp "
+                                f"with etp*ep | tp*cp*dp, as Megatron-Core needs)" for x, e in zip(etp, ep)])
+        note(moe_run & ~folded & (tp > 1), "etp=tp (not stated: Megatron-Core's default)")
+        says_dropless = (frame["notes"].fill_null("").str.to_lowercase().str.contains("dropless", literal=True)
+                         .to_numpy() if "notes" in frame.columns else np.zeros(frame.height, dtype=bool))
+        note(moe_run & ~says_dropless, "dropless (no capacity factor: Megatron-Core's default)")
     mb = np.nan_to_num(mb0, nan=1.0)
     note(np.isnan(mb0), "micro_batch=1")
     # global batch: FSDP stacks take no gradient accumulation by default; others the era's typical batch

@@ -8,6 +8,8 @@ Enumeration rules (docs/model.md, "Search"):
   cp   powers of two dividing n_gpus/(tp*pp) and seq_len, up to ``max_cp`` (16)
   dp   = n_gpus / (tp*pp*cp), must divide global_batch_seqs
   ep   MoE only: divisors of dp that divide n_experts
+  etp  MoE only, tp > 1: 1 and tp (expert tensor parallelism, Megatron-Core --expert-tensor-parallel-size: the
+       default etp = tp and the setting recommended for fine-grained experts, etp = 1; models.moe); else tp
   vpp  1, and for pp > 1 every v in 2..max_vpp with ceil(n_layers/pp) >= v
   micro_batch  divisors of global_batch_seqs/dp up to ``max_micro_batch``
   sharding  all six when dp*cp > 1, else 'none'; recompute all three;
@@ -37,7 +39,8 @@ from models.params import (
 from models.predictor import EXTRA_COLUMNS, Model, as_predictor, domain_text, predict_arrays
 from models.step_time import HARDWARE_COLUMNS, NETWORK_COLUMNS, OUTPUT_COLUMNS
 
-LAYOUT_DIMS = ("tp", "pp", "cp", "dp", "ep", "vpp", "micro_batch", "sharding", "recompute", "sequence_parallel")
+LAYOUT_DIMS = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "micro_batch", "sharding", "recompute",
+               "sequence_parallel")
 _CODES = {"sharding": SHARDING_CODES, "recompute": RECOMPUTE_CODES}
 _INV = {key: {v: k for k, v in codes.items()} for key, codes in _CODES.items()}
 
@@ -83,8 +86,10 @@ def enumerate_layouts(
     max_vpp: int = 8,
     max_micro_batch: int = 64,
 ) -> dict[str, np.ndarray]:
-    """Every candidate layout as arrays ready for ``predict_arrays`` (arch + hw broadcast)."""
+    """Every candidate layout as arrays ready for ``predict_arrays`` (arch + hw broadcast). ``fixed`` may also
+    hold ``moe_capacity_factor`` (a number, or None for dropless): a constant column, not a searched dimension."""
     fixed = dict(fixed or {})
+    cap = fixed.pop("moe_capacity_factor", None)
     L = int(_num(arch_row, "n_layers"))
     heads = int(_num(arch_row, "n_heads"))
     E = int(_num(arch_row, "n_experts", 0.0) if not np.isnan(_num(arch_row, "n_experts", 0.0)) else 0)
@@ -96,13 +101,17 @@ def enumerate_layouts(
 
     tps = [t for t in _divisors(n) if heads % t == 0]
     tps = _allowed(fixed, "tp", tps)
-    outer: list[tuple] = []  # (tp, pp, cp, dp, ep, vpp) with the inner grid that goes with it
+    outer: list[tuple] = []  # (tp, pp, cp, dp, ep, etp, vpp) with the inner grid that goes with it
     inner: list[np.ndarray] = []
     grids: dict[tuple, np.ndarray] = {}  # the inner grid depends on dp, on dp*cp > 1 and on tp > 1 only
     rcs = _allowed(fixed, "recompute", [0, 1, 2])
     for tp in tps:
         pps = _allowed(fixed, "pp", [p for p in _divisors(n // tp) if p <= L])
         sps = _allowed(fixed, "sequence_parallel", [False, True] if tp > 1 else [False])
+        if "etp" in fixed:  # a fixed expert-TP degree is taken as given (predict_arrays judges the folding)
+            etps = [int(x) for x in (fixed["etp"] if isinstance(fixed["etp"], (list, tuple, set)) else [fixed["etp"]])]
+        else:
+            etps = [1, tp] if E > 0 and tp > 1 else [tp]
         for pp in pps:
             rest = n // (tp * pp)
             cps = [c for c in _divisors(rest) if c <= max_cp and (c & (c - 1)) == 0 and s % c == 0]
@@ -122,8 +131,8 @@ def enumerate_layouts(
                 if not len(grid):
                     continue
                 eps = _allowed(fixed, "ep", [e for e in _divisors(dp) if E % e == 0] if E > 0 else [1])
-                for ep, vpp in itertools.product(eps, vpps):
-                    outer.append((tp, pp, cp, dp, ep, vpp))
+                for ep, etp, vpp in itertools.product(eps, etps, vpps):
+                    outer.append((tp, pp, cp, dp, ep, etp, vpp))
                     inner.append(grid)
     if outer:  # one block per outer layout, built with two array operations instead of a column per block
         sizes = np.fromiter((len(g) for g in inner), dtype=np.int64, count=len(inner))
@@ -140,6 +149,8 @@ def enumerate_layouts(
     out["seq_len"] = np.full(m, float(s))
     out["gpus_per_node"] = np.full(m, float(node))
     out["dtype"] = np.full(m, DTYPE_CODES[dtype], dtype=np.int64)
+    if cap is not None:  # capacity factor (models.moe); absent = dropless
+        out["moe_capacity_factor"] = np.full(m, float(cap))
     broadcast_arch_hw(out, m, arch_row, hw_row)
     return out
 

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from models import collectives as coll
-from models import mamba, mla, parts
+from models import mamba, mla, moe, parts
 from models.accounting import layer_shapes, normalize_arch, param_counts
 from models.fastops import divisible
 from models.hardware import A100_TFLOPS_PER_SM, choose_peak, peak_table
@@ -83,7 +83,8 @@ ERROR_MESSAGES = {
     ERR_BATCH: "global_batch_seqs is not divisible by dp*micro_batch",
     ERR_HEADS_TP: "n_heads (or n_kv_heads, or a hybrid's Mamba heads/groups) not divisible by tp",
     ERR_PP_LAYERS: "pp > n_layers",
-    ERR_EP: "invalid ep (ep>1 needs an MoE model, ep | n_experts and ep | dp or ep | tp*cp*dp)",
+    ERR_EP: "invalid ep or etp (ep>1 needs an MoE model, ep | n_experts and ep | dp or ep | tp*cp*dp; the expert "
+            "grid must tile the stage: etp*ep | tp*cp*dp, Megatron-Core MoE parallel folding)",
     ERR_VPP: "invalid vpp (vpp>1 needs pp>1, micro-batches divisible by pp and >= vpp layers per stage)",
     ERR_CP_SEQ: "seq_len not divisible by cp (hybrids: or Mamba heads not divisible by tp*cp, or Mamba groups per "
                 "tp rank neither a multiple nor a divisor of cp)",
@@ -175,7 +176,12 @@ def predict_arrays(a: Mapping[str, np.ndarray], params: PhysParams = DEFAULT) ->
     gpus_per_node = scaleup_size; NETWORK_COLUMNS: oversubscription 1, no pod tier). Returns
     float/bool/int arrays (OUTPUT_COLUMNS); rows with invalid inputs get NaN outputs and ``error_code`` bits;
     memory-infeasible rows keep their time prediction but ``feasible`` is False and ERR_MEMORY is set.
+    Optional MoE columns (models.moe.COLUMNS): ``etp`` (NaN: tp, or the largest etp that folds),
+    ``moe_capacity_factor`` (NaN: dropless), ``moe_pad_to_capacity``; ``params.moe_imbalance`` must be >= 1.
     """
+    if not (np.isfinite(params.moe_imbalance) and params.moe_imbalance >= 1.0):
+        raise ValueError(f"moe_imbalance must be >= 1 (the most loaded EP rank's tokens / the mean), got "
+                         f"{params.moe_imbalance}")
     n = len(np.asarray(a["n_layers"]))
     if n <= CHUNK:
         return _predict_chunk(a, n, params)
@@ -237,6 +243,12 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
         eff = np.where(low, e8, np.where((dt == 6) | (dt == 7), e32, e16))
     else:
         eff = np.take(np.array([e16, e16, e8, e8, e8, e8, e32, e32]), dt, mode="clip")
+    # MoE options (models.moe): expert tensor parallelism (NaN: tp, or the largest etp that folds; dense rows: tp),
+    # the capacity factor (NaN: dropless) and the slowest EP rank's factor of the mean routed tokens
+    t = g("tp")
+    cap_f = g("moe_capacity_factor")
+    et = np.where(arch["n_experts"] > 0, moe.resolve_etp(g("etp"), t, c, d, e)[0], t)
+    rho = moe.effective_imbalance(P.moe_imbalance, cap_f, g("moe_pad_to_capacity", 0.0) > 0)
     N = g("n_gpus")
     su = g("scaleup_size")
     gpn = g("gpus_per_node")
@@ -252,7 +264,7 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
     return Inputs(
         n=n, arch=arch, hy=arch.get("hybrid"), L=L, h=arch["d_model"], heads=arch["n_heads"], kvh=arch["n_kv_heads"],
         V=arch["vocab"], E=arch["n_experts"], k=arch["top_k"], ns=arch["n_shared_experts"], act=arch["activation"],
-        s=g("seq_len"), B=B, b=b, N=N, t=g("tp"), p=p, d=d, c=c, e=e, v=v, m=B / (d * b), Ls=np.ceil(L / p),
+        s=g("seq_len"), B=B, b=b, N=N, t=t, p=p, d=d, c=c, e=e, v=v, m=B / (d * b), Ls=np.ceil(L / p),
         shard=_code(a, "sharding", n), rc=_code(a, "recompute", n), dt=dt,
         sp=g("sequence_parallel", 0.0) > 0,  # NaN -> False
         is_fp32=is_fp32, mem_cap=g("memory_gb"), ke=ke, gemm_eff=eff,
@@ -260,6 +272,7 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
         attn_peak_tf=np.where(is_fp32, peak_tf, peaks[0]), node=np.maximum(np.minimum(node, N), 1.0), tiers=tiers,
         tier_bad=tier_bad, bw_up=g("intra_node_bw_gbps") * 1e9 * P.scaleup_eff,
         bw_out=g("inter_node_bw_gbps") * 1e9 * P.scaleout_eff, a_up=P.alpha_scaleup_s, a_out=P.alpha_scaleout_s,
+        et=et, moe_cf=cap_f, rho=rho,
     )
 
 
@@ -289,6 +302,9 @@ def _validity(x: Inputs) -> np.ndarray:
     # expert parallelism is carved out of dp, or folded over tp x cp x dp (Megatron-Core MoE parallel folding)
     ep_bad = (e > 1) & ((E <= 0) | ~((divisible(d, e) | divisible(d * c * t, e)) & divisible(E, e)))
     _flag(err, ep_bad, ERR_EP)
+    # expert tensor parallelism: the expert grid etp x ep must tile tp x cp x dp (models.moe)
+    _flag(err, (E > 0) & ~moe.folding_valid(t, c, d, e, x.et), ERR_EP)
+    _flag(err, ~moe.capacity_factor_valid(x.moe_cf), ERR_BAD_VALUE)
     vpp_bad = (v > 1) & ((p <= 1) | ~divisible(x.m, p) | (x.Ls < v))
     _flag(err, vpp_bad, ERR_VPP)
     _flag(err, ~divisible(x.s, c), ERR_CP_SEQ)
@@ -319,6 +335,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
         arch=x.arch, shapes=sh, seq_len=x.s, micro_batch=x.b, n_micro=x.m, tp=x.t, pp=x.p, dp=x.d, cp=x.c, ep=x.e,
         vpp=x.v, sharding=x.shard, recompute=x.rc, sequence_parallel=x.sp, is_fp32=x.is_fp32, node_size=x.node,
         params=P, layers_per_stage=x.Ls, act_bytes=r.act_b, **_memory_options(a, n, x.p),
+        **(dict(etp=x.et, moe_rho=x.rho) if r.any_moe else {}),
     )
     dp_exposed, gather_exposed_mb = parts.dp_comm(x, r, mem, cm, ov, P)
     optimizer_s = parts.optimizer(x, mem, P)
@@ -388,7 +405,8 @@ def encode_configs(configs: pl.DataFrame) -> dict[str, np.ndarray]:
     numeric columns take cp=ep=vpp=1, n_experts=0 ...; gpus_per_node null -> scaleup_size.
     A `layer_pattern` column (hybrid Mamba-Transformer rows) adds the block counts
     (models.mamba.COUNT_COLUMNS, null for rows without a pattern) and the Mamba shape columns;
-    the MLA and MTP columns (models.mla.ARCH_COLUMNS) are passed on where present (null: not MLA, no MTP).
+    the MLA and MTP columns (models.mla.ARCH_COLUMNS) are passed on where present (null: not MLA, no MTP),
+    and so are the MoE options (models.moe.COLUMNS; null: etp = tp, dropless, not padded).
     """
     out: dict[str, np.ndarray] = {}
     cols = set(configs.columns)
@@ -434,6 +452,8 @@ def encode_configs(configs: pl.DataFrame) -> dict[str, np.ndarray]:
                   else pl.lit(None, dtype=pl.Float64).alias(c_) for c_ in mamba.SHAPE_COLUMNS]
     if any(c_ in cols for c_ in mla.ARCH_COLUMNS):  # MLA attention and MTP modules (models.mla)
         exprs += [pl.col(c_).cast(pl.Float64, strict=False).alias(c_) for c_ in mla.ARCH_COLUMNS if c_ in cols]
+    if any(c_ in cols for c_ in moe.COLUMNS):  # MoE options: etp, capacity factor, padding (models.moe)
+        exprs += [pl.col(c_).cast(pl.Float64, strict=False).alias(c_) for c_ in moe.COLUMNS if c_ in cols]
     enc = configs.select(exprs)
     for name in enc.columns:
         col = enc[name]

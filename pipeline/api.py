@@ -145,13 +145,16 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
                    assumptions: str = "realistic", arch: Optional[dict] = None,
                    hw_row: Optional[dict] = None, scaleup_size: Optional[int] = None,
                    scaleup_gbps: Optional[float] = None, scaleout_gbps: Optional[float] = None,
-                   oversubscription: Optional[float] = None, pod_size: Optional[int] = None) -> pl.DataFrame:
+                   oversubscription: Optional[float] = None, pod_size: Optional[int] = None,
+                   etp: Optional[int] = None, capacity_factor: Optional[float] = None) -> pl.DataFrame:
     """One configuration: a one-row frame with the resolved inputs, the prediction (calibrated unless
     `analytical_only`), its interval and provenance (`fit_version`, `assumptions`, `calibration_domain`).
     `assumptions` also lists every default applied (and the pod tier when it is oversubscribed). The network
     flags of search/curve (`scaleup_size`, `scaleup_gbps`, `scaleout_gbps`) stand beside the older
     `gpus_per_node` / `inter_node_gbps`; both given and different is an InputError. An invalid layout raises
-    InputError with the reason."""
+    InputError with the reason. MoE options (models.moe): `etp` the expert tensor-parallel degree (default tp,
+    Megatron-Core's; where ep is folded over tp the largest etp that folds, listed in `assumptions`),
+    `capacity_factor` the expert capacity factor (default: dropless)."""
     from models.predictor import predict
     from pipeline import catalog
     from pipeline.calibrated import model_for
@@ -190,6 +193,18 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     if gpus_per_node is None:
         gpus_per_node = int(min(hw["scaleup_size"] or 8, gpus))
         defaults.append(f"gpus_per_node={gpus_per_node}")
+    if capacity_factor is not None and not (capacity_factor > 0 and math.isfinite(capacity_factor)):
+        raise InputError(f"--capacity-factor must be a number > 0 (omit it for dropless), got {capacity_factor}")
+    is_moe = float(arch.get("n_experts") or 0) > 0
+    if is_moe and etp is None:  # Megatron-Core's default etp = tp, or the largest that folds (models.moe)
+        from models.moe import resolve_etp
+
+        e_, inferred = resolve_etp(float("nan"), tp, cp, dp, ep)
+        etp = int(e_)
+        defaults.append(f"etp={etp} (ep={ep} does not fold with etp=tp: the largest etp dividing tp that does)"
+                        if inferred else f"etp=tp={etp}")
+    if is_moe and capacity_factor is None:
+        defaults.append("dropless (no capacity factor)")
     row = {c: arch.get(c) for c in catalog.ARCH_MODEL_COLUMNS}
     if arch.get("layer_pattern"):  # hybrid Mamba-Transformer rows (models.mamba)
         row.update({c: arch.get(c) for c in catalog.ARCH_HYBRID_COLUMNS})
@@ -202,6 +217,10 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
                global_batch_seqs=global_batch, micro_batch=micro_batch, n_gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp,
                ep=ep, vpp=vpp, sharding=sharding, recompute=recompute, sequence_parallel=sequence_parallel,
                dtype=dtype, gpus_per_node=gpus_per_node)
+    if etp is not None:  # MoE options (models.moe); absent columns = the defaults
+        row["etp"] = etp
+    if capacity_factor is not None:
+        row["moe_capacity_factor"] = float(capacity_factor)
     configs = pl.DataFrame([row]).hstack(pl.DataFrame([{k: v for k, v in hw.items() if k not in row}]))
     m = model_for(cfg, analytical_only, assumptions)
     res = predict(configs, m)
@@ -210,7 +229,9 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
         raise InputError(f"invalid configuration: {err}")
     inputs = pl.DataFrame([{k: row[k] for k in ("run_id", "model", "gpu", "n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp",
                                                  "micro_batch", "global_batch_seqs", "seq_len", "sharding",
-                                                 "recompute", "sequence_parallel", "dtype", "gpus_per_node")}])
+                                                 "recompute", "sequence_parallel", "dtype", "gpus_per_node")}
+                           | {"etp": row.get("etp"), "moe_capacity_factor": row.get("moe_capacity_factor")}],
+                          schema_overrides={"etp": pl.Int64, "moe_capacity_factor": pl.Float64})
     res = res.with_columns((pl.col("assumptions") + pl.lit("; defaults: " + ", ".join(defaults) if defaults else ""))
                            .alias("assumptions"))
     res = _with_network_note(res, oversubscription, pod_size)
@@ -258,7 +279,7 @@ PREDICT_COLUMNS = ["run_id", "feasible", "error", "step_time_s", "step_time_lo_s
                    "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu", "hfu",
                    "memory_gb_per_gpu", "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s",
                    "cp_comm_s", "ep_comm_s", "optimizer_s", "fit_version", "assumptions", "calibration_domain"]
-SEARCH_COLUMNS = ["rank", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding", "recompute",
+SEARCH_COLUMNS = ["rank", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "sharding", "recompute",
                   "sequence_parallel", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu",
                   "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu", "memory_gb_per_gpu", "fit_version",
                   "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s",
@@ -385,7 +406,8 @@ def layout_search(cfg: Settings, *, model: Optional[str] = None, layers: Optiona
                   assumptions: str = "realistic", analytical_only: bool = False, scaleup_size: Optional[int] = None,
                   scaleup_gbps: Optional[float] = None, scaleout_gbps: Optional[float] = None,
                   oversubscription: Optional[float] = None,
-                  pod_size: Optional[int] = None) -> tuple[pl.DataFrame, int, dict, str]:
+                  pod_size: Optional[int] = None, etp: Optional[int] = None,
+                  capacity_factor: Optional[float] = None) -> tuple[pl.DataFrame, int, dict, str]:
     """`stepcast search`: (the best layouts ranked, `SEARCH_COLUMNS` first; how many were evaluated; the
     architecture; the accelerator's name). `scaleup_size`, `scaleup_gbps`, `scaleout_gbps`, `oversubscription`
     and `pod_size` override the accelerator's network tiers (the ranking is computed with them). NoResult when
@@ -407,8 +429,11 @@ def layout_search(cfg: Settings, *, model: Optional[str] = None, layers: Optiona
                         tied_embeddings=False)
     hw_row = hardware_row(cfg, gpu, hardware_file, hardware)
     gpu = gpu or hw_row.get("id")
-    fixed = {k: v for k, v in dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch,
-                                   sharding=sharding, recompute=recompute).items() if v is not None}
+    if capacity_factor is not None and not (capacity_factor > 0 and math.isfinite(capacity_factor)):
+        raise InputError(f"--capacity-factor must be a number > 0 (omit it for dropless), got {capacity_factor}")
+    fixed = {k: v for k, v in dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, micro_batch=micro_batch,
+                                   sharding=sharding, recompute=recompute,
+                                   moe_capacity_factor=capacity_factor).items() if v is not None}
     overrides = network_overrides(scaleup_size, scaleup_gbps, scaleout_gbps, oversubscription, pod_size)
     result, n_evaluated, _ = search_layouts(cfg, arch=arch_row, hw_row=hw_row, gpus=gpus, global_batch=global_batch,
                                             seq_len=seq_len, fixed=fixed, dtype=dtype, top=top, rank_by=rank_by,

@@ -201,7 +201,14 @@ def predict(
     pp: int = typer.Option(1, "--pp", min=1, help="Pipeline-parallel degree."),
     dp: Optional[int] = typer.Option(None, "--dp", min=1, help="Data-parallel degree [default: N / (tp x pp x cp)]."),
     cp: int = typer.Option(1, "--cp", min=1, help="Context-parallel degree."),
-    ep: int = typer.Option(1, "--ep", min=1, help="Expert-parallel degree (carved out of dp)."),
+    ep: int = typer.Option(1, "--ep", min=1, help="Expert-parallel degree (carved out of dp, or folded over "
+                           "tp x cp x dp with a smaller --etp)."),
+    etp: Optional[int] = typer.Option(None, "--etp", min=1, help="Expert tensor-parallel degree of the MoE layers "
+                                      "(Megatron-Core --expert-tensor-parallel-size; etp x ep must divide tp x cp x dp) "
+                                      "[default: tp, or the largest that folds]."),
+    capacity_factor: Optional[float] = typer.Option(None, "--capacity-factor", min=0.001,
+                                                    help="MoE expert capacity factor: an expert keeps at most cf x "
+                                                         "the mean tokens, the rest are dropped [default: dropless]."),
     vpp: int = typer.Option(1, "--vpp", min=1, help="Interleaved pipeline chunks per stage (1 = plain 1F1B)."),
     sharding: Optional[str] = typer.Option(None, "--sharding",
                                            help="none, zero1, zero2, zero3, fsdp or hsdp [default: zero1]."),
@@ -273,11 +280,12 @@ def predict(
                                 sequence_parallel=sequence_parallel, dtype=dtype, gpus_per_node=gpus_per_node,
                                 inter_node_gbps=inter_node_gbps, analytical_only=analytical_only,
                                 assumptions=assumptions, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps,
-                                scaleout_gbps=scaleout_gbps, oversubscription=oversubscription, pod_size=pod_size)
+                                scaleout_gbps=scaleout_gbps, oversubscription=oversubscription, pod_size=pod_size,
+                                etp=etp, capacity_factor=capacity_factor)
     except api.InputError as err:
         _fail(str(err), err.exit_code)
     if fmt == "table" and out is None:
-        inputs = result.select("model", "gpu", "n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch",
+        inputs = result.select("model", "gpu", "n_gpus", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch",
                                "global_batch_seqs", "seq_len", "sharding", "recompute", "sequence_parallel", "dtype",
                                "gpus_per_node", "inter_node_bw_gbps").row(0, named=True)
         console.print("inputs: " + ", ".join(f"{k}={v}" for k, v in inputs.items()))

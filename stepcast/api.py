@@ -62,7 +62,8 @@ def predict(*, model: Union[None, str, Sequence[str]] = None, gpu: Union[None, s
             assumptions: str = "realistic", analytical_only: bool = False,
             scaleup_size: Optional[int] = None, scaleup_gbps: Optional[float] = None,
             scaleout_gbps: Optional[float] = None, oversubscription: Optional[float] = None,
-            pod_size: Optional[int] = None, store: Optional[PathLike] = None) -> pl.DataFrame:
+            pod_size: Optional[int] = None, store: Optional[PathLike] = None, etp: Optional[int] = None,
+            capacity_factor: Optional[float] = None) -> pl.DataFrame:
     """Step time, throughput, MFU, memory and the time breakdown of a configuration (`stepcast predict`).
 
     One row per configuration with exactly the columns and values of `stepcast predict --format json`: the
@@ -75,6 +76,8 @@ def predict(*, model: Union[None, str, Sequence[str]] = None, gpu: Union[None, s
     invalid one (e.g. tp x pp x cp x dp != gpus) raises InputError with the reason. The network keywords
     (`scaleup_size`, `scaleup_gbps`, `scaleout_gbps`, `oversubscription`, `pod_size`) are the CLI's flags: 3 =
     a 3:1 oversubscribed fat-tree above pods of `pod_size` accelerators (none: above every scale-up domain).
+    MoE: `etp` (expert tensor-parallel degree, default tp) and `capacity_factor` (default dropless) are the CLI's
+    `--etp` and `--capacity-factor`.
 
     >>> import stepcast
     >>> df = stepcast.predict(model="llama3-70b", gpu="h100", gpus=[512, 1024], global_batch=1024,
@@ -97,7 +100,8 @@ def predict(*, model: Union[None, str, Sequence[str]] = None, gpu: Union[None, s
                              gpus_per_node=gpus_per_node, inter_node_gbps=inter_node_gbps,
                              analytical_only=analytical_only, assumptions=assumptions, scaleup_size=scaleup_size,
                              scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps,
-                             oversubscription=oversubscription, pod_size=pod_size)
+                             oversubscription=oversubscription, pod_size=pod_size, etp=etp,
+                             capacity_factor=capacity_factor)
               for m, g, n in itertools.product(_many(model), _many(gpu), _many(gpus))]
     return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
 
@@ -137,7 +141,8 @@ def search(*, model: Optional[str] = None, gpu: Optional[str] = None, gpus: Opti
            recompute: Optional[str] = None, assumptions: str = "realistic", analytical_only: bool = False,
            scaleup_size: Optional[int] = None, scaleup_gbps: Optional[float] = None,
            scaleout_gbps: Optional[float] = None, oversubscription: Optional[float] = None,
-           pod_size: Optional[int] = None, store: Optional[PathLike] = None) -> pl.DataFrame:
+           pod_size: Optional[int] = None, store: Optional[PathLike] = None, etp: Optional[int] = None,
+           capacity_factor: Optional[float] = None) -> pl.DataFrame:
     """The best feasible layouts of a model on `gpus` accelerators, best first (`stepcast search`).
 
     Every valid layout (tp, pp, dp, cp, ep, interleave, micro-batch, sharding, recompute) is predicted; those
@@ -172,7 +177,7 @@ def search(*, model: Optional[str] = None, gpu: Optional[str] = None, gpus: Opti
         rank_by=rank_by, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch, sharding=sharding,
         recompute=recompute, assumptions=assumptions, analytical_only=analytical_only, scaleup_size=scaleup_size,
         scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps, oversubscription=oversubscription,
-        pod_size=pod_size)
+        pod_size=pod_size, etp=etp, capacity_factor=capacity_factor)
     return result
 
 

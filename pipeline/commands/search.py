@@ -46,6 +46,10 @@ def search(
     dp: Optional[int] = typer.Option(None, "--dp", min=1, help="Fix the data-parallel degree."),
     cp: Optional[int] = typer.Option(None, "--cp", min=1, help="Fix the context-parallel degree."),
     ep: Optional[int] = typer.Option(None, "--ep", min=1, help="Fix the expert-parallel degree."),
+    etp: Optional[int] = typer.Option(None, "--etp", min=1, help="Fix the expert tensor-parallel degree of the MoE "
+                                      "layers [default: searched over 1 and tp]."),
+    capacity_factor: Optional[float] = typer.Option(None, "--capacity-factor", min=0.001,
+                                                    help="MoE expert capacity factor [default: dropless]."),
     vpp: Optional[int] = typer.Option(None, "--vpp", min=1, help="Fix the interleaving (chunks per stage)."),
     micro_batch: Optional[int] = typer.Option(None, "--micro-batch", min=1, help="Fix the micro-batch."),
     sharding: Optional[str] = typer.Option(None, "--sharding", help="Fix: none, zero1, zero2, zero3, fsdp, hsdp."),
@@ -86,7 +90,7 @@ def search(
             cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch, sharding=sharding, recompute=recompute,
             assumptions=assumptions, analytical_only=analytical_only, scaleup_size=scaleup_size,
             scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps, oversubscription=oversubscription,
-            pod_size=pod_size)
+            pod_size=pod_size, etp=etp, capacity_factor=capacity_factor)
     except api.NoResult as err:
         print(str(err), file=sys.stderr)
         raise typer.Exit(1)

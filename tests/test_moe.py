@@ -1,0 +1,173 @@
+"""MoE options (models.moe): load imbalance, dropless vs capacity factor, expert tensor parallelism."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models import moe
+
+
+def test_effective_imbalance_dropless_capacity_and_padding():
+    rho = np.array([1.5, 1.5, 1.5, 1.0, 1.5])
+    cf = np.array([np.nan, 1.25, 2.0, 1.25, 1.25])
+    pad = np.array([False, False, False, True, True])
+    got = moe.effective_imbalance(rho, cf, pad)
+    # dropless keeps the imbalance; a capacity below it caps the slowest rank; a capacity above it changes
+    # nothing without padding; padded, every expert runs its full capacity (cf x mean) whatever the imbalance
+    assert np.array_equal(got, [1.5, 1.25, 1.5, 1.25, 1.25])
+    assert moe.effective_imbalance(1.0, np.nan) == 1.0  # the default is exactly 1
+
+
+def test_capacity_factor_validity():
+    assert list(moe.capacity_factor_valid([np.nan, 1.0, 0.5, 0.0, -1.0, np.inf])) == [True, True, True, False,
+                                                                                       False, False]
+
+
+def test_folding_rule_of_megatron_core():
+    # tp*cp*dp per stage must be a multiple of etp*ep (parallel_state: world_size % (etp*ep*pp) == 0)
+    tp, cp, dp = np.array([4, 4, 4, 2, 1]), np.array([1, 1, 2, 1, 1]), np.array([8, 8, 8, 32, 64])
+    ep = np.array([8, 8, 64, 64, 64])
+    etp = np.array([4, 2, 1, 2, 1.5])
+    assert list(moe.folding_valid(tp, cp, dp, ep, etp)) == [True, True, True, False, False]
+
+
+def test_resolve_etp_defaults_to_tp_and_folds_when_it_must():
+    tp, cp, dp, ep = np.array([4, 2, 4, 8]), np.array([1, 1, 1, 1]), np.array([8, 32, 6, 4]), np.array([8, 64, 8, 16])
+    etp, inferred = moe.resolve_etp(np.full(4, np.nan), tp, cp, dp, ep)
+    # ep | dp: Megatron-Core's default etp = tp; ep = 64 on tp 2 x dp 32: only etp = 1 folds; tp 4 x dp 6 with
+    # ep 8: 24/8 = 3, gcd(4, 3) = 1; tp 8 x dp 4, ep 16: 32/16 = 2, gcd(8, 2) = 2
+    assert list(etp) == [4, 1, 1, 2] and list(inferred) == [False, True, True, True]
+    assert moe.folding_valid(tp, cp, dp, ep, etp).all()
+    # a stated etp is kept as stated (the validity rule judges it)
+    etp2, inf2 = moe.resolve_etp(np.array([3.0, 1, 1, 1]), tp, cp, dp, ep)
+    assert list(etp2) == [3, 1, 1, 1] and not inf2.any()
+
+
+def test_expert_scales_are_exactly_one_at_the_defaults():
+    t = np.array([1.0, 2.0, 4.0, 8.0])
+    assert np.array_equal(moe.expert_weight_scale(t, t), np.ones(4))
+    assert np.array_equal(moe.routed_tokens_factor(np.array([2.0, 8.0]), np.array([0.0, 1.0]), 1.0), [2.0, 9.0])
+    assert np.array_equal(moe.expert_dp_size(t, 1.0, np.array([8.0, 8, 8, 8]), 4.0, t), [2.0, 2, 2, 2])
+    assert np.array_equal(moe.ep_stride(t, 2.0, t), 2.0 * t)
+    # etp = 1: experts / ep instead of / (ep tp); edp grows by tp; EP ranks are neighbours
+    assert np.array_equal(moe.expert_weight_scale(t, 1.0), t)
+    assert np.array_equal(moe.expert_dp_size(t, 1.0, 8.0, 4.0, 1.0), 2.0 * t)
+    assert np.array_equal(moe.ep_stride(t[1:], 2.0, 1.0), [1.0, 1.0, 1.0])
+
+
+# ------------------------------------------------------------------ in the step-time and memory models
+
+import polars as pl  # noqa: E402
+import pytest  # noqa: E402
+
+from models.params import DEFAULT  # noqa: E402
+from models.step_time import ERR_EP, INVALID_MASK, predict, predict_arrays  # noqa: E402
+from tests.test_mla import arrays  # noqa: E402
+from tests.test_archfile import table_row  # noqa: E402
+from tests.test_step_time import _same, config_rows, hw, hw_row  # noqa: E402,F401 (hw is a fixture)
+
+MOE_IDS = ("deepseek-v3", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite", "gpt-oss-120b")
+
+
+def layouts(arch_id: str, hw, hid: str = "h100-sxm5-80gb", seed: int = 0, n: int = 64) -> dict[str, np.ndarray]:
+    """n random valid-ish layouts of one architecture with ep | dp (the default etp = tp always folds)."""
+    rng = np.random.default_rng(seed)
+    E = float(table_row(arch_id)["n_experts"])
+    rows = []
+    for _ in range(n):
+        tp, pp, dp = (int(rng.choice(x)) for x in ([1, 2, 4, 8], [1, 2, 4], [2, 4, 8, 16]))
+        ep = int(rng.choice([e for e in (1, 2, 4, 8, 16) if dp % e == 0 and E % e == 0]))
+        rows.append(dict(seq_len=4096, global_batch_seqs=dp * 8, micro_batch=1, n_gpus=tp * pp * dp, tp=tp, pp=pp,
+                         dp=dp, cp=1, ep=ep, vpp=1, sharding=int(rng.choice([0, 1, 3])),
+                         recompute=int(rng.choice([0, 1, 2])), sequence_parallel=tp > 1, dtype=0, gpus_per_node=8))
+    parts = [config_rows(arrays(table_row(arch_id)), hw, hid, r) for r in rows]
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+@pytest.mark.parametrize("arch_id", MOE_IDS)
+def test_defaults_are_bit_identical_to_no_moe_columns(hw, arch_id):
+    a = layouts(arch_id, hw)
+    base = predict_arrays(a)
+    assert ((base["error_code"] & INVALID_MASK) == 0).sum() > 20
+    n = len(a["tp"])
+    _same(base, predict_arrays(a | {"etp": a["tp"].copy(), "moe_capacity_factor": np.full(n, np.nan),
+                                    "moe_pad_to_capacity": np.zeros(n)}))
+    _same(base, predict_arrays(a, DEFAULT.with_(moe_imbalance=1.0)))
+    # a capacity factor at or above a balanced load drops nothing and pads nothing: the same step
+    _same(base, predict_arrays(a | {"moe_capacity_factor": np.full(n, 1.25)}))
+
+
+def test_expert_tp_divides_expert_memory_by_ep_etp(hw):
+    # Mixtral 8x7B on tp 4 x dp 4, ep 2: experts / (ep tp) = / 8 by default, / (ep etp) = / 2 with etp = 1
+    a = layouts("mixtral-8x7b", hw, n=1)
+    a |= {k: np.array([v]) for k, v in dict(tp=4.0, pp=1.0, dp=4.0, ep=2.0, n_gpus=16.0, global_batch_seqs=32.0,
+                                             sharding=0, sequence_parallel=1.0).items()}
+    a["sharding"] = a["sharding"].astype(np.int64)
+    from models.accounting import layer_shapes, normalize_arch
+    from models.memory import memory_per_gpu
+
+    arch = normalize_arch({k: a[k] for k in ("n_layers", "d_model", "n_heads", "ffn_dim", "vocab", "n_kv_heads",
+                                              "head_dim", "n_experts", "top_k", "expert_ffn_dim", "n_shared_experts",
+                                              "n_dense_layers", "tied_embeddings", "activation")})
+    kw = dict(arch=arch, shapes=layer_shapes(arch), seq_len=4096.0, micro_batch=1.0, n_micro=8.0, tp=4.0, pp=1.0,
+              dp=4.0, cp=1.0, ep=2.0, vpp=1.0, sharding=0, recompute=1, sequence_parallel=True, is_fp32=False,
+              node_size=8.0)
+    m_tp, m_1 = memory_per_gpu(**kw, etp=4.0), memory_per_gpu(**kw, etp=1.0)
+    assert m_1["expert_params_local"][()] == pytest.approx(4.0 * m_tp["expert_params_local"][()], rel=1e-12)
+    assert m_1["dense_params_local"][()] == m_tp["dense_params_local"][()]
+    assert memory_per_gpu(**kw)["expert_params_local"][()] == m_tp["expert_params_local"][()]  # None = tp
+    # in the step: weights, grads and optimizer grow by the expert parameters' 3 extra quarters
+    r4, r1 = predict_arrays(a | {"etp": np.array([4.0])}), predict_arrays(a | {"etp": np.array([1.0])})
+    extra = 3.0 * m_tp["expert_params_local"][()]
+    assert (r1["mem_weights_gb"] - r4["mem_weights_gb"])[0] * 1e9 == pytest.approx(2.0 * extra, rel=1e-9)
+    assert (r1["mem_grads_gb"] - r4["mem_grads_gb"])[0] * 1e9 == pytest.approx(DEFAULT.grad_bytes * extra, rel=1e-9)
+    # etp = 1 removes the expert-TP collective pair (less TP traffic) and puts tp x more ranks in the expert
+    # data-parallel reduction
+    assert r1["tp_comm_s"][0] < r4["tp_comm_s"][0]
+
+
+@pytest.mark.parametrize("arch_id", MOE_IDS)
+def test_imbalance_slows_an_ep_step_and_never_speeds_one(hw, arch_id):
+    a = layouts(arch_id, hw, seed=3)
+    base = predict_arrays(a)
+    slow = predict_arrays(a, DEFAULT.with_(moe_imbalance=1.5))
+    ok = (base["error_code"] & INVALID_MASK) == 0
+    assert np.all(slow["step_time_s"][ok] >= base["step_time_s"][ok])
+    ep = ok & (a["ep"] > 1)
+    assert ep.any() and np.all(slow["step_time_s"][ep] > base["step_time_s"][ep])
+    assert np.all(slow["ep_comm_s"][ep] > base["ep_comm_s"][ep])  # the slowest rank receives 1.5 x the tokens
+    assert np.all(slow["memory_gb_per_gpu"][ok] >= base["memory_gb_per_gpu"][ok])
+    with pytest.raises(ValueError, match="moe_imbalance"):
+        predict_arrays(a, DEFAULT.with_(moe_imbalance=0.9))
+
+
+def test_capacity_factor_below_the_imbalance_is_faster_than_dropless(hw):
+    a = layouts("qwen3-30b-a3b", hw, seed=5)
+    n = len(a["tp"])
+    P = DEFAULT.with_(moe_imbalance=1.5)
+    dropless = predict_arrays(a, P)
+    capped = predict_arrays(a | {"moe_capacity_factor": np.full(n, 1.25)}, P)
+    above = predict_arrays(a | {"moe_capacity_factor": np.full(n, 2.0)}, P)
+    padded = predict_arrays(a | {"moe_capacity_factor": np.full(n, 2.0), "moe_pad_to_capacity": np.ones(n)}, P)
+    ok = (dropless["error_code"] & INVALID_MASK) == 0
+    assert np.all(capped["step_time_s"][ok] < dropless["step_time_s"][ok])
+    _same(above, dropless)  # a capacity above the load drops nothing; unpadded it costs nothing
+    assert np.all(padded["step_time_s"][ok] > dropless["step_time_s"][ok])  # padded: every expert runs 2 x mean
+
+
+def test_megatron_core_refuses_an_expert_grid_that_does_not_fold(hw):
+    # Megatron-Core MoE README, "MoE Parallel Folding": attention TP=4, CP=2, DP=8, PP=4 -> MoE ETP=1, EP=64,
+    # EDP=1 (256 GPUs); with the default ETP = TP = 4 an EP of 64 does not tile the 64 GPUs of a stage
+    assert moe.folding_valid(4, 2, 8, 64, 1) and not moe.folding_valid(4, 2, 8, 64, 4)
+    assert moe.expert_dp_size(4, 2, 8, 64, 1) == 1.0
+    row = {**{k: v for k, v in table_row("deepseek-v3").items() if not isinstance(v, str) or k == "activation"},
+           "seq_len": 4096, "global_batch_seqs": 64, "micro_batch": 1, "n_gpus": 256, "tp": 4, "pp": 4, "dp": 8,
+           "cp": 2, "ep": 64, "vpp": 1, "sharding": "zero1", "recompute": "full", "sequence_parallel": True,
+           "dtype": "bf16", "gpus_per_node": 72}
+    row |= hw_row(hw, "gb200") if "gb200" in set(hw["id"].to_list()) else hw_row(hw, "b200")
+    df = pl.DataFrame([row | {"etp": 1}, row | {"etp": 4}, row | {"etp": None}], infer_schema_length=None)
+    res = predict(df)
+    assert (res["error_code"][0] & ERR_EP) == 0
+    assert res["error_code"][1] & ERR_EP and "etp*ep | tp*cp*dp" in res["error"][1]
+    # unstated: the largest etp that folds (here 1), the same prediction as etp = 1
+    assert res["step_time_s"][2] == res["step_time_s"][0]
