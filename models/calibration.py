@@ -30,6 +30,7 @@ that measures transfer, and intervals that hold off the corpus (pure: arrays and
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 from dataclasses import dataclass, field
 
@@ -193,25 +194,47 @@ class Physics:
         """Every row with its software era's parameters and its generation's fitted GEMM efficiencies (passed
         per row, so one physics call serves every generation of an era)."""
         out = {c: np.full(self.n, np.nan) for c in columns}
-        for name, gens, idx, arrays in self.parts:
-            p = group_params(name, None, params, overrides)
-            per_gen = {g: (overrides or {}).get(GEN_KEY + g, {}) for g in np.unique(gens)}
-            if any(per_gen.values()):
-                arrays = dict(arrays)
-                for f in GENERATION_FIELDS:
-                    vals = np.full(len(idx), getattr(p, f))
-                    for g, extra in per_gen.items():
-                        if f in extra:
-                            vals[gens == g] = extra[f]
-                    arrays[f] = vals
-            ke = native_kernel_eff_rows(overrides, gens, np.full(len(idx), name == NATIVE))
-            if ke is not None:  # the stack's kernel efficiency fitted for one generation
-                arrays = dict(arrays)
-                arrays["kernel_eff"] = ke
-            res = predict_arrays(arrays, p)
+        for part in self.parts:
+            res = self.predict_part(part, params, overrides)
             for c in columns:
-                out[c][idx] = res[c]
+                out[c][part[2]] = res[c]
         return out
+
+    @staticmethod
+    def predict_part(part: tuple, params: PhysParams, overrides: dict) -> dict:
+        """The physics of one software era's rows (one call: a row's prediction may depend on the other rows of
+        its call, e.g. a dense row's gradient all-reduce pays the expert group's latency when the call holds an
+        MoE row, so parts are never split or merged)."""
+        name, gens, idx, arrays = part
+        p = group_params(name, None, params, overrides)
+        per_gen = {g: (overrides or {}).get(GEN_KEY + g, {}) for g in np.unique(gens)}
+        if any(per_gen.values()):
+            arrays = dict(arrays)
+            for f in GENERATION_FIELDS:
+                vals = np.full(len(idx), getattr(p, f))
+                for g, extra in per_gen.items():
+                    if f in extra:
+                        vals[gens == g] = extra[f]
+                arrays[f] = vals
+        ke = native_kernel_eff_rows(overrides, gens, np.full(len(idx), name == NATIVE))
+        if ke is not None:  # the stack's kernel efficiency fitted for one generation
+            arrays = dict(arrays)
+            arrays["kernel_eff"] = ke
+        return predict_arrays(arrays, p)
+
+    def parts_touched(self, slot: tuple[str | None, str]) -> list[int]:
+        """Indices of the parts whose prediction can change with the fitted value of `slot` (see `_slots`): every
+        part for a shared field, the era's own for a preset field, the parts holding the generation's rows (of
+        PyTorch-native era for its kernel efficiency) for a generation's field."""
+        key = slot[0]
+        if key is None:
+            return list(range(len(self.parts)))
+        if key.startswith(NATIVE_GEN_KEY):  # a later generation may take this one's value (native_kernel_effs)
+            return [i for i, (name, _, _, _) in enumerate(self.parts) if name == NATIVE]
+        if key.startswith(GEN_KEY):
+            g = key[len(GEN_KEY):]
+            return [i for i, (_, gens, _, _) in enumerate(self.parts) if np.any(gens == g)]
+        return [i for i, (name, _, _, _) in enumerate(self.parts) if name == key]
 
     def arrays_all(self) -> dict:
         """Encoded arrays of every row in the original order (for the residual features)."""
@@ -317,14 +340,51 @@ def fit_physics(data: FitData, base: PhysParams = DEFAULT, max_nfev: int | None 
     sw = np.sqrt(data.weight)
     pw = HYPER["prior_weight"]
 
-    def resid(u):
-        params, over = _unpack(slots, u, base)
-        r = sw * (phys.log_tput(params, over) - data.log_target)
+    parts = phys.parts
+    touched = [phys.parts_touched(s) for s in slots]
+    recent: dict[bytes, list] = {}  # parameter vector -> each part's log throughput (the last few evaluations)
+
+    def residual(u, logs):
+        out = np.full(phys.n, np.nan)
+        for (_, _, idx, _), lg in zip(parts, logs):
+            out[idx] = lg
+        r = sw * (out - data.log_target)
         return np.concatenate([np.nan_to_num(r, nan=10.0), pw * (u - u0)])
 
+    def part_logs(u, which, reuse):
+        params, over = _unpack(slots, u, base)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return [np.log(phys.predict_part(part, params, over)["tokens_per_s_per_gpu"]) if i in which else reuse[i]
+                    for i, part in enumerate(parts)]
+
+    def resid(u):
+        logs = part_logs(u, range(len(parts)), None)
+        if len(recent) >= 4:
+            recent.pop(next(iter(recent)))
+        recent[u.tobytes()] = logs
+        return residual(u, logs)
+
+    def jacobian_map(fun, xs):
+        """scipy's finite-difference Jacobian evaluations (`workers`): x0 + h_i e_i for every slot i. A slot's
+        column re-predicts only the parts it can change and takes the others from the evaluation at x0 (the same
+        numbers: the residual at x0 is always evaluated before its Jacobian; otherwise every part is
+        re-predicted)."""
+        xs = [np.asarray(x, dtype=float) for x in xs]
+        k = len(xs)
+        x0 = np.array([xs[(i + 1) % k][i] for i in range(k)]) if k == len(slots) and k > 1 else None
+        at0 = recent.get(x0.tobytes()) if x0 is not None else None
+        out = []
+        for i, x in enumerate(xs):
+            if at0 is None or not np.array_equal(np.delete(x, i), np.delete(x0, i)):
+                out.append(fun(x))
+            else:
+                out.append(residual(x, part_logs(x, touched[i], at0)))
+        return out
+
+    kw = {"workers": jacobian_map} if "workers" in inspect.signature(least_squares).parameters else {}
     sol = least_squares(resid, np.clip(u0, 1e-6, 1 - 1e-6), bounds=(0.0, 1.0), loss="soft_l1",
                         f_scale=HYPER["soft_l1_scale"], max_nfev=max_nfev or HYPER["max_nfev"], diff_step=1e-3,
-                        x_scale=1.0)
+                        x_scale=1.0, **kw)
     return _unpack(slots, sol.x, base)
 
 
@@ -434,6 +494,30 @@ def grouped_cv(data: "FitData", scheme: str, max_nfev: int | None = None, map_fn
 
 def cross_validate(data: "FitData", schemes, max_nfev: int | None = None, map_fn=map) -> list[CVResult]:
     """`grouped_cv` for several protocols, every fold of every protocol in one `map_fn` call."""
+    return _cross_validate(data, schemes, max_nfev, map_fn)[0]
+
+
+def _physics_cost(data: "FitData", train: np.ndarray) -> int:
+    """Rows the physics fit of a training set evaluates (`_physics_rows`): what a fold's time grows with."""
+    limit = HYPER["physics_subsample_over"]
+    _, cnt = np.unique(data.group("source")[train], return_counts=True)
+    k = np.where(cnt > limit, np.ceil(cnt / (limit / 2)), 1.0)
+    return int(np.ceil(cnt / k).sum())
+
+
+def _cv_task(job: tuple):
+    """One task of `_cross_validate`'s map: a fold (`fold_predictions`) or, for ("final", data, version), the
+    fit on every run (`build_calibration`), so that it runs beside the folds."""
+    if job[0] == "final":
+        return build_calibration(job[1], version=job[2])
+    return fold_predictions(job)
+
+
+def _cross_validate(data: "FitData", schemes, max_nfev: int | None = None, map_fn=map,
+                    final_version: str | None = None) -> tuple[list[CVResult], dict | None]:
+    """`cross_validate`, and with `final_version` the fit on every run in the same map: (results, {kind:
+    Calibration} or None). The tasks go to `map_fn` largest first (a pool then ends with small ones, not one
+    long fold on one worker while the other waits); their results are put back in order."""
     base_log = Physics(data.configs).log_tput(DEFAULT, {})
     jobs, keys, folds_of = [], [], {}
     for scheme in schemes:
@@ -442,8 +526,16 @@ def cross_validate(data: "FitData", schemes, max_nfev: int | None = None, map_fn
         for g in hold_out:
             jobs.append((data, np.flatnonzero(folds == g), max_nfev))
             keys.append((scheme, g))
-    results = list(map_fn(fold_predictions, jobs))
+    tasks = jobs + ([("final", data, final_version)] if final_version is not None else [])
     n = len(data.log_target)
+    cost = [_physics_cost(data, np.setdiff1d(np.arange(n), j[1])) for j in jobs] + \
+        ([_physics_cost(data, np.arange(n))] if final_version is not None else [])
+    order = sorted(range(len(tasks)), key=lambda i: -cost[i])  # stable: equal costs keep their order
+    done = list(map_fn(_cv_task, [tasks[i] for i in order]))
+    results = [None] * len(tasks)
+    for i, r in zip(order, done):
+        results[i] = r
+    final = results.pop() if final_version is not None else None
     out = []
     for scheme in schemes:
         folds = folds_of[scheme]
@@ -460,7 +552,7 @@ def cross_validate(data: "FitData", schemes, max_nfev: int | None = None, map_fn
             code[idx] = res["domain_code"]
             train_ids[str(g)] = res["train_ids"]
         out.append(CVResult(scheme, folds, log_pred, code, train_ids))
-    return out
+    return out, final
 
 
 def weighted_median(x: np.ndarray, w: np.ndarray) -> float:
@@ -579,7 +671,7 @@ def fit_calibration(data: "FitData", max_nfev: int | None = None, protocols=PROT
     `grouped_cv`)."""
     version = fit_version(data)
     rid = data.run_id
-    cvs = cross_validate(data, protocols, max_nfev=max_nfev, map_fn=map_fn)
+    cvs, final_cals = _cross_validate(data, protocols, max_nfev=max_nfev, map_fn=map_fn, final_version=version)
     cvs = [cv for cv in cvs if np.isfinite(cv.log_pred["physics"]).any()]
 
     # choose the residual kind by its worst protocol
@@ -594,7 +686,7 @@ def fit_calibration(data: "FitData", max_nfev: int | None = None, protocols=PROT
     chosen = min(MODEL_KINDS, key=lambda k: (worsts[k][1], MODEL_KINDS.index(k)))
     q_in, q_out = interval_quantiles(cvs, chosen, data.log_target)
 
-    final = build_calibration(data, version=version)[chosen]
+    final = final_cals[chosen]  # build_calibration(data, version=version), fitted beside the folds
     final.q_inside, final.q_extrapolated = q_in, q_out
 
     cover = protocol_coverage(cvs, chosen, data.log_target, rid)

@@ -15,7 +15,7 @@ store the values it fitted next to the fit version.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
 # ---------------------------------------------------------------------------------------
@@ -185,7 +185,8 @@ class PhysParams:
     dropout_mask_elems: float = 0.0
 
     def to_dict(self) -> dict[str, float]:
-        return {k: float(v) for k, v in asdict(self).items()}
+        # the fields in order, as `asdict` gives them (without its deep copy: every field is a number)
+        return {f.name: float(getattr(self, f.name)) for f in fields(self)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "PhysParams":

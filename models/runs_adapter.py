@@ -42,6 +42,8 @@ and the memory model's figure is reported beside the capacity.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import polars as pl
 
@@ -476,9 +478,18 @@ def preset_params(name: str, base=None, overrides=None):
     if name == "pytorch_native":  # the reference physics; only its fitted kernel efficiency differs
         return base.with_(**extra) if extra else base
     if name == "megatron_2022":
-        diff = {k: v for k, v in MEGATRON_2022.to_dict().items() if DEFAULT.to_dict()[k] != v}
-        return base.with_(**(diff | extra))
+        return base.with_(**(_megatron_2022_diff() | extra))
     raise ValueError(f"unknown software preset {name!r}; expected one of {PRESETS}")
+
+
+@functools.cache
+def _megatron_2022_diff() -> dict:
+    """The fields MEGATRON_2022 changes from DEFAULT (both constants: computed once; a fit calls
+    `preset_params` for every physics evaluation)."""
+    from models.params import DEFAULT, MEGATRON_2022
+
+    prior = DEFAULT.to_dict()
+    return {k: v for k, v in MEGATRON_2022.to_dict().items() if prior[k] != v}
 
 
 def predict_by_preset(configs: pl.DataFrame, predict, base=None, overrides=None) -> pl.DataFrame:
