@@ -40,12 +40,13 @@ import polars as pl
 from models import conformal, domains
 from models.params import DEFAULT, FITTABLE_BOUNDS, PhysParams
 from models.runs_adapter import PRESETS
-from models.predictor import (FEATURE_NAMES, GEN_KEY, NATIVE_GEN_KEY, Calibration, encode, group_params,
+from models.predictor import (FEATURE_NAMES, GEN_KEY, NATIVE_GEN_KEY, WIDTH_FEATURES, Calibration, encode,
+                              group_params, width_features,
                               native_kernel_eff_rows, residual_features)
 from models.predictor import predict_arrays as serve_arrays
 from models.step_time import OUTPUT_COLUMNS, encode_configs, predict_arrays
 
-FIT_CODE_VERSION = "stepcast-calibration/4"
+FIT_CODE_VERSION = "stepcast-calibration/5"
 FIT_FIELDS = ("matmul_eff_16bit", "matmul_eff_8bit", "attn_eff", "gemm_ramp_flops_per_sm", "host_overhead_s_per_op",
               "scaleup_eff", "scaleout_eff", "alpha_scaleup_s", "tp_overlap", "dp_overlap", "fsdp_gather_overlap")
 PRESET_FIELDS = {"megatron_2022": ("host_overhead_s_per_op",), "pytorch_native": ("kernel_eff",)}
@@ -168,7 +169,8 @@ def fit_version(data: FitData) -> str:
     h.update(physics_code_digest().encode())
     h.update(json.dumps(HYPER, sort_keys=True).encode())
     h.update(json.dumps(DEFAULT.to_dict(), sort_keys=True).encode())
-    h.update(json.dumps([FIT_FIELDS, PRESET_FIELDS, FEATURE_NAMES, GENERATION_FIELDS, MIN_GENERATION_RUNS],
+    h.update(json.dumps([FIT_FIELDS, PRESET_FIELDS, FEATURE_NAMES, GENERATION_FIELDS, MIN_GENERATION_RUNS,
+                        WIDTH_FEATURES, WIDTH_RIDGE, "laplace-scale"],
                         sort_keys=True, default=list).encode())
     h.update(data_hash(data).encode())
     return h.hexdigest()[:16]
@@ -596,38 +598,82 @@ def _is_extrapolated(code: np.ndarray) -> np.ndarray:
     return code != DOMAIN_INSIDE
 
 
-def interval_quantiles(cvs: list[CVResult], kind: str, log_target: np.ndarray, alpha: float = ALPHA):
-    """(q_inside, q_extrapolated): conformal quantiles of |log error| over every protocol's out-of-fold
-    predictions, per class. With fewer than 1/alpha extrapolated predictions, q_extrapolated = the larger of
-    q_inside and the quantile of all predictions."""
-    err_in, err_out = [], []
-    for cv in cvs:
-        e = np.abs(cv.log_pred[kind] - log_target)
-        ok = np.isfinite(e)
-        ext = _is_extrapolated(cv.domain_code)
-        err_in.append(e[ok & ~ext])
-        err_out.append(e[ok & ext])
-    e_in, e_out = np.concatenate(err_in), np.concatenate(err_out)
-    q_in = conformal.conformal_quantile(e_in, alpha)
-    if len(e_out) >= int(np.ceil(1.0 / alpha)) * 2:
-        q_out = max(conformal.conformal_quantile(e_out, alpha), q_in)
-    else:
-        q_out = max(q_in, conformal.conformal_quantile(np.concatenate([e_in, e_out]), alpha))
-    return float(q_in), float(q_out)
+#: the width model's ridge on every coefficient but the intercept
+WIDTH_RIDGE = 1.0
 
 
-def protocol_coverage(cvs: list[CVResult], kind: str, log_target: np.ndarray, run_id: np.ndarray,
-                      alpha: float = ALPHA) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per protocol: (covered per run, relative width per run), each fold's quantiles estimated from every
-    protocol's out-of-fold errors EXCEPT those of the fold's own runs (leave-one-fold-out conformal)."""
-    errs, exts, ids = [], [], []
+def fit_width_model(F: np.ndarray, err: np.ndarray, w: np.ndarray, iters: int = 50) -> np.ndarray:
+    """Coefficients of the scale of |log error|, exp(F . coef), on the width features `F`
+    (models.predictor.WIDTH_FEATURES; first column the intercept): the weighted maximum-likelihood scale of a
+    Laplace (double-exponential) error, minimizing sum w (|e| exp(-F.coef) + F.coef) by Newton steps, with a ridge
+    on every coefficient but the intercept. Exact predictions (|e| = 0) need no floor."""
+    wn = w / w.sum()
+    pen = np.full(F.shape[1], WIDTH_RIDGE / len(err))
+    pen[0] = 0.0
+    coef = np.zeros(F.shape[1])
+    coef[0] = np.log(max(float(wn @ err), 1e-12))
+    for _ in range(iters):
+        r = err * np.exp(-(F @ coef))  # |e| / scale
+        grad = F.T @ (wn * (1.0 - r)) + pen * coef
+        hess = F.T @ (F * (wn * r)[:, None]) + np.diag(pen) + 1e-12 * np.eye(F.shape[1])
+        step = np.linalg.solve(hess, grad)
+        coef = coef - step
+        if np.max(np.abs(step)) < 1e-9:
+            break
+    return coef
+
+
+def _oof_errors(cvs: list[CVResult], kind: str, log_target: np.ndarray, run_id: np.ndarray, feats: np.ndarray,
+                weights: np.ndarray):
+    """Every protocol's out-of-fold rows, stacked: |log error|, extrapolated flag, run id, width features,
+    weight."""
+    errs, exts, ids, fs, ws = [], [], [], [], []
     for cv in cvs:
         e = np.abs(cv.log_pred[kind] - log_target)
         ok = np.isfinite(e)
         errs.append(e[ok])
         exts.append(_is_extrapolated(cv.domain_code)[ok])
         ids.append(run_id[ok])
-    E, X, I = np.concatenate(errs), np.concatenate(exts), np.concatenate(ids)
+        fs.append(feats[ok])
+        ws.append(weights[ok])
+    return (np.concatenate(errs), np.concatenate(exts), np.concatenate(ids), np.concatenate(fs),
+            np.concatenate(ws))
+
+
+def _quantiles(E, X, alpha):
+    q_in = conformal.conformal_quantile(E[~X], alpha)
+    q_out = max(conformal.conformal_quantile(E[X], alpha) if X.sum() >= int(np.ceil(1.0 / alpha)) * 2 else
+                conformal.conformal_quantile(E, alpha), q_in)
+    return float(q_in), float(q_out)
+
+
+def interval_quantiles(cvs: list[CVResult], kind: str, log_target: np.ndarray, alpha: float = ALPHA,
+                       feats: np.ndarray | None = None, weights: np.ndarray | None = None):
+    """(q_inside, q_extrapolated, width_coef): conformal quantiles over every protocol's out-of-fold predictions,
+    per class (inside the fit's domain / extrapolated), of |log error| / exp(features . width_coef) — the error
+    normalized by the width model fitted on those same rows (`fit_width_model`; `feats` None: no width model,
+    width_coef None and plain |log error|). With fewer than 2/alpha extrapolated predictions, q_extrapolated =
+    the larger of q_inside and the quantile of all predictions."""
+    n = len(log_target)
+    f = feats if feats is not None else np.ones((n, 1))
+    w = weights if weights is not None else np.ones(n)
+    E, X, _, F, W = _oof_errors(cvs, kind, log_target, np.arange(n), f, w)
+    coef = fit_width_model(F, E, W) if feats is not None else None
+    S = np.exp(F @ coef) if coef is not None else 1.0
+    q_in, q_out = _quantiles(E / S, X, alpha)
+    return q_in, q_out, coef
+
+
+def protocol_coverage(cvs: list[CVResult], kind: str, log_target: np.ndarray, run_id: np.ndarray,
+                      alpha: float = ALPHA, feats: np.ndarray | None = None,
+                      weights: np.ndarray | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per protocol: (covered per run, relative width per run), each fold's width model and quantiles estimated
+    from every protocol's out-of-fold errors EXCEPT those of the fold's own runs (leave-one-fold-out
+    conformal)."""
+    n = len(log_target)
+    f = feats if feats is not None else np.ones((n, 1))
+    w = weights if weights is not None else np.ones(n)
+    E, X, I, F, W = _oof_errors(cvs, kind, log_target, run_id, f, w)
     out = {}
     for cv in cvs:
         e = np.abs(cv.log_pred[kind] - log_target)
@@ -638,10 +684,13 @@ def protocol_coverage(cvs: list[CVResult], kind: str, log_target: np.ndarray, ru
         for g in np.unique(cv.folds[held]):
             sel = held & (cv.folds == g)
             keep = ~np.isin(I, run_id[sel])
-            q_in = conformal.conformal_quantile(E[keep & ~X], alpha)
-            q_out = max(conformal.conformal_quantile(E[keep & X], alpha) if (keep & X).sum() >= 20 else
-                        conformal.conformal_quantile(E[keep], alpha), q_in)
-            q = np.where(ext[sel], q_out, q_in)
+            if feats is not None:
+                coef = fit_width_model(F[keep], E[keep], W[keep])
+                S, s_sel = np.exp(F[keep] @ coef), np.exp(f[sel] @ coef)
+            else:
+                S, s_sel = 1.0, 1.0
+            q_in, q_out = _quantiles(E[keep] / S, X[keep], alpha)
+            q = np.where(ext[sel], q_out, q_in) * s_sel
             covered[sel] = e[sel] <= q
             width[sel] = np.exp(q) - np.exp(-q)
         out[cv.scheme] = (covered, width)
@@ -684,12 +733,14 @@ def fit_calibration(data: "FitData", max_nfev: int | None = None, protocols=PROT
         return max(scores, key=lambda s: s[1]) if scores else ("none", float("inf"))
     worsts = {k: worst(k) for k in MODEL_KINDS}
     chosen = min(MODEL_KINDS, key=lambda k: (worsts[k][1], MODEL_KINDS.index(k)))
-    q_in, q_out = interval_quantiles(cvs, chosen, data.log_target)
+    wf = width_features(encode(data.configs), len(rid))
+    sw = source_weights(src)
+    q_in, q_out, wcoef = interval_quantiles(cvs, chosen, data.log_target, feats=wf, weights=sw)
 
     final = final_cals[chosen]  # build_calibration(data, version=version), fitted beside the folds
-    final.q_inside, final.q_extrapolated = q_in, q_out
+    final.q_inside, final.q_extrapolated, final.width_coef = q_in, q_out, wcoef
 
-    cover = protocol_coverage(cvs, chosen, data.log_target, rid)
+    cover = protocol_coverage(cvs, chosen, data.log_target, rid, feats=wf, weights=sw)
     rows = []
     for cv in cvs:
         covered, width = cover[cv.scheme]
@@ -715,7 +766,7 @@ def fit_calibration(data: "FitData", max_nfev: int | None = None, protocols=PROT
     loso = next((cv for cv in cvs if cv.scheme == "loso"), cvs[0])
     loho = next((cv for cv in cvs if cv.scheme == "loho"), None)
     covered, _ = cover[loso.scheme]
-    q_row = np.where(_is_extrapolated(loso.domain_code), q_out, q_in)
+    q_row = np.where(_is_extrapolated(loso.domain_code), q_out, q_in) * np.exp(wf @ wcoef)
     lp = loso.log_pred[chosen]
     oof = pl.DataFrame({
         "run_id": rid, "loso_fold": loso.folds.astype(str), "loso_tokens_per_s_per_gpu": np.exp(lp),

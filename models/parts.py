@@ -228,6 +228,17 @@ def moe_mlp_gemms(x: Inputs, r: Rates) -> tuple[np.ndarray, np.ndarray]:
     return t_mlp_m, F_moe
 
 
+def moe_permute_elems(top_k, ep, n_experts):
+    """Element-wise HBM traffic of the MoE token dispatcher, forward, per token per MoE layer, in units of
+    d_model elements (reads + writes), following Megatron-Core's all-to-all dispatcher (MoEAlltoAllTokenDispatcher,
+    megatron/core/transformer/moe/token_dispatcher.py): `permute` reads each token once and writes its top_k
+    copies, `unpermute` reads the top_k expert outputs and writes their weighted sum: 2 (top_k + 1). With experts
+    spread over ep > 1 ranks and several experts per rank, the received tokens are sorted by local expert
+    (`sort_chunks_by_idxs`) and unsorted on the way back: 2 x (read + write of top_k copies) = 4 top_k more."""
+    local = np.where(n_experts > 0, n_experts / ep, 0.0)
+    return 2.0 * (top_k + 1.0) + np.where((ep > 1) & (local > 1), 4.0 * top_k, 0.0)
+
+
 def compute(x: Inputs, r: Rates, P: PhysParams) -> Compute:
     """Forward, backward (2x GEMMs) and recompute of the stage's layers for one micro-batch, the LM head, the
     MTP and hybrid hooks, and the host time to issue the micro-batch's ops."""
@@ -254,7 +265,7 @@ def compute(x: Inputs, r: Rates, P: PhysParams) -> Compute:
     Ls_moe = r.Ls_moe
     if r.any_moe:
         t_mlp_m, F_moe = moe_mlp_gemms(x, r)
-        t_ew_m = (ew_base + aTt_ef * F_moe) * inv_hbm
+        t_ew_m = (ew_base + aTt_ef * F_moe + r.aTt * x.h * moe_permute_elems(x.k, x.e, x.E)) * inv_hbm
         gemm_core_m = t_attn_gemm + t_mlp_m + t_core
         fwd_layers = fwd_layers + Ls_moe * (gemm_core_m + t_ew_m)
         bwd_layers = bwd_layers + Ls_moe * (2.0 * gemm_core_m + P.elementwise_bwd_factor * t_ew_m)
@@ -326,7 +337,8 @@ def hybrid_stage(hy: Mapping[str, np.ndarray], arch: Mapping[str, np.ndarray], p
                        + moe_act - k * exp_w) + aT * (v["h2"] * (1.0 + k * rho)) + aTt * (n_mats * kns * fe)
     calls = np.where(arch["n_experts"] > 0, arch["n_experts"] / v["e"], 0.0) + ns  # one GEMM per local expert
     t_moe = np.maximum(Tt2 * moe_flops * inv_rate + (n_mats * calls + n_lat_gemms) * wh, moe_bytes * inv_hbm)
-    t_ew_moe = (ew_half + aTt_ef * (kns * fe)) * inv_hbm
+    perm = moe_permute_elems(k, v["e"], arch["n_experts"])
+    t_ew_moe = (ew_half + aTt_ef * (kns * fe) + aTt * (0.5 * v["h2"]) * perm) * inv_hbm
     # Mamba blocks: in_proj + out_proj GEMMs, SSD scan (16-bit tensor-core roofline), conv + gated norm traffic
     mm = hc["mamba_matmul"]
     m_bytes = wrt * mm + aT * v["h2"] + aTt * (hy["in_proj_out"] + hy["d_inner"])

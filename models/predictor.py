@@ -84,6 +84,10 @@ class Calibration:
     # which physical parameters answer outside the domain: "fitted" (the pooled fit over every domain seen:
     # the population estimate of a portable parameter) or "prior" (models.params.DEFAULT)
     outside: str = "fitted"
+    # the interval's width model (None: constant half-widths, fits before calibration/5): the half-width of a
+    # configuration is q_inside (or q_extrapolated) x exp(width_features . width_coef), so a mixture-of-experts,
+    # hybrid, low-precision or very large run gets the wider interval its out-of-fold errors show
+    width_coef: np.ndarray | None = None
 
     @property
     def q(self) -> float:  # the inside half-width (the single `q` of earlier fits)
@@ -257,6 +261,34 @@ def _physics_groups(a: Mapping[str, np.ndarray], n: int, groups: list[tuple[np.n
     return out
 
 
+#: what makes a prediction harder, as the interval's width model sees it (`width_features`)
+WIDTH_FEATURES = ("intercept", "is_moe", "is_hybrid", "is_low_precision", "log2_n_gpus_over_10", "era_pytorch_native",
+                  "era_megatron_2022")
+
+
+def width_features(a: Mapping[str, np.ndarray], n: int) -> np.ndarray:
+    """rows x WIDTH_FEATURES from the configuration arrays (architecture, dtype code: fp8 family and nvfp4 are
+    low precision, n_gpus, software era code)."""
+    g = lambda k: _b(np.asarray(a[k], dtype=float), n) if a.get(k) is not None else np.full(n, np.nan)  # noqa: E731
+    dt = np.nan_to_num(g("dtype"), nan=0.0)
+    era = _era_codes(a, n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lg = np.nan_to_num(np.log2(np.maximum(g("n_gpus"), 1.0)) / 10.0, nan=0.0)
+    return np.column_stack([
+        np.ones(n), np.nan_to_num(g("n_experts"), nan=0.0) > 0, np.isfinite(g("n_attn_layers")),
+        (dt >= 2) & (dt <= 5), lg,
+        era == ERA_CODES["pytorch_native"], era == ERA_CODES["megatron_2022"],
+    ]).astype(float)
+
+
+def width_scale(cal, a: Mapping[str, np.ndarray], n: int) -> np.ndarray | float:
+    """The multiplier of a calibration's half-widths for each row (1.0 for fits without a width model)."""
+    coef = getattr(cal, "width_coef", None)
+    if coef is None:
+        return 1.0
+    return np.exp(width_features(a, n) @ np.asarray(coef, dtype=float))
+
+
 def _era_codes(a, n) -> np.ndarray:
     x = a.get("era_code")
     return np.zeros(n, dtype=np.int64) if x is None else np.nan_to_num(_b(x, n)).astype(np.int64)
@@ -348,7 +380,7 @@ def predict_arrays(a: Mapping[str, np.ndarray], model: Model = None) -> dict[str
         shift = np.where(inside & np.isfinite(s), s, 0.0)
     beyond = _b(np.asarray(a["n_gpus"], dtype=float), n) > cal.domain.max_n_gpus
     code = np.where(~inside, DOMAIN_OUTSIDE, np.where(beyond, DOMAIN_SCALE, DOMAIN_INSIDE))
-    width = np.where(code == DOMAIN_INSIDE, cal.q_inside, cal.q_extrapolated)
+    width = np.where(code == DOMAIN_INSIDE, cal.q_inside, cal.q_extrapolated) * width_scale(cal, a, n)
     return _finish(out, n, cal, shift, width, code)
 
 

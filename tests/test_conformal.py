@@ -41,3 +41,53 @@ def test_grouped_coverage_exchangeable_groups_and_misspecified_group():
 def test_quantile_needs_enough_scores():
     assert conformal.conformal_quantile(np.ones(5), 0.1) == float("inf")  # ceil(6 * 0.9) = 6 > 5
     assert conformal.conformal_quantile(np.arange(1, 20), 0.1) == 18.0  # ceil(20 * 0.9) = 18th smallest
+
+
+# ------------------------------------------------------------------ the width model (normalized conformal)
+
+def test_width_model_covers_each_kind_of_run_where_a_constant_width_does_not():
+    """Errors of MoE runs 3x those of dense runs (a known answer). A constant half-width calibrated on the mix
+    over-covers the dense runs and under-covers the MoE ones; the width model (models.calibration.fit_width_model,
+    the serving function's `width_features`) finds most of the factor and covers both within 85-95 %."""
+    from models.calibration import fit_width_model
+    from models.predictor import WIDTH_FEATURES
+
+    rng = np.random.default_rng(7)
+    n = 6000
+    moe = rng.random(n) < 0.3
+    F = np.zeros((n, len(WIDTH_FEATURES)))
+    F[:, 0], F[:, WIDTH_FEATURES.index("is_moe")] = 1.0, moe
+    err = np.abs(rng.normal(0.0, np.where(moe, 0.15, 0.05)))
+    cal, test = np.arange(n) < n // 2, np.arange(n) >= n // 2
+    coef = fit_width_model(F[cal], err[cal], np.ones(cal.sum()))
+    # the factor on the log scale of |error| + 0.01 (the floor pulls it below 3 when dense errors are ~0.05)
+    assert 2.0 < np.exp(coef[WIDTH_FEATURES.index("is_moe")]) < 3.2
+    s = np.exp(F @ coef)
+    q = conformal.conformal_quantile(err[cal] / s[cal], 0.1)
+    q_const = conformal.conformal_quantile(err[cal], 0.1)
+    for grp in (moe, ~moe):
+        assert 0.85 < np.mean(err[test & grp] <= q * s[test & grp]) < 0.95
+    assert np.mean(err[test & moe] <= q_const) < 0.80 and np.mean(err[test & ~moe] <= q_const) > 0.97
+
+
+def test_served_interval_follows_the_width_model_and_old_fits_keep_constant_widths():
+    """A calibration with a width model widens a MoE configuration's interval by exp(coef_moe) against a dense one
+    of the same layout; a fit stored without one (width_coef None) keeps the constant half-width."""
+    from models.predictor import WIDTH_FEATURES, width_features, width_scale
+
+    a = {"n_experts": np.array([0.0, 64.0]), "n_gpus": np.array([64.0, 64.0]), "dtype": np.array([0, 0])}
+    F = width_features(a, 2)
+    assert F.shape == (2, len(WIDTH_FEATURES)) and F[:, WIDTH_FEATURES.index("is_moe")].tolist() == [0.0, 1.0]
+    assert np.allclose(F[:, WIDTH_FEATURES.index("log2_n_gpus_over_10")], 0.6)
+
+    class Cal:
+        width_coef = np.zeros(len(WIDTH_FEATURES))
+
+    Cal.width_coef[WIDTH_FEATURES.index("is_moe")] = 0.4
+    s = width_scale(Cal, a, 2)
+    assert np.isclose(s[1] / s[0], np.exp(0.4))
+
+    class Old:
+        pass
+
+    assert width_scale(Old, a, 2) == 1.0

@@ -171,3 +171,14 @@ def test_megatron_core_refuses_an_expert_grid_that_does_not_fold(hw):
     assert res["error_code"][1] & ERR_EP and "etp*ep | tp*cp*dp" in res["error"][1]
     # unstated: the largest etp that folds (here 1), the same prediction as etp = 1
     assert res["step_time_s"][2] == res["step_time_s"][0]
+
+
+def test_dispatcher_permutation_traffic_follows_megatron_cores_all_to_all_dispatcher():
+    """models.parts.moe_permute_elems: permute + unpermute move 2 (top_k + 1) d_model-elements per token; the sort
+    and unsort by local expert (`sort_chunks_by_idxs`, only with ep > 1 and more than one expert per rank) move
+    4 top_k more. Qwen3-30B-A3B (top-8, 128 experts) at ep 8: 18 + 32 = 50; at ep 1: 18; 128 experts on ep 128
+    (one per rank): 18."""
+    from models.parts import moe_permute_elems
+
+    k, E = np.array([8.0, 8.0, 8.0]), np.array([128.0, 128.0, 128.0])
+    assert moe_permute_elems(k, np.array([8.0, 1.0, 128.0]), E).tolist() == [50.0, 18.0, 18.0]
