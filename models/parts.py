@@ -460,6 +460,8 @@ def dp_comm(x: Inputs, r: Rates, mem: Mapping[str, np.ndarray], cm: Compute, ov:
     dp_bw, dp_a = coll.group_link(nd, dp_rpn, bw_up, bw_out, a_up, a_out, t, tiers)
     any_exp = r.any_moe
     if any_exp:
+        # dense rows of a block with MoE rows: an expert group of one rank, so no expert collective (and no latency)
+        ne = np.where(x.E > 0, ne, 1.0)
         epd_rpn = clip(np.floor(x.node / (x.et * e)), 1.0, ne)
         epd_bw, epd_a = coll.group_link(ne, epd_rpn, bw_up, bw_out, a_up, a_out, x.et * e, tiers)
     hs = dp_rpn  # HSDP shards over the data-parallel ranks of one node

@@ -163,3 +163,20 @@ def test_fp4_is_faster_than_fp8_on_b200_and_refused_where_there_is_no_fp4():
     assert res.exit_code == 2 and "has no FP4 tensor-core peak" in res.output
     res = runner.invoke(app, base + ["--gpu", "a100-sxm4-80gb", "--dtype", "fp8"])
     assert res.exit_code == 2 and "has no FP8 tensor-core peak" in res.output
+
+
+def test_a_rows_answer_does_not_depend_on_the_rows_asked_with_it():
+    """The same configuration gets the same answer alone or in a batch with other models (the physics is
+    vectorized over rows; a branch taken for a MoE row must not touch a dense row's figures). Before the fix, a
+    dense data-parallel row beside a MoE row paid the latency of an expert gradient collective of its own size."""
+    from models.step_time import predict as physics
+
+    rows = [_frame(c) for c in _random_configs(40, seed=3)]
+    dense = pl.concat(rows, how="diagonal_relaxed").filter(pl.col("n_experts").fill_null(0) == 0)
+    moe = pl.concat(rows, how="diagonal_relaxed").filter(pl.col("n_experts").fill_null(0) > 0)
+    assert dense.height >= 10 and moe.height >= 1
+    alone = physics(dense)
+    mixed = physics(pl.concat([dense, moe], how="diagonal_relaxed")).head(dense.height)
+    for col in ("step_time_s", "dp_comm_exposed_s", "memory_gb_per_gpu"):
+        a, b = alone[col].to_numpy(), mixed[col].to_numpy()
+        assert np.array_equal(a, b, equal_nan=True), col
