@@ -170,7 +170,7 @@ def fit_version(data: FitData) -> str:
     h.update(json.dumps(HYPER, sort_keys=True).encode())
     h.update(json.dumps(DEFAULT.to_dict(), sort_keys=True).encode())
     h.update(json.dumps([FIT_FIELDS, PRESET_FIELDS, FEATURE_NAMES, GENERATION_FIELDS, MIN_GENERATION_RUNS,
-                        WIDTH_FEATURES, WIDTH_RIDGE, "laplace-scale"],
+                        WIDTH_FEATURES, WIDTH_EPS, WIDTH_RIDGE],
                         sort_keys=True, default=list).encode())
     h.update(data_hash(data).encode())
     return h.hexdigest()[:16]
@@ -598,29 +598,23 @@ def _is_extrapolated(code: np.ndarray) -> np.ndarray:
     return code != DOMAIN_INSIDE
 
 
-#: the width model's ridge on every coefficient but the intercept
+#: the width model's floor on |log error| before its log (an exact prediction would weigh -inf; 1 %, about an
+#: eighth of the typical held-out error) and its ridge on every coefficient but the intercept
+WIDTH_EPS = 0.01
 WIDTH_RIDGE = 1.0
 
 
-def fit_width_model(F: np.ndarray, err: np.ndarray, w: np.ndarray, iters: int = 50) -> np.ndarray:
-    """Coefficients of the scale of |log error|, exp(F . coef), on the width features `F`
-    (models.predictor.WIDTH_FEATURES; first column the intercept): the weighted maximum-likelihood scale of a
-    Laplace (double-exponential) error, minimizing sum w (|e| exp(-F.coef) + F.coef) by Newton steps, with a ridge
-    on every coefficient but the intercept. Exact predictions (|e| = 0) need no floor."""
+def fit_width_model(F: np.ndarray, err: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Coefficients of log(|log error| + WIDTH_EPS) on the width features `F` (models.predictor.WIDTH_FEATURES;
+    first column the intercept): weighted least squares with a ridge on every coefficient but the intercept. The
+    scale of a prediction's error is exp(F . coef), a geometric-mean scale, so a few very large errors (a source
+    whose one figure is off by 2x) do not set the width of every run like them."""
+    y = np.log(err + WIDTH_EPS)
     wn = w / w.sum()
     pen = np.full(F.shape[1], WIDTH_RIDGE / len(err))
     pen[0] = 0.0
-    coef = np.zeros(F.shape[1])
-    coef[0] = np.log(max(float(wn @ err), 1e-12))
-    for _ in range(iters):
-        r = err * np.exp(-(F @ coef))  # |e| / scale
-        grad = F.T @ (wn * (1.0 - r)) + pen * coef
-        hess = F.T @ (F * (wn * r)[:, None]) + np.diag(pen) + 1e-12 * np.eye(F.shape[1])
-        step = np.linalg.solve(hess, grad)
-        coef = coef - step
-        if np.max(np.abs(step)) < 1e-9:
-            break
-    return coef
+    A = F.T @ (F * wn[:, None]) + np.diag(pen)
+    return np.linalg.solve(A, F.T @ (wn * y))
 
 
 def _oof_errors(cvs: list[CVResult], kind: str, log_target: np.ndarray, run_id: np.ndarray, feats: np.ndarray,

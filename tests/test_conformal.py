@@ -57,11 +57,11 @@ def test_width_model_covers_each_kind_of_run_where_a_constant_width_does_not():
     moe = rng.random(n) < 0.3
     F = np.zeros((n, len(WIDTH_FEATURES)))
     F[:, 0], F[:, WIDTH_FEATURES.index("is_moe")] = 1.0, moe
-    err = np.abs(rng.normal(0.0, np.where(moe, 0.15, 0.05)))
+    err = np.abs(rng.normal(0.0, np.where(moe, 0.3, 0.1)))  # held-out errors of about 8 % and 24 % (median)
     cal, test = np.arange(n) < n // 2, np.arange(n) >= n // 2
     coef = fit_width_model(F[cal], err[cal], np.ones(cal.sum()))
-    # the factor on the log scale of |error| + 0.01 (the floor pulls it below 3 when dense errors are ~0.05)
-    assert 2.0 < np.exp(coef[WIDTH_FEATURES.index("is_moe")]) < 3.2
+    # the factor on the log scale of |error| + 0.01 (the floor pulls it a little below 3)
+    assert 2.3 < np.exp(coef[WIDTH_FEATURES.index("is_moe")]) < 3.2
     s = np.exp(F @ coef)
     q = conformal.conformal_quantile(err[cal] / s[cal], 0.1)
     q_const = conformal.conformal_quantile(err[cal], 0.1)
