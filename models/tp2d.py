@@ -69,8 +69,8 @@ import numpy as np
 
 from models import collectives as coll
 from models.fastops import clip, divisible
+from models.params import TP_MODE_CODES
 
-TP_MODE_CODES = {"1d": 0, "2d": 1}
 TP_MODES = tuple(TP_MODE_CODES)
 
 

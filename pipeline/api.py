@@ -20,6 +20,7 @@ from pipeline.settings import Settings
 SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp")
 RECOMPUTES = ("none", "selective", "full")
 DTYPES = ("bf16", "fp16", "fp8", "fp8-cs", "mxfp8", "nvfp4", "fp32", "tf32")
+TP_MODES = ("1d", "2d")  # models.params.TP_MODE_CODES
 ASSUMPTION_SETS = ("realistic", "ideal")
 
 
@@ -140,7 +141,7 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
                    global_batch: int, seq_len: int, micro_batch: Optional[int] = None, tp: int = 1, pp: int = 1,
                    dp: Optional[int] = None, cp: int = 1, ep: int = 1, vpp: int = 1, sharding: Optional[str] = None,
                    recompute: Optional[str] = None, sequence_parallel: Optional[bool] = None,
-                   dtype: str = "bf16", gpus_per_node: Optional[int] = None,
+                   tp_mode: str = "1d", dtype: str = "bf16", gpus_per_node: Optional[int] = None,
                    inter_node_gbps: Optional[float] = None, analytical_only: bool = False,
                    assumptions: str = "realistic", arch: Optional[dict] = None,
                    hw_row: Optional[dict] = None, scaleup_size: Optional[int] = None,
@@ -160,6 +161,7 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     check_choice("--recompute", recompute, RECOMPUTES)
     check_choice("--dtype", dtype, DTYPES)
     check_choice("--assumptions", assumptions, ASSUMPTION_SETS)
+    check_choice("--tp-mode", tp_mode, TP_MODES)
     for (old, ov), (new, nv) in ((("--gpus-per-node", gpus_per_node), ("--scaleup-size", scaleup_size)),
                                  (("--inter-node-gbps", inter_node_gbps), ("--scaleout-gbps", scaleout_gbps))):
         if ov is not None and nv is not None and ov != nv:
@@ -201,7 +203,7 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     row.update(run_id="cli", model=arch.get("id"), gpu=hw_row.get("id"), seq_len=seq_len,
                global_batch_seqs=global_batch, micro_batch=micro_batch, n_gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp,
                ep=ep, vpp=vpp, sharding=sharding, recompute=recompute, sequence_parallel=sequence_parallel,
-               dtype=dtype, gpus_per_node=gpus_per_node)
+               dtype=dtype, gpus_per_node=gpus_per_node, tp_mode=tp_mode)
     configs = pl.DataFrame([row]).hstack(pl.DataFrame([{k: v for k, v in hw.items() if k not in row}]))
     m = model_for(cfg, analytical_only, assumptions)
     res = predict(configs, m)
@@ -210,7 +212,8 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
         raise InputError(f"invalid configuration: {err}")
     inputs = pl.DataFrame([{k: row[k] for k in ("run_id", "model", "gpu", "n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp",
                                                  "micro_batch", "global_batch_seqs", "seq_len", "sharding",
-                                                 "recompute", "sequence_parallel", "dtype", "gpus_per_node")}])
+                                                 "recompute", "sequence_parallel", "dtype", "gpus_per_node",
+                                                 "tp_mode")}])
     res = res.with_columns((pl.col("assumptions") + pl.lit("; defaults: " + ", ".join(defaults) if defaults else ""))
                            .alias("assumptions"))
     res = _with_network_note(res, oversubscription, pod_size)
@@ -258,7 +261,7 @@ PREDICT_COLUMNS = ["run_id", "feasible", "error", "step_time_s", "step_time_lo_s
                    "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu", "hfu",
                    "memory_gb_per_gpu", "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s",
                    "cp_comm_s", "ep_comm_s", "optimizer_s", "fit_version", "assumptions", "calibration_domain"]
-SEARCH_COLUMNS = ["rank", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding", "recompute",
+SEARCH_COLUMNS = ["rank", "tp", "tp_mode", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding", "recompute",
                   "sequence_parallel", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu",
                   "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu", "memory_gb_per_gpu", "fit_version",
                   "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s",
@@ -382,6 +385,7 @@ def layout_search(cfg: Settings, *, model: Optional[str] = None, layers: Optiona
                   tp: Optional[int] = None, pp: Optional[int] = None, dp: Optional[int] = None,
                   cp: Optional[int] = None, ep: Optional[int] = None, vpp: Optional[int] = None,
                   micro_batch: Optional[int] = None, sharding: Optional[str] = None, recompute: Optional[str] = None,
+                  tp_mode: Optional[str] = None,
                   assumptions: str = "realistic", analytical_only: bool = False, scaleup_size: Optional[int] = None,
                   scaleup_gbps: Optional[float] = None, scaleout_gbps: Optional[float] = None,
                   oversubscription: Optional[float] = None,
@@ -393,7 +397,8 @@ def layout_search(cfg: Settings, *, model: Optional[str] = None, layers: Optiona
     if rank_by not in ("throughput", "cost"):
         raise InputError(f"--rank-by must be throughput or cost, got '{rank_by}'")
     for name, value, allowed in (("--sharding", sharding, SHARDINGS), ("--recompute", recompute, RECOMPUTES),
-                                 ("--activation", activation, ("gelu", "swiglu")), ("--dtype", dtype, DTYPES)):
+                                 ("--activation", activation, ("gelu", "swiglu")), ("--dtype", dtype, DTYPES),
+                                 ("--tp-mode", tp_mode, TP_MODES)):
         check_choice(name, value, allowed)
     if model or arch_file or arch is not None:
         arch_row = architecture(cfg, model, arch_file, arch)
@@ -408,7 +413,7 @@ def layout_search(cfg: Settings, *, model: Optional[str] = None, layers: Optiona
     hw_row = hardware_row(cfg, gpu, hardware_file, hardware)
     gpu = gpu or hw_row.get("id")
     fixed = {k: v for k, v in dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch,
-                                   sharding=sharding, recompute=recompute).items() if v is not None}
+                                   sharding=sharding, recompute=recompute, tp_mode=tp_mode).items() if v is not None}
     overrides = network_overrides(scaleup_size, scaleup_gbps, scaleout_gbps, oversubscription, pod_size)
     result, n_evaluated, _ = search_layouts(cfg, arch=arch_row, hw_row=hw_row, gpus=gpus, global_batch=global_batch,
                                             seq_len=seq_len, fixed=fixed, dtype=dtype, top=top, rank_by=rank_by,
@@ -600,7 +605,8 @@ def compute_frontier(cfg: Settings, *, gpu: str, months: float = 3.0, min_utiliz
               "ended_by": s["ended_by"], "cost_basis": s["cost_basis"],
               "latency_wall_days": s["latency_wall_days"],
               "breakdown": {k: s[k] for k in BREAKDOWN_KEYS},
-              "layout": {k: s[k] for k in ("vpp", "micro_batch", "sharding", "recompute", "global_batch_seqs")},
+              "layout": {k: s[k] for k in ("vpp", "micro_batch", "sharding", "recompute", "global_batch_seqs",
+                                           "tp_mode")},
               "model": {k: s[k] for k in ("arch_id", "d_model", "n_layers", "n_heads", "seq_len")},
               "gpu": gpu, "network": {"scaleup_size": hw.get("scaleup_size"),
                                       "scaleup_gbps": hw.get("intra_node_bw_gbps"),
