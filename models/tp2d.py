@@ -147,3 +147,21 @@ def valid(tp, d_model, ffn, tokens, expert_ffn=None, n_experts=None):
         moe = _f(n_experts) > 0
         ok &= ~moe | divisible(_f(expert_ffn), t)
     return ok
+
+
+def moe_io_elems_per_token(d_model, top_k, ffn_moe, n_mats, tp):
+    """Activation elements per token the forward expert GEMMs of one GPU read and write (MoE layers): the
+    dispatched copies' h/r in and out ((1 + top_k) 2 h / r, as 1-D counts (1 + top_k) 2 h) and n_mats F_moe / c."""
+    r, c = grid(tp)
+    return (1.0 + _f(top_k)) * 2.0 * _f(d_model) / r + _f(n_mats) * _f(ffn_moe) / c
+
+
+def tp_comm_s(Ls_dense, Ls_moe, n_passes, tokens, d_model, q_dim, kv_dim, ffn, ffn_moe, n_mats, tp, node, bw_up,
+              bw_out, a_up, a_out, act_bytes, tiers=None):
+    """Tensor-parallel communication of one micro-batch on a stage of ``Ls_dense`` dense and ``Ls_moe`` MoE layers
+    over ``n_passes`` passes (forward, backward, a recomputed forward), seconds."""
+    args = (node, bw_up, bw_out, a_up, a_out, act_bytes, tiers)
+    per = _f(Ls_dense) * comm_time_per_layer_s(tokens, d_model, q_dim, kv_dim, ffn, n_mats, tp, *args)
+    if np.any(_f(Ls_moe) > 0):
+        per = per + _f(Ls_moe) * comm_time_per_layer_s(tokens, d_model, q_dim, kv_dim, ffn_moe, n_mats, tp, *args)
+    return _f(n_passes) * per

@@ -266,7 +266,7 @@ SEARCH_COLUMNS = ["rank", "tp", "tp_mode", "pp", "dp", "cp", "ep", "vpp", "micro
                   "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu", "memory_gb_per_gpu", "fit_version",
                   "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s",
                   "ep_comm_s", "optimizer_s"]
-CURVE_COLUMNS = ["n_gpus", "global_batch_seqs", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding",
+CURVE_COLUMNS = ["n_gpus", "global_batch_seqs", "tp", "tp_mode", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding",
                  "recompute", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s", "tokens_per_s_lo",
                  "tokens_per_s_hi", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu",
                  "time_to_train_days", "cost_usd", "parallel_efficiency", "marginal_efficiency",
@@ -277,7 +277,7 @@ BREAKDOWN_KEYS = ["step_time_s", "compute_s", "tp_comm_s", "pp_bubble_s", "pp_co
 LEVEL_COLUMNS = ["assumptions", "training_flop", "params", "n_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch",
                  "sharding", "recompute", "global_batch_seqs", "utilization", "time_to_train_days",
                  "latency_wall_days", "feasible", "binding", "reason", "cost_usd"]
-PLAN_COLUMNS = ["rank", "hardware", "n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding",
+PLAN_COLUMNS = ["rank", "hardware", "n_gpus", "tp", "tp_mode", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding",
                 "recompute", "days", "days_lo", "days_hi", "days_ideal", "cost_usd", "cost_usd_lo", "cost_usd_hi",
                 "energy_mwh", "mfu", "tokens_per_s_per_gpu", "goodput", "expected_interruptions",
                 "checkpoint_interval_min", "usd_per_gpu_hour", "price_source", "hfu", "step_time_s",
