@@ -202,6 +202,217 @@ def hybrid_activation_bytes(hy, act_args, q_dim, kv_dim, mlp_width, moe_width, r
     return stored, (rc == 2) * work
 
 
+def _local_params(arch, shapes, Ls, t, p, e, any_moe) -> dict:
+    """Parameters on one GPU of the stage: ``dense`` (attention, norms, dense MLPs, shared experts, routers,
+    embeddings of a first/last stage), ``expert`` (its routed experts), and the per-layer counts the prefetch
+    buffers read (``plc`` attention + norms, ``dense_mlp``, ``moe_mlp`` shared + local routed experts of one MoE
+    layer; ``is_moe`` rows with MoE layers; ``moe_frac`` their share of the layers)."""
+    h, L, V, E, ns = arch["d_model"], arch["n_layers"], arch["vocab"], arch["n_experts"], arch["n_shared_experts"]
+    inv_t = 1.0 / t
+    n_moe = shapes["n_moe_layers"]
+    plc = shapes["attn_matmul"] + shapes["attn_bias"] + shapes["norm_params"]
+    dense_mlp = shapes["dense_mlp_matmul"] + shapes["mlp_bias"]
+    Vh = V * h
+    tied = arch["tied_embeddings"]
+    if np.ndim(tied) and not np.count_nonzero(tied):  # untied everywhere: 2 V h on a single stage
+        embed_stage = Vh * (2.0 - (p > 1))
+    else:
+        embed_stage = np.where(p > 1, Vh, Vh * (2.0 - clip(tied, 0, 1)))
+    out = {"plc": plc, "dense_mlp": dense_mlp}
+    if any_moe:
+        moe_frac = n_moe / L
+        Ls_moe = Ls * moe_frac
+        Ls_dense = Ls - Ls_moe
+        expert = shapes["expert_matmul"] + shapes["expert_bias"]
+        e1 = np.maximum(e, 1.0)
+        ns_expert = ns * expert
+        dense_local = (Ls * plc + Ls_dense * dense_mlp + Ls_moe * (ns_expert + shapes["router_matmul"])
+                       + embed_stage) * inv_t
+        E_expert_e = E * expert / e1
+        expert_local = Ls_moe * E_expert_e * inv_t
+        out.update(moe_frac=moe_frac, is_moe=moe_frac > 0, moe_mlp=ns_expert + E_expert_e)
+    else:
+        dense_local = (Ls * plc + Ls * dense_mlp + embed_stage) * inv_t
+        expert_local = np.zeros(np.shape(dense_local))
+    if arch.get("mla") is not None or arch.get("mtp") is not None:
+        # MLA: duplicated down-projections; MTP modules on the last stage
+        from models import mla
+
+        dense_local, expert_local = mla.local_params(arch, shapes, dense_local, expert_local, Ls, t, p, e)
+    hy = arch.get("hybrid")
+    if hy is not None:  # hybrid rows: the stage holds Ls of the n_layers blocks (models.mamba)
+        from models.accounting import hybrid_param_counts
+
+        hyb = hy["hybrid"]
+        hc = hybrid_param_counts(arch, shapes)
+        frac = Ls / L
+        e_h = np.maximum(e, 1.0)
+        dense_local = np.where(hyb, (frac * hc["blocks_dense"] + embed_stage) * inv_t, dense_local)
+        expert_local = np.where(hyb, frac * hc["blocks_expert"] / e_h * inv_t, expert_local)
+    out.update(dense=dense_local, expert=expert_local)
+    return out
+
+
+def _state_shares(lp, shard, d, c, e, node_size, inv_t, any_moe) -> dict:
+    """Parameters per GPU whose weights (``S_w``), gradients (``S_g``) and optimizer state (``S_o``) this GPU
+    holds, and ``S_none`` (unsharded). Sharding: weights by codes 3-5, gradients by 2-5, optimizer state by 1-5;
+    the data-parallel group is dp*cp (routed experts: dp*cp/ep); HSDP (5) shards inside the node."""
+    dense_local, expert_local = lp["dense"], lp["expert"]
+    nd = d * c
+    hs_any = bool(np.any(shard == 5))
+    if hs_any:
+        hs = clip(np.floor(_f(node_size) * inv_t), 1.0, nd)
+        is5 = shard == 5
+        D = np.where(is5, hs, nd)
+    else:
+        D = nd
+    S_none = dense_local + expert_local
+    if any_moe:
+        ne = np.maximum(nd / np.maximum(e, 1.0), 1.0)
+        De = np.where(is5, np.minimum(hs, ne), ne) if hs_any else ne
+        S_full = dense_local / D + expert_local / De
+    else:
+        S_full = dense_local / D
+    return {"S_none": S_none, "S_w": np.where(shard >= 3, S_full, S_none),
+            "S_g": np.where(shard >= 2, S_full, S_none), "S_o": np.where(shard >= 1, S_full, S_none)}
+
+
+def _weights(lp, S, shard, fp32, wb, Ls, inv_t, any_moe, hy, fsdp_unsharded_stage) -> np.ndarray:
+    """Weight bytes: the held 16-bit (fp32 runs: 4-byte) copy, plus two gathered layers as prefetch buffers
+    under ZeRO-3 / FSDP / HSDP (or the whole gathered stage: FSDP without reshard-after-forward)."""
+    w_sh = shard >= 3
+    # PyTorch FSDP/HSDP (MixedPrecision param_dtype=bf16) keeps only the fp32 sharded
+    # parameters - the master copy counted in the optimizer state - and casts to 16 bits on
+    # all-gather, so no separate 16-bit shard exists (PyTorch FSDP docs, MixedPrecision:
+    # "sharded parameters ... remain in full precision"); DeepSpeed ZeRO-3 keeps a 16-bit
+    # partition next to the fp32 master in the optimizer.
+    no16 = (shard >= 4) & ~fp32
+    weights = (wb * S["S_w"]) * ~no16 if np.any(no16) else wb * S["S_w"]
+    if np.any(w_sh):  # ZeRO-3/FSDP/HSDP: two gathered layers as prefetch buffers
+        plc, dense_mlp = lp["plc"], lp["dense_mlp"]
+        if any_moe:
+            layer_local = (plc + np.where(lp["is_moe"], lp["moe_mlp"], dense_mlp)) * inv_t
+        else:
+            layer_local = (plc + dense_mlp) * inv_t
+        if hy is not None:  # two of the stage's blocks (mean block)
+            layer_local = np.where(hy["hybrid"], 2.0 * (lp["dense"] + lp["expert"]) / np.maximum(Ls, 1.0),
+                                   layer_local)
+        prefetch = 2.0 * wb * layer_local
+        if fsdp_unsharded_stage is not None and np.any(fsdp_unsharded_stage):
+            # FSDP without reshard-after-forward (torchtitan with pp > 1): the whole stage's 16-bit
+            # weights stay gathered from forward to backward, in place of the two prefetch buffers
+            prefetch = np.where(np.asarray(fsdp_unsharded_stage, dtype=bool), wb * S["S_none"], prefetch)
+        weights = weights + w_sh * prefetch
+    return weights
+
+
+def _grads_optimizer(S, shard, fp32, m, params, grad_bytes, trainable_frac, fsdp_unsharded_stage):
+    """(gradient bytes, optimizer-state bytes, parameters whose optimizer state this GPU holds)."""
+    S_g, S_o = S["S_g"], S["S_o"]
+    gb, gb32 = (params.grad_bytes if grad_bytes is None else _f(grad_bytes)), 4.0
+    grads = (gb * S_g) if np.all(gb == gb32) else np.where(fp32, gb32, gb) * S_g
+    ob_m, ob_32 = params.optimizer_state_bytes_mixed, params.optimizer_state_bytes_fp32
+    ob = np.where(fp32, ob_32, ob_m) if np.any(fp32) else ob_m
+    optimizer = ob * S_o
+    if fsdp_unsharded_stage is not None and np.any(fsdp_unsharded_stage):
+        grads = grads + (np.asarray(fsdp_unsharded_stage, dtype=bool) * (shard >= 3) * (m > 1)) * (gb * S["S_none"])
+    if trainable_frac is not None:  # LoRA: frozen weights have no gradient and no optimizer state
+        tf = _f(trainable_frac)
+        grads = grads * tf
+        optimizer = optimizer * tf
+        S_o = S_o * tf
+    return grads, optimizer, S_o
+
+
+def _activations(arch, shapes, lp, s, b, t, p, c, v, m, rc, sp, wb, Ls, any_moe, params, selective_policy,
+                 logits_bytes, logits_chunks, act_offload_frac) -> tuple[np.ndarray, np.ndarray]:
+    """(activation bytes of the most loaded stage, in-flight micro-batches): stored per layer and micro-batch,
+    one layer's working set (full recompute; recomputed save-list tensors), logits on the last stage, MTP."""
+    # activations (per layer, per micro-batch; models.memory docstring, Korthikanti et al. 2022).
+    # The stored bytes are linear in the sharded FFN width F, so a stage mixing dense and MoE
+    # layers stores per layer what one layer of the layer-weighted mean width stores:
+    # F_mix = F_dense + moe_frac (F_moe - F_dense).
+    h, V, k, ns = arch["d_model"], arch["vocab"], arch["top_k"], arch["n_shared_experts"]
+    ms, mtp, hy = arch.get("mla"), arch.get("mtp"), arch.get("hybrid")
+    inv_t = 1.0 / t
+    scale = 0.5 * wb  # the Korthikanti coefficients are for 2-byte activations
+    s_loc = s / c
+    tokens = s_loc * b
+    rep_div_inv = np.where(sp, inv_t, 1.0) if np.any(sp) else 1.0
+    cf = 2.0 * shapes["mlp_mats"]  # 4 for GeLU (input, output), 6 for SwiGLU (gate, up, product)
+    attn_part = 4.0 * (shapes["q_dim"] + shapes["kv_dim"])
+    F_d = arch["ffn_dim"]
+    any_full = bool(np.any(rc == 2))
+    if any_moe:
+        # the MoE dispatch copies 2h*top_k are added to the sharded part via the FFN width
+        F_m = (k + ns) * arch["expert_ffn_dim"] + 2.0 * h * k / cf
+        F_mix = F_d + lp["moe_frac"] * (F_m - F_d)
+        F_work = np.where(lp["is_moe"], F_m, F_d) if any_full else F_mix  # full recompute: the heaviest layer
+    else:
+        F_mix = F_work = F_d
+    ass = params.attn_scores_stored
+    act_args = (tokens, s, h, arch["n_heads"], inv_t, rep_div_inv)
+    rep_elems = 8.0 + params.dropout_mask_elems
+    if ms is not None:  # MLA rows: the latents, kept replicated over tp (models.mla)
+        from models import mla
+
+        rep_elems = rep_elems + np.where(ms["mla"], mla.activation_bytes_per_token(ms, h)[0], 0.0)
+    kept, scores, checkpoint = _activation_elems(*act_args, attn_part + cf * F_mix, rep_elems, ass)
+    stored = np.where(rc == 0, kept + scores, kept) if ass else kept
+    recomputed = 0.0
+    if selective_policy is not None and np.any(listed := (np.asarray(selective_policy) > 0) & (rc == 1)):
+        code = np.asarray(selective_policy).astype(np.int64)
+        saved = _save_list_elems(act_args, shapes, F_mix, t, code)
+        stored = np.where(listed, saved, stored)
+        # during a layer's backward its unsaved tensors are recomputed: the rest of its working set, once
+        recomputed = scale * (listed * np.maximum(kept - saved, 0.0))
+    if any_full:
+        is_full = rc == 2
+        stored = np.where(is_full, checkpoint, stored)
+        kept_work = kept if F_work is F_mix else _activation_elems(*act_args, attn_part + cf * F_work, rep_elems,
+                                                                   ass)[0]
+        working = scale * (is_full * (kept_work + scores))  # one layer's full working set during its backward
+    else:
+        working = 0.0
+    working = working + recomputed
+    if hy is not None:
+        h_stored, h_working = hybrid_activation_bytes(
+            hy, act_args, shapes["q_dim"], shapes["kv_dim"], cf * F_d,
+            cf * ((k + ns) * arch["expert_ffn_dim"]) + 2.0 * h * k, rc, ass, params.dropout_mask_elems)
+        stored = np.where(hy["hybrid"], h_stored, stored)
+        working = np.where(hy["hybrid"], scale * h_working, working)
+    stage_acts = scale * stored * Ls
+    if act_offload_frac is not None:
+        stage_acts = stage_acts * (1.0 - _f(act_offload_frac))
+    if np.any(v > 1):
+        inflight = np.where(v > 1, p + (p - 1.0) / v, p)
+        inflight = np.maximum(np.minimum(inflight, m), 1.0)
+    else:
+        inflight = np.maximum(np.minimum(p, m), 1.0)
+    lb = 4.0 if logits_bytes is None else _f(logits_bytes)
+    if logits_chunks is not None:
+        lb = lb / np.maximum(_f(logits_chunks), 1.0)
+    logits = (lb * tokens) * V * inv_t
+    # first stage: all in-flight micro-batches; last stage: one, plus the fp32 logits. With
+    # pp = 1 the in-flight count is 1 and both are the same stage (max = stage + logits).
+    act_last = stage_acts + working + logits
+    if mtp is not None:  # MTP: one more layer's activations and logits per module on the last stage
+        act_last = act_last + mtp * (scale * stored + logits)
+    activations = np.maximum(stage_acts * inflight + working, act_last)
+    if mtp is not None and np.any(p > 1):  # with pp > 1 this is the last stage (models.mla) ...
+        activations = np.where(p > 1, act_last, activations)
+    return activations, inflight
+
+
+def _overhead(modelled, params, capacity_gb, overhead_frac_of_capacity) -> np.ndarray:
+    """Allowance: the fragmentation share of the modelled bytes + a fixed part (or a share of the device)."""
+    if overhead_frac_of_capacity is not None and capacity_gb is not None:
+        fixed = _f(overhead_frac_of_capacity) * capacity_bytes(capacity_gb)
+    else:
+        fixed = params.mem_overhead_gb * GB
+    return params.mem_fragmentation_frac * modelled + fixed
+
+
 def memory_per_gpu(
     *,
     arch: Mapping[str, np.ndarray],
@@ -265,12 +476,14 @@ def memory_per_gpu(
     Implementation note: written for few numpy calls per row block (the step-time model's
     hot path): block-level branches skip terms whose rows are absent (MoE, sharding modes,
     full recompute), selections by category use comparisons on the integer codes.
+
+    Parts (one function each): ``_local_params`` (parameters on the stage's GPU, dense and routed experts),
+    ``_state_shares`` (what ZeRO / FSDP / HSDP shard), ``_weights`` (+ prefetch buffers), ``_grads_optimizer``,
+    ``_activations`` (+ in-flight micro-batches, logits, MTP), ``_overhead``.
     """
     args = dict(locals())  # for the stage without the MTP modules (below)
     t, p, d, c, e, v = (_f(x) for x in (tp, pp, dp, cp, ep, vpp))
     m = _f(n_micro)
-    s = _f(seq_len)
-    b = _f(micro_batch)
     shard = np.asarray(sharding)
     if shard.dtype.kind not in "iu":
         shard = np.nan_to_num(shard.astype(np.float64), nan=-1.0).astype(np.int64)
@@ -279,188 +492,23 @@ def memory_per_gpu(
     elif not shard.ndim and shard > 5:
         shard = np.zeros_like(shard)
     rc = np.asarray(recompute)
-    sp = np.asarray(sequence_parallel, dtype=bool)
     fp32 = np.asarray(is_fp32, dtype=bool)
-    h = arch["d_model"]
-    L = arch["n_layers"]
-    V = arch["vocab"]
-    E = arch["n_experts"]
-    k = arch["top_k"]
-    ns = arch["n_shared_experts"]
     wb = _f(act_bytes) if act_bytes is not None else 2.0 + 2.0 * fp32.astype(np.float64)  # 16-bit, fp32: 4 B
-
-    Ls = np.ceil(L / p) if layers_per_stage is None else _f(layers_per_stage)
-    n_moe = shapes["n_moe_layers"]
-    any_moe = bool(np.any(n_moe > 0))
+    Ls = np.ceil(arch["n_layers"] / p) if layers_per_stage is None else _f(layers_per_stage)
+    any_moe = bool(np.any(shapes["n_moe_layers"] > 0))
     inv_t = 1.0 / t
-    plc = shapes["attn_matmul"] + shapes["attn_bias"] + shapes["norm_params"]
-    dense_mlp = shapes["dense_mlp_matmul"] + shapes["mlp_bias"]
-    Vh = V * h
-    tied = arch["tied_embeddings"]
-    if np.ndim(tied) and not np.count_nonzero(tied):  # untied everywhere: 2 V h on a single stage
-        embed_stage = Vh * (2.0 - (p > 1))
-    else:
-        embed_stage = np.where(p > 1, Vh, Vh * (2.0 - clip(tied, 0, 1)))
-    if any_moe:
-        moe_frac = n_moe / L
-        is_moe = moe_frac > 0
-        Ls_moe = Ls * moe_frac
-        Ls_dense = Ls - Ls_moe
-        expert = shapes["expert_matmul"] + shapes["expert_bias"]
-        e1 = np.maximum(e, 1.0)
-        ns_expert = ns * expert
-        dense_local = (Ls * plc + Ls_dense * dense_mlp + Ls_moe * (ns_expert + shapes["router_matmul"]) + embed_stage) * inv_t
-        E_expert_e = E * expert / e1
-        expert_local = Ls_moe * E_expert_e * inv_t
-    else:
-        dense_local = (Ls * plc + Ls * dense_mlp + embed_stage) * inv_t
-        expert_local = np.zeros(np.shape(dense_local))
-    ms, mtp = arch.get("mla"), arch.get("mtp")
-    if ms is not None or mtp is not None:  # MLA: duplicated down-projections; MTP modules on the last stage
-        from models import mla
 
-        dense_local, expert_local = mla.local_params(arch, shapes, dense_local, expert_local, Ls, t, p, e)
-    hy = arch.get("hybrid")
-    if hy is not None:  # hybrid rows: the stage holds Ls of the n_layers blocks (models.mamba)
-        from models.accounting import hybrid_param_counts
-
-        hyb = hy["hybrid"]
-        hc = hybrid_param_counts(arch, shapes)
-        frac = Ls / L
-        e_h = np.maximum(e, 1.0)
-        dense_local = np.where(hyb, (frac * hc["blocks_dense"] + embed_stage) * inv_t, dense_local)
-        expert_local = np.where(hyb, frac * hc["blocks_expert"] / e_h * inv_t, expert_local)
-
-    # sharding: weights sharded by codes 3-5, gradients by 2-5, optimizer state by 1-5; the
-    # data-parallel group is dp*cp (routed experts: dp*cp/ep); HSDP (5) shards inside the node
-    nd = d * c
-    hs_any = bool(np.any(shard == 5))
-    if hs_any:
-        hs = clip(np.floor(_f(node_size) * inv_t), 1.0, nd)
-        is5 = shard == 5
-        D = np.where(is5, hs, nd)
-    else:
-        D = nd
-    S_none = dense_local + expert_local
-    if any_moe:
-        ne = np.maximum(nd / e1, 1.0)
-        De = np.where(is5, np.minimum(hs, ne), ne) if hs_any else ne
-        S_full = dense_local / D + expert_local / De
-    else:
-        S_full = dense_local / D
-    w_sh = shard >= 3
-    S_w = np.where(w_sh, S_full, S_none)
-    S_g = np.where(shard >= 2, S_full, S_none)
-    S_o = np.where(shard >= 1, S_full, S_none)
-
-    # PyTorch FSDP/HSDP (MixedPrecision param_dtype=bf16) keeps only the fp32 sharded
-    # parameters - the master copy counted in the optimizer state - and casts to 16 bits on
-    # all-gather, so no separate 16-bit shard exists (PyTorch FSDP docs, MixedPrecision:
-    # "sharded parameters ... remain in full precision"); DeepSpeed ZeRO-3 keeps a 16-bit
-    # partition next to the fp32 master in the optimizer.
-    no16 = (shard >= 4) & ~fp32
-    weights = (wb * S_w) * ~no16 if np.any(no16) else wb * S_w
-    if np.any(w_sh):  # ZeRO-3/FSDP/HSDP: two gathered layers as prefetch buffers
-        if any_moe:
-            layer_local = (plc + np.where(is_moe, ns_expert + E_expert_e, dense_mlp)) * inv_t
-        else:
-            layer_local = (plc + dense_mlp) * inv_t
-        if hy is not None:  # two of the stage's blocks (mean block)
-            layer_local = np.where(hyb, 2.0 * (dense_local + expert_local) / np.maximum(Ls, 1.0), layer_local)
-        prefetch = 2.0 * wb * layer_local
-        if fsdp_unsharded_stage is not None and np.any(fsdp_unsharded_stage):
-            # FSDP without reshard-after-forward (torchtitan with pp > 1): the whole stage's 16-bit
-            # weights stay gathered from forward to backward, in place of the two prefetch buffers
-            prefetch = np.where(np.asarray(fsdp_unsharded_stage, dtype=bool), wb * S_none, prefetch)
-        weights = weights + w_sh * prefetch
-    gb, gb32 = (params.grad_bytes if grad_bytes is None else _f(grad_bytes)), 4.0
-    grads = (gb * S_g) if np.all(gb == gb32) else np.where(fp32, gb32, gb) * S_g
-    ob_m, ob_32 = params.optimizer_state_bytes_mixed, params.optimizer_state_bytes_fp32
-    ob = np.where(fp32, ob_32, ob_m) if np.any(fp32) else ob_m
-    optimizer = ob * S_o
-    if fsdp_unsharded_stage is not None and np.any(fsdp_unsharded_stage):
-        grads = grads + (np.asarray(fsdp_unsharded_stage, dtype=bool) * w_sh * (m > 1)) * (gb * S_none)
-    if trainable_frac is not None:  # LoRA: frozen weights have no gradient and no optimizer state
-        tf = _f(trainable_frac)
-        grads = grads * tf
-        optimizer = optimizer * tf
-        S_o = S_o * tf
-
-    # activations (per layer, per micro-batch; models.memory docstring, Korthikanti et al. 2022).
-    # The stored bytes are linear in the sharded FFN width F, so a stage mixing dense and MoE
-    # layers stores per layer what one layer of the layer-weighted mean width stores:
-    # F_mix = F_dense + moe_frac (F_moe - F_dense).
-    scale = 0.5 * wb  # the Korthikanti coefficients are for 2-byte activations
-    s_loc = s / c
-    tokens = s_loc * b
-    rep_div_inv = np.where(sp, inv_t, 1.0) if np.any(sp) else 1.0
-    cf = 2.0 * shapes["mlp_mats"]  # 4 for GeLU (input, output), 6 for SwiGLU (gate, up, product)
-    attn_part = 4.0 * (shapes["q_dim"] + shapes["kv_dim"])
-    F_d = arch["ffn_dim"]
-    any_full = bool(np.any(rc == 2))
-    if any_moe:
-        # the MoE dispatch copies 2h*top_k are added to the sharded part via the FFN width
-        F_m = (k + ns) * arch["expert_ffn_dim"] + 2.0 * h * k / cf
-        F_mix = F_d + moe_frac * (F_m - F_d)
-        F_work = np.where(is_moe, F_m, F_d) if any_full else F_mix  # full recompute: the heaviest layer
-    else:
-        F_mix = F_work = F_d
-    ass = params.attn_scores_stored
-    act_args = (tokens, s, h, arch["n_heads"], inv_t, rep_div_inv)
-    rep_elems = 8.0 + params.dropout_mask_elems
-    if ms is not None:  # MLA rows: the latents, kept replicated over tp (models.mla)
-        rep_elems = rep_elems + np.where(ms["mla"], mla.activation_bytes_per_token(ms, h)[0], 0.0)
-    kept, scores, checkpoint = _activation_elems(*act_args, attn_part + cf * F_mix, rep_elems, ass)
-    stored = np.where(rc == 0, kept + scores, kept) if ass else kept
-    recomputed = 0.0
-    if selective_policy is not None and np.any(listed := (np.asarray(selective_policy) > 0) & (rc == 1)):
-        code = np.asarray(selective_policy).astype(np.int64)
-        saved = _save_list_elems(act_args, shapes, F_mix, t, code)
-        stored = np.where(listed, saved, stored)
-        # during a layer's backward its unsaved tensors are recomputed: the rest of its working set, once
-        recomputed = scale * (listed * np.maximum(kept - saved, 0.0))
-    if any_full:
-        is_full = rc == 2
-        stored = np.where(is_full, checkpoint, stored)
-        kept_work = kept if F_work is F_mix else _activation_elems(*act_args, attn_part + cf * F_work, rep_elems,
-                                                                   ass)[0]
-        working = scale * (is_full * (kept_work + scores))  # one layer's full working set during its backward
-    else:
-        working = 0.0
-    working = working + recomputed
-    if hy is not None:
-        h_stored, h_working = hybrid_activation_bytes(
-            hy, act_args, shapes["q_dim"], shapes["kv_dim"], cf * F_d,
-            cf * ((k + ns) * arch["expert_ffn_dim"]) + 2.0 * h * k, rc, ass, params.dropout_mask_elems)
-        stored = np.where(hyb, h_stored, stored)
-        working = np.where(hyb, scale * h_working, working)
-    stage_acts = scale * stored * Ls
-    if act_offload_frac is not None:
-        stage_acts = stage_acts * (1.0 - _f(act_offload_frac))
-    if np.any(v > 1):
-        inflight = np.where(v > 1, p + (p - 1.0) / v, p)
-        inflight = np.maximum(np.minimum(inflight, m), 1.0)
-    else:
-        inflight = np.maximum(np.minimum(p, m), 1.0)
-    lb = 4.0 if logits_bytes is None else _f(logits_bytes)
-    if logits_chunks is not None:
-        lb = lb / np.maximum(_f(logits_chunks), 1.0)
-    logits = (lb * tokens) * V * inv_t
-    # first stage: all in-flight micro-batches; last stage: one, plus the fp32 logits. With
-    # pp = 1 the in-flight count is 1 and both are the same stage (max = stage + logits).
-    act_last = stage_acts + working + logits
-    if mtp is not None:  # MTP: one more layer's activations and logits per module on the last stage
-        act_last = act_last + mtp * (scale * stored + logits)
-    activations = np.maximum(stage_acts * inflight + working, act_last)
-    if mtp is not None and np.any(p > 1):  # with pp > 1 this is the last stage (models.mla) ...
-        activations = np.where(p > 1, act_last, activations)
-
+    lp = _local_params(arch, shapes, Ls, t, p, e, any_moe)
+    S = _state_shares(lp, shard, d, c, e, node_size, inv_t, any_moe)
+    weights = _weights(lp, S, shard, fp32, wb, Ls, inv_t, any_moe, arch.get("hybrid"), fsdp_unsharded_stage)
+    grads, optimizer, S_o = _grads_optimizer(S, shard, fp32, m, params, grad_bytes, trainable_frac,
+                                             fsdp_unsharded_stage)
+    activations, inflight = _activations(
+        arch, shapes, lp, _f(seq_len), _f(micro_batch), t, p, c, v, m, rc,
+        np.asarray(sequence_parallel, dtype=bool), wb, Ls, any_moe, params, selective_policy, logits_bytes,
+        logits_chunks, act_offload_frac)
     modelled = weights + grads + optimizer + activations
-    if overhead_frac_of_capacity is not None and capacity_gb is not None:
-        fixed = _f(overhead_frac_of_capacity) * capacity_bytes(capacity_gb)
-    else:
-        fixed = params.mem_overhead_gb * GB
-    overhead = params.mem_fragmentation_frac * modelled + fixed
+    overhead = _overhead(modelled, params, capacity_gb, overhead_frac_of_capacity)
     total = modelled + overhead
     out = {
         "mem_weights_bytes": weights,
@@ -470,11 +518,11 @@ def memory_per_gpu(
         "mem_overhead_bytes": overhead,
         "mem_total_bytes": total,
         "inflight_microbatches": inflight,
-        "dense_params_local": dense_local,
-        "expert_params_local": expert_local,
+        "dense_params_local": lp["dense"],
+        "expert_params_local": lp["expert"],
         "optimizer_params_local": S_o,
     }
-    if mtp is not None and np.any(p > 1):  # ... and the first stage, without the MTP modules, may hold more
+    if arch.get("mtp") is not None and np.any(p > 1):  # the first stage, without the MTP modules, may hold more
         first = memory_per_gpu(**(args | {"arch": {k: x for k, x in arch.items() if k != "mtp"}}))
         use = (p > 1) & (first["mem_total_bytes"] > total)
         out.update({k: np.where(use, first[k], out[k]) for k in out if k.startswith("mem_") or k.startswith("infl")})

@@ -14,9 +14,9 @@ import numpy as np
 import polars as pl
 
 from models import collectives as coll
-from models import mamba, mla
-from models.accounting import hybrid_flops_per_token, normalize_arch, layer_shapes, param_counts
-from models.fastops import clip, divisible
+from models import mamba, mla, parts
+from models.accounting import layer_shapes, normalize_arch, param_counts
+from models.fastops import divisible
 from models.hardware import A100_TFLOPS_PER_SM, choose_peak, peak_table
 from models.memory import GB, memory_per_gpu
 from models.params import (
@@ -27,6 +27,7 @@ from models.params import (
     SHARDING_CODES,
     PhysParams,
 )
+from models.parts import Inputs
 
 LAYOUT_COLUMNS = (
     "seq_len",
@@ -133,9 +134,6 @@ def _f(x, n) -> np.ndarray:
     return np.broadcast_to(a, (n,)) if a.ndim == 0 else a
 
 
-_W_READ_BYTES = np.array([2.0, 2.0, 1.0, 1.0, 1.0, 0.5, 4.0, 4.0])  # weight bytes read per parameter, by dtype code
-
-
 def _code(a: Mapping[str, np.ndarray], key: str, n: int) -> np.ndarray:
     """Integer category codes (models.params.*_CODES); missing or NaN -> 0 (the default)."""
     x = a.get(key)
@@ -175,8 +173,8 @@ def predict_arrays(a: Mapping[str, np.ndarray], params: PhysParams = DEFAULT) ->
     ``dtype``), ``sequence_parallel``/``tied_embeddings`` as bool or 0/1. Missing optional
     columns take their defaults (cp=ep=vpp=1, sharding none, recompute none, no SP,
     gpus_per_node = scaleup_size; NETWORK_COLUMNS: oversubscription 1, no pod tier). Returns
-    float/bool/int arrays (OUTPUT_COLUMNS); rows with invalid inputs get NaN outputs and ``error_code`` bits; memory-infeasible rows keep
-    their time prediction but ``feasible`` is False and ERR_MEMORY is set.
+    float/bool/int arrays (OUTPUT_COLUMNS); rows with invalid inputs get NaN outputs and ``error_code`` bits;
+    memory-infeasible rows keep their time prediction but ``feasible`` is False and ERR_MEMORY is set.
     """
     n = len(np.asarray(a["n_layers"]))
     if n <= CHUNK:
@@ -209,158 +207,27 @@ def _hybrid_validity(err: np.ndarray, hy: Mapping[str, np.ndarray], t: np.ndarra
     _flag(err, m & (c > 1) & ~cp_ok, ERR_CP_SEQ)
 
 
-def _hybrid_stage(hy: Mapping[str, np.ndarray], arch: Mapping[str, np.ndarray], pc: Mapping, v: Mapping,
-                  P: PhysParams) -> dict[str, np.ndarray]:
-    """Forward and backward time of one micro-batch through the stage's blocks of hybrid rows (docs/model.md,
-    "Hybrid Mamba-Transformer blocks"). ``v``: the driver's per-row quantities (L, Ls, T, t, e, aT, aTt, wrt,
-    Tt2, h2, act_b, inv_rate, inv_hbm, wh, peaks, t_attn_gemm, t_core, t_mlp_d, ew_common, ew_scores, aTt_ef,
-    F_dense, n_mats). The stage holds Ls = ceil(n_layers/pp) blocks in the proportions of the pattern; a block
-    carries half of a transformer layer's h-wide element-wise traffic (one norm and one residual add)."""
-    hc = pc["hybrid_counts"]
-    frac = v["Ls"] / v["L"]
-    nM, nA, nF, nE = (frac * hy[c_] for c_ in mamba.COUNT_COLUMNS)
-    inv_rate, inv_hbm, wh, Tt2, aT, aTt, wrt = (v[x] for x in ("inv_rate", "inv_hbm", "wh", "Tt2", "aT", "aTt",
-                                                                "wrt"))
-    n_mats, aTt_ef = v["n_mats"], v["aTt_ef"]
-    ew_half = 0.5 * v["ew_common"]
-    # attention and MLP blocks: the transformer's GEMMs, core and element-wise traffic, split by block
-    gemm_attn = v["t_attn_gemm"] + v["t_core"]
-    t_ew_attn = (ew_half + v["ew_scores"]) * inv_hbm
-    t_ew_mlp = (ew_half + aTt_ef * v["F_dense"]) * inv_hbm
-    # MoE blocks: routed experts (latent width when given), shared experts, router (+ latent projections)
-    k, ns, fe = arch["top_k"], arch["n_shared_experts"], arch["expert_ffn_dim"]
-    kns = k + ns
-    exp_w, moe_act = hc["expert_matmul"], hc["moe_active_matmul"]
-    lat = hy["moe_latent_size"]
-    n_lat_gemms = 2.0 * (np.isfinite(lat) & (lat > 0))
-    moe_bytes = wrt * (np.where(arch["n_experts"] > 0, arch["n_experts"] / v["e"], 0.0) * exp_w
-                       + moe_act - k * exp_w) + aT * (v["h2"] * (1.0 + k)) + aTt * (n_mats * kns * fe)
-    calls = np.where(arch["n_experts"] > 0, arch["n_experts"] / v["e"], 0.0) + ns  # one GEMM per local expert
-    t_moe = np.maximum(Tt2 * moe_act * inv_rate + (n_mats * calls + n_lat_gemms) * wh, moe_bytes * inv_hbm)
-    t_ew_moe = (ew_half + aTt_ef * (kns * fe)) * inv_hbm
-    # Mamba blocks: in_proj + out_proj GEMMs, SSD scan (16-bit tensor-core roofline), conv + gated norm traffic
-    mm = hc["mamba_matmul"]
-    m_bytes = wrt * mm + aT * v["h2"] + aTt * (hy["in_proj_out"] + hy["d_inner"])
-    t_m_gemm = np.maximum(Tt2 * mm * inv_rate + 2.0 * wh, m_bytes * inv_hbm)
-    ssd_rate = v["peaks"][0] * (1e12 * P.attn_eff) * v["ke"]
-    shape = (hy["mamba_n_heads"], hy["mamba_head_dim"], hy["mamba_n_groups"], hy["mamba_state_dim"],
-             hy["mamba_chunk_size"])
-    tok_t = v["T"] / v["t"]  # heads and groups are split over tp
-    t_scan = np.maximum(tok_t * mamba.ssd_flops_per_token(*shape) / ssd_rate,
-                        tok_t * mamba.ssd_bytes_per_token(*shape, v["act_b"]) * inv_hbm)
-    t_ew_m = (ew_half + aTt * mamba.elementwise_elems_per_token(hy["conv_dim"], hy["d_inner"])) * inv_hbm
-    m_core = np.nan_to_num(t_m_gemm + t_scan)
-    t_ew_m = np.nan_to_num(t_ew_m)
-    gemm = nA * gemm_attn + nF * v["t_mlp_d"] + nE * t_moe + nM * m_core
-    ew = nA * t_ew_attn + nF * t_ew_mlp + nE * t_ew_moe + nM * t_ew_m
-    return {"fwd": gemm + ew, "bwd": 2.0 * gemm + P.elementwise_bwd_factor * ew, "Ls_attn": nA, "Ls_moe": nE}
-
-
-def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[str, np.ndarray]:
+def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
+    """The block's inputs as arrays: architecture (normalized), layout (documented defaults filled), hardware
+    rates with the efficiencies of ``P`` (or per row: ``kernel_eff``, ``matmul_eff_16bit``, ``matmul_eff_8bit``)
+    and the network tiers."""
     g = lambda k, d=np.nan: _f(a[k], n) if k in a and a[k] is not None else np.full(n, d)  # noqa: E731
     arch = normalize_arch({k: g(k) for k in ("n_layers", "d_model", "n_heads", "ffn_dim", "vocab")} | {
         k: g(k) for k in ("n_kv_heads", "head_dim", "n_experts", "top_k", "expert_ffn_dim",
                           "n_shared_experts", "n_dense_layers", "tied_embeddings", "activation")
     } | {k: g(k) for k in mamba.HYBRID_COLUMNS if a.get("n_attn_layers") is not None}
       | {k: g(k) for k in mla.ARCH_COLUMNS if a.get(k) is not None})
-    hy = arch.get("hybrid")  # hybrid Mamba-Transformer rows (models.mamba); None when the block has none
-    L, h, heads, kvh = arch["n_layers"], arch["d_model"], arch["n_heads"], arch["n_kv_heads"]
-    V, E, k, ns = arch["vocab"], arch["n_experts"], arch["top_k"], arch["n_shared_experts"]
-
-    s = g("seq_len")
-    B = g("global_batch_seqs")
-    b = g("micro_batch")
-    N = g("n_gpus")
-    t = g("tp")
-    p = g("pp")
-    d = g("dp")
-    c = g("cp", 1.0)
-    e = g("ep", 1.0)
-    v = g("vpp", 1.0)
-    c = np.where(np.isnan(c), 1.0, c)
-    e = np.where(np.isnan(e), 1.0, e)
-    v = np.where(np.isnan(v), 1.0, v)
-    shard = _code(a, "sharding", n)
-    rc = _code(a, "recompute", n)
+    L = arch["n_layers"]
+    B, b, d, p = g("global_batch_seqs"), g("micro_batch"), g("dp"), g("pp")
+    c, e, v = (np.where(np.isnan(x), 1.0, x) for x in (g("cp", 1.0), g("ep", 1.0), g("vpp", 1.0)))
     dt = _code(a, "dtype", n)
-    sp = g("sequence_parallel", 0.0) > 0  # NaN -> False
-    act = arch["activation"]
-
-    mem_cap = g("memory_gb")
     # kernel efficiency of the software stack: the params' value, or per row (a calibration's value for the
     # row's stack and hardware generation; NaN: the params')
     ke = P.kernel_eff
     if "kernel_eff" in a:
         ke_row = g("kernel_eff")
         ke = np.where(np.isnan(ke_row), P.kernel_eff, ke_row)
-    hbm_bw = g("memory_bw_gbps") * 1e9 * (P.hbm_eff * ke)
-    su = g("scaleup_size")
-    gpn = g("gpus_per_node")
-    node = np.where(np.isnan(gpn), su, np.minimum(gpn, np.where(np.isnan(su), gpn, su)))
-    tiers, tier_bad = coll.network_tiers(node, N, g("pod_size"), g("oversubscription"))  # None: non-blocking
-    node = np.maximum(np.minimum(node, N), 1.0)
-    bw_up = g("intra_node_bw_gbps") * 1e9 * P.scaleup_eff
-    bw_out = g("inter_node_bw_gbps") * 1e9 * P.scaleout_eff
-    a_up, a_out = P.alpha_scaleup_s, P.alpha_scaleout_s
-    hw = {c_: g(c_) for c_ in HARDWARE_COLUMNS if c_.startswith("peak_")}
-    peaks, flags = peak_table(hw)
-    peak_tf, peak_fb = choose_peak(dt, peaks, flags)
-    is_fp32 = (dt == 6) | (dt == 7)
-    attn_peak_tf = np.where(is_fp32, peak_tf, peaks[0])
-
-    # ---------------- validity ----------------
-    err = np.zeros(n, dtype=np.int64)
-    # integer-valued inputs >= 1, with few passes: the sum of (x - floor(x)) is 0 only when every
-    # value is a finite integer (NaN and +-inf give NaN), and the smallest value must be >= 1
-    frac = np.zeros(n)
-    lo = np.full(n, np.inf)
-    tmp = np.empty(n)
-    for x in (L, h, heads, kvh, V, s, B, b, N, t, p, d, c, e, v):
-        np.floor(x, out=tmp)
-        np.subtract(x, tmp, out=tmp)
-        frac += tmp
-        np.minimum(lo, x, out=lo)
-    ints_ok = (frac == 0) & (lo >= 1)
-    ints_ok &= np.isfinite(arch["ffn_dim"]) & (arch["ffn_dim"] > 0) & np.isfinite(arch["head_dim"])
-    ints_ok &= np.isfinite(E) & (E >= 0) & np.isfinite(k) & (k >= 0) & ((k <= E) | (E == 0))
-    _flag(err, ~ints_ok, ERR_BAD_VALUE)
-    _flag(err, t * p * c * d != N, ERR_GPU_PRODUCT)
-    _flag(err, ~divisible(B, d * b), ERR_BATCH)
-    kv_ok = divisible(kvh, t) | divisible(t, np.maximum(kvh, 1))
-    _flag(err, ~(divisible(heads, t) & kv_ok), ERR_HEADS_TP)
-    _flag(err, p > L, ERR_PP_LAYERS)
-    # expert parallelism is carved out of dp, or folded over tp x cp x dp (Megatron-Core MoE parallel folding)
-    ep_bad = (e > 1) & ((E <= 0) | ~((divisible(d, e) | divisible(d * c * t, e)) & divisible(E, e)))
-    _flag(err, ep_bad, ERR_EP)
-    m = B / (d * b)
-    Ls = np.ceil(L / p)
-    vpp_bad = (v > 1) & ((p <= 1) | ~divisible(m, p) | (Ls < v))
-    _flag(err, vpp_bad, ERR_VPP)
-    _flag(err, ~divisible(s, c), ERR_CP_SEQ)
-    cat_bad = (act < 0) | (act > 1) | (shard < 0) | (shard > 5) | (rc < 0) | (rc > 2) | (dt < 0) | (dt > 7)
-    _flag(err, cat_bad, ERR_CATEGORY)
-    hw_bad = ~(np.isfinite(peak_tf) & (peak_tf > 0) & np.isfinite(hbm_bw) & (hbm_bw > 0) & np.isfinite(mem_cap))
-    hw_bad |= ~(np.isfinite(bw_up) & (bw_up > 0) & np.isfinite(bw_out) & (bw_out > 0) & np.isfinite(attn_peak_tf))
-    hw_bad |= tier_bad
-    _flag(err, hw_bad, ERR_HARDWARE)
-    if hy is not None:
-        _hybrid_validity(err, hy, t, c)
-    invalid = err != 0
-
-    # ---------------- derived shapes ----------------
-    sh = layer_shapes(arch)
-    pc = param_counts(arch, normalized=True, shapes=sh)
-    any_moe = bool(np.any(E > 0))
-    any_cp = bool(np.any(c > 1))
-    any_ep = bool(np.any(e > 1))
-    q, kvd = sh["q_dim"], sh["kv_dim"]
-    moe_frac = sh["n_moe_layers"] / L
-    Ls_moe = Ls * moe_frac
-    Ls_dense = Ls - Ls_moe
-    # per-dtype constants by table lookup (codes: models.params.DTYPE_CODES; invalid codes are
-    # flagged above and clipped here): activation bytes, weight bytes read per parameter, matmul efficiency
-    act_b = 2.0 + 2.0 * is_fp32
-    w_read_b = np.take(_W_READ_BYTES, dt, mode="clip")
+    # GEMM efficiency by dtype (codes: models.params.DTYPE_CODES; invalid codes clipped, flagged by _validity)
     e16, e8, e32 = P.matmul_eff_16bit, P.matmul_eff_8bit, P.matmul_eff_32bit
     if "matmul_eff_16bit" in a or "matmul_eff_8bit" in a:
         # per-row GEMM efficiencies (a calibration's values for each row's hardware generation)
@@ -370,248 +237,105 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
         eff = np.where(low, e8, np.where((dt == 6) | (dt == 7), e32, e16))
     else:
         eff = np.take(np.array([e16, e16, e8, e8, e8, e8, e32, e32]), dt, mode="clip")
-    inv_rate = 1.0 / (peak_tf * (1e12 * ke * eff))
-    inv_hbm = 1.0 / hbm_bw
-    attn_rate = attn_peak_tf * (1e12 * P.attn_eff * ke)
-
-    # common factors, computed once (T = tokens per micro-batch on one tp-group of GPUs)
-    inv_t = 1.0 / t
-    s_loc = s / c
-    T = b * s_loc
-    Tt2 = (2.0 * T) * inv_t  # 2 T / t: FLOPs per weight per token-batch on one GPU
-    aT = act_b * T
-    aTt = aT * inv_t
-    wrt = w_read_b * inv_t
-    h2 = 2.0 * h
-    gelu = act == 0
-    n_mats = sh["mlp_mats"]
-    # --- GEMMs of one layer, forward, per GPU ---
-    attn_m = sh["attn_matmul"]
-    attn_bytes = wrt * attn_m + aT * h2 + aTt * (2.0 * (q + kvd))
-    # GEMM-size ramp: w_half = gemm_ramp_flops_per_sm x SMs extra FLOPs per GEMM call, as time at the GEMM rate
+    N = g("n_gpus")
+    su = g("scaleup_size")
+    gpn = g("gpus_per_node")
+    node = np.where(np.isnan(gpn), su, np.minimum(gpn, np.where(np.isnan(su), gpn, su)))
+    tiers, tier_bad = coll.network_tiers(node, N, g("pod_size"), g("oversubscription"))  # None: non-blocking
+    hw = {c_: g(c_) for c_ in HARDWARE_COLUMNS if c_.startswith("peak_")}
+    peaks, flags = peak_table(hw)
+    peak_tf, peak_fb = choose_peak(dt, peaks, flags)
+    is_fp32 = (dt == 6) | (dt == 7)
     sm = g("sm_count")
     if np.isnan(sm).any():  # no SM count given: A100-equivalent SMs of the 16-bit peak (models.hardware)
         sm = np.where(np.isnan(sm), peaks[0] / A100_TFLOPS_PER_SM, sm)
-    wh = (P.gemm_ramp_flops_per_sm * sm) * inv_rate
-    t_attn_gemm = np.maximum(Tt2 * attn_m * inv_rate + 2.0 * wh, attn_bytes * inv_hbm)  # QKV, output
-    if (ms := arch.get("mla")) is not None:  # MLA rows: duplicated down-projections, split up-projections (models.mla)
-        t_mla = mla.attn_gemm_time(mla.attn_gemms(ms, h, heads, t, sp), T, inv_rate, inv_hbm, w_read_b, act_b, wh,
-                                   ms["n_gemms"])
-        t_attn_gemm = np.where(ms["mla"], t_mla, t_attn_gemm)
-    F_dense = arch["ffn_dim"]
-    mlp_m = sh["dense_mlp_matmul"]
-    mlp_bytes_d = wrt * mlp_m + aT * h2 + aTt * (n_mats * F_dense)
-    t_mlp_d = np.maximum(Tt2 * mlp_m * inv_rate + n_mats * wh, mlp_bytes_d * inv_hbm)
-    if any_moe:
-        kns = k + ns
-        F_moe = kns * arch["expert_ffn_dim"]
-        e_local = np.where(E > 0, E / e, 0.0)
-        exp_m, rout_m = sh["expert_matmul"], sh["router_matmul"]
-        mlp_bytes_m = wrt * ((e_local + ns) * exp_m + rout_m) + aT * (h2 * (1.0 + k)) + aTt * (n_mats * F_moe)
-        t_mlp_m = np.maximum(Tt2 * (kns * exp_m + rout_m) * inv_rate + (n_mats * wh) * (e_local + ns),
-                             mlp_bytes_m * inv_hbm)
-    # --- attention core (forward) ---
-    sq_t = (s_loc * s) * (b * inv_t)  # query x key pairs per GPU
-    t_core = (4.0 * P.attn_causal_work_fraction) * sq_t * q / attn_rate
-    # --- element-wise (forward): HBM traffic ---
-    ef = np.where(gelu, P.elementwise_f_elems_gelu, P.elementwise_f_elems_swiglu)
-    ew_common = aT * (P.elementwise_h_elems_fwd * h)
-    if sp.any():
-        ew_common = np.where(sp, ew_common * inv_t, ew_common)
-    ew_scores = act_b * (P.attn_scores_stored * 4.0) * heads * sq_t
-    ew_base = ew_common + ew_scores
-    aTt_ef = aTt * ef
-    t_ew_d = (ew_base + aTt_ef * F_dense) * inv_hbm
-    # per-layer forward, backward (2x), recompute
-    gemm_core_d = t_attn_gemm + t_mlp_d + t_core
-    fwd_layers = Ls_dense * (gemm_core_d + t_ew_d)
-    bwd_layers = Ls_dense * (2.0 * gemm_core_d + P.elementwise_bwd_factor * t_ew_d)
-    if any_moe:
-        t_ew_m = (ew_base + aTt_ef * F_moe) * inv_hbm
-        gemm_core_m = t_attn_gemm + t_mlp_m + t_core
-        fwd_layers = fwd_layers + Ls_moe * (gemm_core_m + t_ew_m)
-        bwd_layers = bwd_layers + Ls_moe * (2.0 * gemm_core_m + P.elementwise_bwd_factor * t_ew_m)
-    tp_per_stage = 2.0 * Ls  # TP collective pairs per pass: 2 per transformer layer, 1 per hybrid block
-    Ls_attn = Ls
-    if hy is not None:  # hybrid rows: blocks of one mixer each (models.mamba, docs/model.md)
-        hb = _hybrid_stage(hy, arch, pc, dict(
-            L=L, Ls=Ls, T=T, t=t, e=e, aT=aT, aTt=aTt, wrt=wrt, Tt2=Tt2, h2=h2, act_b=act_b, inv_rate=inv_rate,
-            inv_hbm=inv_hbm, wh=wh, peaks=peaks, ke=ke, t_attn_gemm=t_attn_gemm, t_core=t_core, t_mlp_d=t_mlp_d,
-            ew_common=ew_common, ew_scores=ew_scores, aTt_ef=aTt_ef, F_dense=F_dense, n_mats=n_mats), P)
-        fwd_layers = np.where(hy["hybrid"], hb["fwd"], fwd_layers)
-        bwd_layers = np.where(hy["hybrid"], hb["bwd"], bwd_layers)
-        Ls_attn = np.where(hy["hybrid"], hb["Ls_attn"], Ls)
-        Ls_moe = np.where(hy["hybrid"], hb["Ls_moe"], Ls_moe)
-        tp_per_stage = np.where(hy["hybrid"], Ls, tp_per_stage)
-    recompute_layers = np.where(rc == 2, fwd_layers, np.where(rc == 1, Ls_attn * (t_core + ew_scores * inv_hbm),
-                                                              0.0))
-    # LM head + cross-entropy on the last stage (forward + 2x backward)
-    Vh = V * h
-    lm_bytes = wrt * Vh + aT * h + (12.0 * T) * V * inv_t
-    t_lm = 3.0 * np.maximum(Tt2 * Vh * inv_rate + wh, lm_bytes * inv_hbm)
-    compute_mb = fwd_layers + bwd_layers + recompute_layers + t_lm
-    bwd_mb = bwd_layers + 2.0 / 3.0 * t_lm
-    if (mtp := arch.get("mtp")) is not None:  # MTP modules on the last stage: a block of the last layer's kind each
-        last_moe = sh["n_moe_layers"] > 0
-        g1, e1 = (np.where(last_moe, gemm_core_m, gemm_core_d), np.where(last_moe, t_ew_m, t_ew_d)) if any_moe \
-            else (gemm_core_d, t_ew_d)
-        rc1 = np.where(rc == 2, g1 + e1, np.where(rc == 1, t_core + ew_scores * inv_hbm, 0.0))
-        t_mtp, b_mtp = mla.mtp_stage_time(mtp, g1 + e1, 2.0 * g1 + P.elementwise_bwd_factor * e1, rc1, t_lm, Tt2, h,
-                                          wrt, aT, aTt, inv_rate, inv_hbm, wh)
-        compute_mb, bwd_mb, tp_per_stage = compute_mb + t_mtp, bwd_mb + b_mtp, tp_per_stage + 2.0 * mtp
-        Ls_attn, Ls_moe = Ls_attn + mtp, Ls_moe + mtp * last_moe
-    # host (CPU) time to issue the ops of one micro-batch; the GPU waits for it when kernels are short
-    ops_rc = np.take(np.array([0.0, P.ops_attn_core_fwd, P.ops_per_layer_fwd]), rc, mode="clip")
-    host_mb = (0.5 * tp_per_stage) * P.host_overhead_s_per_op * (
-        P.ops_per_layer_fwd * (1.0 + P.elementwise_bwd_factor) + ops_rc)
-
-    # ---------------- communication ----------------
-    n_fwd_passes = 1.0 + (rc == 2)
-    # tensor parallel: 2 all-reduces (or AG+RS pairs) per layer per forward pass, 2 in backward
-    tp_bw, tp_a = coll.group_link(t, np.minimum(t, node), bw_up, bw_out, a_up, a_out, 1.0, tiers)
-    tp_bytes = aT * h
-    tp_one = coll.ring_all_reduce_time(tp_bytes, t, tp_bw, tp_a)
-    tp_total = tp_per_stage * (n_fwd_passes + 1.0) * tp_one
-    # context parallel: ring exchange of K,V per layer (fwd), K,V + dK,dV (bwd)
-    if any_cp:
-        cp_rpn = clip(np.floor(node / t), 1.0, c)
-        cp_bw, cp_a = coll.group_link(c, cp_rpn, bw_up, bw_out, a_up, a_out, t, tiers)
-        kv_bytes = aTt * (2.0 * kvd)
-        cp_step = coll.p2p_time(kv_bytes, cp_bw, cp_a)
-        cp_total = np.where(c > 1, Ls_attn * (c - 1.0) * cp_step * (n_fwd_passes + 2.0), 0.0)
-        core_total = Ls_attn * t_core * (n_fwd_passes + 2.0)
-        hidden_cp = np.minimum(cp_total, core_total)  # ring attention hides K/V passing behind the core
-        cp_mb = cp_total - hidden_cp
-        if hy is not None:  # Mamba blocks: head-split all-to-alls, exposed (models.mamba)
-            pre, post = mamba.cp_all_to_all_elems_per_token(hy["d_inner"], hy["mamba_n_groups"],
-                                                            hy["mamba_state_dim"], hy["mamba_n_heads"], t, c)
-            cp_a2a = coll.all_to_all_time(aT * pre, c, cp_bw, cp_a) + coll.all_to_all_time(aT * post, c, cp_bw, cp_a)
-            cp_mamba = Ls * (hy["n_mamba_layers"] / L) * (n_fwd_passes + 1.0) * cp_a2a
-            cp_mb = cp_mb + np.where(hy["hybrid"] & (c > 1), np.nan_to_num(cp_mamba), 0.0)
-    else:
-        cp_mb = np.zeros(n)
-        hidden_cp = np.zeros(n)
-    # expert parallel: dispatch + combine all-to-all per MoE layer fwd, 2 more in bwd
-    if any_ep:
-        ep_rpn = clip(np.floor(node / (t * c)), 1.0, e)
-        ep_bw, ep_a = coll.group_link(e, ep_rpn, bw_up, bw_out, a_up, a_out, t * c, tiers)
-        ep_bytes = aTt * (k * h)
-        ep_one = coll.all_to_all_time(ep_bytes, e, ep_bw, ep_a)
-        ep_total = Ls_moe * (2.0 * n_fwd_passes + 2.0) * ep_one
-    else:
-        ep_total = np.zeros(n)
-    # pipeline point-to-point: activation forward + gradient backward per chunk boundary
-    pp_intra = (t * c * d) < node
-    pp_bw = np.where(pp_intra, bw_up, np.minimum(bw_up, bw_out / coll.pod_ratio(p, t * c * d, tiers)))
-    pp_a = np.where(pp_intra, a_up, a_out)
-    pp_bytes = aTt * h
-    pp_total = np.where(p > 1, 2.0 * v * coll.p2p_time(pp_bytes, pp_bw, pp_a), 0.0)
-    # one overlap budget per micro-batch: TP, EP and PP traffic hide behind the compute not already hiding CP
-    # traffic, in that order, never more than it (an overlap of 1 hides all of it only while compute lasts)
-    budget = np.maximum(compute_mb - hidden_cp, 0.0)
-    hidden_tp = np.minimum(P.tp_overlap * tp_total, budget)
-    hidden_ep = np.minimum(P.ep_overlap * ep_total, budget - hidden_tp)
-    hidden_pp = np.minimum(P.pp_overlap * pp_total, budget - hidden_tp - hidden_ep)
-    tp_mb, ep_mb, pp_mb = tp_total - hidden_tp, ep_total - hidden_ep, pp_total - hidden_pp
-    hidden_comm = hidden_cp + hidden_tp + hidden_ep + hidden_pp
-
-    # ---------------- memory ----------------
-    mem = memory_per_gpu(
-        arch=arch, shapes=sh, seq_len=s, micro_batch=b, n_micro=m, tp=t, pp=p, dp=d, cp=c, ep=e, vpp=v,
-        sharding=shard, recompute=rc, sequence_parallel=sp, is_fp32=is_fp32, node_size=node, params=P,
-        layers_per_stage=Ls, act_bytes=act_b, **_memory_options(a, n, p),
+    return Inputs(
+        n=n, arch=arch, hy=arch.get("hybrid"), L=L, h=arch["d_model"], heads=arch["n_heads"], kvh=arch["n_kv_heads"],
+        V=arch["vocab"], E=arch["n_experts"], k=arch["top_k"], ns=arch["n_shared_experts"], act=arch["activation"],
+        s=g("seq_len"), B=B, b=b, N=N, t=g("tp"), p=p, d=d, c=c, e=e, v=v, m=B / (d * b), Ls=np.ceil(L / p),
+        shard=_code(a, "sharding", n), rc=_code(a, "recompute", n), dt=dt,
+        sp=g("sequence_parallel", 0.0) > 0,  # NaN -> False
+        is_fp32=is_fp32, mem_cap=g("memory_gb"), ke=ke, gemm_eff=eff,
+        hbm_bw=g("memory_bw_gbps") * 1e9 * (P.hbm_eff * ke), sm=sm, peaks=peaks, peak_tf=peak_tf, peak_fb=peak_fb,
+        attn_peak_tf=np.where(is_fp32, peak_tf, peaks[0]), node=np.maximum(np.minimum(node, N), 1.0), tiers=tiers,
+        tier_bad=tier_bad, bw_up=g("intra_node_bw_gbps") * 1e9 * P.scaleup_eff,
+        bw_out=g("inter_node_bw_gbps") * 1e9 * P.scaleout_eff, a_up=P.alpha_scaleup_s, a_out=P.alpha_scaleout_s,
     )
 
-    # ---------------- data parallel ----------------
-    dense_local = mem["dense_params_local"]
-    expert_local = mem["expert_params_local"]
-    nd = d * c
-    ne = np.maximum(nd / e, 1.0)
-    dp_rpn = clip(np.floor(node / t), 1.0, nd)
-    dp_bw, dp_a = coll.group_link(nd, dp_rpn, bw_up, bw_out, a_up, a_out, t, tiers)
-    if any_moe:
-        epd_rpn = clip(np.floor(node / (t * e)), 1.0, ne)
-        epd_bw, epd_a = coll.group_link(ne, epd_rpn, bw_up, bw_out, a_up, a_out, t * e, tiers)
-    hs = dp_rpn  # HSDP shards over the data-parallel ranks of one node
-    gbytes_d = dense_local * P.grad_reduce_bytes
-    gbytes_e = expert_local * P.grad_reduce_bytes if any_moe else 0.0
-    wb = act_b  # 16-bit weights, 4 bytes for fp32/tf32 runs
-    full_shard = (shard == 3) | (shard == 4)
-    any_exp = any_moe
-    present = np.bincount(np.clip(shard, 0, 6), minlength=7) > 0  # sharding codes in this block
-    has = lambda *codes: bool(present[list(codes)].any())  # noqa: E731
-    zero = np.zeros(n)
-    # plain DP: all-reduce grads; ZeRO-1/2: reduce-scatter grads + all-gather updated weights
-    ar_d = coll.all_reduce_time(gbytes_d, nd, dp_bw, dp_a) if has(0) else zero
-    rs_d = coll.reduce_scatter_time(gbytes_d, nd, dp_bw, dp_a) if has(1, 2, 3, 4) else zero
-    ag_w = coll.all_gather_time(dense_local * wb, nd, dp_bw, dp_a) if has(1, 2, 3, 4) else zero
-    if any_exp:
-        ar_d = ar_d + coll.all_reduce_time(gbytes_e, ne, epd_bw, epd_a)
-        rs_d = rs_d + coll.reduce_scatter_time(gbytes_e, ne, epd_bw, epd_a)
-        ag_w = ag_w + coll.all_gather_time(expert_local * wb, ne, epd_bw, epd_a)
-    # HSDP: reduce-scatter inside the node, all-reduce of the 1/hs shard across nodes
-    if has(5):
-        hs_bw_in, hs_a_in = coll.group_link(hs, hs, bw_up, bw_out, a_up, a_out)
-        hs_bw_x, hs_a_x = coll.group_link(nd / hs, 1.0, bw_up, bw_out, a_up, a_out, t * hs, tiers)
-        hsdp_red = coll.reduce_scatter_time(gbytes_d + gbytes_e, hs, hs_bw_in, hs_a_in) + coll.all_reduce_time(
-            (gbytes_d + gbytes_e) / hs, nd / hs, hs_bw_x, hs_a_x
-        )
-        hsdp_ag = coll.all_gather_time((dense_local + expert_local) * wb, hs, hs_bw_in, hs_a_in)
-    else:
-        hsdp_red = hsdp_ag = zero
-    # codes outside 0..5 are invalid rows (ERR_CATEGORY, NaN outputs)
-    grad_sync = np.where(shard == 0, ar_d, np.where(shard == 5, hsdp_red, rs_d))
-    # ZeRO-3 / FSDP / HSDP: parameter all-gathers in forward and backward of every micro-batch
-    gathers = np.where(full_shard, 2.0 * ag_w, np.where(shard == 5, 2.0 * hsdp_ag, 0.0))
-    # one overlap budget per micro-batch: compute already hiding CP/TP/EP/PP traffic cannot hide
-    # the gathers, and the final gradient reduction only hides behind backward compute of
-    # the last micro-batch that hides neither (keeps step time monotone in compute speed)
-    hidden_gathers = np.minimum(gathers, np.maximum(P.fsdp_gather_overlap * compute_mb - hidden_comm, 0.0))
-    gather_exposed_mb = gathers - hidden_gathers
-    dp_hide = np.maximum(P.dp_overlap * bwd_mb - hidden_gathers - hidden_comm, 0.0)
-    dp_exposed = np.maximum(grad_sync - dp_hide, 0.0)
-    dp_exposed = dp_exposed + np.where((shard == 1) | (shard == 2), ag_w, 0.0)
-    dp_exposed = np.where(nd > 1, dp_exposed, 0.0)
-    gather_exposed_mb = np.where(nd > 1, gather_exposed_mb, 0.0)
 
-    # ---------------- optimizer ----------------
-    opt_params = mem["optimizer_params_local"]  # dense + expert parameters whose optimizer state this GPU holds
-    optimizer_s = opt_params * P.optimizer_update_bytes / hbm_bw
+def _validity(x: Inputs) -> np.ndarray:
+    """Error bits (ERR_*) of every row except ERR_MEMORY."""
+    n, L, E, k, t, c, e, v, p, d = x.n, x.L, x.E, x.k, x.t, x.c, x.e, x.v, x.p, x.d
+    err = np.zeros(n, dtype=np.int64)
+    # integer-valued inputs >= 1, with few passes: the sum of (x - floor(x)) is 0 only when every
+    # value is a finite integer (NaN and +-inf give NaN), and the smallest value must be >= 1
+    frac = np.zeros(n)
+    lo = np.full(n, np.inf)
+    tmp = np.empty(n)
+    for y in (L, x.h, x.heads, x.kvh, x.V, x.s, x.B, x.b, x.N, t, p, d, c, e, v):
+        np.floor(y, out=tmp)
+        np.subtract(y, tmp, out=tmp)
+        frac += tmp
+        np.minimum(lo, y, out=lo)
+    ints_ok = (frac == 0) & (lo >= 1)
+    ints_ok &= np.isfinite(x.arch["ffn_dim"]) & (x.arch["ffn_dim"] > 0) & np.isfinite(x.arch["head_dim"])
+    ints_ok &= np.isfinite(E) & (E >= 0) & np.isfinite(k) & (k >= 0) & ((k <= E) | (E == 0))
+    _flag(err, ~ints_ok, ERR_BAD_VALUE)
+    _flag(err, t * p * c * d != x.N, ERR_GPU_PRODUCT)
+    _flag(err, ~divisible(x.B, d * x.b), ERR_BATCH)
+    kv_ok = divisible(x.kvh, t) | divisible(t, np.maximum(x.kvh, 1))
+    _flag(err, ~(divisible(x.heads, t) & kv_ok), ERR_HEADS_TP)
+    _flag(err, p > L, ERR_PP_LAYERS)
+    # expert parallelism is carved out of dp, or folded over tp x cp x dp (Megatron-Core MoE parallel folding)
+    ep_bad = (e > 1) & ((E <= 0) | ~((divisible(d, e) | divisible(d * c * t, e)) & divisible(E, e)))
+    _flag(err, ep_bad, ERR_EP)
+    vpp_bad = (v > 1) & ((p <= 1) | ~divisible(x.m, p) | (x.Ls < v))
+    _flag(err, vpp_bad, ERR_VPP)
+    _flag(err, ~divisible(x.s, c), ERR_CP_SEQ)
+    act, shard, rc, dt = x.act, x.shard, x.rc, x.dt
+    cat_bad = (act < 0) | (act > 1) | (shard < 0) | (shard > 5) | (rc < 0) | (rc > 2) | (dt < 0) | (dt > 7)
+    _flag(err, cat_bad, ERR_CATEGORY)
+    peak_tf, hbm_bw, bw_up, bw_out = x.peak_tf, x.hbm_bw, x.bw_up, x.bw_out
+    hw_bad = ~(np.isfinite(peak_tf) & (peak_tf > 0) & np.isfinite(hbm_bw) & (hbm_bw > 0) & np.isfinite(x.mem_cap))
+    hw_bad |= ~(np.isfinite(bw_up) & (bw_up > 0) & np.isfinite(bw_out) & (bw_out > 0) & np.isfinite(x.attn_peak_tf))
+    hw_bad |= x.tier_bad
+    _flag(err, hw_bad, ERR_HARDWARE)
+    if x.hy is not None:
+        _hybrid_validity(err, x.hy, t, c)
+    return err
 
-    # ---------------- assemble ----------------
-    t_mb = compute_mb + tp_mb + cp_mb + ep_mb + pp_mb + gather_exposed_mb
-    bubble_mb = (p - 1.0) / v
-    step = t_mb * (m + bubble_mb) + dp_exposed + optimizer_s
-    # the host issues the ops while the GPU runs earlier ones (asynchronous launch), so the step
-    # is max(GPU time, host issue time); a soft maximum (p-norm, p = HOST_P) because the two
-    # overlap imperfectly near the crossover (queue drains, syncs). >= max, monotone in both.
-    # The GPU's wait for the host is counted in compute_s.
-    host_step = (m + bubble_mb) * host_mb + optimizer_s
-    r = host_step / step
-    host_wait = step * (np.sqrt(np.sqrt(1.0 + (r * r) * (r * r))) - 1.0)
-    step = step + host_wait
 
-    model_fpt = 6.0 * pc["matmul_params_active"] + 12.0 * L * s * q
-    attn_fwd = 4.0 * L * s * q
-    hw_fpt = model_fpt + np.where(rc == 2, 2.0 * pc["matmul_params_layers_active"] + attn_fwd, np.where(rc == 1, attn_fwd, 0.0))
-    if hy is not None:
-        h_model, h_hw = hybrid_flops_per_token(arch, pc, s, rc)
-        model_fpt, hw_fpt = np.where(hy["hybrid"], h_model, model_fpt), np.where(hy["hybrid"], h_hw, hw_fpt)
-    if mtp is not None:
-        m_model, m_hw = mla.mtp_flops_per_token(arch, sh, s, rc)
-        model_fpt, hw_fpt = model_fpt + m_model, hw_fpt + m_hw
-    tokens = B * s
-    denom = step * N * peak_tf * 1e12
+def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[str, np.ndarray]:
+    """One block: decode, validity, then one function per part (models.parts), assembled into OUTPUT_COLUMNS."""
+    x = _decode(a, n, P)
+    err = _validity(x)
+    invalid = err != 0
+    sh = layer_shapes(x.arch)
+    r = parts.rates(x, P, sh, param_counts(x.arch, normalized=True, shapes=sh))
+    cm = parts.compute(x, r, P)
+    cp_mb, hidden_cp = parts.cp_comm(x, r, cm)
+    ov = parts.overlap(cm, cp_mb, hidden_cp, parts.tp_comm(x, r, cm), parts.ep_comm(x, r, cm), parts.pp_comm(x, r), P)
+    mem = memory_per_gpu(
+        arch=x.arch, shapes=sh, seq_len=x.s, micro_batch=x.b, n_micro=x.m, tp=x.t, pp=x.p, dp=x.d, cp=x.c, ep=x.e,
+        vpp=x.v, sharding=x.shard, recompute=x.rc, sequence_parallel=x.sp, is_fp32=x.is_fp32, node_size=x.node,
+        params=P, layers_per_stage=x.Ls, act_bytes=r.act_b, **_memory_options(a, n, x.p),
+    )
+    dp_exposed, gather_exposed_mb = parts.dp_comm(x, r, mem, cm, ov, P)
+    optimizer_s = parts.optimizer(x, mem, P)
+    st = parts.step_time(x, cm, ov, gather_exposed_mb, dp_exposed, optimizer_s)
+    model_fpt, hw_fpt = parts.flops_per_token(x, r)
     mem_total = mem["mem_total_bytes"]
-    mem_ok = mem_total <= mem_cap * GB
+    mem_ok = mem_total <= x.mem_cap * GB
     _flag(err, ~invalid & ~mem_ok, ERR_MEMORY)
 
     # invalid rows get NaN outputs: written in place, and only when a row of this chunk is invalid
     # (the common all-valid chunk then costs no extra pass over the outputs)
     if invalid.any():
-        nanif = lambda x: np.where(invalid, np.nan, x)  # noqa: E731
+        nanif = lambda y: np.where(invalid, np.nan, y)  # noqa: E731
     else:  # every output below is a fresh array, so no copy is needed
-        nanif = lambda x: x  # noqa: E731
+        nanif = lambda y: y  # noqa: E731
+    step, m, N, tokens = st.step, x.m, x.N, x.B * x.s
+    denom = step * N * x.peak_tf * 1e12
     return {
         "feasible": ~invalid & mem_ok,
         "error_code": err,
@@ -620,21 +344,21 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
         "mfu": nanif(model_fpt * tokens / denom),
         "hfu": nanif(hw_fpt * tokens / denom),
         "memory_gb_per_gpu": nanif(mem_total / GB),
-        "compute_s": nanif(m * compute_mb + host_wait),
-        "tp_comm_s": nanif(m * tp_mb),
-        "pp_bubble_s": nanif(bubble_mb * t_mb),
-        "pp_comm_s": nanif(m * pp_mb),
+        "compute_s": nanif(m * cm.compute_mb + st.host_wait),
+        "tp_comm_s": nanif(m * ov.tp_mb),
+        "pp_bubble_s": nanif(st.bubble_mb * st.t_mb),
+        "pp_comm_s": nanif(m * ov.pp_mb),
         "dp_comm_exposed_s": nanif(dp_exposed + m * gather_exposed_mb),
-        "cp_comm_s": nanif(m * cp_mb),
-        "ep_comm_s": nanif(m * ep_mb),
+        "cp_comm_s": nanif(m * ov.cp_mb),
+        "ep_comm_s": nanif(m * ov.ep_mb),
         "optimizer_s": nanif(optimizer_s),
-        "params": pc["params"],
-        "active_params": pc["active_params"],
+        "params": r.pc["params"],
+        "active_params": r.pc["active_params"],
         "model_flops_per_token": model_fpt,
         "hardware_flops_per_token": hw_fpt,
         "n_microbatches": nanif(m),
-        "peak_tflops": peak_tf,
-        "peak_fallback": peak_fb,
+        "peak_tflops": x.peak_tf,
+        "peak_fallback": x.peak_fb,
         "mem_weights_gb": nanif(mem["mem_weights_bytes"] / GB),
         "mem_grads_gb": nanif(mem["mem_grads_bytes"] / GB),
         "mem_optimizer_gb": nanif(mem["mem_optimizer_bytes"] / GB),

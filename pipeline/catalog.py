@@ -43,8 +43,8 @@ _IGNORED_RE = re.compile(NAME_IGNORED)
 NAME_IGNORED_KEEP_DOTS = "[ \t\r\n_-]"
 _IGNORED_KEEP_DOTS_RE = re.compile(NAME_IGNORED_KEEP_DOTS)
 _WORD_RE = re.compile(r"[a-z0-9]+")
-#: words that only tell variants of one chip apart: form factor and memory size
-VARIANT_WORD_RE = re.compile(r"^(sxm\d*|pcie|oam|\d+gb|hbm\w*|nvl\d+)$")
+#: words that only tell variants of one chip apart: form factor and memory size (`nvl` alone: the H100 NVL card)
+VARIANT_WORD_RE = re.compile(r"^(sxm\d*|pcie|oam|\d+gb|hbm\w*|nvl\d*)$")
 #: words that name a vendor, a system or a memory technology rather than the chip: `nvidia-smi` prints
 #: "NVIDIA H100 80GB HBM3", ROCm "AMD Instinct MI300X", clouds "HGX H100" or "DGX A100"; a name whose words do not
 #: all fit a row is tried again without them

@@ -97,8 +97,8 @@ def test_store_alias_sql_matches_the_catalog_keys():
 
 @pytest.mark.parametrize("name, hw_id, note_names", [
     ("h100-sxm5-80gb", "h100-sxm5-80gb", None),
-    ("H100", "h100-sxm5-80gb", "h100-pcie-80gb"),
-    ("h100", "h100-sxm5-80gb", "h100-pcie-80gb"),
+    ("H100", "h100-sxm5-80gb", "h100-pcie-80gb, h100-nvl-94gb"),
+    ("h100", "h100-sxm5-80gb", "h100-pcie-80gb, h100-nvl-94gb"),
     ("H100 SXM", "h100-sxm5-80gb", None),
     ("H100 PCIe", "h100-pcie-80gb", None),
     ("A100", "a100-sxm4-80gb", "a100-sxm4-40gb, a100-sxm4-80gb, a100-pcie-80gb"),
@@ -110,6 +110,12 @@ def test_store_alias_sql_matches_the_catalog_keys():
     ("TPU v5p", "tpu-v5p", None),
     ("GTX 580", "gtx-580", None),
     ("GTX 580 3GB", "gtx-580-3gb", None),
+    ("GH200", "gh200", None),  # the 96 GB HBM3 part of the 4-GH200 HPE Cray EX nodes, not the HBM3e one
+    ("gh200", "gh200", None),
+    ("GH200 Grace Hopper Superchip", "gh200", None),
+    ("GH200 144GB", "gh200-144gb", None),
+    ("H100 NVL", "h100-nvl-94gb", None),
+    ("A800", "a800-sxm4-80gb", None),
     # as tools print them: nvidia-smi, rocm-smi, cloud instance and system names (vendor, system and memory
     # technology words are dropped when the whole name fits no row)
     ("NVIDIA H100 80GB HBM3", "h100-sxm5-80gb", "h100-pcie-80gb"),
@@ -120,6 +126,12 @@ def test_store_alias_sql_matches_the_catalog_keys():
     ("NVIDIA GB200", "gb200", None),
     ("Tesla V100-SXM2-32GB", "v100-sxm2-32gb", None),
     ("Intel Gaudi 3", "gaudi3", None),
+    # nvidia-smi names GH200 by its Grace LPDDR5X size (CSCS Alps: "NVIDIA GH200 120GB"); DCGM by its HBM
+    ("NVIDIA GH200 120GB", "gh200", None),
+    ("NVIDIA GH200 480GB", "gh200", None),
+    ("NVIDIA GH200 96GB HBM3", "gh200", None),
+    ("NVIDIA H100 NVL", "h100-nvl-94gb", None),
+    ("NVIDIA A800-SXM4-80GB", "a800-sxm4-80gb", None),
 ])
 def test_gpu_names_resolve(name, hw_id, note_names):
     row, note = catalog.resolve_gpu(catalog.hardware(MEASUREMENTS), name)
@@ -184,7 +196,8 @@ def test_predict_runs_file_resolves_model_and_gpu_names(tmp_path):
     out = {r["run_id"]: r for r in json.loads(result.stdout)}
     assert out["a"]["error"] is None or "expert shapes" not in out["a"]["error"]
     assert out["a"]["step_time_s"] > 0
-    assert "gpu 'H100' fits h100-sxm5-80gb, h100-pcie-80gb; using h100-sxm5-80gb" in out["a"]["assumptions"]
+    assert ("gpu 'H100' fits h100-sxm5-80gb, h100-pcie-80gb, h100-nvl-94gb; using h100-sxm5-80gb"
+            in out["a"]["assumptions"])
     assert "unknown hardware id 'TPU'" in out["b"]["error"]  # an ambiguous name is not guessed
 
 
@@ -196,6 +209,7 @@ def test_list_gpus_json():
     assert rows["h100-sxm5-80gb"]["short_names"] == "H100" and rows["h100-pcie-80gb"]["short_names"] == ""
     assert rows["b200"]["peak_fp4_tflops"] == 9000 and rows["h100-sxm5-80gb"]["peak_fp4_tflops"] is None
     assert rows["gtx-580-3gb"]["memory_gb"] == 3 and rows["mi355x"]["generation"] == "CDNA4"
+    assert rows["gh200"]["generation"] == "Hopper" and rows["gh200"]["memory_gb"] == 96
 
 
 def test_list_models_csv_and_bad_format():
@@ -209,14 +223,15 @@ def test_list_models_csv_and_bad_format():
 
 
 def test_hardware_copy_extends_the_upstream_table():
-    """measurements/hardware_specs.csv extends ../shared/data/hardware_specs.csv: one more row (gtx-580-3gb), three
-    more columns, sources appended; every upstream value otherwise unchanged."""
+    """measurements/hardware_specs.csv extends ../shared/data/hardware_specs.csv: more rows (gtx-580-3gb, GH200 in its
+    HBM3 and HBM3e versions, H100 NVL, A800), three more columns, sources appended; every upstream value otherwise
+    unchanged."""
     upstream = MEASUREMENTS.parent.parent / "shared" / "data" / "hardware_specs.csv"
     if not upstream.exists():
         pytest.skip("no upstream copy on this machine")
     up = pl.read_csv(upstream, infer_schema_length=0)
     ours = pl.read_csv(MEASUREMENTS / "hardware_specs.csv", infer_schema_length=0)
-    assert set(ours["id"]) - set(up["id"]) == {"gtx-580-3gb"}
+    assert set(ours["id"]) - set(up["id"]) == {"gtx-580-3gb", "gh200", "gh200-144gb", "h100-nvl-94gb", "a800-sxm4-80gb"}
     assert set(ours.columns) - set(up.columns) == {"generation", "sm_count", "peak_fp4_tflops"}
     same = [c for c in up.columns if c not in ("source_ref", "notes")]
     assert ours.filter(pl.col("id").is_in(up["id"])).select(same).sort("id").equals(up.select(same).sort("id"))

@@ -93,6 +93,50 @@ def test_resolve_hardware_strict_raises_with_id_and_column():
         resolve_hardware(bad)
 
 
+def test_added_accelerators_resolve_as_their_generation_and_deployment(hw):
+    """GH200 (both HBM versions), H100 NVL and A800 are usable rows: Hopper/Ampere generation codes (so the fitted
+    Hopper/Ampere parameters apply), GH200's 4-GPU HPE Cray EX node with 25 GB/s Slingshot per GPU, and the
+    documented fallbacks where the table has no node or network (H100 NVL: PCIe card; A800: no layout sourced)."""
+    r = {d["id"]: d for d in hw.to_dicts()}
+    for hid in ("gh200", "gh200-144gb", "h100-nvl-94gb", "a800-sxm4-80gb"):
+        assert r[hid]["hardware_error"] is None and not r[hid]["sm_count_fallback"], hid
+    hopper, ampere = r["h100-sxm5-80gb"]["generation_code"], r["a100-sxm4-80gb"]["generation_code"]
+    assert r["gh200"]["generation_code"] == r["gh200-144gb"]["generation_code"] == hopper
+    assert r["h100-nvl-94gb"]["generation_code"] == hopper and r["a800-sxm4-80gb"]["generation_code"] == ampere
+    assert r["gh200"]["scaleup_size"] == 4 and r["gh200"]["inter_node_bw_gbps"] == 25
+    assert not r["gh200"]["scaleup_size_fallback"] and not r["gh200"]["inter_node_bw_fallback"]
+    assert r["h100-nvl-94gb"]["inter_node_bw_fallback"] and r["h100-nvl-94gb"]["inter_node_bw_gbps"] == 12.5
+    assert r["a800-sxm4-80gb"]["scaleup_size_fallback"] and r["a800-sxm4-80gb"]["intra_node_bw_gbps"] == 200
+
+
+def _small_dense(hw, hid, tp, dp):
+    """A 24-layer, d_model 2048 dense model (BF16, ZeRO-1, selective recompute) on `hid`, node = its scale-up domain."""
+    d = dict(n_layers=24, d_model=2048, n_heads=16, n_kv_heads=16, ffn_dim=8192, vocab=32000, activation=0, n_experts=0,
+             top_k=0, seq_len=4096, global_batch_seqs=dp * 8, micro_batch=1, n_gpus=tp * dp, tp=tp, pp=1, dp=dp, cp=1,
+             ep=1, vpp=1, sharding=1, recompute=1, sequence_parallel=tp > 1, dtype=0, gpus_per_node=np.nan)
+    d.update(hw_row(hw, hid))
+    return predict_arrays({k: np.array([np.nan if v is None else v], dtype=float) for k, v in d.items()})
+
+
+@pytest.mark.parametrize("tp,dp", [(1, 1), (4, 1), (2, 2)])
+def test_gh200_is_no_slower_than_h100_sxm_inside_one_node(hw, tp, dp):
+    """GH200's GPU has the H100 SXM5's peaks and SMs with more, faster HBM (4.0 / 4.9 TB/s vs 3.35) and the same
+    450 GB/s NVLink per GPU, so a layout inside one 4-GPU GH200 node is predicted (no error) and no slower."""
+    h100, gh200, gh200e = (_small_dense(hw, h, tp, dp) for h in ("h100-sxm5-80gb", "gh200", "gh200-144gb"))
+    for r in (h100, gh200, gh200e):
+        assert r["error_code"][0] == 0 and np.isfinite(r["step_time_s"][0])
+    assert gh200e["step_time_s"][0] <= gh200["step_time_s"][0] <= h100["step_time_s"][0]
+
+
+def test_gh200_data_parallel_across_nodes_pays_for_its_smaller_nic(hw):
+    """Across nodes the order flips: 64-way data parallelism crosses 16 GH200 nodes at 25 GB/s per GPU (Slingshot
+    200 Gb/s) against 8 DGX H100 nodes at 50 GB/s (NDR 400 Gb/s), so the exposed gradient all-reduce is larger."""
+    h100, gh200 = (_small_dense(hw, h, 1, 64) for h in ("h100-sxm5-80gb", "gh200"))
+    assert gh200["error_code"][0] == 0 and h100["error_code"][0] == 0
+    assert gh200["dp_comm_exposed_s"][0] > h100["dp_comm_exposed_s"][0]
+    assert gh200["compute_s"][0] <= h100["compute_s"][0]
+
+
 def test_peak_selection(hw):
     h100 = {k: np.array([v]) for k, v in hw_row(hw, "h100-sxm5-80gb").items()}
     a100 = {k: np.array([v]) for k, v in hw_row(hw, "a100-sxm4-80gb").items()}

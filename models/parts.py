@@ -1,0 +1,506 @@
+"""The named parts of the step-time model (vectorized over a block of configurations).
+
+``models.step_time._predict_chunk`` decodes a block of inputs into ``Inputs``, flags invalid rows, and then calls
+one function per part, in this order (docs/model.md, "Where each part lives"):
+
+    rates        per-GPU work units of one micro-batch: tokens, GEMM / HBM rates, bytes per element (``Rates``)
+    compute      forward + backward + recompute of the stage's layers, LM head, MTP, host issue time (``Compute``)
+    tp_comm      tensor-parallel collectives of one micro-batch
+    cp_comm      context-parallel K/V ring (+ Mamba all-to-alls) of one micro-batch, and what the core hides
+    ep_comm      expert-parallel dispatch / combine of one micro-batch
+    pp_comm      pipeline point-to-point of one micro-batch
+    overlap      the one overlap budget per micro-batch: what TP/EP/PP traffic stays exposed (``Overlap``)
+    dp_comm      gradient sync and ZeRO / FSDP / HSDP gathers (per step and per micro-batch), exposed
+    optimizer    the optimizer update (HBM-bound)
+    step_time    pipeline bubble, host soft maximum (``Step``)
+    flops_per_token  model and hardware FLOPs per token (MFU / HFU)
+
+Memory (weights, gradients, optimizer state, activations, overhead) is ``models.memory.memory_per_gpu``, itself a
+driver over its parts. Every function reads only the fields its signature names; each returns arrays of the
+block's length. Names carry units: ``*_s`` seconds, ``*_bytes`` bytes, ``t_*`` seconds, ``inv_*`` seconds per
+FLOP or per byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from models import collectives as coll
+from models import mamba, mla
+from models.accounting import hybrid_flops_per_token
+from models.fastops import clip
+from models.params import PhysParams
+
+
+@dataclass(slots=True)
+class Inputs:
+    """Decoded inputs of one block (``models.step_time._decode``): architecture, layout, hardware, network."""
+
+    n: int
+    arch: Mapping[str, np.ndarray]  # normalized architecture (models.accounting.normalize_arch)
+    hy: Mapping[str, np.ndarray] | None  # hybrid Mamba-Transformer arrays (models.mamba); None: no hybrid row
+    # architecture
+    L: np.ndarray  # layers
+    h: np.ndarray  # d_model
+    heads: np.ndarray
+    kvh: np.ndarray  # key/value heads
+    V: np.ndarray  # vocabulary
+    E: np.ndarray  # routed experts (0: dense)
+    k: np.ndarray  # top_k
+    ns: np.ndarray  # shared experts
+    act: np.ndarray  # activation code (0 GeLU, 1 SwiGLU)
+    # layout
+    s: np.ndarray  # sequence length
+    B: np.ndarray  # global batch (sequences)
+    b: np.ndarray  # micro-batch (sequences)
+    N: np.ndarray  # GPUs
+    t: np.ndarray  # tp
+    p: np.ndarray  # pp
+    d: np.ndarray  # dp
+    c: np.ndarray  # cp
+    e: np.ndarray  # ep
+    v: np.ndarray  # vpp
+    m: np.ndarray  # micro-batches per step = B / (d b)
+    Ls: np.ndarray  # layers per stage = ceil(L / p)
+    shard: np.ndarray  # sharding code (models.params.SHARDING_CODES)
+    rc: np.ndarray  # recompute code
+    dt: np.ndarray  # dtype code
+    sp: np.ndarray  # sequence parallel (bool)
+    is_fp32: np.ndarray
+    # hardware (efficiencies applied)
+    mem_cap: np.ndarray  # memory_gb
+    ke: np.ndarray | float  # kernel efficiency of the software stack
+    gemm_eff: np.ndarray  # GEMM efficiency of the row's dtype
+    hbm_bw: np.ndarray  # bytes/s
+    sm: np.ndarray  # SM count (A100-equivalent when not given)
+    peaks: np.ndarray  # peak table (models.hardware.peak_table)
+    peak_tf: np.ndarray  # TFLOPS of the row's dtype
+    peak_fb: np.ndarray  # peak fell back to another dtype's
+    attn_peak_tf: np.ndarray  # TFLOPS of the attention core (16-bit, fp32 for fp32 runs)
+    # network
+    node: np.ndarray  # GPUs of one scale-up domain (<= n_gpus)
+    tiers: object  # models.collectives.network_tiers (None: non-blocking)
+    tier_bad: np.ndarray
+    bw_up: np.ndarray  # scale-up bytes/s
+    bw_out: np.ndarray  # scale-out bytes/s
+    a_up: float  # scale-up latency, s
+    a_out: float  # scale-out latency, s
+
+
+@dataclass(slots=True)
+class Rates:
+    """Per-GPU work units of one micro-batch (``rates``): shapes, token counts, bytes per element and the
+    reciprocal GEMM / HBM / attention rates every compute term divides by."""
+
+    sh: Mapping[str, np.ndarray]  # models.accounting.layer_shapes
+    pc: Mapping[str, np.ndarray]  # models.accounting.param_counts
+    any_moe: bool
+    any_cp: bool
+    any_ep: bool
+    q: np.ndarray  # query width
+    kvd: np.ndarray  # key/value width
+    Ls_moe: np.ndarray  # MoE layers per stage
+    Ls_dense: np.ndarray  # dense layers per stage
+    n_fwd_passes: np.ndarray  # 2 with full recompute, else 1
+    act_b: np.ndarray  # activation bytes per element
+    w_read_b: np.ndarray  # weight bytes read per parameter
+    inv_rate: np.ndarray  # s per GEMM FLOP
+    inv_hbm: np.ndarray  # s per HBM byte
+    attn_rate: np.ndarray  # attention-core FLOP/s
+    inv_t: np.ndarray  # 1 / tp
+    s_loc: np.ndarray  # tokens of a sequence on one cp rank
+    T: np.ndarray  # tokens per micro-batch on one tp group
+    Tt2: np.ndarray  # 2 T / t: FLOPs per weight per token-batch on one GPU
+    aT: np.ndarray  # activation bytes per hidden element of the micro-batch
+    aTt: np.ndarray  # aT / t
+    wrt: np.ndarray  # weight bytes read per parameter, / t
+    h2: np.ndarray  # 2 d_model
+    n_mats: np.ndarray  # MLP weight matrices (2 GeLU, 3 SwiGLU)
+    wh: np.ndarray  # GEMM-size ramp: extra time per GEMM call, s
+
+
+@dataclass(slots=True)
+class Compute:
+    """One micro-batch's compute on the stage (``compute``) and the counts the communication parts read."""
+
+    compute_mb: np.ndarray  # forward + backward + recompute + LM head (+ MTP), s
+    bwd_mb: np.ndarray  # the backward part of it, s
+    host_mb: np.ndarray  # host (CPU) time to issue its ops, s
+    t_core: np.ndarray  # attention core of one layer, forward, s
+    Ls_attn: np.ndarray  # attention layers on the stage
+    Ls_moe: np.ndarray  # MoE layers on the stage
+    tp_per_stage: np.ndarray  # TP collective pairs per pass
+
+
+@dataclass(slots=True)
+class Overlap:
+    """Exposed per-micro-batch traffic after the one overlap budget (``overlap``)."""
+
+    tp_mb: np.ndarray
+    cp_mb: np.ndarray
+    ep_mb: np.ndarray
+    pp_mb: np.ndarray
+    hidden_comm: np.ndarray  # CP + TP + EP + PP traffic hidden behind compute
+
+
+@dataclass(slots=True)
+class Step:
+    step: np.ndarray  # s, host wait included
+    t_mb: np.ndarray  # one micro-batch's GPU time, exposed traffic included
+    bubble_mb: np.ndarray  # pipeline bubble in micro-batches
+    host_wait: np.ndarray  # the GPU's wait for the host, s
+
+
+# ---------------------------------------------------------------------------------------------- compute
+
+def rates(x: Inputs, P: PhysParams, sh: Mapping, pc: Mapping) -> Rates:
+    """Per-dtype constants, reciprocal rates and token counts of one micro-batch on one GPU."""
+    # per-dtype constants by table lookup (codes: models.params.DTYPE_CODES; invalid codes are
+    # flagged by the validity check and clipped here): activation bytes, weight bytes read per parameter
+    act_b = 2.0 + 2.0 * x.is_fp32
+    w_read_b = np.take(_W_READ_BYTES, x.dt, mode="clip")
+    inv_rate = 1.0 / (x.peak_tf * (1e12 * x.ke * x.gemm_eff))
+    # common factors, computed once (T = tokens per micro-batch on one tp-group of GPUs)
+    inv_t = 1.0 / x.t
+    s_loc = x.s / x.c
+    T = x.b * s_loc
+    aT = act_b * T
+    moe_frac = sh["n_moe_layers"] / x.L
+    Ls_moe = x.Ls * moe_frac
+    return Rates(
+        sh=sh, pc=pc, any_moe=bool(np.any(x.E > 0)), any_cp=bool(np.any(x.c > 1)), any_ep=bool(np.any(x.e > 1)),
+        q=sh["q_dim"], kvd=sh["kv_dim"], Ls_moe=Ls_moe, Ls_dense=x.Ls - Ls_moe, n_fwd_passes=1.0 + (x.rc == 2),
+        act_b=act_b, w_read_b=w_read_b, inv_rate=inv_rate, inv_hbm=1.0 / x.hbm_bw,
+        attn_rate=x.attn_peak_tf * (1e12 * P.attn_eff * x.ke), inv_t=inv_t, s_loc=s_loc, T=T,
+        Tt2=(2.0 * T) * inv_t,  # 2 T / t: FLOPs per weight per token-batch on one GPU
+        aT=aT, aTt=aT * inv_t, wrt=w_read_b * inv_t, h2=2.0 * x.h, n_mats=sh["mlp_mats"],
+        # GEMM-size ramp: w_half = gemm_ramp_flops_per_sm x SMs extra FLOPs per GEMM call, as time at the GEMM rate
+        wh=(P.gemm_ramp_flops_per_sm * x.sm) * inv_rate,
+    )
+
+
+#: weight bytes read per parameter, by dtype code (models.params.DTYPE_CODES)
+_W_READ_BYTES = np.array([2.0, 2.0, 1.0, 1.0, 1.0, 0.5, 4.0, 4.0])
+
+
+def attention_gemms(x: Inputs, r: Rates) -> np.ndarray:
+    """QKV and output projections of one layer, forward, per GPU (s): roofline of the split GEMMs."""
+    attn_m = r.sh["attn_matmul"]
+    attn_bytes = r.wrt * attn_m + r.aT * r.h2 + r.aTt * (2.0 * (r.q + r.kvd))
+    t_attn_gemm = np.maximum(r.Tt2 * attn_m * r.inv_rate + 2.0 * r.wh, attn_bytes * r.inv_hbm)  # QKV, output
+    # MLA rows: duplicated down-projections, split up-projections (models.mla)
+    if (ms := x.arch.get("mla")) is not None:
+        t_mla = mla.attn_gemm_time(mla.attn_gemms(ms, x.h, x.heads, x.t, x.sp), r.T, r.inv_rate, r.inv_hbm,
+                                   r.w_read_b, r.act_b, r.wh, ms["n_gemms"])
+        t_attn_gemm = np.where(ms["mla"], t_mla, t_attn_gemm)
+    return t_attn_gemm
+
+
+def dense_mlp_gemms(x: Inputs, r: Rates) -> np.ndarray:
+    """The dense MLP of one layer, forward, per GPU (s)."""
+    mlp_m = r.sh["dense_mlp_matmul"]
+    mlp_bytes_d = r.wrt * mlp_m + r.aT * r.h2 + r.aTt * (r.n_mats * x.arch["ffn_dim"])
+    return np.maximum(r.Tt2 * mlp_m * r.inv_rate + r.n_mats * r.wh, mlp_bytes_d * r.inv_hbm)
+
+
+def moe_mlp_gemms(x: Inputs, r: Rates) -> tuple[np.ndarray, np.ndarray]:
+    """The MoE MLP of one layer, forward, per GPU (s): top_k + shared experts' GEMMs on every token, one GEMM
+    call per local expert, the router; and the sharded FFN width F_moe its element-wise traffic reads."""
+    k, ns = x.k, x.ns
+    kns = k + ns
+    F_moe = kns * x.arch["expert_ffn_dim"]
+    e_local = np.where(x.E > 0, x.E / x.e, 0.0)
+    exp_m, rout_m = r.sh["expert_matmul"], r.sh["router_matmul"]
+    mlp_bytes_m = r.wrt * ((e_local + ns) * exp_m + rout_m) + r.aT * (r.h2 * (1.0 + k)) + r.aTt * (r.n_mats * F_moe)
+    t_mlp_m = np.maximum(r.Tt2 * (kns * exp_m + rout_m) * r.inv_rate + (r.n_mats * r.wh) * (e_local + ns),
+                         mlp_bytes_m * r.inv_hbm)
+    return t_mlp_m, F_moe
+
+
+def compute(x: Inputs, r: Rates, P: PhysParams) -> Compute:
+    """Forward, backward (2x GEMMs) and recompute of the stage's layers for one micro-batch, the LM head, the
+    MTP and hybrid hooks, and the host time to issue the micro-batch's ops."""
+    rc, inv_hbm = x.rc, r.inv_hbm
+    t_attn_gemm = attention_gemms(x, r)
+    t_mlp_d = dense_mlp_gemms(x, r)
+    F_dense = x.arch["ffn_dim"]
+    # --- attention core (forward) ---
+    sq_t = (r.s_loc * x.s) * (x.b * r.inv_t)  # query x key pairs per GPU
+    t_core = (4.0 * P.attn_causal_work_fraction) * sq_t * r.q / r.attn_rate
+    # --- element-wise (forward): HBM traffic ---
+    ef = np.where(x.act == 0, P.elementwise_f_elems_gelu, P.elementwise_f_elems_swiglu)
+    ew_common = r.aT * (P.elementwise_h_elems_fwd * x.h)
+    if x.sp.any():
+        ew_common = np.where(x.sp, ew_common * r.inv_t, ew_common)
+    ew_scores = r.act_b * (P.attn_scores_stored * 4.0) * x.heads * sq_t
+    ew_base = ew_common + ew_scores
+    aTt_ef = r.aTt * ef
+    t_ew_d = (ew_base + aTt_ef * F_dense) * inv_hbm
+    # per-layer forward, backward (2x), recompute
+    gemm_core_d = t_attn_gemm + t_mlp_d + t_core
+    fwd_layers = r.Ls_dense * (gemm_core_d + t_ew_d)
+    bwd_layers = r.Ls_dense * (2.0 * gemm_core_d + P.elementwise_bwd_factor * t_ew_d)
+    Ls_moe = r.Ls_moe
+    if r.any_moe:
+        t_mlp_m, F_moe = moe_mlp_gemms(x, r)
+        t_ew_m = (ew_base + aTt_ef * F_moe) * inv_hbm
+        gemm_core_m = t_attn_gemm + t_mlp_m + t_core
+        fwd_layers = fwd_layers + Ls_moe * (gemm_core_m + t_ew_m)
+        bwd_layers = bwd_layers + Ls_moe * (2.0 * gemm_core_m + P.elementwise_bwd_factor * t_ew_m)
+    tp_per_stage = 2.0 * x.Ls  # TP collective pairs per pass: 2 per transformer layer, 1 per hybrid block
+    Ls_attn = x.Ls
+    if (hy := x.hy) is not None:  # hybrid rows: blocks of one mixer each (models.mamba, docs/model.md)
+        hb = hybrid_stage(hy, x.arch, r.pc, dict(
+            L=x.L, Ls=x.Ls, T=r.T, t=x.t, e=x.e, aT=r.aT, aTt=r.aTt, wrt=r.wrt, Tt2=r.Tt2, h2=r.h2, act_b=r.act_b,
+            inv_rate=r.inv_rate, inv_hbm=inv_hbm, wh=r.wh, peaks=x.peaks, ke=x.ke, t_attn_gemm=t_attn_gemm,
+            t_core=t_core, t_mlp_d=t_mlp_d, ew_common=ew_common, ew_scores=ew_scores, aTt_ef=aTt_ef,
+            F_dense=F_dense, n_mats=r.n_mats), P)
+        fwd_layers = np.where(hy["hybrid"], hb["fwd"], fwd_layers)
+        bwd_layers = np.where(hy["hybrid"], hb["bwd"], bwd_layers)
+        Ls_attn = np.where(hy["hybrid"], hb["Ls_attn"], x.Ls)
+        Ls_moe = np.where(hy["hybrid"], hb["Ls_moe"], Ls_moe)
+        tp_per_stage = np.where(hy["hybrid"], x.Ls, tp_per_stage)
+    recompute_layers = np.where(rc == 2, fwd_layers, np.where(rc == 1, Ls_attn * (t_core + ew_scores * inv_hbm),
+                                                              0.0))
+    # LM head + cross-entropy on the last stage (forward + 2x backward)
+    Vh = x.V * x.h
+    lm_bytes = r.wrt * Vh + r.aT * x.h + (12.0 * r.T) * x.V * r.inv_t
+    t_lm = 3.0 * np.maximum(r.Tt2 * Vh * r.inv_rate + r.wh, lm_bytes * inv_hbm)
+    compute_mb = fwd_layers + bwd_layers + recompute_layers + t_lm
+    bwd_mb = bwd_layers + 2.0 / 3.0 * t_lm
+    if (mtp := x.arch.get("mtp")) is not None:  # MTP modules on the last stage: a block of the last layer's kind each
+        last_moe = r.sh["n_moe_layers"] > 0
+        g1, e1 = (np.where(last_moe, gemm_core_m, gemm_core_d), np.where(last_moe, t_ew_m, t_ew_d)) if r.any_moe \
+            else (gemm_core_d, t_ew_d)
+        rc1 = np.where(rc == 2, g1 + e1, np.where(rc == 1, t_core + ew_scores * inv_hbm, 0.0))
+        t_mtp, b_mtp = mla.mtp_stage_time(mtp, g1 + e1, 2.0 * g1 + P.elementwise_bwd_factor * e1, rc1, t_lm, r.Tt2,
+                                          x.h, r.wrt, r.aT, r.aTt, r.inv_rate, inv_hbm, r.wh)
+        compute_mb, bwd_mb, tp_per_stage = compute_mb + t_mtp, bwd_mb + b_mtp, tp_per_stage + 2.0 * mtp
+        Ls_attn, Ls_moe = Ls_attn + mtp, Ls_moe + mtp * last_moe
+    # host (CPU) time to issue the ops of one micro-batch; the GPU waits for it when kernels are short
+    ops_rc = np.take(np.array([0.0, P.ops_attn_core_fwd, P.ops_per_layer_fwd]), rc, mode="clip")
+    host_mb = (0.5 * tp_per_stage) * P.host_overhead_s_per_op * (
+        P.ops_per_layer_fwd * (1.0 + P.elementwise_bwd_factor) + ops_rc)
+    return Compute(compute_mb=compute_mb, bwd_mb=bwd_mb, host_mb=host_mb, t_core=t_core, Ls_attn=Ls_attn,
+                   Ls_moe=Ls_moe, tp_per_stage=tp_per_stage)
+
+def hybrid_stage(hy: Mapping[str, np.ndarray], arch: Mapping[str, np.ndarray], pc: Mapping, v: Mapping,
+                 P: PhysParams) -> dict[str, np.ndarray]:
+    """Forward and backward time of one micro-batch through the stage's blocks of hybrid rows (docs/model.md,
+    "Hybrid Mamba-Transformer blocks"). ``v``: the compute part's per-row quantities (L, Ls, T, t, e, aT, aTt, wrt,
+    Tt2, h2, act_b, inv_rate, inv_hbm, wh, peaks, t_attn_gemm, t_core, t_mlp_d, ew_common, ew_scores, aTt_ef,
+    F_dense, n_mats). The stage holds Ls = ceil(n_layers/pp) blocks in the proportions of the pattern; a block
+    carries half of a transformer layer's h-wide element-wise traffic (one norm and one residual add)."""
+    hc = pc["hybrid_counts"]
+    frac = v["Ls"] / v["L"]
+    nM, nA, nF, nE = (frac * hy[c_] for c_ in mamba.COUNT_COLUMNS)
+    inv_rate, inv_hbm, wh, Tt2, aT, aTt, wrt = (v[x] for x in ("inv_rate", "inv_hbm", "wh", "Tt2", "aT", "aTt",
+                                                                "wrt"))
+    n_mats, aTt_ef = v["n_mats"], v["aTt_ef"]
+    ew_half = 0.5 * v["ew_common"]
+    # attention and MLP blocks: the transformer's GEMMs, core and element-wise traffic, split by block
+    gemm_attn = v["t_attn_gemm"] + v["t_core"]
+    t_ew_attn = (ew_half + v["ew_scores"]) * inv_hbm
+    t_ew_mlp = (ew_half + aTt_ef * v["F_dense"]) * inv_hbm
+    # MoE blocks: routed experts (latent width when given), shared experts, router (+ latent projections)
+    k, ns, fe = arch["top_k"], arch["n_shared_experts"], arch["expert_ffn_dim"]
+    kns = k + ns
+    exp_w, moe_act = hc["expert_matmul"], hc["moe_active_matmul"]
+    lat = hy["moe_latent_size"]
+    n_lat_gemms = 2.0 * (np.isfinite(lat) & (lat > 0))
+    moe_bytes = wrt * (np.where(arch["n_experts"] > 0, arch["n_experts"] / v["e"], 0.0) * exp_w
+                       + moe_act - k * exp_w) + aT * (v["h2"] * (1.0 + k)) + aTt * (n_mats * kns * fe)
+    calls = np.where(arch["n_experts"] > 0, arch["n_experts"] / v["e"], 0.0) + ns  # one GEMM per local expert
+    t_moe = np.maximum(Tt2 * moe_act * inv_rate + (n_mats * calls + n_lat_gemms) * wh, moe_bytes * inv_hbm)
+    t_ew_moe = (ew_half + aTt_ef * (kns * fe)) * inv_hbm
+    # Mamba blocks: in_proj + out_proj GEMMs, SSD scan (16-bit tensor-core roofline), conv + gated norm traffic
+    mm = hc["mamba_matmul"]
+    m_bytes = wrt * mm + aT * v["h2"] + aTt * (hy["in_proj_out"] + hy["d_inner"])
+    t_m_gemm = np.maximum(Tt2 * mm * inv_rate + 2.0 * wh, m_bytes * inv_hbm)
+    ssd_rate = v["peaks"][0] * (1e12 * P.attn_eff) * v["ke"]
+    shape = (hy["mamba_n_heads"], hy["mamba_head_dim"], hy["mamba_n_groups"], hy["mamba_state_dim"],
+             hy["mamba_chunk_size"])
+    tok_t = v["T"] / v["t"]  # heads and groups are split over tp
+    t_scan = np.maximum(tok_t * mamba.ssd_flops_per_token(*shape) / ssd_rate,
+                        tok_t * mamba.ssd_bytes_per_token(*shape, v["act_b"]) * inv_hbm)
+    t_ew_m = (ew_half + aTt * mamba.elementwise_elems_per_token(hy["conv_dim"], hy["d_inner"])) * inv_hbm
+    m_core = np.nan_to_num(t_m_gemm + t_scan)
+    t_ew_m = np.nan_to_num(t_ew_m)
+    gemm = nA * gemm_attn + nF * v["t_mlp_d"] + nE * t_moe + nM * m_core
+    ew = nA * t_ew_attn + nF * t_ew_mlp + nE * t_ew_moe + nM * t_ew_m
+    return {"fwd": gemm + ew, "bwd": 2.0 * gemm + P.elementwise_bwd_factor * ew, "Ls_attn": nA, "Ls_moe": nE}
+
+
+# ---------------------------------------------------------------------------------------------- communication
+
+def tp_comm(x: Inputs, r: Rates, cm: Compute) -> np.ndarray:
+    """Tensor parallel, per micro-batch (s, before overlap): 2 all-reduces (or AG+RS pairs) per layer per forward
+    pass, 2 in backward."""
+    tp_bw, tp_a = coll.group_link(x.t, np.minimum(x.t, x.node), x.bw_up, x.bw_out, x.a_up, x.a_out, 1.0, x.tiers)
+    tp_bytes = r.aT * x.h
+    tp_one = coll.ring_all_reduce_time(tp_bytes, x.t, tp_bw, tp_a)
+    return cm.tp_per_stage * (r.n_fwd_passes + 1.0) * tp_one
+
+
+def cp_comm(x: Inputs, r: Rates, cm: Compute) -> tuple[np.ndarray, np.ndarray]:
+    """Context parallel, per micro-batch: (exposed s, s hidden behind the attention core). Ring exchange of K,V
+    per layer (fwd), K,V + dK,dV (bwd)."""
+    if not r.any_cp:
+        return np.zeros(x.n), np.zeros(x.n)
+    c, t, n_fwd_passes = x.c, x.t, r.n_fwd_passes
+    cp_rpn = clip(np.floor(x.node / t), 1.0, c)
+    cp_bw, cp_a = coll.group_link(c, cp_rpn, x.bw_up, x.bw_out, x.a_up, x.a_out, t, x.tiers)
+    kv_bytes = r.aTt * (2.0 * r.kvd)
+    cp_step = coll.p2p_time(kv_bytes, cp_bw, cp_a)
+    cp_total = np.where(c > 1, cm.Ls_attn * (c - 1.0) * cp_step * (n_fwd_passes + 2.0), 0.0)
+    core_total = cm.Ls_attn * cm.t_core * (n_fwd_passes + 2.0)
+    hidden_cp = np.minimum(cp_total, core_total)  # ring attention hides K/V passing behind the core
+    cp_mb = cp_total - hidden_cp
+    if (hy := x.hy) is not None:  # Mamba blocks: head-split all-to-alls, exposed (models.mamba)
+        pre, post = mamba.cp_all_to_all_elems_per_token(hy["d_inner"], hy["mamba_n_groups"],
+                                                        hy["mamba_state_dim"], hy["mamba_n_heads"], t, c)
+        cp_a2a = coll.all_to_all_time(r.aT * pre, c, cp_bw, cp_a) + coll.all_to_all_time(r.aT * post, c, cp_bw, cp_a)
+        cp_mamba = x.Ls * (hy["n_mamba_layers"] / x.L) * (n_fwd_passes + 1.0) * cp_a2a
+        cp_mb = cp_mb + np.where(hy["hybrid"] & (c > 1), np.nan_to_num(cp_mamba), 0.0)
+    return cp_mb, hidden_cp
+
+
+def ep_comm(x: Inputs, r: Rates, cm: Compute) -> np.ndarray:
+    """Expert parallel, per micro-batch (s, before overlap): dispatch + combine all-to-all per MoE layer fwd,
+    2 more in bwd."""
+    if not r.any_ep:
+        return np.zeros(x.n)
+    ep_rpn = clip(np.floor(x.node / (x.t * x.c)), 1.0, x.e)
+    ep_bw, ep_a = coll.group_link(x.e, ep_rpn, x.bw_up, x.bw_out, x.a_up, x.a_out, x.t * x.c, x.tiers)
+    ep_bytes = r.aTt * (x.k * x.h)
+    ep_one = coll.all_to_all_time(ep_bytes, x.e, ep_bw, ep_a)
+    return cm.Ls_moe * (2.0 * r.n_fwd_passes + 2.0) * ep_one
+
+
+def pp_comm(x: Inputs, r: Rates) -> np.ndarray:
+    """Pipeline point-to-point, per micro-batch (s, before overlap): activation forward + gradient backward per
+    chunk boundary."""
+    tcd = x.t * x.c * x.d
+    pp_intra = tcd < x.node
+    pp_bw = np.where(pp_intra, x.bw_up, np.minimum(x.bw_up, x.bw_out / coll.pod_ratio(x.p, tcd, x.tiers)))
+    pp_a = np.where(pp_intra, x.a_up, x.a_out)
+    pp_bytes = r.aTt * x.h
+    return np.where(x.p > 1, 2.0 * x.v * coll.p2p_time(pp_bytes, pp_bw, pp_a), 0.0)
+
+
+def overlap(cm: Compute, cp_mb: np.ndarray, hidden_cp: np.ndarray, tp_total: np.ndarray, ep_total: np.ndarray,
+            pp_total: np.ndarray, P: PhysParams) -> Overlap:
+    """One overlap budget per micro-batch: TP, EP and PP traffic hide behind the compute not already hiding CP
+    traffic, in that order, never more than it (an overlap of 1 hides all of it only while compute lasts)."""
+    budget = np.maximum(cm.compute_mb - hidden_cp, 0.0)
+    hidden_tp = np.minimum(P.tp_overlap * tp_total, budget)
+    hidden_ep = np.minimum(P.ep_overlap * ep_total, budget - hidden_tp)
+    hidden_pp = np.minimum(P.pp_overlap * pp_total, budget - hidden_tp - hidden_ep)
+    return Overlap(tp_mb=tp_total - hidden_tp, cp_mb=cp_mb, ep_mb=ep_total - hidden_ep, pp_mb=pp_total - hidden_pp,
+                   hidden_comm=hidden_cp + hidden_tp + hidden_ep + hidden_pp)
+
+
+def dp_comm(x: Inputs, r: Rates, mem: Mapping[str, np.ndarray], cm: Compute, ov: Overlap,
+            P: PhysParams) -> tuple[np.ndarray, np.ndarray]:
+    """Data parallel: (exposed s per step, exposed gathers s per micro-batch). Gradient sync (all-reduce; ZeRO:
+    reduce-scatter + all-gather of the updated weights; HSDP: inside the node, then across), ZeRO-3 / FSDP / HSDP
+    parameter gathers in forward and backward; dense weights over dp*cp, routed experts over dp*cp/ep."""
+    shard, t, e, n = x.shard, x.t, x.e, x.n
+    bw_up, bw_out, a_up, a_out, tiers = x.bw_up, x.bw_out, x.a_up, x.a_out, x.tiers
+    dense_local = mem["dense_params_local"]
+    expert_local = mem["expert_params_local"]
+    nd = x.d * x.c
+    ne = np.maximum(nd / e, 1.0)
+    dp_rpn = clip(np.floor(x.node / t), 1.0, nd)
+    dp_bw, dp_a = coll.group_link(nd, dp_rpn, bw_up, bw_out, a_up, a_out, t, tiers)
+    any_exp = r.any_moe
+    if any_exp:
+        epd_rpn = clip(np.floor(x.node / (t * e)), 1.0, ne)
+        epd_bw, epd_a = coll.group_link(ne, epd_rpn, bw_up, bw_out, a_up, a_out, t * e, tiers)
+    hs = dp_rpn  # HSDP shards over the data-parallel ranks of one node
+    gbytes_d = dense_local * P.grad_reduce_bytes
+    gbytes_e = expert_local * P.grad_reduce_bytes if any_exp else 0.0
+    wb = r.act_b  # 16-bit weights, 4 bytes for fp32/tf32 runs
+    full_shard = (shard == 3) | (shard == 4)
+    present = np.bincount(np.clip(shard, 0, 6), minlength=7) > 0  # sharding codes in this block
+    has = lambda *codes: bool(present[list(codes)].any())  # noqa: E731
+    zero = np.zeros(n)
+    # plain DP: all-reduce grads; ZeRO-1/2: reduce-scatter grads + all-gather updated weights
+    ar_d = coll.all_reduce_time(gbytes_d, nd, dp_bw, dp_a) if has(0) else zero
+    rs_d = coll.reduce_scatter_time(gbytes_d, nd, dp_bw, dp_a) if has(1, 2, 3, 4) else zero
+    ag_w = coll.all_gather_time(dense_local * wb, nd, dp_bw, dp_a) if has(1, 2, 3, 4) else zero
+    if any_exp:
+        ar_d = ar_d + coll.all_reduce_time(gbytes_e, ne, epd_bw, epd_a)
+        rs_d = rs_d + coll.reduce_scatter_time(gbytes_e, ne, epd_bw, epd_a)
+        ag_w = ag_w + coll.all_gather_time(expert_local * wb, ne, epd_bw, epd_a)
+    # HSDP: reduce-scatter inside the node, all-reduce of the 1/hs shard across nodes
+    if has(5):
+        hs_bw_in, hs_a_in = coll.group_link(hs, hs, bw_up, bw_out, a_up, a_out)
+        hs_bw_x, hs_a_x = coll.group_link(nd / hs, 1.0, bw_up, bw_out, a_up, a_out, t * hs, tiers)
+        hsdp_red = coll.reduce_scatter_time(gbytes_d + gbytes_e, hs, hs_bw_in, hs_a_in) + coll.all_reduce_time(
+            (gbytes_d + gbytes_e) / hs, nd / hs, hs_bw_x, hs_a_x
+        )
+        hsdp_ag = coll.all_gather_time((dense_local + expert_local) * wb, hs, hs_bw_in, hs_a_in)
+    else:
+        hsdp_red = hsdp_ag = zero
+    # codes outside 0..5 are invalid rows (ERR_CATEGORY, NaN outputs)
+    grad_sync = np.where(shard == 0, ar_d, np.where(shard == 5, hsdp_red, rs_d))
+    # ZeRO-3 / FSDP / HSDP: parameter all-gathers in forward and backward of every micro-batch
+    gathers = np.where(full_shard, 2.0 * ag_w, np.where(shard == 5, 2.0 * hsdp_ag, 0.0))
+    # one overlap budget per micro-batch: compute already hiding CP/TP/EP/PP traffic cannot hide
+    # the gathers, and the final gradient reduction only hides behind backward compute of
+    # the last micro-batch that hides neither (keeps step time monotone in compute speed)
+    hidden_comm = ov.hidden_comm
+    hidden_gathers = np.minimum(gathers, np.maximum(P.fsdp_gather_overlap * cm.compute_mb - hidden_comm, 0.0))
+    gather_exposed_mb = gathers - hidden_gathers
+    dp_hide = np.maximum(P.dp_overlap * cm.bwd_mb - hidden_gathers - hidden_comm, 0.0)
+    dp_exposed = np.maximum(grad_sync - dp_hide, 0.0)
+    dp_exposed = dp_exposed + np.where((shard == 1) | (shard == 2), ag_w, 0.0)
+    dp_exposed = np.where(nd > 1, dp_exposed, 0.0)
+    gather_exposed_mb = np.where(nd > 1, gather_exposed_mb, 0.0)
+    return dp_exposed, gather_exposed_mb
+
+
+# ---------------------------------------------------------------------------------------------- optimizer, step
+
+def optimizer(x: Inputs, mem: Mapping[str, np.ndarray], P: PhysParams) -> np.ndarray:
+    """The optimizer update (s): HBM traffic of the parameters whose optimizer state this GPU holds."""
+    opt_params = mem["optimizer_params_local"]  # dense + expert parameters whose optimizer state this GPU holds
+    return opt_params * P.optimizer_update_bytes / x.hbm_bw
+
+
+def step_time(x: Inputs, cm: Compute, ov: Overlap, gather_exposed_mb: np.ndarray, dp_exposed: np.ndarray,
+              optimizer_s: np.ndarray) -> Step:
+    """The step: micro-batches and the pipeline bubble, exposed DP traffic, the optimizer, and the host."""
+    m = x.m
+    t_mb = cm.compute_mb + ov.tp_mb + ov.cp_mb + ov.ep_mb + ov.pp_mb + gather_exposed_mb
+    bubble_mb = (x.p - 1.0) / x.v
+    step = t_mb * (m + bubble_mb) + dp_exposed + optimizer_s
+    # the host issues the ops while the GPU runs earlier ones (asynchronous launch), so the step
+    # is max(GPU time, host issue time); a soft maximum (p-norm, p = HOST_P) because the two
+    # overlap imperfectly near the crossover (queue drains, syncs). >= max, monotone in both.
+    # The GPU's wait for the host is counted in compute_s.
+    host_step = (m + bubble_mb) * cm.host_mb + optimizer_s
+    r = host_step / step
+    host_wait = step * (np.sqrt(np.sqrt(1.0 + (r * r) * (r * r))) - 1.0)
+    return Step(step=step + host_wait, t_mb=t_mb, bubble_mb=bubble_mb, host_wait=host_wait)
+
+
+def flops_per_token(x: Inputs, r: Rates) -> tuple[np.ndarray, np.ndarray]:
+    """Model and hardware (recompute included) FLOPs per token: 6 x active matmul parameters + the attention
+    core; hybrid and MTP rows by their own counts."""
+    L, s, q, rc, pc = x.L, x.s, r.q, x.rc, r.pc
+    model_fpt = 6.0 * pc["matmul_params_active"] + 12.0 * L * s * q
+    attn_fwd = 4.0 * L * s * q
+    hw_fpt = model_fpt + np.where(rc == 2, 2.0 * pc["matmul_params_layers_active"] + attn_fwd,
+                                  np.where(rc == 1, attn_fwd, 0.0))
+    if (hy := x.hy) is not None:
+        h_model, h_hw = hybrid_flops_per_token(x.arch, pc, s, rc)
+        model_fpt, hw_fpt = np.where(hy["hybrid"], h_model, model_fpt), np.where(hy["hybrid"], h_hw, hw_fpt)
+    if x.arch.get("mtp") is not None:
+        m_model, m_hw = mla.mtp_flops_per_token(x.arch, r.sh, s, rc)
+        model_fpt, hw_fpt = model_fpt + m_model, hw_fpt + m_hw
+    return model_fpt, hw_fpt
