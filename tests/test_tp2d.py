@@ -69,3 +69,95 @@ def test_validity():
     assert ok.tolist() == [True, False, False, False]
     moe = tp2d.valid(16, 4096, 16384, 4096, expert_ffn=np.array([1408, 1400]), n_experts=np.array([64, 64]))
     assert moe.tolist() == [True, False]
+
+
+def test_stage_total_is_layers_times_passes():
+    args = (4096.0, 4096.0, 4096.0, 1024.0)
+    link = (16.0, 8.0, 300e9, 25e9, 3e-6, 1e-5, 2.0)
+    one = tp2d.comm_time_per_layer_s(*args, 14336.0, 3.0, *link)
+    moe = tp2d.comm_time_per_layer_s(*args, 2 * 14336.0, 3.0, *link)
+    tot = tp2d.tp_comm_s(30.0, 2.0, 3.0, *args, 14336.0, 2 * 14336.0, 3.0, *link)
+    assert tot == pytest.approx(3.0 * (30.0 * one + 2.0 * moe), rel=1e-14)
+
+
+# ---------------- wired into the step-time model ----------------
+import polars as pl  # noqa: E402
+
+from models.hardware import resolve_hardware  # noqa: E402
+from models.step_time import ERR_TP2D, predict, predict_arrays  # noqa: E402
+from tests.test_step_time import ROOT, random_layouts  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def hw():
+    return resolve_hardware(pl.read_csv(ROOT / "hardware_specs.csv", infer_schema_length=0), strict=False)
+
+
+def _same(r1, r2):
+    for k in r1:
+        assert np.array_equal(np.asarray(r1[k]), np.asarray(r2[k]), equal_nan=True), k
+
+
+def test_tp_mode_1d_is_bit_identical_to_no_column(hw):
+    a = random_layouts(hw, seed=11)
+    n = len(a["tp"])
+    _same(predict_arrays(a), predict_arrays(a | {"tp_mode": np.zeros(n, dtype=np.int64)}))
+    _same(predict_arrays(a), predict_arrays(a | {"tp_mode": np.zeros(n)}))
+
+
+def test_prime_grid_is_megatron_with_sequence_parallelism(hw):
+    a = random_layouts(hw, seed=12)
+    n = len(a["tp"])
+    a["tp"] = np.full(n, 2.0)
+    a["n_gpus"] = a["tp"] * a["pp"] * a["cp"] * a["dp"]
+    a["sequence_parallel"] = np.ones(n, dtype=bool)
+    r1 = predict_arrays(a)
+    r2 = predict_arrays(a | {"tp_mode": np.ones(n, dtype=np.int64)})
+    ok = (r1["error_code"] == 0) & (r2["error_code"] == 0)
+    assert ok.sum() > 300
+    for k in ("step_time_s", "tp_comm_s", "compute_s", "memory_gb_per_gpu"):
+        assert np.allclose(r2[k][ok], r1[k][ok], rtol=1e-12, atol=0), k
+
+
+def test_2d_sends_less_than_1d_across_nodes(hw):
+    a = random_layouts(hw, seed=13)
+    n = len(a["tp"])
+    a["tp"] = np.full(n, 32.0)  # 4 x 8 grid, spanning 4 nodes of 8
+    a["n_gpus"] = a["tp"] * a["pp"] * a["cp"] * a["dp"]
+    r1 = predict_arrays(a)
+    r2 = predict_arrays(a | {"tp_mode": np.ones(n, dtype=np.int64)})
+    ok = (r1["error_code"] & ~(1 << 10) == 0) & (r2["error_code"] & ~(1 << 10) == 0)
+    assert ok.sum() > 100
+    assert np.all(r2["tp_comm_s"][ok] < r1["tp_comm_s"][ok])
+
+
+def test_more_bandwidth_never_slows_a_2d_step(hw):
+    a = random_layouts(hw, seed=14)
+    n = len(a["tp"])
+    rng = np.random.default_rng(15)
+    a["tp"] = rng.choice(np.array([4.0, 8.0, 16.0, 32.0]), n)
+    a["n_gpus"] = a["tp"] * a["pp"] * a["cp"] * a["dp"]
+    a["tp_mode"] = np.ones(n, dtype=np.int64)
+    base = predict_arrays(a)
+    ok = base["error_code"] & ~(1 << 10) == 0
+    assert ok.sum() > 200
+    for key in ("intra_node_bw_gbps", "inter_node_bw_gbps", "memory_bw_gbps", "peak_bf16_tflops"):
+        faster = predict_arrays(a | {key: a[key] * (1.0 + 3.0 * rng.random(n))})
+        assert np.all(faster["step_time_s"][ok] <= base["step_time_s"][ok] * (1 + 1e-12)), key
+
+
+def test_invalid_grid_is_refused_with_a_message(hw):
+    row = dict(n_layers=32, d_model=4098, n_heads=32, n_kv_heads=8, ffn_dim=14336, vocab=32000, activation="swiglu",
+               seq_len=4096, global_batch_seqs=64, micro_batch=1, n_gpus=64, tp=16, pp=1, dp=4, tp_mode="2d")
+    row.update(hw.filter(pl.col("id") == "h100-sxm5-80gb").select(
+        [c for c in hw.columns if c.startswith("peak_") or c in ("memory_gb", "memory_bw_gbps", "intra_node_bw_gbps",
+                                                                 "inter_node_bw_gbps", "scaleup_size", "sm_count")]
+    ).to_dicts()[0])
+    bad = predict(pl.DataFrame([row]))  # 16 = 4 x 4: d_model 4098 is not divisible by r = 4
+    assert bad["error_code"][0] & ERR_TP2D and bad["step_time_s"][0] is None
+    assert "tp_mode 2d" in bad["error"][0] and "d_model must be divisible by r" in bad["error"][0]
+    assert predict(pl.DataFrame([row | {"tp_mode": "1d"}]))["error"][0] is None  # the same shape is valid in 1-D
+    good = predict(pl.DataFrame([row | {"d_model": 4096}]))
+    assert good["error"][0] is None and good["step_time_s"][0] > 0
+    unknown = predict(pl.DataFrame([row | {"d_model": 4096, "tp_mode": "3d"}]))
+    assert "unknown" in unknown["error"][0] and "tp_mode" in unknown["error"][0]
