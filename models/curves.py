@@ -48,8 +48,11 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import polars as pl
 
-from models.params import DEFAULT, DTYPE_CODES, RECOMPUTE_CODES, SHARDING_CODES, PhysParams
+from models.params import DEFAULT, DTYPE_CODES, RECOMPUTE_CODES, SHARDING_CODES, TP_MODE_CODES, PhysParams
 from models.search import _INV, LAYOUT_DIMS, _num, broadcast_arch_hw
+
+# the layout columns of a result: the search's dimensions with the tensor-parallel form beside tp
+_DIMS = ("tp", "tp_mode") + tuple(c for c in LAYOUT_DIMS if c != "tp")
 from models.predictor import Predictor, predict_arrays
 from models.step_time import ERR_MEMORY, INVALID_MASK, OUTPUT_COLUMNS
 
@@ -214,9 +217,10 @@ def enumerate_points(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], n_v
     The rules are those of ``models.search.enumerate_layouts`` (tp | N, tp | heads, inside or beyond the
     scale-up domain;
     pp | N/tp, pp ≤ layers; cp a power of two ≤ 16 dividing N/(tp·pp) and seq_len; dp = N/(tp·pp·cp) dividing
-    the batch; ep | dp and ep | experts for MoE, etp 1 or tp for MoE with tp > 1 (models.moe); vpp ≤ ceil(layers/pp) and only with pp > 1; micro-batch
-    dividing batch/dp, ≤ 64; sharding 'none' when dp·cp = 1) restricted to ``grid``'s values, plus sequence
-    parallelism on whenever tp > 1. Built with numpy instead of per-block Python lists: a 20-point sweep is
+    the batch; ep | dp and ep | experts for MoE, etp 1 or tp for MoE with tp > 1 (models.moe); vpp ≤ ceil(layers/pp)
+    and only with pp > 1; micro-batch dividing batch/dp, ≤ 64; sharding 'none' when dp·cp = 1; tp_mode 1d, and 2d
+    for tp ≥ 4) restricted to ``grid``'s values, plus sequence parallelism on whenever tp > 1. Built with numpy
+    instead of per-block Python lists: a 20-point sweep is
     enumerated in milliseconds (tests check it finds the same best layout as ``models.search.search``)."""
     L = int(_num(arch_row, "n_layers"))
     heads = int(_num(arch_row, "n_heads"))
@@ -229,6 +233,7 @@ def enumerate_points(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], n_v
     mbs = [int(x) for x in grid.get("micro_batch", [1, 2, 4, 8, 16, 32, 64]) if int(x) <= MAX_MICRO_BATCH]
     vpps_g = [int(x) for x in grid.get("vpp", list(range(1, MAX_VPP + 1)))]
     cps_g = grid.get("cp")
+    modes_g = [TP_MODE_CODES[x] if isinstance(x, str) else int(x) for x in grid.get("tp_mode", list(TP_MODE_CODES))]
     struct: list[tuple[int, ...]] = []
     for i, (n, B) in enumerate(zip(n_values, batches)):
         n, B = int(n), int(B)
@@ -253,7 +258,9 @@ def enumerate_points(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], n_v
                             continue
                         for ep in eps:
                             for etp in etps:
-                                struct.append((i, n, B, tp, pp, cp, dp, ep, vpp, etp))
+                                for tpm in modes_g:
+                                    if tpm == 0 or tp >= 4:
+                                        struct.append((i, n, B, tp, pp, cp, dp, ep, vpp, etp, tpm))
     if not struct:
         return {}, np.zeros(0, dtype=np.int64)
     S = np.asarray(struct, dtype=np.int64)
@@ -277,6 +284,7 @@ def enumerate_points(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], n_v
         "sequence_parallel": S[:, 3] > 1, "n_gpus": S[:, 1].astype(np.float64),
         "global_batch_seqs": S[:, 2].astype(np.float64), "seq_len": np.full(m, float(s)),
         "gpus_per_node": np.full(m, float(scaleup)), "dtype": np.full(m, DTYPE_CODES[dtype], dtype=np.int64),
+        "tp_mode": S[:, 10].copy(),
     }
     broadcast_arch_hw(out, m, arch_row, hw_row)
     return out, S[:, 0].copy()
@@ -288,7 +296,7 @@ def best_layouts(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], n_value
     """Best feasible layout (max tokens/s/GPU) at each (N, global batch) point.
 
     Returns (best, configs): ``best`` has one row per point — ``n_gpus, global_batch_seqs, layouts_evaluated,
-    feasible, reason``, the layout (LAYOUT_DIMS, strings for categoricals) and every prediction column
+    feasible, reason``, the layout (LAYOUT_DIMS and tp_mode, strings for categoricals) and every prediction column
     (null when no layout is feasible, ``reason`` says why); ``configs`` holds the model-input columns of the
     chosen layouts (for a calibration hook)."""
     g = _grid_for(seq_len, grid)
@@ -330,7 +338,7 @@ def best_layouts(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], n_value
                 m = float(np.nanmin(np.where(valid & ((err & ERR_MEMORY) != 0), mem, np.inf)))
                 row["reason"] = (f"no layout fits in memory: the smallest needs {m:.1f} GB per accelerator "
                                  f"> {cap:g} GB")
-        for c in LAYOUT_DIMS:
+        for c in _DIMS:
             if not ok:
                 row[c] = None
             elif c in _INV:
@@ -361,7 +369,7 @@ def best_layouts(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], n_value
 def _best_schema() -> dict[str, Any]:
     s: dict[str, Any] = {"n_gpus": pl.Int64, "global_batch_seqs": pl.Int64, "layouts_evaluated": pl.Int64,
                          "feasible": pl.Boolean, "reason": pl.Utf8}
-    for c in LAYOUT_DIMS:
+    for c in _DIMS:
         s[c] = pl.Utf8 if c in _INV else (pl.Boolean if c == "sequence_parallel" else pl.Int64)
     for c in OUTPUT_COLUMNS:
         if c == "feasible":

@@ -21,7 +21,11 @@ level is evaluated (the sweep goes *through* infeasible levels and says why each
 4. **The cluster and layout** (``_search``): any N = tp × pp × dp × cp. tp is any power of two up to the head
    count (it may leave the scale-up domain and then pays the network's bandwidth and latency,
    ``models.collectives.group_link``); pp any value up to the layer count, ~2 per octave (1, 2, 3, 4, 6, 8, 11,
-   16, 23, ...; uneven stages allowed); dp 2 per octave (1, 2, 3, 4, 6, 8, 12, ...); cp (ring attention) 1-8.
+   16, 23, ...; uneven stages allowed); dp 2 per octave (1, 2, 3, 4, 6, 8, 12, ...); cp (ring attention) 1-8;
+   the tensor-parallel form ``tp_form``: Megatron's 1-D (default), the 2-D grid for tp >= 4 (``2d``), or the
+   better of the two (``any``; models.tp2d). Under ``ideal`` assumptions TP traffic hides behind compute, and
+   the 2-D grid's smaller traffic then removes the TP limit: the GTX 580 frontier moves from 3.2e26 to 5.9e26
+   FLOP and H100's from 1.75e28 to 5.6e29, far above Epoch AI's figures, so the default stays 1-D.
    N lies between N_min (the larger of the 100 %-utilization size model FLOPs / (time limit × peak) and the size
    that holds the model's states at 16 B/param) and ``N_WINDOW`` × N_min, and at most ``N_MAX`` (1e9). Stage 1
    ranks every (tp, pp, dp, cp) with one setting, and a memory-frugal one where that does not fit (``STAGE1``);
@@ -60,7 +64,7 @@ import polars as pl
 from models.accounting import model_flops_per_token, param_counts
 from models.assumptions import check_assumptions
 from models.curves import BATCH_RULES, FIXED_BATCH_TOKENS, batch_tokens
-from models.params import DEFAULT, DTYPE_CODES, RECOMPUTE_CODES, SHARDING_CODES, PhysParams
+from models.params import DEFAULT, DTYPE_CODES, RECOMPUTE_CODES, SHARDING_CODES, TP_MODE_CODES, PhysParams
 from models.search import broadcast_arch_hw
 from models.predictor import Calibration, Predictor, physical_params, predict_arrays
 from models.step_time import ERR_MEMORY
@@ -94,7 +98,7 @@ RECOMPUTES = ("none", "full")
 STAGE1 = ((1, "max", "zero1", "none"), (1, "max", "zero3", "full"))
 
 LAYOUT_KEYS = ("n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding", "recompute",
-               "global_batch_seqs")
+               "global_batch_seqs", "tp_mode")
 BREAKDOWN = ("compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
              "optimizer_s")
 COMM = ("tp_comm_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s")
@@ -184,8 +188,8 @@ def _pp_values(layers: int) -> np.ndarray:
 
 
 def _mat_rows(struct: np.ndarray, fine: list[tuple]) -> np.ndarray:
-    """(tp, pp, dp, layers, cp, mb, vpp, shard, rc) rows: every structure × every fine setting; vpp 'max' is one
-    layer per virtual stage (at most 64 chunks)."""
+    """(tp, pp, dp, layers, cp, mb, vpp, shard, rc, tp_mode) rows: every structure (tp, pp, dp, layers, cp, tp_mode)
+    × every fine setting; vpp 'max' is one layer per virtual stage (at most 64 chunks)."""
     f = np.array([(mb, -1.0 if v == "max" else float(v), SHARDING_CODES[sh], RECOMPUTE_CODES[rc])
                   for mb, v, sh, rc in fine], dtype=np.float64)
     S = np.repeat(struct, len(f), axis=0)
@@ -193,12 +197,13 @@ def _mat_rows(struct: np.ndarray, fine: list[tuple]) -> np.ndarray:
     ls = np.ceil(S[:, 3] / S[:, 1])
     vmax = np.where(S[:, 1] > 1, np.minimum(ls, float(VPPS[-1])), 1.0)
     Fi[:, 1] = np.where(Fi[:, 1] < 0, vmax, Fi[:, 1])
-    return np.column_stack([S, Fi])
+    return np.column_stack([S[:, :5], Fi, S[:, 5:]])
 
 
 def _evaluate(mat: np.ndarray, arch: Mapping[str, Any], hw_row: Mapping[str, Any], bmax_seqs: float, seq_len: int,
               dtype: str, params: PhysParams, tokens: float, limit_s: float) -> dict[str, np.ndarray]:
-    """Predict rows (tp, pp, dp, L, _, mb, vpp, shard, rc): batch, step time with the kernel floor, time to train."""
+    """Predict rows (tp, pp, dp, L, cp, mb, vpp, shard, rc, tp_mode): batch, step time with the kernel floor, time to
+    train."""
     tp, pp, dp, cp, mb, vpp = mat[:, 0], mat[:, 1], mat[:, 2], mat[:, 4], mat[:, 5], mat[:, 6]
     L = float(arch["n_layers"])
     ls = np.ceil(L / pp)
@@ -206,8 +211,8 @@ def _evaluate(mat: np.ndarray, arch: Mapping[str, Any], hw_row: Mapping[str, Any
     q = dp * mb * np.where(vpp > 1, pp, 1.0)
     batch = np.floor(bmax_seqs / q) * q
     ok &= batch >= q
-    tp, pp, dp, cp, mb, vpp, batch, sh, rc, ls = (x[ok] for x in (tp, pp, dp, cp, mb, vpp, batch, mat[:, 7],
-                                                                   mat[:, 8], ls))
+    tp, pp, dp, cp, mb, vpp, batch, sh, rc, ls, tpm = (x[ok] for x in (tp, pp, dp, cp, mb, vpp, batch, mat[:, 7],
+                                                                        mat[:, 8], ls, mat[:, 9]))
     m = len(tp)
     n = tp * pp * dp * cp
     su = float(hw_row.get("scaleup_size") or 8.0)
@@ -215,7 +220,7 @@ def _evaluate(mat: np.ndarray, arch: Mapping[str, Any], hw_row: Mapping[str, Any
                          "micro_batch": mb, "sharding": sh.astype(np.int64), "recompute": rc.astype(np.int64),
                          "sequence_parallel": tp > 1, "n_gpus": n, "global_batch_seqs": batch,
                          "seq_len": np.full(m, float(seq_len)), "gpus_per_node": np.full(m, su),
-                         "dtype": np.full(m, DTYPE_CODES[dtype], dtype=np.int64)}
+                         "dtype": np.full(m, DTYPE_CODES[dtype], dtype=np.int64), "tp_mode": tpm.astype(np.int64)}
     broadcast_arch_hw(a, m, arch, hw_row)
     res = predict_arrays(a, params) if m else {}
     if not m:
@@ -226,7 +231,7 @@ def _evaluate(mat: np.ndarray, arch: Mapping[str, Any], hw_row: Mapping[str, Any
     steps = np.ceil(tokens / (batch * seq_len))
     time_s = steps * step
     return {"n": n, "tp": tp, "pp": pp, "dp": dp, "cp": cp, "vpp": vpp, "mb": mb, "sharding": sh, "recompute": rc,
-            "batch": batch, "feasible": np.asarray(res["feasible"], bool), "mem": res["memory_gb_per_gpu"],
+            "tp_mode": tpm, "batch": batch, "feasible": np.asarray(res["feasible"], bool), "mem": res["memory_gb_per_gpu"],
             "error": np.asarray(res["error_code"]), "step": step, "step_model": res["step_time_s"], "floor": floor,
             "mfu": res["mfu"] * res["step_time_s"] / step, "time_s": time_s, "in_time": time_s <= limit_s,
             "res": res}
@@ -243,8 +248,13 @@ def _rank(ev: dict[str, np.ndarray]) -> np.ndarray:
     return np.lexsort((ev["n"], key2, key1))
 
 
+#: the tensor-parallel forms the frontier may use: Megatron's 1-D only (the default, the form the GTX 580
+#: counterfactual reproduces), the 2-D grid only where tp >= 4, or either (models.tp2d)
+TP_FORMS = ("1d", "2d", "any")
+
+
 def _search(arch: Mapping[str, Any], hw_row: Mapping[str, Any], n_min: float, bmax_seqs: float, seq_len: int,
-            dtype: str, params: PhysParams, tokens: float, limit_s: float):
+            dtype: str, params: PhysParams, tokens: float, limit_s: float, tp_form: str = "1d"):
     """The best layout for one level (module docstring, step 4): (evaluation, index of the best row or -1)."""
     L, heads = int(arch["n_layers"]), int(arch["n_heads"])
     lo, hi = max(n_min, 1.0), min(max(n_min, 1.0) * N_WINDOW, float(N_MAX))
@@ -262,13 +272,18 @@ def _search(arch: Mapping[str, Any], hw_row: Mapping[str, Any], n_min: float, bm
         if not above.any():
             return None, -1
         sel = above & (N == N[above].min())
-    struct = np.column_stack([T[sel], P[sel], D[sel], np.full(sel.sum(), float(L)), C[sel]])
+    struct = np.column_stack([T[sel], P[sel], D[sel], np.full(sel.sum(), float(L)), C[sel], np.zeros(sel.sum())])
+    if tp_form != "1d":
+        wide = struct[:, 0] >= 4
+        two = struct[wide].copy()  # tp >= 4: the 2-D grid (models.tp2d) beside, or instead of, the 1-D form
+        two[:, 5] = float(TP_MODE_CODES["2d"])
+        struct = np.vstack([struct, two] if tp_form == "any" else [struct[~wide], two])
     ev1 = _evaluate(_mat_rows(struct, [STAGE1[0]]), arch, hw_row, bmax_seqs, seq_len, dtype, params, tokens, limit_s)
     if len(ev1["n"]):
         tight = (ev1["error"] & ERR_MEMORY) != 0
         if tight.any():
             frugal = np.column_stack([ev1["tp"][tight], ev1["pp"][tight], ev1["dp"][tight],
-                                      np.full(int(tight.sum()), float(L)), ev1["cp"][tight]])
+                                      np.full(int(tight.sum()), float(L)), ev1["cp"][tight], ev1["tp_mode"][tight]])
             ev1 = _concat(ev1, _evaluate(_mat_rows(frugal, [STAGE1[1]]), arch, hw_row, bmax_seqs, seq_len, dtype,
                                          params, tokens, limit_s))
     order = _rank(ev1)
@@ -276,7 +291,7 @@ def _search(arch: Mapping[str, Any], hw_row: Mapping[str, Any], n_min: float, bm
         return ev1, -1
     seen, top = set(), []
     for i in order:
-        key = (ev1["tp"][i], ev1["pp"][i], ev1["dp"][i], ev1["cp"][i])
+        key = (ev1["tp"][i], ev1["pp"][i], ev1["dp"][i], ev1["cp"][i], ev1["tp_mode"][i])
         if key not in seen:
             seen.add(key)
             top.append(key + (ev1["sharding"][i], ev1["recompute"][i]))
@@ -287,13 +302,13 @@ def _search(arch: Mapping[str, Any], hw_row: Mapping[str, Any], n_min: float, bm
     ev = _concat(ev1, _evaluate(_fine_rows(top, L, [(1, v) for v in VPPS]), arch, hw_row, bmax_seqs, seq_len, dtype,
                                 params, tokens, limit_s))
     best = _best_per_structure(ev, top)
-    rows = [(t, p, d, float(L), c, mb, v, sh, rc) for t, p, d, c, _, v, sh, rc in best for mb in MICRO_BATCHES
+    rows = [(t, p, d, float(L), c, mb, v, sh, rc, tm) for t, p, d, c, tm, _, v, sh, rc in best for mb in MICRO_BATCHES
             if 1 < mb <= max(bmax_seqs, 1.0)]
-    ev = _concat(ev, _evaluate(np.array(rows, dtype=np.float64).reshape(-1, 9), arch, hw_row, bmax_seqs, seq_len,
+    ev = _concat(ev, _evaluate(np.array(rows, dtype=np.float64).reshape(-1, 10), arch, hw_row, bmax_seqs, seq_len,
                                dtype, params, tokens, limit_s))
     best = _best_per_structure(ev, top)
-    rows = [(t, p, d, float(L), c, mb, v, SHARDING_CODES[sh], RECOMPUTE_CODES[rc])
-            for t, p, d, c, mb, v, _, _ in best for sh in SHARDINGS for rc in RECOMPUTES]
+    rows = [(t, p, d, float(L), c, mb, v, SHARDING_CODES[sh], RECOMPUTE_CODES[rc], tm)
+            for t, p, d, c, tm, mb, v, _, _ in best for sh in SHARDINGS for rc in RECOMPUTES]
     ev = _concat(ev, _evaluate(np.array(rows, dtype=np.float64), arch, hw_row, bmax_seqs, seq_len, dtype, params,
                                tokens, limit_s))
     order = _rank(ev)
@@ -301,22 +316,24 @@ def _search(arch: Mapping[str, Any], hw_row: Mapping[str, Any], n_min: float, bm
 
 
 def _best_per_structure(ev: dict, top: list[tuple]) -> list[tuple]:
-    """(tp, pp, dp, cp, micro-batch, interleave, sharding code, recompute code) of each structure's best row."""
+    """(tp, pp, dp, cp, tp_mode, micro-batch, interleave, sharding code, recompute code) of each structure's best
+    row."""
     out = []
-    for t, p, d, c, sh, rc in top:
-        mine = np.flatnonzero((ev["tp"] == t) & (ev["pp"] == p) & (ev["dp"] == d) & (ev["cp"] == c))
+    for t, p, d, c, tm, sh, rc in top:
+        mine = np.flatnonzero((ev["tp"] == t) & (ev["pp"] == p) & (ev["dp"] == d) & (ev["cp"] == c)
+                              & (ev["tp_mode"] == tm))
         if not len(mine):
             continue
         i = mine[_rank({k: v[mine] for k, v in ev.items() if k != "res"})[0]]
-        out.append((t, p, d, c, ev["mb"][i], ev["vpp"][i], ev["sharding"][i], ev["recompute"][i]))
+        out.append((t, p, d, c, tm, ev["mb"][i], ev["vpp"][i], ev["sharding"][i], ev["recompute"][i]))
     return out
 
 
 def _fine_rows(top: list[tuple], layers: int, fine: list[tuple]) -> np.ndarray:
-    """(tp, pp, dp, layers, cp, mb, vpp, shard, rc) rows: each structure (with its sharding and recompute codes)
-    × every (micro-batch, interleave)."""
+    """(tp, pp, dp, layers, cp, mb, vpp, shard, rc, tp_mode) rows: each structure (with its sharding and recompute
+    codes) × every (micro-batch, interleave)."""
     f = np.asarray(fine, dtype=np.float64)
-    s = np.asarray([(t, p, d, float(layers), c, sh, rc) for t, p, d, c, sh, rc in top], dtype=np.float64)
+    s = np.asarray([(t, p, d, float(layers), c, sh, rc, tm) for t, p, d, c, tm, sh, rc in top], dtype=np.float64)
     S = np.repeat(s, len(f), axis=0)
     F = np.tile(f, (len(s), 1))
     return np.column_stack([S[:, :5], F, S[:, 5:]])
@@ -337,16 +354,18 @@ def _concat(a: dict, b: dict) -> dict:
 def frontier_sweep(hw_row: Mapping[str, Any], months: float = 3.0, *, params: PhysParams = DEFAULT,
                    dtype: str = "bf16", flops=None, usd_per_gpu_hour: float | None = None,
                    seq_len: int = SEQ_LEN, assumptions: str = "realistic", batch_rule: str = "deepseek",
-                   fixed_batch_tokens: float = FIXED_BATCH_TOKENS) -> pl.DataFrame:
+                   fixed_batch_tokens: float = FIXED_BATCH_TOKENS, tp_form: str = "1d") -> pl.DataFrame:
     """One row per compute level (module docstring): the compute-optimal model, the batch ceiling, the latency
     wall, and the best cluster/layout finishing within ``months``; ``feasible`` false rows carry the reason and
     every row its ``binding`` constraint. ``params`` are used as given: apply ``models.assumptions.params_for``
-    before; ``assumptions`` names them in the output."""
+    before; ``assumptions`` names them in the output. ``tp_form``: 1d | 2d | any (module docstring, step 4)."""
     if not months or months <= 0:
         raise ValueError(f"months must be > 0, got {months}")
     check_assumptions(assumptions)
     if batch_rule not in BATCH_RULES:
         raise ValueError(f"batch rule must be one of {', '.join(BATCH_RULES)}, got '{batch_rule}'")
+    if tp_form not in TP_FORMS:
+        raise ValueError(f"tensor-parallel form must be one of {', '.join(TP_FORMS)}, got '{tp_form}'")
     limit_s = months * DAYS_PER_MONTH * 86_400.0
     grid = flop_grid() if flops is None else np.asarray(flops, dtype=np.float64)
     peak_tflops = _peak(hw_row, dtype)
@@ -380,7 +399,7 @@ def frontier_sweep(hw_row: Mapping[str, Any], months: float = 3.0, *, params: Ph
             rows.append(base | {"feasible": False, "binding": "time",
                                 "reason": f"needs more than {N_MAX:,} accelerators even at 100 % utilization"})
             continue
-        ev, j = _search(arch, hw_row, max(n_lo, n_mem), bmax, seq_len, dtype, params, tokens, limit_s)
+        ev, j = _search(arch, hw_row, max(n_lo, n_mem), bmax, seq_len, dtype, params, tokens, limit_s, tp_form)
         if ev is None or j < 0 or not len(ev["n"]):
             rows.append(base | {"feasible": False, "binding": "time",
                                 "reason": f"no layout of at most {N_MAX:,} accelerators for this model"})
@@ -410,6 +429,7 @@ def _record(ev: dict, j: int) -> dict[str, Any]:
            "cp": int(ev["cp"][j]), "ep": 1, "vpp": int(ev["vpp"][j]), "micro_batch": int(ev["mb"][j]),
            "sharding": {v: k for k, v in SHARDING_CODES.items()}[int(ev["sharding"][j])],
            "recompute": {v: k for k, v in RECOMPUTE_CODES.items()}[int(ev["recompute"][j])],
+           "tp_mode": {v: k for k, v in TP_MODE_CODES.items()}[int(ev["tp_mode"][j])],
            "global_batch_seqs": int(ev["batch"][j]), "step_time_s": float(ev["step"][j]),
            "kernel_floor_s": float(ev["floor"][j]), "mfu": float(ev["mfu"][j]), "utilization": float(ev["mfu"][j]),
            "tokens_per_s_per_gpu": float(res["tokens_per_s_per_gpu"][j] * ev["step_model"][j] / ev["step"][j]),
@@ -439,7 +459,7 @@ def _num_or_none(v) -> float | None:
 
 _TYPES = {"n_gpus": pl.Int64, "tp": pl.Int64, "pp": pl.Int64, "dp": pl.Int64, "cp": pl.Int64, "ep": pl.Int64,
           "vpp": pl.Int64, "micro_batch": pl.Int64, "global_batch_seqs": pl.Int64, "sharding": pl.Utf8,
-          "recompute": pl.Utf8, "utilization": pl.Float64, "time_to_train_days": pl.Float64,
+          "recompute": pl.Utf8, "tp_mode": pl.Utf8, "utilization": pl.Float64, "time_to_train_days": pl.Float64,
           "step_time_s": pl.Float64, "kernel_floor_s": pl.Float64, "tokens_per_s_per_gpu": pl.Float64,
           "mfu": pl.Float64, "memory_gb_per_gpu": pl.Float64, "latency_floor_excess_s": pl.Float64,
           "reason": pl.Utf8, "binding": pl.Utf8, **{b: pl.Float64 for b in BREAKDOWN}}

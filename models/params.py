@@ -42,6 +42,8 @@ DTYPE_CODES: Mapping[str, int] = {
     "fp32": 6,
     "tf32": 7,
 }
+# tensor-parallel form (models.tp2d): Megatron's 1-D split, or the 2-D weight-stationary grid
+TP_MODE_CODES: Mapping[str, int] = {"1d": 0, "2d": 1}
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from typing import Mapping
 import numpy as np
 
 from models import collectives as coll
-from models import mamba, mla, moe
+from models import mamba, mla, moe, tp2d
 from models.accounting import hybrid_flops_per_token
 from models.fastops import clip
 from models.params import PhysParams
@@ -68,7 +68,9 @@ class Inputs:
     shard: np.ndarray  # sharding code (models.params.SHARDING_CODES)
     rc: np.ndarray  # recompute code
     dt: np.ndarray  # dtype code
-    sp: np.ndarray  # sequence parallel (bool)
+    sp: np.ndarray  # sequence parallel (bool; always on for 2-D tensor-parallel rows)
+    tp_mode: np.ndarray  # tensor-parallel form code (models.params.TP_MODE_CODES: 0 Megatron 1-D, 1 the 2-D grid)
+    tp2d: np.ndarray | None  # 2-D tensor-parallel rows (models.tp2d); None: no such row in the block
     is_fp32: np.ndarray
     # hardware (efficiencies applied)
     mem_cap: np.ndarray  # memory_gb
@@ -194,6 +196,9 @@ def attention_gemms(x: Inputs, r: Rates) -> np.ndarray:
     """QKV and output projections of one layer, forward, per GPU (s): roofline of the split GEMMs."""
     attn_m = r.sh["attn_matmul"]
     attn_bytes = r.wrt * attn_m + r.aT * r.h2 + r.aTt * (2.0 * (r.q + r.kvd))
+    if x.tp2d is not None:  # 2-D rows: the GEMMs read and write the grid's gathered activations (models.tp2d)
+        io_attn = tp2d.gemm_io_elems_per_token(x.h, r.q, r.kvd, x.arch["ffn_dim"], r.n_mats, x.t)[0]
+        attn_bytes = np.where(x.tp2d, r.wrt * attn_m + r.aT * io_attn, attn_bytes)
     t_attn_gemm = np.maximum(r.Tt2 * attn_m * r.inv_rate + 2.0 * r.wh, attn_bytes * r.inv_hbm)  # QKV, output
     # MLA rows: duplicated down-projections, split up-projections (models.mla)
     if (ms := x.arch.get("mla")) is not None:
@@ -207,6 +212,9 @@ def dense_mlp_gemms(x: Inputs, r: Rates) -> np.ndarray:
     """The dense MLP of one layer, forward, per GPU (s)."""
     mlp_m = r.sh["dense_mlp_matmul"]
     mlp_bytes_d = r.wrt * mlp_m + r.aT * r.h2 + r.aTt * (r.n_mats * x.arch["ffn_dim"])
+    if x.tp2d is not None:
+        io_mlp = tp2d.gemm_io_elems_per_token(x.h, r.q, r.kvd, x.arch["ffn_dim"], r.n_mats, x.t)[1]
+        mlp_bytes_d = np.where(x.tp2d, r.wrt * mlp_m + r.aT * io_mlp, mlp_bytes_d)
     return np.maximum(r.Tt2 * mlp_m * r.inv_rate + r.n_mats * r.wh, mlp_bytes_d * r.inv_hbm)
 
 
@@ -223,6 +231,9 @@ def moe_mlp_gemms(x: Inputs, r: Rates) -> tuple[np.ndarray, np.ndarray]:
     exp_m, rout_m = r.sh["expert_matmul"], r.sh["router_matmul"]
     mlp_bytes_m = (r.wrt * ((e_local * moe.expert_weight_scale(x.t, x.et) + ns) * exp_m + rout_m)
                    + r.aT * (r.h2 * (1.0 + k_rho)) + r.aTt * (r.n_mats * F_moe))
+    if x.tp2d is not None:
+        mlp_bytes_m = np.where(x.tp2d, r.wrt * ((e_local * moe.expert_weight_scale(x.t, x.et) + ns) * exp_m + rout_m)
+                               + r.aT * tp2d.moe_io_elems_per_token(x.h, k, F_moe, r.n_mats, x.t), mlp_bytes_m)
     t_mlp_m = np.maximum(r.Tt2 * (kns * exp_m + rout_m) * r.inv_rate + (r.n_mats * r.wh) * (e_local + ns),
                          mlp_bytes_m * r.inv_hbm)
     return t_mlp_m, F_moe
@@ -361,21 +372,32 @@ def hybrid_stage(hy: Mapping[str, np.ndarray], arch: Mapping[str, np.ndarray], p
 
 def tp_comm(x: Inputs, r: Rates, cm: Compute) -> np.ndarray:
     """Tensor parallel, per micro-batch (s, before overlap): 2 all-reduces (or AG+RS pairs) per layer per forward
-    pass, 2 in backward."""
+    pass, 2 in backward; 2-D rows: 4 all-gathers / reduce-scatters on the grid's c-group and 4 on its r-group per
+    layer and pass (models.tp2d)."""
     tp_bw, tp_a = coll.group_link(x.t, np.minimum(x.t, x.node), x.bw_up, x.bw_out, x.a_up, x.a_out, 1.0, x.tiers)
     tp_bytes = r.aT * x.h
     tp_one = coll.ring_all_reduce_time(tp_bytes, x.t, tp_bw, tp_a)
-    return cm.tp_per_stage * (r.n_fwd_passes + 1.0) * tp_one + expert_tp_comm(x, r, cm, tp_bytes, tp_one)
+    tp_total = cm.tp_per_stage * (r.n_fwd_passes + 1.0) * tp_one
+    if x.tp2d is not None:
+        F = x.arch["ffn_dim"]
+        F_moe = (x.k + x.ns) * x.arch["expert_ffn_dim"] if r.any_moe else F
+        tp_2d = tp2d.tp_comm_s(r.Ls_dense, r.Ls_moe, r.n_fwd_passes + 1.0, r.T, x.h, r.q, r.kvd, F, F_moe, r.n_mats,
+                               x.t, x.node, x.bw_up, x.bw_out, x.a_up, x.a_out, r.act_b, x.tiers)
+        tp_total = np.where(x.tp2d, tp_2d, tp_total)
+    return tp_total + expert_tp_comm(x, r, cm, tp_bytes, tp_one)
 
 
 def expert_tp_comm(x: Inputs, r: Rates, cm: Compute, tp_bytes, tp_one) -> np.ndarray | float:
     """What expert tensor parallelism and the load imbalance change in the TP traffic of one micro-batch (s):
     each MoE layer's expert-side collective pair (all-gather of the dispatched tokens, reduce-scatter after) runs
     over etp ranks with ``models.moe.expert_tp_bytes`` instead of the tp pair ``tp_one`` (none at etp = 1).
-    0.0 where etp = tp and the load is balanced (today's TP pair, bit for bit)."""
+    0.0 where etp = tp and the load is balanced (today's TP pair, bit for bit). 2-D rows keep their own MoE
+    traffic (models.tp2d)."""
     if not r.any_moe:
         return 0.0
     moved = (x.E > 0) & ((x.et != x.t) | (x.rho != 1.0))
+    if x.tp2d is not None:
+        moved = moved & ~x.tp2d
     if not np.any(moved):
         return 0.0
     et = x.et

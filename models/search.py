@@ -14,6 +14,8 @@ Enumeration rules (docs/model.md, "Search"):
   micro_batch  divisors of global_batch_seqs/dp up to ``max_micro_batch``
   sharding  all six when dp*cp > 1, else 'none'; recompute all three;
   sequence_parallel  both when tp > 1, else False
+  tp_mode  '1d' (Megatron), and for tp >= 4 also '2d' (models.tp2d: the r x c grid; sequence-sharded by
+       construction, so only with sequence_parallel on)
 Any dimension can be fixed: ``fixed={'tp': 1, 'pp': 1, 'sharding': 'fsdp'}`` (a scalar or
 a list of allowed values). Remaining invalid combinations (e.g. interleaving with a
 micro-batch count not divisible by pp) are removed by ``predict_arrays``' validity rules.
@@ -34,6 +36,7 @@ from models.params import (
     DTYPE_CODES,
     RECOMPUTE_CODES,
     SHARDING_CODES,
+    TP_MODE_CODES,
     PhysParams,
 )
 from models.predictor import EXTRA_COLUMNS, Model, as_predictor, domain_text, predict_arrays
@@ -41,7 +44,7 @@ from models.step_time import HARDWARE_COLUMNS, NETWORK_COLUMNS, OUTPUT_COLUMNS
 
 LAYOUT_DIMS = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "micro_batch", "sharding", "recompute",
                "sequence_parallel")
-_CODES = {"sharding": SHARDING_CODES, "recompute": RECOMPUTE_CODES}
+_CODES = {"sharding": SHARDING_CODES, "recompute": RECOMPUTE_CODES, "tp_mode": TP_MODE_CODES}
 _INV = {key: {v: k for k, v in codes.items()} for key, codes in _CODES.items()}
 
 
@@ -105,6 +108,7 @@ def enumerate_layouts(
     inner: list[np.ndarray] = []
     grids: dict[tuple, np.ndarray] = {}  # the inner grid depends on dp, on dp*cp > 1 and on tp > 1 only
     rcs = _allowed(fixed, "recompute", [0, 1, 2])
+    modes: list[int] = []  # tp_mode code of each outer layout
     for tp in tps:
         pps = _allowed(fixed, "pp", [p for p in _divisors(n // tp) if p <= L])
         sps = _allowed(fixed, "sequence_parallel", [False, True] if tp > 1 else [False])
@@ -112,6 +116,7 @@ def enumerate_layouts(
             etps = [int(x) for x in (fixed["etp"] if isinstance(fixed["etp"], (list, tuple, set)) else [fixed["etp"]])]
         else:
             etps = [1, tp] if E > 0 and tp > 1 else [tp]
+        tpms = _allowed(fixed, "tp_mode", [0, 1] if tp >= 4 else [0])
         for pp in pps:
             rest = n // (tp * pp)
             cps = [c for c in _divisors(rest) if c <= max_cp and (c & (c - 1)) == 0 and s % c == 0]
@@ -131,16 +136,21 @@ def enumerate_layouts(
                 if not len(grid):
                     continue
                 eps = _allowed(fixed, "ep", [e for e in _divisors(dp) if E % e == 0] if E > 0 else [1])
-                for ep, etp, vpp in itertools.product(eps, etps, vpps):
+                grid2 = grid[grid[:, 3] > 0] if 1 in tpms and (grid[:, 3] > 0).any() else grid
+                for ep, etp, vpp, tpm in itertools.product(eps, etps, vpps, tpms):
                     outer.append((tp, pp, cp, dp, ep, etp, vpp))
-                    inner.append(grid)
+                    inner.append(grid2 if tpm else grid)
+                    modes.append(tpm)
     if outer:  # one block per outer layout, built with two array operations instead of a column per block
         sizes = np.fromiter((len(g) for g in inner), dtype=np.int64, count=len(inner))
         mat = np.hstack([np.repeat(np.asarray(outer, dtype=np.float64), sizes, axis=0), np.concatenate(inner)])
+        tp_mode = np.repeat(np.asarray(modes, dtype=np.int64), sizes)
     else:
         mat = np.zeros((0, len(LAYOUT_DIMS)))
+        tp_mode = np.zeros(0, dtype=np.int64)
     m = len(mat)
     out: dict[str, np.ndarray] = {c: mat[:, i].copy() for i, c in enumerate(LAYOUT_DIMS)}
+    out["tp_mode"] = tp_mode
     out["sharding"] = out["sharding"].astype(np.int64)
     out["recompute"] = out["recompute"].astype(np.int64)
     out["sequence_parallel"] = out["sequence_parallel"] > 0
@@ -230,6 +240,8 @@ def search(
             data[c] = col.astype(bool)
         else:
             data[c] = col.astype(np.int64)
+        if c == "tp":
+            data["tp_mode"] = [_INV["tp_mode"][int(x)] for x in lay["tp_mode"][order]]
     data["dtype"] = [dtype] * len(order)
     for c in OUTPUT_COLUMNS + EXTRA_COLUMNS:
         data[c] = res[c][order]

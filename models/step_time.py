@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from models import collectives as coll
-from models import mamba, mla, moe, parts
+from models import mamba, mla, moe, parts, tp2d
 from models.accounting import layer_shapes, normalize_arch, param_counts
 from models.fastops import divisible
 from models.hardware import A100_TFLOPS_PER_SM, choose_peak, peak_table
@@ -25,6 +25,7 @@ from models.params import (
     DTYPE_CODES,
     RECOMPUTE_CODES,
     SHARDING_CODES,
+    TP_MODE_CODES,
     PhysParams,
 )
 from models.parts import Inputs
@@ -45,6 +46,7 @@ LAYOUT_COLUMNS = (
     "sequence_parallel",
     "dtype",
     "gpus_per_node",
+    "tp_mode",
 )
 HARDWARE_COLUMNS = (
     "peak_fp32_tflops",
@@ -77,6 +79,7 @@ ERR_CATEGORY = 1 << 8
 ERR_HARDWARE = 1 << 9
 ERR_MEMORY = 1 << 10
 ERR_HYBRID = 1 << 11
+ERR_TP2D = 1 << 12
 ERROR_MESSAGES = {
     ERR_BAD_VALUE: "a required numeric input is missing, non-finite or not positive",
     ERR_GPU_PRODUCT: "tp*pp*cp*dp != n_gpus",
@@ -88,14 +91,17 @@ ERROR_MESSAGES = {
     ERR_VPP: "invalid vpp (vpp>1 needs pp>1, micro-batches divisible by pp and >= vpp layers per stage)",
     ERR_CP_SEQ: "seq_len not divisible by cp (hybrids: or Mamba heads not divisible by tp*cp, or Mamba groups per "
                 "tp rank neither a multiple nor a divisor of cp)",
-    ERR_CATEGORY: "unknown activation/sharding/recompute/dtype value",
+    ERR_CATEGORY: "unknown activation/sharding/recompute/dtype/tp_mode value",
     ERR_HARDWARE: "hardware has no peak for this dtype or lacks a required bandwidth/memory value (or an "
                   "oversubscription < 1, or a pod_size below the scale-up domain)",
     ERR_HYBRID: "hybrid layer_pattern without a complete Mamba-2 shape (mamba_n_heads, mamba_head_dim, "
                 "mamba_n_groups, mamba_state_dim) or whose blocks do not add up to n_layers (Jamba's Mamba-1 "
                 "mixers are not modelled)",
+    ERR_TP2D: "tp_mode 2d: the r x c grid (r the largest divisor of tp <= sqrt(tp), c = tp/r) does not split the "
+              "shapes: d_model must be divisible by r, ffn_dim (and expert_ffn_dim) by tp, micro_batch*seq_len/cp "
+              "by c; hybrid Mamba, MLA and MTP rows have no 2-D model (models.tp2d)",
 }
-INVALID_MASK = ((ERR_HYBRID << 1) - 1) & ~ERR_MEMORY  # every bit except memory
+INVALID_MASK = ((ERR_TP2D << 1) - 1) & ~ERR_MEMORY  # every bit except memory
 
 OUTPUT_COLUMNS = (
     "feasible",
@@ -227,6 +233,10 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
     B, b, d, p = g("global_batch_seqs"), g("micro_batch"), g("dp"), g("pp")
     c, e, v = (np.where(np.isnan(x), 1.0, x) for x in (g("cp", 1.0), g("ep", 1.0), g("vpp", 1.0)))
     dt = _code(a, "dtype", n)
+    tpm = _code(a, "tp_mode", n)  # models.params.TP_MODE_CODES; 2-D rows (models.tp2d) are sequence-sharded
+    tp2d_rows = tpm == 1
+    tp2d_rows = tp2d_rows if tp2d_rows.any() else None
+    sp = g("sequence_parallel", 0.0) > 0  # NaN -> False
     # kernel efficiency of the software stack: the params' value, or per row (a calibration's value for the
     # row's stack and hardware generation; NaN: the params')
     ke = P.kernel_eff
@@ -266,7 +276,7 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
         V=arch["vocab"], E=arch["n_experts"], k=arch["top_k"], ns=arch["n_shared_experts"], act=arch["activation"],
         s=g("seq_len"), B=B, b=b, N=N, t=t, p=p, d=d, c=c, e=e, v=v, m=B / (d * b), Ls=np.ceil(L / p),
         shard=_code(a, "sharding", n), rc=_code(a, "recompute", n), dt=dt,
-        sp=g("sequence_parallel", 0.0) > 0,  # NaN -> False
+        sp=sp if tp2d_rows is None else sp | tp2d_rows, tp_mode=tpm, tp2d=tp2d_rows,
         is_fp32=is_fp32, mem_cap=g("memory_gb"), ke=ke, gemm_eff=eff,
         hbm_bw=g("memory_bw_gbps") * 1e9 * (P.hbm_eff * ke), sm=sm, peaks=peaks, peak_tf=peak_tf, peak_fb=peak_fb,
         attn_peak_tf=np.where(is_fp32, peak_tf, peaks[0]), node=np.maximum(np.minimum(node, N), 1.0), tiers=tiers,
@@ -310,6 +320,7 @@ def _validity(x: Inputs) -> np.ndarray:
     _flag(err, ~divisible(x.s, c), ERR_CP_SEQ)
     act, shard, rc, dt = x.act, x.shard, x.rc, x.dt
     cat_bad = (act < 0) | (act > 1) | (shard < 0) | (shard > 5) | (rc < 0) | (rc > 2) | (dt < 0) | (dt > 7)
+    cat_bad |= (x.tp_mode < 0) | (x.tp_mode > 1)
     _flag(err, cat_bad, ERR_CATEGORY)
     peak_tf, hbm_bw, bw_up, bw_out = x.peak_tf, x.hbm_bw, x.bw_up, x.bw_out
     hw_bad = ~(np.isfinite(peak_tf) & (peak_tf > 0) & np.isfinite(hbm_bw) & (hbm_bw > 0) & np.isfinite(x.mem_cap))
@@ -318,6 +329,15 @@ def _validity(x: Inputs) -> np.ndarray:
     _flag(err, hw_bad, ERR_HARDWARE)
     if x.hy is not None:
         _hybrid_validity(err, x.hy, t, c)
+    if x.tp2d is not None:  # the 2-D grid must split the shapes; rows it has no model for are refused (models.tp2d)
+        bad = ~tp2d.valid(t, x.h, x.arch["ffn_dim"], x.b * x.s / c, x.arch["expert_ffn_dim"], E)
+        if x.hy is not None:
+            bad |= x.hy["hybrid"]
+        if x.arch.get("mla") is not None:
+            bad |= x.arch["mla"]["mla"]
+        if x.arch.get("mtp") is not None:
+            bad |= x.arch["mtp"] > 0
+        _flag(err, x.tp2d & bad, ERR_TP2D)
     return err
 
 
@@ -392,6 +412,7 @@ _CATEGORICALS = {
     "sharding": (SHARDING_CODES, "none"),
     "recompute": (RECOMPUTE_CODES, "none"),
     "dtype": (DTYPE_CODES, "bf16"),
+    "tp_mode": (TP_MODE_CODES, "1d"),
 }
 _NUMERIC_DEFAULTS = {"cp": 1, "ep": 1, "vpp": 1, "n_experts": 0, "n_shared_experts": 0, "n_dense_layers": 0}
 _BOOL_DEFAULTS = {"sequence_parallel": False, "tied_embeddings": False}
@@ -401,7 +422,7 @@ def encode_configs(configs: pl.DataFrame) -> dict[str, np.ndarray]:
     """Encode a polars config table into the arrays ``predict_arrays`` expects.
 
     Nulls in categoricals take the defaults (activation gelu, sharding none, recompute none,
-    dtype bf16); values outside the vocabulary become -1 (-> ERR_CATEGORY). Missing optional
+    dtype bf16, tp_mode 1d); values outside the vocabulary become -1 (-> ERR_CATEGORY). Missing optional
     numeric columns take cp=ep=vpp=1, n_experts=0 ...; gpus_per_node null -> scaleup_size.
     A `layer_pattern` column (hybrid Mamba-Transformer rows) adds the block counts
     (models.mamba.COUNT_COLUMNS, null for rows without a pattern) and the Mamba shape columns;

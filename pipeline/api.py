@@ -20,6 +20,7 @@ from pipeline.settings import Settings
 SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp")
 RECOMPUTES = ("none", "selective", "full")
 DTYPES = ("bf16", "fp16", "fp8", "fp8-cs", "mxfp8", "nvfp4", "fp32", "tf32")
+TP_MODES = ("1d", "2d")  # models.params.TP_MODE_CODES
 ASSUMPTION_SETS = ("realistic", "ideal")
 
 
@@ -140,7 +141,7 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
                    global_batch: int, seq_len: int, micro_batch: Optional[int] = None, tp: int = 1, pp: int = 1,
                    dp: Optional[int] = None, cp: int = 1, ep: int = 1, vpp: int = 1, sharding: Optional[str] = None,
                    recompute: Optional[str] = None, sequence_parallel: Optional[bool] = None,
-                   dtype: str = "bf16", gpus_per_node: Optional[int] = None,
+                   tp_mode: str = "1d", dtype: str = "bf16", gpus_per_node: Optional[int] = None,
                    inter_node_gbps: Optional[float] = None, analytical_only: bool = False,
                    assumptions: str = "realistic", arch: Optional[dict] = None,
                    hw_row: Optional[dict] = None, scaleup_size: Optional[int] = None,
@@ -163,6 +164,7 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     check_choice("--recompute", recompute, RECOMPUTES)
     check_choice("--dtype", dtype, DTYPES)
     check_choice("--assumptions", assumptions, ASSUMPTION_SETS)
+    check_choice("--tp-mode", tp_mode, TP_MODES)
     for (old, ov), (new, nv) in ((("--gpus-per-node", gpus_per_node), ("--scaleup-size", scaleup_size)),
                                  (("--inter-node-gbps", inter_node_gbps), ("--scaleout-gbps", scaleout_gbps))):
         if ov is not None and nv is not None and ov != nv:
@@ -216,7 +218,7 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     row.update(run_id="cli", model=arch.get("id"), gpu=hw_row.get("id"), seq_len=seq_len,
                global_batch_seqs=global_batch, micro_batch=micro_batch, n_gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp,
                ep=ep, vpp=vpp, sharding=sharding, recompute=recompute, sequence_parallel=sequence_parallel,
-               dtype=dtype, gpus_per_node=gpus_per_node)
+               dtype=dtype, gpus_per_node=gpus_per_node, tp_mode=tp_mode)
     if etp is not None:  # MoE options (models.moe); absent columns = the defaults
         row["etp"] = etp
     if capacity_factor is not None:
@@ -229,7 +231,8 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
         raise InputError(f"invalid configuration: {err}")
     inputs = pl.DataFrame([{k: row[k] for k in ("run_id", "model", "gpu", "n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp",
                                                  "micro_batch", "global_batch_seqs", "seq_len", "sharding",
-                                                 "recompute", "sequence_parallel", "dtype", "gpus_per_node")}
+                                                 "recompute", "sequence_parallel", "dtype", "gpus_per_node",
+                                                 "tp_mode")}
                            | {"etp": row.get("etp"), "moe_capacity_factor": row.get("moe_capacity_factor")}],
                           schema_overrides={"etp": pl.Int64, "moe_capacity_factor": pl.Float64})
     res = res.with_columns((pl.col("assumptions") + pl.lit("; defaults: " + ", ".join(defaults) if defaults else ""))
@@ -279,12 +282,12 @@ PREDICT_COLUMNS = ["run_id", "feasible", "error", "step_time_s", "step_time_lo_s
                    "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu", "hfu",
                    "memory_gb_per_gpu", "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s",
                    "cp_comm_s", "ep_comm_s", "optimizer_s", "fit_version", "assumptions", "calibration_domain"]
-SEARCH_COLUMNS = ["rank", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "sharding", "recompute",
+SEARCH_COLUMNS = ["rank", "tp", "tp_mode", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "sharding", "recompute",
                   "sequence_parallel", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu",
                   "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu", "memory_gb_per_gpu", "fit_version",
                   "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s",
                   "ep_comm_s", "optimizer_s"]
-CURVE_COLUMNS = ["n_gpus", "global_batch_seqs", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding",
+CURVE_COLUMNS = ["n_gpus", "global_batch_seqs", "tp", "tp_mode", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding",
                  "recompute", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s", "tokens_per_s_lo",
                  "tokens_per_s_hi", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu",
                  "time_to_train_days", "cost_usd", "parallel_efficiency", "marginal_efficiency",
@@ -295,7 +298,7 @@ BREAKDOWN_KEYS = ["step_time_s", "compute_s", "tp_comm_s", "pp_bubble_s", "pp_co
 LEVEL_COLUMNS = ["assumptions", "training_flop", "params", "n_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch",
                  "sharding", "recompute", "global_batch_seqs", "utilization", "time_to_train_days",
                  "latency_wall_days", "feasible", "binding", "reason", "cost_usd"]
-PLAN_COLUMNS = ["rank", "hardware", "n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding",
+PLAN_COLUMNS = ["rank", "hardware", "n_gpus", "tp", "tp_mode", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding",
                 "recompute", "days", "days_lo", "days_hi", "days_ideal", "cost_usd", "cost_usd_lo", "cost_usd_hi",
                 "energy_mwh", "mfu", "tokens_per_s_per_gpu", "goodput", "expected_interruptions",
                 "checkpoint_interval_min", "usd_per_gpu_hour", "price_source", "hfu", "step_time_s",
@@ -403,6 +406,7 @@ def layout_search(cfg: Settings, *, model: Optional[str] = None, layers: Optiona
                   tp: Optional[int] = None, pp: Optional[int] = None, dp: Optional[int] = None,
                   cp: Optional[int] = None, ep: Optional[int] = None, vpp: Optional[int] = None,
                   micro_batch: Optional[int] = None, sharding: Optional[str] = None, recompute: Optional[str] = None,
+                  tp_mode: Optional[str] = None,
                   assumptions: str = "realistic", analytical_only: bool = False, scaleup_size: Optional[int] = None,
                   scaleup_gbps: Optional[float] = None, scaleout_gbps: Optional[float] = None,
                   oversubscription: Optional[float] = None,
@@ -415,7 +419,8 @@ def layout_search(cfg: Settings, *, model: Optional[str] = None, layers: Optiona
     if rank_by not in ("throughput", "cost"):
         raise InputError(f"--rank-by must be throughput or cost, got '{rank_by}'")
     for name, value, allowed in (("--sharding", sharding, SHARDINGS), ("--recompute", recompute, RECOMPUTES),
-                                 ("--activation", activation, ("gelu", "swiglu")), ("--dtype", dtype, DTYPES)):
+                                 ("--activation", activation, ("gelu", "swiglu")), ("--dtype", dtype, DTYPES),
+                                 ("--tp-mode", tp_mode, TP_MODES)):
         check_choice(name, value, allowed)
     if model or arch_file or arch is not None:
         arch_row = architecture(cfg, model, arch_file, arch)
@@ -432,7 +437,7 @@ def layout_search(cfg: Settings, *, model: Optional[str] = None, layers: Optiona
     if capacity_factor is not None and not (capacity_factor > 0 and math.isfinite(capacity_factor)):
         raise InputError(f"--capacity-factor must be a number > 0 (omit it for dropless), got {capacity_factor}")
     fixed = {k: v for k, v in dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, micro_batch=micro_batch,
-                                   sharding=sharding, recompute=recompute,
+                                   sharding=sharding, recompute=recompute, tp_mode=tp_mode,
                                    moe_capacity_factor=capacity_factor).items() if v is not None}
     overrides = network_overrides(scaleup_size, scaleup_gbps, scaleout_gbps, oversubscription, pod_size)
     result, n_evaluated, _ = search_layouts(cfg, arch=arch_row, hw_row=hw_row, gpus=gpus, global_batch=global_batch,
@@ -594,7 +599,7 @@ def compute_frontier(cfg: Settings, *, gpu: str, months: float = 3.0, min_utiliz
                      scaleup_size: Optional[int] = None, scaleup_gbps: Optional[float] = None,
                      scaleout_gbps: Optional[float] = None, memory_gb: Optional[float] = None,
                      analytical_only: bool = False, oversubscription: Optional[float] = None,
-                     pod_size: Optional[int] = None) -> tuple[dict, pl.DataFrame, str]:
+                     pod_size: Optional[int] = None, tp_form: str = "1d") -> tuple[dict, pl.DataFrame, str]:
     """`stepcast frontier`: (the document `--format json` prints, before NaN becomes None; the sweep of every compute
     level; the title). NoResult when no level is trainable (its `detail` has "reason", "sweep", "title")."""
     from models.curves import default_dtype
@@ -605,12 +610,14 @@ def compute_frontier(cfg: Settings, *, gpu: str, months: float = 3.0, min_utiliz
     if not 0 < min_utilization <= 1:
         raise InputError(f"--min-utilization must be in (0, 1], got {min_utilization}")
     check_batch_rule(batch_rule)
+    from models.frontier import TP_FORMS
+    check_choice("--tp-form", tp_form, TP_FORMS)
     _, params, note = physics(cfg, assumptions, residual=False, analytical_only=analytical_only)
     hw = tier_hardware(cfg, gpu, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps,
                        memory_gb=memory_gb, oversubscription=oversubscription, pod_size=pod_size)
     dt = dtype or default_dtype(hw)
     sweep = frontier_sweep(hw, months, params=params, dtype=dt, usd_per_gpu_hour=hw.get("cloud_usd_per_hour"),
-                           assumptions=assumptions, batch_rule=batch_rule)
+                           assumptions=assumptions, batch_rule=batch_rule, tp_form=tp_form)
     s = frontier_summary(sweep, min_utilization)
     over = overrides_note(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb, oversubscription, pod_size)
     title = (f"frontier of {gpu}{over}: {assumptions} assumptions, {months:g} months, >= {min_utilization:g} x best "
@@ -625,7 +632,8 @@ def compute_frontier(cfg: Settings, *, gpu: str, months: float = 3.0, min_utiliz
               "ended_by": s["ended_by"], "cost_basis": s["cost_basis"],
               "latency_wall_days": s["latency_wall_days"],
               "breakdown": {k: s[k] for k in BREAKDOWN_KEYS},
-              "layout": {k: s[k] for k in ("vpp", "micro_batch", "sharding", "recompute", "global_batch_seqs")},
+              "layout": {k: s[k] for k in ("vpp", "micro_batch", "sharding", "recompute", "global_batch_seqs",
+                                           "tp_mode")},
               "model": {k: s[k] for k in ("arch_id", "d_model", "n_layers", "n_heads", "seq_len")},
               "gpu": gpu, "network": {"scaleup_size": hw.get("scaleup_size"),
                                       "scaleup_gbps": hw.get("intra_node_bw_gbps"),

@@ -167,6 +167,8 @@ FORMAT_HELP = "Output: table, csv or json."
 ASSUMPTIONS_HELP = ("realistic (the calibrated model: fitted parameters, residual correction, 90% interval) or "
                     "ideal (Epoch AI's ideal conditions: no host overhead or GEMM-size ramp, perfect overlap, no "
                     "memory allowance; latency stays).")
+TP_MODE_HELP = ("Tensor-parallel form: 1d (Megatron: weights split along one dimension) or 2d (d_model and d_ff "
+                "split over an r x c grid of the tp ranks, r the largest divisor of tp <= sqrt(tp); models.tp2d).")
 ANALYTICAL_HELP = "The analytical model with the prior parameters: no fit, no correction, no interval."
 # the network-tier flags (predict, search, curve, frontier, plan) override the accelerator's row
 SCALEUP_SIZE_HELP = "Accelerators per scale-up domain."
@@ -198,6 +200,7 @@ def predict(
     micro_batch: Optional[int] = typer.Option(None, "--micro-batch", min=1,
                                               help="Sequences per micro-batch [default: 1]."),
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree."),
+    tp_mode: str = typer.Option("1d", "--tp-mode", help=TP_MODE_HELP),
     pp: int = typer.Option(1, "--pp", min=1, help="Pipeline-parallel degree."),
     dp: Optional[int] = typer.Option(None, "--dp", min=1, help="Data-parallel degree [default: N / (tp x pp x cp)]."),
     cp: int = typer.Option(1, "--cp", min=1, help="Context-parallel degree."),
@@ -277,7 +280,7 @@ def predict(
         result = api.prediction(cfg, model=model, gpu=gpu, arch_file=arch_file, hardware_file=hardware_file, gpus=gpus,
                                 global_batch=global_batch, seq_len=seq_len, micro_batch=micro_batch, tp=tp, pp=pp,
                                 dp=dp, cp=cp, ep=ep, vpp=vpp, sharding=sharding, recompute=recompute,
-                                sequence_parallel=sequence_parallel, dtype=dtype, gpus_per_node=gpus_per_node,
+                                tp_mode=tp_mode, sequence_parallel=sequence_parallel, dtype=dtype, gpus_per_node=gpus_per_node,
                                 inter_node_gbps=inter_node_gbps, analytical_only=analytical_only,
                                 assumptions=assumptions, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps,
                                 scaleout_gbps=scaleout_gbps, oversubscription=oversubscription, pod_size=pod_size,

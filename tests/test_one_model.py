@@ -80,7 +80,7 @@ def test_predict_and_search_agree_on_a_few_hundred_configurations(fit):
         hw = resolve_hardware(pl.DataFrame([c["hw"]]), strict=False).row(0, named=True)
         n = c["tp"] * c["pp"] * c["dp"]
         fixed = dict(tp=c["tp"], pp=c["pp"], dp=c["dp"], cp=1, ep=1, vpp=1, micro_batch=c["micro_batch"],
-                     sharding=c["sharding"], recompute=c["recompute"], sequence_parallel=c["tp"] > 1)
+                     sharding=c["sharding"], recompute=c["recompute"], sequence_parallel=c["tp"] > 1, tp_mode="1d", etp=c["tp"])  # predict's defaults
         s = search(c["arch"], hw, n, c["global_batch"], c["seq_len"], fixed=fixed, top_k=1, params=model,
                    gpus_per_node=int(min(hw["scaleup_size"], n)))
         if p["step_time_s"] is None:

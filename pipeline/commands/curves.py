@@ -108,6 +108,9 @@ def frontier(
     pod_size: Optional[int] = typer.Option(None, "--pod-size", help=POD_SIZE_HELP),
     memory_gb: Optional[float] = typer.Option(None, "--memory-gb", help="Memory per accelerator, GB (overrides the "
                                                                          "hardware row)."),
+    tp_form: str = typer.Option("1d", "--tp-form", help="Tensor-parallel form the layouts may use: 1d (Megatron; "
+                                                        "the default, as Epoch AI's counterfactuals), 2d (the 2-D "
+                                                        "grid for tp >= 4) or any (the better of the two)."),
 ) -> None:
     """The largest training compute (Chinchilla-optimal dense model, tokens = 20 x params) that one accelerator
     type trains within --months while its best layout keeps utilization >= --min-utilization x its best: the
@@ -122,7 +125,7 @@ def frontier(
             settings(), gpu=gpu, months=months, min_utilization=min_utilization, dtype=dtype, assumptions=assumptions,
             batch_rule=batch_rule, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps,
             memory_gb=memory_gb, analytical_only=analytical_only, oversubscription=oversubscription,
-            pod_size=pod_size)
+            pod_size=pod_size, tp_form=tp_form)
     except api.NoResult as err:
         sweep, title = err.detail["sweep"], err.detail["title"]
         if fmt == "json" and table:

@@ -13,8 +13,10 @@ from pipeline import api
 from pipeline.cli import (ANALYTICAL_HELP, ASSUMPTIONS_HELP, OVERSUBSCRIPTION_HELP, POD_SIZE_HELP,
                           SCALEOUT_GBPS_HELP, SCALEUP_GBPS_HELP, SCALEUP_SIZE_HELP, _fail, app, settings)
 
+TP_MODE_FIX_HELP = "Fix the tensor-parallel form: 1d or 2d [default: both for tp >= 4, the search chooses]."
+
 SEARCH_COLUMNS = api.SEARCH_COLUMNS
-TABLE_COLUMNS = ["rank", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding", "recompute",
+TABLE_COLUMNS = ["rank", "tp", "tp_mode", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding", "recompute",
                  "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu", "mfu", "memory_gb_per_gpu"]
 
 
@@ -42,6 +44,7 @@ def search(
     top: int = typer.Option(10, "--top", "-k", min=1, help="How many layouts to show."),
     rank_by: str = typer.Option("throughput", "--rank-by", help="throughput, or cost (GPU-time per token)."),
     tp: Optional[int] = typer.Option(None, "--tp", min=1, help="Fix the tensor-parallel degree."),
+    tp_mode: Optional[str] = typer.Option(None, "--tp-mode", help=TP_MODE_FIX_HELP),
     pp: Optional[int] = typer.Option(None, "--pp", min=1, help="Fix the pipeline-parallel degree."),
     dp: Optional[int] = typer.Option(None, "--dp", min=1, help="Fix the data-parallel degree."),
     cp: Optional[int] = typer.Option(None, "--cp", min=1, help="Fix the context-parallel degree."),
@@ -88,7 +91,7 @@ def search(
             vocab=vocab, activation=activation, gpu=gpu, arch_file=arch_file, hardware_file=hardware_file, gpus=gpus,
             global_batch=global_batch, seq_len=seq_len, dtype=dtype, top=top, rank_by=rank_by, tp=tp, pp=pp, dp=dp,
             cp=cp, ep=ep, vpp=vpp, micro_batch=micro_batch, sharding=sharding, recompute=recompute,
-            assumptions=assumptions, analytical_only=analytical_only, scaleup_size=scaleup_size,
+            tp_mode=tp_mode, assumptions=assumptions, analytical_only=analytical_only, scaleup_size=scaleup_size,
             scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps, oversubscription=oversubscription,
             pod_size=pod_size, etp=etp, capacity_factor=capacity_factor)
     except api.NoResult as err:
