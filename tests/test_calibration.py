@@ -132,17 +132,23 @@ def test_outside_the_domain_the_interval_widens_and_the_output_says_why(inputs):
         pl.lit("v100-sxm2-32gb").alias("gpu")).join(old.rename({"id": "gpu"}), on="gpu")
     far = predict(far_cfg, b).row(0, named=True)
     assert far["calibration_domain"].startswith("extrapolated: hardware generation pre-Ampere not in the fit")
-    # the interval is step x exp(+-q): q_inside inside the domain, the wider q_extrapolated (the transfer protocols'
-    # out-of-fold conformal quantile) outside it
+    # the interval is step x exp(+-q x scale): q_inside inside the domain, the wider q_extrapolated (the transfer
+    # protocols' out-of-fold conformal quantile) outside it; scale = exp(width features . width_coef), the same
+    # for both rows (same family, precision, size and software era)
+    from models.predictor import encode, width_scale
+
     rel = lambda o: o["step_time_hi_s"] / o["step_time_lo_s"]  # noqa: E731
+    scale = lambda c: float(np.atleast_1d(width_scale(b, encode(c), c.height))[0])  # noqa: E731
     q_in, q_out = b.q_inside, b.q_extrapolated
-    assert q_out > q_in > 0
-    assert np.log(rel(near)) == pytest.approx(2 * q_in, rel=1e-9)
-    assert np.log(rel(far)) == pytest.approx(2 * q_out, rel=1e-9)
-    big = predict(cfg.with_columns((pl.col("n_gpus") * 4096).alias("n_gpus"), (pl.col("dp") * 4096).alias("dp"),
-                                   (pl.col("global_batch_seqs") * 4096).alias("global_batch_seqs")), b).row(0, named=True)
+    assert q_out > q_in > 0 and b.width_coef is not None
+    assert scale(far_cfg) == pytest.approx(scale(cfg), rel=1e-12)
+    assert np.log(rel(near)) == pytest.approx(2 * q_in * scale(cfg), rel=1e-9)
+    assert np.log(rel(far)) == pytest.approx(2 * q_out * scale(cfg), rel=1e-9)
+    big_cfg = cfg.with_columns((pl.col("n_gpus") * 4096).alias("n_gpus"), (pl.col("dp") * 4096).alias("dp"),
+                               (pl.col("global_batch_seqs") * 4096).alias("global_batch_seqs"))
+    big = predict(big_cfg, b).row(0, named=True)
     assert "accelerators > the largest cluster in the fit" in big["calibration_domain"]
-    assert np.log(rel(big)) == pytest.approx(2 * q_out, rel=1e-9)
+    assert np.log(rel(big)) == pytest.approx(2 * q_out * scale(big_cfg), rel=1e-9)
 
 
 def test_apply_calibration_wraps_the_one_function(inputs):
