@@ -38,7 +38,7 @@ import numpy as np
 import polars as pl
 
 from models import conformal, domains
-from models.params import DEFAULT, FITTABLE_BOUNDS, PhysParams
+from models.params import DEFAULT, FITTABLE_BOUNDS, LOW_PRECISION_DTYPES, PhysParams
 from models.runs_adapter import PRESETS
 from models.predictor import (FEATURE_NAMES, GEN_KEY, NATIVE_GEN_KEY, WIDTH_FEATURES, Calibration, encode,
                               group_params, width_features,
@@ -204,9 +204,8 @@ class Physics:
 
     @staticmethod
     def predict_part(part: tuple, params: PhysParams, overrides: dict) -> dict:
-        """The physics of one software era's rows (one call: a row's prediction may depend on the other rows of
-        its call, e.g. a dense row's gradient all-reduce pays the expert group's latency when the call holds an
-        MoE row, so parts are never split or merged)."""
+        """The physics of one software era's rows, in one call (a row's prediction does not depend on the other
+        rows of its call: tests/test_one_model.py)."""
         name, gens, idx, arrays = part
         p = group_params(name, None, params, overrides)
         per_gen = {g: (overrides or {}).get(GEN_KEY + g, {}) for g in np.unique(gens)}
@@ -268,7 +267,7 @@ def _slots(configs: pl.DataFrame) -> list[tuple[str | None, str]]:
         if c < MIN_GENERATION_RUNS or g == "unknown":
             continue
         sel = g_all == g
-        low = np.isin(dt[sel], ["fp8", "fp8-cs", "mxfp8", "nvfp4"])
+        low = np.isin(dt[sel], LOW_PRECISION_DTYPES)
         eight = int(low.sum())
         ref16 = int((~low & (pre[sel] != NATIVE)).sum())  # 16-bit runs on the reference kernels
         for f in GENERATION_FIELDS:
@@ -641,33 +640,26 @@ def _quantiles(E, X, alpha):
     return float(q_in), float(q_out)
 
 
-def interval_quantiles(cvs: list[CVResult], kind: str, log_target: np.ndarray, alpha: float = ALPHA,
-                       feats: np.ndarray | None = None, weights: np.ndarray | None = None):
+def interval_quantiles(cvs: list[CVResult], kind: str, log_target: np.ndarray, feats: np.ndarray,
+                       weights: np.ndarray, alpha: float = ALPHA):
     """(q_inside, q_extrapolated, width_coef): conformal quantiles over every protocol's out-of-fold predictions,
     per class (inside the fit's domain / extrapolated), of |log error| / exp(features . width_coef) — the error
-    normalized by the width model fitted on those same rows (`fit_width_model`; `feats` None: no width model,
-    width_coef None and plain |log error|). With fewer than 2/alpha extrapolated predictions, q_extrapolated =
-    the larger of q_inside and the quantile of all predictions."""
-    n = len(log_target)
-    f = feats if feats is not None else np.ones((n, 1))
-    w = weights if weights is not None else np.ones(n)
-    E, X, _, F, W = _oof_errors(cvs, kind, log_target, np.arange(n), f, w)
-    coef = fit_width_model(F, E, W) if feats is not None else None
-    S = np.exp(F @ coef) if coef is not None else 1.0
-    q_in, q_out = _quantiles(E / S, X, alpha)
+    normalized by the width model fitted on those same rows (`fit_width_model`, run weights `weights`). With
+    fewer than 2/alpha extrapolated predictions, q_extrapolated = the larger of q_inside and the quantile of all
+    predictions."""
+    E, X, _, F, W = _oof_errors(cvs, kind, log_target, np.arange(len(log_target)), feats, weights)
+    coef = fit_width_model(F, E, W)
+    q_in, q_out = _quantiles(E / np.exp(F @ coef), X, alpha)
     return q_in, q_out, coef
 
 
 def protocol_coverage(cvs: list[CVResult], kind: str, log_target: np.ndarray, run_id: np.ndarray,
-                      alpha: float = ALPHA, feats: np.ndarray | None = None,
-                      weights: np.ndarray | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+                      feats: np.ndarray, weights: np.ndarray,
+                      alpha: float = ALPHA) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per protocol: (covered per run, relative width per run), each fold's width model and quantiles estimated
     from every protocol's out-of-fold errors EXCEPT those of the fold's own runs (leave-one-fold-out
     conformal)."""
-    n = len(log_target)
-    f = feats if feats is not None else np.ones((n, 1))
-    w = weights if weights is not None else np.ones(n)
-    E, X, I, F, W = _oof_errors(cvs, kind, log_target, run_id, f, w)
+    E, X, I, F, W = _oof_errors(cvs, kind, log_target, run_id, feats, weights)
     out = {}
     for cv in cvs:
         e = np.abs(cv.log_pred[kind] - log_target)
@@ -678,13 +670,9 @@ def protocol_coverage(cvs: list[CVResult], kind: str, log_target: np.ndarray, ru
         for g in np.unique(cv.folds[held]):
             sel = held & (cv.folds == g)
             keep = ~np.isin(I, run_id[sel])
-            if feats is not None:
-                coef = fit_width_model(F[keep], E[keep], W[keep])
-                S, s_sel = np.exp(F[keep] @ coef), np.exp(f[sel] @ coef)
-            else:
-                S, s_sel = 1.0, 1.0
-            q_in, q_out = _quantiles(E[keep] / S, X[keep], alpha)
-            q = np.where(ext[sel], q_out, q_in) * s_sel
+            coef = fit_width_model(F[keep], E[keep], W[keep])
+            q_in, q_out = _quantiles(E[keep] / np.exp(F[keep] @ coef), X[keep], alpha)
+            q = np.where(ext[sel], q_out, q_in) * np.exp(feats[sel] @ coef)
             covered[sel] = e[sel] <= q
             width[sel] = np.exp(q) - np.exp(-q)
         out[cv.scheme] = (covered, width)
@@ -729,12 +717,12 @@ def fit_calibration(data: "FitData", max_nfev: int | None = None, protocols=PROT
     chosen = min(MODEL_KINDS, key=lambda k: (worsts[k][1], MODEL_KINDS.index(k)))
     wf = width_features(encode(data.configs), len(rid))
     sw = source_weights(src)
-    q_in, q_out, wcoef = interval_quantiles(cvs, chosen, data.log_target, feats=wf, weights=sw)
+    q_in, q_out, wcoef = interval_quantiles(cvs, chosen, data.log_target, wf, sw)
 
     final = final_cals[chosen]  # build_calibration(data, version=version), fitted beside the folds
     final.q_inside, final.q_extrapolated, final.width_coef = q_in, q_out, wcoef
 
-    cover = protocol_coverage(cvs, chosen, data.log_target, rid, feats=wf, weights=sw)
+    cover = protocol_coverage(cvs, chosen, data.log_target, rid, wf, sw)
     rows = []
     for cv in cvs:
         covered, width = cover[cv.scheme]
