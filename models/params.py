@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
+import numpy as np
+
 # ---------------------------------------------------------------------------------------
 # Categorical codes used by the array-level API (``predict_arrays``). Strings are encoded
 # to these integers outside the hot path; -1 means "unknown / not in the vocabulary".
@@ -42,6 +44,17 @@ DTYPE_CODES: Mapping[str, int] = {
     "fp32": 6,
     "tf32": 7,
 }
+#: the low-precision formats (the fp8 family and nvfp4): GEMMs at the 8-bit efficiency, "low precision" in the
+#: residual and interval features
+LOW_PRECISION_DTYPES = ("fp8", "fp8-cs", "mxfp8", "nvfp4")
+_LOW_CODES = np.array([DTYPE_CODES[d] for d in LOW_PRECISION_DTYPES])
+
+
+def is_low_precision(dtype_code) -> np.ndarray:
+    """Rows whose dtype code (DTYPE_CODES) is one of LOW_PRECISION_DTYPES."""
+    return np.isin(dtype_code, _LOW_CODES)
+
+
 # tensor-parallel form (models.tp2d): Megatron's 1-D split, or the 2-D weight-stationary grid
 TP_MODE_CODES: Mapping[str, int] = {"1d": 0, "2d": 1}
 

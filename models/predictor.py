@@ -31,7 +31,7 @@ import numpy as np
 import polars as pl
 
 from models.domains import Domain
-from models.params import DEFAULT, PhysParams
+from models.params import DEFAULT, PhysParams, is_low_precision
 from models.step_time import OUTPUT_COLUMNS, encode_configs
 from models.step_time import predict_arrays as physics_arrays
 
@@ -226,7 +226,7 @@ def residual_features(a: Mapping[str, np.ndarray], out: Mapping[str, np.ndarray]
         cols += [np.log(g("micro_batch") * g("seq_len") / cp), np.log(g("d_model") / tp), np.log(g("ffn_dim") / tp),
                  np.log(np.ceil(g("n_layers") / pp)), np.log(out["n_microbatches"]),
                  np.log(tp), np.log(pp), np.log(dp), np.log(g("n_gpus")),
-                 ((dt >= 2) & (dt <= 5)).astype(float), (rc == 1).astype(float), (rc == 2).astype(float),
+                 is_low_precision(dt).astype(float), (rc == 1).astype(float), (rc == 2).astype(float),
                  ((sh >= 3) & (sh <= 5)).astype(float), ((sh == 1) | (sh == 2)).astype(float),
                  (np.nan_to_num(g("sequence_parallel", 0.0)) > 0).astype(float),
                  np.clip(out["memory_gb_per_gpu"] / g("memory_gb"), 0.0, 5.0),
@@ -276,7 +276,7 @@ def width_features(a: Mapping[str, np.ndarray], n: int) -> np.ndarray:
         lg = np.nan_to_num(np.log2(np.maximum(g("n_gpus"), 1.0)) / 10.0, nan=0.0)
     return np.column_stack([
         np.ones(n), np.nan_to_num(g("n_experts"), nan=0.0) > 0, np.isfinite(g("n_attn_layers")),
-        (dt >= 2) & (dt <= 5), lg,
+        is_low_precision(dt), lg,
         era == ERA_CODES["pytorch_native"], era == ERA_CODES["megatron_2022"],
     ]).astype(float)
 

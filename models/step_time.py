@@ -27,6 +27,7 @@ from models.params import (
     SHARDING_CODES,
     TP_MODE_CODES,
     PhysParams,
+    is_low_precision,
 )
 from models.parts import Inputs
 
@@ -249,8 +250,7 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
         # per-row GEMM efficiencies (a calibration's values for each row's hardware generation)
         e16 = np.where(np.isnan(g("matmul_eff_16bit", e16)), e16, g("matmul_eff_16bit", e16))  # NaN: the params'
         e8 = np.where(np.isnan(g("matmul_eff_8bit", e8)), e8, g("matmul_eff_8bit", e8))
-        low = (dt >= 2) & (dt <= 5)
-        eff = np.where(low, e8, np.where((dt == 6) | (dt == 7), e32, e16))
+        eff = np.where(is_low_precision(dt), e8, np.where((dt == 6) | (dt == 7), e32, e16))
     else:
         eff = np.take(np.array([e16, e16, e8, e8, e8, e8, e32, e32]), dt, mode="clip")
     # MoE options (models.moe): expert tensor parallelism (NaN: tp, or the largest etp that folds; dense rows: tp),
