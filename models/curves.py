@@ -48,13 +48,14 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import polars as pl
 
+from models import moe, tp2d
 from models.params import DEFAULT, DTYPE_CODES, RECOMPUTE_CODES, SHARDING_CODES, TP_MODE_CODES, PhysParams
 from models.search import _INV, LAYOUT_DIMS, _num, broadcast_arch_hw
+from models.predictor import Predictor, predict_arrays
+from models.step_time import ERR_MEMORY, INVALID_MASK, OUTPUT_COLUMNS
 
 # the layout columns of a result: the search's dimensions with the tensor-parallel form beside tp
 _DIMS = ("tp", "tp_mode") + tuple(c for c in LAYOUT_DIMS if c != "tp")
-from models.predictor import Predictor, predict_arrays
-from models.step_time import ERR_MEMORY, INVALID_MASK, OUTPUT_COLUMNS
 
 POLICIES = ("strong", "weak", "critical")
 DEFAULT_THRESHOLD = 0.5
@@ -251,7 +252,7 @@ def enumerate_points(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], n_v
                     if B % dp:
                         continue
                     eps = [e for e in _divisors(dp) if E % e == 0] if E > 0 else [1]
-                    etps = (1, tp) if E > 0 and tp > 1 else (tp,)
+                    etps = moe.etp_candidates(E, tp)
                     ls = -(-L // pp)
                     for vpp in vpps_g:
                         if vpp > 1 and (pp == 1 or ls < vpp):
@@ -259,7 +260,7 @@ def enumerate_points(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], n_v
                         for ep in eps:
                             for etp in etps:
                                 for tpm in modes_g:
-                                    if tpm == 0 or tp >= 4:
+                                    if tpm == 0 or tp >= tp2d.MIN_TP:
                                         struct.append((i, n, B, tp, pp, cp, dp, ep, vpp, etp, tpm))
     if not struct:
         return {}, np.zeros(0, dtype=np.int64)

@@ -61,6 +61,7 @@ from typing import Any, Mapping
 import numpy as np
 import polars as pl
 
+from models import tp2d
 from models.accounting import model_flops_per_token, param_counts
 from models.assumptions import check_assumptions
 from models.curves import BATCH_RULES, FIXED_BATCH_TOKENS, batch_tokens
@@ -274,7 +275,7 @@ def _search(arch: Mapping[str, Any], hw_row: Mapping[str, Any], n_min: float, bm
         sel = above & (N == N[above].min())
     struct = np.column_stack([T[sel], P[sel], D[sel], np.full(sel.sum(), float(L)), C[sel], np.zeros(sel.sum())])
     if tp_form != "1d":
-        wide = struct[:, 0] >= 4
+        wide = struct[:, 0] >= tp2d.MIN_TP
         two = struct[wide].copy()  # tp >= 4: the 2-D grid (models.tp2d) beside, or instead of, the 1-D form
         two[:, 5] = float(TP_MODE_CODES["2d"])
         struct = np.vstack([struct, two] if tp_form == "any" else [struct[~wide], two])

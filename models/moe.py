@@ -156,3 +156,9 @@ def routed_tokens_factor(top_k, n_shared, rho) -> np.ndarray:
     multiplier of expert_ffn_dim in the MoE layer's FLOPs, activations and element-wise traffic (k + n_shared at
     rho = 1, exactly)."""
     return _f(top_k) * _f(rho) + _f(n_shared)
+
+
+def etp_candidates(n_experts: int, tp: int) -> tuple[int, ...]:
+    """The expert tensor-parallel degrees a layout search tries: 1 and tp for MoE with tp > 1 (Megatron-Core's
+    default etp = tp, and etp = 1, the setting for fine-grained experts), else tp alone."""
+    return (1, tp) if n_experts > 0 and tp > 1 else (tp,)

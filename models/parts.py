@@ -229,11 +229,11 @@ def moe_mlp_gemms(x: Inputs, r: Rates) -> tuple[np.ndarray, np.ndarray]:
     F_moe = kns * x.arch["expert_ffn_dim"]
     e_local = np.where(x.E > 0, x.E / x.e, 0.0)
     exp_m, rout_m = r.sh["expert_matmul"], r.sh["router_matmul"]
-    mlp_bytes_m = (r.wrt * ((e_local * moe.expert_weight_scale(x.t, x.et) + ns) * exp_m + rout_m)
-                   + r.aT * (r.h2 * (1.0 + k_rho)) + r.aTt * (r.n_mats * F_moe))
+    w_bytes = r.wrt * ((e_local * moe.expert_weight_scale(x.t, x.et) + ns) * exp_m + rout_m)
+    mlp_bytes_m = w_bytes + r.aT * (r.h2 * (1.0 + k_rho)) + r.aTt * (r.n_mats * F_moe)
     if x.tp2d is not None:
-        mlp_bytes_m = np.where(x.tp2d, r.wrt * ((e_local * moe.expert_weight_scale(x.t, x.et) + ns) * exp_m + rout_m)
-                               + r.aT * tp2d.moe_io_elems_per_token(x.h, k, F_moe, r.n_mats, x.t), mlp_bytes_m)
+        mlp_bytes_m = np.where(x.tp2d, w_bytes + r.aT * tp2d.moe_io_elems_per_token(x.h, k, F_moe, r.n_mats, x.t),
+                               mlp_bytes_m)
     t_mlp_m = np.maximum(r.Tt2 * (kns * exp_m + rout_m) * r.inv_rate + (r.n_mats * r.wh) * (e_local + ns),
                          mlp_bytes_m * r.inv_hbm)
     return t_mlp_m, F_moe

@@ -29,7 +29,7 @@ from typing import Any, Mapping
 import numpy as np
 import polars as pl
 
-from models import mla
+from models import mla, moe, tp2d
 from models.params import (
     ACTIVATION_CODES,
     DEFAULT,
@@ -115,8 +115,8 @@ def enumerate_layouts(
         if "etp" in fixed:  # a fixed expert-TP degree is taken as given (predict_arrays judges the folding)
             etps = [int(x) for x in (fixed["etp"] if isinstance(fixed["etp"], (list, tuple, set)) else [fixed["etp"]])]
         else:
-            etps = [1, tp] if E > 0 and tp > 1 else [tp]
-        tpms = _allowed(fixed, "tp_mode", [0, 1] if tp >= 4 else [0])
+            etps = list(moe.etp_candidates(E, tp))
+        tpms = _allowed(fixed, "tp_mode", [0, 1] if tp >= tp2d.MIN_TP else [0])
         for pp in pps:
             rest = n // (tp * pp)
             cps = [c for c in _divisors(rest) if c <= max_cp and (c & (c - 1)) == 0 and s % c == 0]

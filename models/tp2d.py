@@ -74,6 +74,11 @@ from models.params import TP_MODE_CODES
 TP_MODES = tuple(TP_MODE_CODES)
 
 
+#: the smallest tensor-parallel degree the searches try the 2-D grid at: a 2 x 2 grid sends a T h + a T (2q + 2kv +
+#: n_mats F) / 4 per layer against Megatron's 3 a T h, more whenever 2 kv + n_mats F > 6 h at q = h (every usual shape)
+MIN_TP = 4
+
+
 def _f(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
