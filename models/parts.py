@@ -76,6 +76,8 @@ class Inputs:
     mem_cap: np.ndarray  # memory_gb
     ke: np.ndarray | float  # kernel efficiency of the software stack
     gemm_eff: np.ndarray  # GEMM efficiency of the row's dtype
+    head_16bit: np.ndarray  # the LM head runs in 16 bits (low-precision recipes; ``lm_head``)
+    gemm_eff_16: np.ndarray  # the row's 16-bit GEMM efficiency
     hbm_bw: np.ndarray  # bytes/s
     sm: np.ndarray  # SM count (A100-equivalent when not given)
     peaks: np.ndarray  # peak table (models.hardware.peak_table)
@@ -295,10 +297,7 @@ def compute(x: Inputs, r: Rates, P: PhysParams) -> Compute:
         tp_per_stage = np.where(hy["hybrid"], x.Ls, tp_per_stage)
     recompute_layers = np.where(rc == 2, fwd_layers, np.where(rc == 1, Ls_attn * (t_core + ew_scores * inv_hbm),
                                                               0.0))
-    # LM head + cross-entropy on the last stage (forward + 2x backward)
-    Vh = x.V * x.h
-    lm_bytes = r.wrt * Vh + r.aT * x.h + (12.0 * r.T) * x.V * r.inv_t
-    t_lm = 3.0 * np.maximum(r.Tt2 * Vh * r.inv_rate + r.wh, lm_bytes * inv_hbm)
+    t_lm = lm_head(x, r, P)
     compute_mb = fwd_layers + bwd_layers + recompute_layers + t_lm
     bwd_mb = bwd_layers + 2.0 / 3.0 * t_lm
     if (mtp := x.arch.get("mtp")) is not None:  # MTP modules on the last stage: a block of the last layer's kind each
@@ -316,6 +315,27 @@ def compute(x: Inputs, r: Rates, P: PhysParams) -> Compute:
         P.ops_per_layer_fwd * (1.0 + P.elementwise_bwd_factor) + ops_rc)
     return Compute(compute_mb=compute_mb, bwd_mb=bwd_mb, host_mb=host_mb, t_core=t_core, Ls_attn=Ls_attn,
                    Ls_moe=Ls_moe, tp_per_stage=tp_per_stage)
+
+def lm_head(x: Inputs, r: Rates, P: PhysParams) -> np.ndarray:
+    """LM head + cross-entropy on the last stage, forward + 2x backward (s).
+
+    Low-precision recipes keep the head in 16 bits: Megatron-Core builds ``output_layer`` as a plain
+    ``tensor_parallel.ColumnParallelLinear``, outside Transformer Engine's FP8/FP4 autocast (which converts only TE
+    modules); an FP8 head is an opt-in (``fp8_output_proj``, MXFP8 only, Megatron-LM pull request 4825, 2026).
+    torchtitan's float8/MXFP8 recipes filter the ``output`` layer (``filter_fqns = ["output"]``), and the NVFP4
+    pretraining recipe (NVIDIA, arXiv:2509.25149, section 4) retains the output projection head in BF16. So for
+    those rows the head's GEMMs run at the 16-bit peak with the 16-bit GEMM efficiency and read 2-byte weights."""
+    Vh = x.V * x.h
+    inv_rate, wh, wrt = r.inv_rate, r.wh, r.wrt
+    if x.head_16bit.any():
+        inv16 = 1.0 / (x.peaks[0] * (1e12 * x.ke * x.gemm_eff_16))
+        inv16 = np.where(np.isnan(inv16), inv_rate, inv16)  # no 16-bit peak: the row's own rate
+        inv_rate = np.where(x.head_16bit, inv16, inv_rate)
+        wh = np.where(x.head_16bit, (P.gemm_ramp_flops_per_sm * x.sm) * inv16, wh)
+        wrt = np.where(x.head_16bit, 2.0 * r.inv_t, wrt)
+    lm_bytes = wrt * Vh + r.aT * x.h + (12.0 * r.T) * x.V * r.inv_t
+    return 3.0 * np.maximum(r.Tt2 * Vh * inv_rate + wh, lm_bytes * r.inv_hbm)
+
 
 def hybrid_stage(hy: Mapping[str, np.ndarray], arch: Mapping[str, np.ndarray], pc: Mapping, v: Mapping,
                  P: PhysParams) -> dict[str, np.ndarray]:

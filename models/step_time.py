@@ -268,6 +268,10 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
     peaks, flags = peak_table(hw)
     peak_tf, peak_fb = choose_peak(dt, peaks, flags)
     is_fp32 = (dt == 6) | (dt == 7)
+    # the LM head of a low-precision recipe runs in 16 bits (models.parts.lm_head); its GEMM efficiency is the
+    # row's 16-bit one
+    head16 = is_low_precision(dt)
+    e16_rows = np.broadcast_to(e16, (n,)) if np.ndim(e16) == 0 else e16
     sm = g("sm_count")
     if np.isnan(sm).any():  # no SM count given: A100-equivalent SMs of the 16-bit peak (models.hardware)
         sm = np.where(np.isnan(sm), peaks[0] / A100_TFLOPS_PER_SM, sm)
@@ -277,7 +281,7 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
         s=g("seq_len"), B=B, b=b, N=N, t=t, p=p, d=d, c=c, e=e, v=v, m=B / (d * b), Ls=np.ceil(L / p),
         shard=_code(a, "sharding", n), rc=_code(a, "recompute", n), dt=dt,
         sp=sp if tp2d_rows is None else sp | tp2d_rows, tp_mode=tpm, tp2d=tp2d_rows,
-        is_fp32=is_fp32, mem_cap=g("memory_gb"), ke=ke, gemm_eff=eff,
+        is_fp32=is_fp32, mem_cap=g("memory_gb"), ke=ke, gemm_eff=eff, head_16bit=head16, gemm_eff_16=e16_rows,
         hbm_bw=g("memory_bw_gbps") * 1e9 * (P.hbm_eff * ke), sm=sm, peaks=peaks, peak_tf=peak_tf, peak_fb=peak_fb,
         attn_peak_tf=np.where(is_fp32, peak_tf, peaks[0]), node=np.maximum(np.minimum(node, N), 1.0), tiers=tiers,
         tier_bad=tier_bad, bw_up=g("intra_node_bw_gbps") * 1e9 * P.scaleup_eff,
