@@ -195,7 +195,8 @@ def hybrid_param_counts(ar: ArrayDict, sh: ArrayDict) -> dict[str, np.ndarray]:
 
 def hybrid_flops_per_token(ar: ArrayDict, pc: ArrayDict, seq_len, recompute):
     """(model, hardware) FLOPs per token of hybrid rows: 6 x matmul params + attention core of the attention
-    blocks only (12 n_attn s q) + 3 x the SSD scan forward of the Mamba blocks (models.mamba); recompute as for
+    blocks only (12 n_attn s q) + 3 x the scan forward of the Mamba blocks (SSD for Mamba-2, the selective scan
+    for Mamba-1: models.mamba); recompute as for
     transformers: full + one forward of every block, selective + the attention core."""
     hy = ar["hybrid"]
     s = _f(seq_len)
@@ -204,6 +205,9 @@ def hybrid_flops_per_token(ar: ArrayDict, pc: ArrayDict, seq_len, recompute):
     ssd = nM * np.nan_to_num(mamba.ssd_flops_per_token(hy["mamba_n_heads"], hy["mamba_head_dim"],
                                                        hy["mamba_n_groups"], hy["mamba_state_dim"],
                                                        hy["mamba_chunk_size"]))
+    if np.any(hy["mamba1"]):  # Mamba-1 rows (Jamba): the selective scan instead of SSD
+        ssd = np.where(hy["mamba1"], nM * mamba.selective_scan_flops_per_token(hy["d_inner"], hy["mamba_state_dim"]),
+                       ssd)
     attn_fwd = 4.0 * nA * s * q
     model = 6.0 * pc["matmul_params_active"] + 3.0 * attn_fwd + 3.0 * ssd
     rc = np.asarray(recompute)

@@ -22,11 +22,12 @@ model does not use them yet (None when the architecture has no such part):
 | mtp_layers | multi-token-prediction modules beyond the main stack (not in params_b) | num_nextn_predict_layers, mtp_num_layers |
 | layer_pattern | hybrids: one character per block: M = Mamba mixer, * = attention, - = dense MLP, E = MoE (Nemotron-H `hybrid_override_pattern`; Jamba: mixer then MLP/MoE per layer) | hybrid_override_pattern; Jamba attn/expert period and offset |
 | mamba_state_dim, mamba_n_heads, mamba_head_dim, mamba_n_groups, mamba_chunk_size, mamba_conv_kernel, mamba_expand | Mamba(-2) mixer shape: SSM state size N, heads, head dim, B/C groups, SSD chunk, conv width, expansion | ssm_state_size / mamba_d_state, mamba_num_heads, mamba_head_dim, n_groups, chunk_size, conv_kernel / mamba_d_conv, expand / mamba_expand |
+| mamba_dt_rank | Mamba-1 mixers (Jamba): rank of the dt projection; a row that gives it has Mamba-1 (selective-scan) mixers, else Mamba-2 | mamba_dt_rank ("auto": ceil(hidden_size / 16), mamba_ssm's rule) |
 | moe_latent_size | latent MoE: the routed experts work in this width, with down/up projections around them (Nemotron 3 Super) | moe_latent_size |
 | sliding_window | tokens of local attention where layers use it: some layers (gpt-oss, Gemma 2/3; the notes say which) or every layer (Mistral 7B v0.1) | sliding_window |
 
-For hybrid rows `n_layers` is the config's num_hidden_layers (Nemotron-H: blocks, one mixer each; Jamba:
-layers of mixer + MLP). Schema conventions kept from architectures.csv: a model whose every layer is MoE has
+For hybrid rows `n_layers` counts blocks, one mixer each (Nemotron-H: the config's num_hidden_layers; Jamba: twice
+its num_hidden_layers, each layer being a Mamba or attention block and an MLP or MoE block). Schema conventions kept from architectures.csv: a model whose every layer is MoE has
 ffn_dim = expert_ffn_dim; squared-ReLU and GELU (non-gated, 2 matrices) MLPs are `gelu`, SiLU/GELU gated MLPs
 (3 matrices) are `swiglu`; MLA attention and MTP modules are modelled from their fields (models/mla.py).
 
@@ -41,14 +42,15 @@ from typing import Any, Mapping
 EXTRA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
                 "shared_expert_ffn_dim", "moe_layer_step", "mtp_layers", "layer_pattern", "mamba_state_dim",
                 "mamba_n_heads", "mamba_head_dim", "mamba_n_groups", "mamba_chunk_size", "mamba_conv_kernel",
-                "mamba_expand", "moe_latent_size", "sliding_window")
+                "mamba_expand", "moe_latent_size", "sliding_window", "mamba_dt_rank")
 ARCH_FIELDS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "vocab", "activation",
                "n_experts", "top_k", "expert_ffn_dim", "n_shared_experts", "n_dense_layers", "tied_embeddings")
 INT_FIELDS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "vocab", "n_experts", "top_k",
               "expert_ffn_dim", "n_shared_experts", "n_dense_layers", "q_lora_rank", "kv_lora_rank",
               "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "shared_expert_ffn_dim", "moe_layer_step",
               "mtp_layers", "mamba_state_dim", "mamba_n_heads", "mamba_head_dim", "mamba_n_groups",
-              "mamba_chunk_size", "mamba_conv_kernel", "mamba_expand", "moe_latent_size", "sliding_window")
+              "mamba_chunk_size", "mamba_conv_kernel", "mamba_expand", "moe_latent_size", "sliding_window",
+              "mamba_dt_rank")
 #: schema columns a row of our architecture schema must fill
 SCHEMA_REQUIRED = ("n_layers", "d_model", "n_heads", "ffn_dim", "vocab")
 #: hardware_specs.csv columns the step-time model needs (models.hardware.REQUIRED_COLUMNS + one peak)
@@ -303,11 +305,14 @@ def _jamba(cfg: Mapping, source: str, what: str) -> dict:
                       + ("E" if n_experts > 1 and i % exp_period == exp_offset else "-")
                       for i in range(d["n_layers"]))
     n_moe = pattern.count("E")
+    dt_rank = _need(cfg, "mamba_dt_rank", source, what)
+    if dt_rank == "auto":  # JambaConfig / mamba_ssm Mamba: math.ceil(hidden_size / 16)
+        dt_rank = -(-d["d_model"] // 16)
     d.update(arch="hybrid-mamba-moe" if n_moe else "hybrid-mamba", activation="swiglu", layer_pattern=pattern,
              ffn_dim=ffn, expert_ffn_dim=ffn, n_experts=n_experts if n_moe else 0,
              top_k=int(_need(cfg, "num_experts_per_tok", source, what)) if n_moe else 0,
-             n_dense_layers=d["n_layers"] - n_moe, moe_layer_step=exp_period,
-             mamba_state_dim=int(_need(cfg, "mamba_d_state", source, what)),
+             n_dense_layers=d["n_layers"] - n_moe, moe_layer_step=exp_period, n_layers=len(pattern),
+             mamba_dt_rank=int(dt_rank), mamba_state_dim=int(_need(cfg, "mamba_d_state", source, what)),
              mamba_conv_kernel=int(cfg["mamba_d_conv"]) if cfg.get("mamba_d_conv") else None,
              mamba_expand=int(cfg["mamba_expand"]) if cfg.get("mamba_expand") else None)
     return d

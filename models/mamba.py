@@ -1,12 +1,13 @@
-"""Hybrid Mamba-Transformer blocks (Nemotron-H, Nemotron 3): block counts, Mamba-2 mixer shapes, FLOPs, bytes,
-activations and context-parallel traffic (pure, vectorized over configurations).
+"""Hybrid Mamba-Transformer blocks (Nemotron-H, Nemotron 3, Jamba): block counts, Mamba-2 and Mamba-1 mixer shapes,
+FLOPs, bytes, activations and tensor/context-parallel traffic (pure, vectorized over configurations).
 
 A hybrid is a stack of single-mixer blocks (Nemotron-H, arXiv:2504.03624; Megatron-Core MambaStack /
-`hybrid_override_pattern`): each block is RMSNorm -> one mixer -> residual add, the mixer being a Mamba-2 layer
+`hybrid_override_pattern`): each block is RMSNorm -> one mixer -> residual add, the mixer being a Mamba layer
 (M), self-attention (*), a dense MLP (-) or a MoE layer (E); `layer_pattern` has one character per block and
-n_layers counts blocks. A transformer layer is two such blocks (attention + MLP). Jamba's Mamba-1 mixers
-(selective scan, dt_rank, x_proj) are a different layer and are not modelled: a row without mamba_n_heads /
-mamba_head_dim / mamba_n_groups is refused (`models.runs_adapter.hybrid_problems`).
+n_layers counts blocks. A transformer layer is two such blocks (attention + MLP), and so is a Jamba layer (a
+Mamba or attention mixer, then an MLP or MoE: 32 Jamba layers are 64 blocks). The Mamba blocks of a row are
+Mamba-1 (selective scan; Jamba) when the row gives `mamba_dt_rank`, else Mamba-2 (SSD; Nemotron): see
+"Mamba-1 mixer" below.
 
 Mamba-2 mixer (Megatron-Core megatron/core/ssm/mamba_mixer.py `MambaMixer`; Dao & Gu 2024, "Transformers are
 SSMs", arXiv:2405.21060), with H heads of head dim P, d_inner = H*P, G groups of B/C, state size N, conv width K:
@@ -36,6 +37,64 @@ times the fused-attention efficiency and of the bytes the kernels move (mamba_ss
 `_mamba_chunk_scan_combined_fwd`): x, B, C twice and dt once in, y out (16-bit), fp32 chunk states
 (H*P*N per chunk) written, read and rewritten by state passing and read by the output kernel (4 passes),
 fp32 C B^T (G*Q per token) written and read.
+
+Mamba-1 mixer (Gu & Dao 2023, "Mamba: Linear-Time Sequence Modeling with Selective State Spaces",
+arXiv:2312.00752; mamba_ssm/modules/mamba_simple.py `Mamba`; Jamba: Hugging Face transformers
+models/jamba/modeling_jamba.py `JambaMambaMixer`), d_inner = expand * d_model, state size N, conv width K, dt
+rank R:
+
+    in_proj   d_model -> 2*d_inner                (x, z; Jamba mamba_proj_bias false: no bias)
+    conv1d    depthwise over d_inner channels, K taps + bias (mamba_conv_bias true)
+    x_proj    d_inner -> R + 2*N                  (dt, B, C; no bias)
+    dt/B/C RMSNorms (Jamba only: dt_layernorm R, b_layernorm N, c_layernorm N gains)
+    dt_proj   R -> d_inner                        (+ bias d_inner, added inside the scan kernel)
+    A_log     d_inner x N;  D: d_inner
+    out_proj  d_inner -> d_model                  (no bias)
+
+matmul weights h*2*d_inner + d_inner*(R + 2N) + R*d_inner + d_inner*h; other parameters d_inner*(K+1) (conv) +
+d_inner (dt bias) + d_inner*N (A_log) + d_inner (D) + R + 2N (Jamba's norms; 2N + R more than plain Mamba-1:
+288 of 105.3 M per Jamba mixer). Jamba v0.1: 105,308,448 per mixer; 51.57 B total, 12.11 B active (published 52 B /
+12 B, Lieber et al. 2024, arXiv:2403.19887).
+
+Selective scan (the recurrence h_t = exp(dt A) h_t-1 + dt B_t x_t, y_t = C_t h_t + D x_t, gated by silu(z)), forward
+FLOPs per token and layer: per channel and state element exp's argument dt*A (1), the exponential (counted 1),
+B*(dt*x) (1), the state update (2: multiply-add) and C*h (2: multiply-add) = 7; per channel softplus(dt + bias) (2),
+dt*x (1), + D*x (2), silu(z) (2) and the gate product (1) = 8:
+
+    scan_fwd = d_inner * (7*N + 8)
+
+(Megatron-LM's mamba_layer_flops counts the same 7*d_inner*N for its scan.) It is a recurrence, not a matmul: the
+mamba_ssm selective_scan_fwd CUDA kernel runs it element-wise on the CUDA cores in fp32 (no tensor cores), each
+thread block holding one slice of channels with its d_inner x N state in registers / SRAM ("hardware-aware"
+scan, paper section 3.3: load dt, A, B, C from HBM to SRAM, discretize and scan there, write only the (B, L, D)
+output). It is timed as a roofline of these FLOPs at the fp32 non-tensor peak (`peak_fp32_tflops`; a part
+without one: 1/16 of its 16-bit tensor peak, the A100 and H100 ratio) times the fused-kernel efficiency
+`attn_eff`, and of the HBM bytes the kernel moves: u (the conv output), dt, z read and out, out_z written
+(16-bit; the kernel writes the ungated `out` as well, saved for backward), B, C read (2N), and the fp32 chunk-
+boundary states (2*d_inner*N per 2048-token chunk, kChunkSize) written. Jamba: 82.5 kB and 0.98 MFLOP per token
+and layer (before the tp split), on an H100 at the default efficiencies 29.0 ns of HBM traffic against 29.4 ns of
+fp32 arithmetic: the two sides of the roofline are about equal. Backward 2x the forward, as for every block.
+
+Mamba-1 TP: no training framework for Jamba is published (Lieber et al. 2024 name an in-house framework with
+FSDP, tensor, sequence and expert parallelism, not the layout). Modelled on the one public tensor-parallel Mamba-1
+layout, vLLM's `MambaMixer` (vllm/model_executor/layers/mamba/mamba_mixer.py, which serves Jamba): in_proj, conv1d
+and dt_proj column-parallel over d_inner, A and D split over d_inner, x_proj and out_proj row-parallel. So d_inner
+must divide by tp, each block does the block's usual h-wide collective pair, and x_proj's row-parallel output (R +
+2N per token, replicated) is all-reduced in forward; in backward the gradients of the replicated dt (into
+dt_proj) and of B, C (each rank scans only its channels) are all-reduced the same size: one more (R + 2N)-wide
+all-reduce per block and pass, over the whole sequence of the micro-batch (not sequence-sharded).
+Mamba-1 CP: refused (cp > 1 is an invalid layout for Mamba-1 rows): no context-parallel selective scan is
+published (Megatron-Core's MambaContextParallel is for its Mamba-2 mixer).
+
+Mamba-1 activations (training, per token and layer, 16-bit unless noted): the Jamba mixer cannot use mamba_ssm's
+fused `mamba_inner_fn` (the dt/B/C norms sit between x_proj and the scan, transformers' comment), so each op
+saves its inputs: the in_proj output 2*d_inner (x as the conv input and z, both views of it), the conv output u
+(d_inner; also x_proj's input), x_proj's output dt, B, C (R + 2N, the norms' inputs) and the normed dt, B, C (R +
+2N; dt_proj's input and the scan's B, C), dt_proj's output delta (d_inner), the scan's `out` (d_inner) and
+out_z (d_inner, out_proj's input), and the fp32 chunk states x (`SelectiveScanFn.save_for_backward(u, delta, A,
+B, C, D, z, delta_bias, x, out)`); the scan's per-step states are recomputed in backward from x (paper section
+3.3, recomputation). The R + 2N tensors are replicated over tp but counted as split with the rest (1.2 % of
+Jamba's 100.0 kB per token and Mamba layer).
 """
 
 from __future__ import annotations
@@ -48,7 +107,7 @@ COUNT_COLUMNS = ("n_mamba_layers", "n_attn_layers", "n_mlp_layers", "n_moe_layer
 PATTERN_CHARS = {"n_mamba_layers": "M", "n_attn_layers": "*", "n_mlp_layers": "-", "n_moe_layers": "E"}
 #: architecture columns of the Mamba mixer and of the Nemotron 3 MoE blocks, carried for hybrid rows
 SHAPE_COLUMNS = ("mamba_state_dim", "mamba_n_heads", "mamba_head_dim", "mamba_n_groups", "mamba_chunk_size",
-                 "mamba_conv_kernel", "shared_expert_ffn_dim", "moe_latent_size")
+                 "mamba_conv_kernel", "shared_expert_ffn_dim", "moe_latent_size", "mamba_dt_rank", "mamba_expand")
 #: every numeric hybrid input of the step-time model
 HYBRID_COLUMNS = COUNT_COLUMNS + SHAPE_COLUMNS
 #: Megatron-Core MambaMixer defaults (megatron/core/ssm/mamba_mixer.py: chunk_size=128, d_conv=4), used when
@@ -57,6 +116,13 @@ DEFAULT_CHUNK = 128.0
 DEFAULT_CONV_KERNEL = 4.0
 #: fp32 bytes of the SSD kernels' chunk states and C B^T (mamba_ssm ssd_combined.py: float32 states and CB)
 FP32_BYTES = 4.0
+#: Mamba-1: mamba_ssm `Mamba` default expand (a row with mamba_dt_rank and no mamba_expand), the selective scan
+#: kernel's chunk of tokens per saved state (csrc/selective_scan: kChunkSize = kNThreads * kNItems = 2048), and the
+#: 16-bit tensor peak / fp32 non-tensor peak of the A100 and H100 (312 / 19.5, 989 / 67), used when a part has no
+#: fp32 peak (module docstring)
+DEFAULT_EXPAND = 2.0
+SCAN_CHUNK = 2048.0
+TENSOR_TO_FP32_VECTOR = 16.0
 
 
 def pattern_count_exprs(col: str = "layer_pattern") -> list[pl.Expr]:
@@ -85,6 +151,45 @@ def mixer_shapes(d_model, n_heads, head_dim, n_groups, state_dim, conv_kernel) -
     other = conv_dim * (conv_kernel + 1.0) + 3.0 * n_heads + d_inner
     return {"d_inner": d_inner, "bc": bc, "in_proj_out": in_out, "conv_dim": conv_dim, "matmul": matmul,
             "other": other}
+
+
+def mamba1_shapes(d_model, expand, state_dim, dt_rank, conv_kernel) -> dict[str, np.ndarray]:
+    """Mamba-1 mixer widths and parameters (module docstring, Jamba's JambaMambaMixer): d_inner, in_proj_out
+    (2 d_inner), conv_dim (d_inner), bc (2 N), x_proj_out (R + 2N), matmul (in_proj, x_proj, dt_proj, out_proj
+    weights) and other (conv weight + bias, dt bias, A_log, D, the dt/B/C norm gains) parameters."""
+    d_inner = expand * d_model
+    bc = 2.0 * state_dim
+    x_out = dt_rank + bc
+    matmul = d_model * (2.0 * d_inner) + d_inner * x_out + dt_rank * d_inner + d_inner * d_model
+    other = d_inner * (conv_kernel + 1.0) + d_inner * (state_dim + 2.0) + x_out
+    return {"d_inner": d_inner, "bc": bc, "in_proj_out": 2.0 * d_inner, "conv_dim": d_inner, "x_proj_out": x_out,
+            "matmul": matmul, "other": other}
+
+
+def selective_scan_flops_per_token(d_inner, state_dim) -> np.ndarray:
+    """Forward FLOPs of the Mamba-1 selective scan per token and layer: 7 per channel and state element, 8 per
+    channel (module docstring)."""
+    return d_inner * (7.0 * state_dim + 8.0)
+
+
+def selective_scan_bytes_per_token(d_inner, state_dim, act_bytes) -> np.ndarray:
+    """HBM bytes of the mamba_ssm selective_scan_fwd kernel per token and layer: u, delta, z read, out and out_z
+    written, B and C read (16-bit), fp32 chunk-boundary states written (module docstring)."""
+    return act_bytes * (5.0 * d_inner + 2.0 * state_dim) + FP32_BYTES * 2.0 * d_inner * state_dim / SCAN_CHUNK
+
+
+def mamba1_elementwise_elems_per_token(d_inner, x_proj_out) -> np.ndarray:
+    """Elements the Mamba-1 mixer's memory-bound kernels outside the scan read + write per token, forward: the
+    causal conv1d with fused SiLU (d_inner in, d_inner out) and the dt/B/C RMSNorms (R + 2N in and out); the
+    gate and D skip are inside the scan kernel."""
+    return 2.0 * d_inner + 2.0 * x_proj_out
+
+
+def mamba1_activation_bytes_per_token(d_inner, x_proj_out, state_dim) -> np.ndarray:
+    """Stored activation bytes (16-bit, fp32 chunk states) of one Mamba-1 mixer per token, split over tp with
+    d_inner (module docstring): in_proj output 2 d_inner, conv output, delta, out, out_z (d_inner each), dt/B/C
+    before and after their norms (2 (R + 2N)), fp32 chunk states 2 d_inner N per SCAN_CHUNK tokens."""
+    return 2.0 * (6.0 * d_inner + 2.0 * x_proj_out) + FP32_BYTES * 2.0 * d_inner * state_dim / SCAN_CHUNK
 
 
 def ssd_flops_per_token(n_heads, head_dim, n_groups, state_dim, chunk) -> np.ndarray:
@@ -148,6 +253,19 @@ def hybrid_shapes(a, n_layers, d_model) -> dict[str, np.ndarray]:
     need = hybrid & (out["n_mamba_layers"] > 0)
     shape_ok = np.isfinite(nh) & (nh > 0) & np.isfinite(P) & (P > 0) & np.isfinite(G) & (G > 0) \
         & np.isfinite(N) & (N > 0) & (Q > 0) & (K > 0)
+    # Mamba-1 rows (Jamba): a dt rank given; their widths replace the Mamba-2 ones (np.where: the Mamba-2 rows'
+    # values are untouched)
+    R, X = get("mamba_dt_rank"), get("mamba_expand")
+    m1 = hybrid & np.isfinite(R)
+    out["mamba1"] = m1
+    out.update(mamba_dt_rank=R, mamba_expand=X, x_proj_out=np.full(np.shape(m1), np.nan))
+    if np.any(m1):
+        X = np.where(np.isnan(X), DEFAULT_EXPAND, X)
+        out["mamba_expand"] = X
+        for k, v in mamba1_shapes(d_model, X, N, R, K).items():
+            out[k] = np.where(m1, v, out[k]) if k in out else np.where(m1, v, np.nan)
+        m1_ok = (R > 0) & np.isfinite(N) & (N > 0) & (X > 0) & (K > 0) & ~np.isfinite(nh)
+        shape_ok = np.where(m1, m1_ok, shape_ok)
     total = sum(out[k] for k in COUNT_COLUMNS)
     out["shape_bad"] = (need & ~shape_ok) | (hybrid & (total != n_layers))
     return out

@@ -180,7 +180,7 @@ def hybrid_activation_bytes(hy, act_args, q_dim, kv_dim, mlp_width, moe_width, r
     one micro-batch, in the units of ``_activation_elems``. Each block keeps its norm input and mixer input
     (replicated 4 + half the dropout masks, i.e. half of a transformer layer's 8 + m_d) and its mixer's sharded
     tensors: attention 4q + 4kv (+ scores on attention blocks only), MLP c_f F, MoE c_f F_moe + dispatch copies,
-    Mamba-2 `models.mamba.activation_bytes_per_token`. Selective recompute drops the attention scores (Megatron's
+    Mamba-2 `models.mamba.activation_bytes_per_token`, Mamba-1 `mamba1_activation_bytes_per_token`. Selective recompute drops the attention scores (Megatron's
     core-attention recompute; Mamba blocks have no selective option); full recompute keeps each block's input
     2h and the working set of its heaviest block."""
     from models import mamba
@@ -190,6 +190,9 @@ def hybrid_activation_bytes(hy, act_args, q_dim, kv_dim, mlp_width, moe_width, r
     nM, nA, nF, nE = (hy[c] / L for c in mamba.COUNT_COLUMNS)
     rep, m_sh = mamba.activation_bytes_per_token(act_args[2], hy["d_inner"], hy["bc"], hy["mamba_n_heads"],
                                                  dropout_mask_elems)
+    if np.any(m1 := hy["mamba1"]):  # Mamba-1 mixers (Jamba): what the unfused ops save
+        m_sh = np.where(m1, mamba.mamba1_activation_bytes_per_token(hy["d_inner"], hy["x_proj_out"],
+                                                                      hy["mamba_state_dim"]), m_sh)
     m_sh = np.nan_to_num(m_sh)
     a_sh = 4.0 * (q_dim + kv_dim)
     mean_sh = nA * a_sh + nF * mlp_width + nE * moe_width + nM * m_sh

@@ -377,10 +377,23 @@ def hybrid_stage(hy: Mapping[str, np.ndarray], arch: Mapping[str, np.ndarray], p
     ssd_rate = v["peaks"][0] * (1e12 * P.attn_eff) * v["ke"]
     shape = (hy["mamba_n_heads"], hy["mamba_head_dim"], hy["mamba_n_groups"], hy["mamba_state_dim"],
              hy["mamba_chunk_size"])
-    tok_t = v["T"] / v["t"]  # heads and groups are split over tp
+    tok_t = v["T"] / v["t"]  # heads and groups (Mamba-1: d_inner) are split over tp
     t_scan = np.maximum(tok_t * mamba.ssd_flops_per_token(*shape) / ssd_rate,
                         tok_t * mamba.ssd_bytes_per_token(*shape, v["act_b"]) * inv_hbm)
     t_ew_m = (ew_half + aTt * mamba.elementwise_elems_per_token(hy["conv_dim"], hy["d_inner"])) * inv_hbm
+    if np.any(m1 := hy["mamba1"]):  # Mamba-1 rows (Jamba, models.mamba): 4 GEMMs, selective scan on CUDA cores
+        di, xo, N1 = hy["d_inner"], hy["x_proj_out"], hy["mamba_state_dim"]
+        # in_proj / out_proj as above; x_proj reads u and writes dt, B, C, dt_proj reads dt and writes delta
+        m1_bytes = m_bytes + aTt * (2.0 * di + 2.0 * xo)
+        t_m1_gemm = np.maximum(Tt2 * mm * inv_rate + 4.0 * wh, m1_bytes * inv_hbm)
+        vec = v["peaks"][6]  # fp32 non-tensor peak (models.hardware.peak_table); none: 16-bit peak / 16
+        vec = np.where(np.isfinite(vec) & (vec > 0), vec, v["peaks"][0] / mamba.TENSOR_TO_FP32_VECTOR)
+        scan_rate = vec * (1e12 * P.attn_eff) * v["ke"]
+        t_scan1 = np.maximum(tok_t * mamba.selective_scan_flops_per_token(di, N1) / scan_rate,
+                             tok_t * mamba.selective_scan_bytes_per_token(di, N1, v["act_b"]) * inv_hbm)
+        t_ew_m1 = (ew_half + aTt * mamba.mamba1_elementwise_elems_per_token(di, xo)) * inv_hbm
+        t_m_gemm, t_scan, t_ew_m = (np.where(m1, x1, x2) for x1, x2 in ((t_m1_gemm, t_m_gemm), (t_scan1, t_scan),
+                                                                        (t_ew_m1, t_ew_m)))
     m_core = np.nan_to_num(t_m_gemm + t_scan)
     t_ew_m = np.nan_to_num(t_ew_m)
     gemm = nA * gemm_attn + nF * v["t_mlp_d"] + nE * t_moe + nM * m_core
@@ -392,12 +405,16 @@ def hybrid_stage(hy: Mapping[str, np.ndarray], arch: Mapping[str, np.ndarray], p
 
 def tp_comm(x: Inputs, r: Rates, cm: Compute) -> np.ndarray:
     """Tensor parallel, per micro-batch (s, before overlap): 2 all-reduces (or AG+RS pairs) per layer per forward
-    pass, 2 in backward; 2-D rows: 4 all-gathers / reduce-scatters on the grid's c-group and 4 on its r-group per
+    pass, 2 in backward (hybrids: 1 per block, + a small all-reduce per Mamba-1 block: models.mamba); 2-D rows: 4 all-gathers / reduce-scatters on the grid's c-group and 4 on its r-group per
     layer and pass (models.tp2d)."""
     tp_bw, tp_a = coll.group_link(x.t, np.minimum(x.t, x.node), x.bw_up, x.bw_out, x.a_up, x.a_out, 1.0, x.tiers)
     tp_bytes = r.aT * x.h
     tp_one = coll.ring_all_reduce_time(tp_bytes, x.t, tp_bw, tp_a)
     tp_total = cm.tp_per_stage * (r.n_fwd_passes + 1.0) * tp_one
+    if (hy := x.hy) is not None and np.any(hy["mamba1"]):  # Mamba-1 blocks: + x_proj's (R + 2N)-wide all-reduce
+        xp = coll.ring_all_reduce_time(r.aT * np.nan_to_num(hy["x_proj_out"]), x.t, tp_bw, tp_a)
+        tp_total = tp_total + np.where(hy["mamba1"], x.Ls * (hy["n_mamba_layers"] / x.L) * (r.n_fwd_passes + 1.0)
+                                       * xp, 0.0)
     if x.tp2d is not None:
         F = x.arch["ffn_dim"]
         F_moe = (x.k + x.ns) * x.arch["expert_ffn_dim"] if r.any_moe else F

@@ -344,27 +344,34 @@ def resolve_mtp_layers(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-#: what a hybrid row needs for the step-time model (models.mamba; chunk size and conv width have defaults)
+#: what a hybrid row needs for the step-time model (models.mamba; chunk size and conv width have defaults):
+#: Mamba-2 mixers the heads, head dim, groups and state size; Mamba-1 mixers (Jamba) the dt rank and state size
+#: (expand defaults to 2)
 HYBRID_SHAPE_COLUMNS = ("layer_pattern", "mamba_n_heads", "mamba_head_dim", "mamba_n_groups", "mamba_state_dim")
+MAMBA1_SHAPE_COLUMNS = ("mamba_dt_rank", "mamba_state_dim")
 
 
 def hybrid_problems(frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.Expr]:
     """Why a hybrid row cannot be predicted, as an expression over `frame` (null for a row that can), and `frame`
     with the hybrid shape columns it lacks added empty. Hybrids are modelled block by block (models.mamba) when the
-    row has a layer_pattern and, with Mamba blocks, the Mamba-2 heads, head dim, groups and state size; and its
+    row has a layer_pattern and, with Mamba blocks, the Mamba-2 heads, head dim, groups and state size (Mamba-1
+    blocks: the dt rank and state size); and its
     counted parameters are within HYBRID_SIZE_TOLERANCE of the architecture table's stated size (`arch_params_b`)
     - else a part of the shape is missing from the table (Nemotron 3 Super's latent MoE width, moe_latent_size)
     and a prediction would rest on a wrong model. `configs_from_runs` and `stepcast predict` refuse with it."""
     from models.mamba import hybrid_params_b
 
     frame = frame.with_columns([pl.lit(None, dtype=pl.Utf8 if c == "layer_pattern" else pl.Int64).alias(c)
-                                for c in HYBRID_SHAPE_COLUMNS if c not in frame.columns])
+                                for c in (*HYBRID_SHAPE_COLUMNS, *MAMBA1_SHAPE_COLUMNS) if c not in frame.columns])
     mamba = pl.col("layer_pattern").cast(pl.Utf8).str.contains("M", literal=True).fill_null(True)
-    shape = pl.col("layer_pattern").is_not_null() & (
-        ~mamba | pl.all_horizontal([pl.col(c).is_not_null() for c in HYBRID_SHAPE_COLUMNS[1:]]))
+    mamba2 = pl.all_horizontal([pl.col(c).is_not_null() for c in HYBRID_SHAPE_COLUMNS[1:]])
+    mamba1 = pl.all_horizontal([pl.col(c).is_not_null() for c in MAMBA1_SHAPE_COLUMNS]) \
+        & pl.col("mamba_n_heads").is_null()
+    shape = pl.col("layer_pattern").is_not_null() & (~mamba | mamba2 | mamba1)
     incomplete = pl.when(pl.col("arch").str.contains("hybrid") & ~shape).then(pl.format(
-        "{} architecture without a complete Mamba-2 shape (layer_pattern, mamba_n_heads, mamba_head_dim, "
-        "mamba_n_groups, mamba_state_dim; Mamba-1 mixers such as Jamba's are not modelled)", pl.col("arch")))
+        "{} architecture without a complete Mamba shape (layer_pattern with, for Mamba-2 mixers, mamba_n_heads, "
+        "mamba_head_dim, mamba_n_groups, mamba_state_dim; for Mamba-1 mixers such as Jamba's, mamba_dt_rank and "
+        "mamba_state_dim)", pl.col("arch")))
     if "arch_params_b" not in frame.columns or not frame.height:
         return frame, incomplete
     counted = pl.Series(hybrid_params_b(frame))

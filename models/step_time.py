@@ -85,19 +85,21 @@ ERROR_MESSAGES = {
     ERR_BAD_VALUE: "a required numeric input is missing, non-finite or not positive",
     ERR_GPU_PRODUCT: "tp*pp*cp*dp != n_gpus",
     ERR_BATCH: "global_batch_seqs is not divisible by dp*micro_batch",
-    ERR_HEADS_TP: "n_heads (or n_kv_heads, or a hybrid's Mamba heads/groups) not divisible by tp",
+    ERR_HEADS_TP: "n_heads (or n_kv_heads, or a hybrid's Mamba heads/groups, or a Mamba-1 d_inner) not divisible "
+                  "by tp",
     ERR_PP_LAYERS: "pp > n_layers",
     ERR_EP: "invalid ep or etp (ep>1 needs an MoE model, ep | n_experts and ep | dp or ep | tp*cp*dp; the expert "
             "grid must tile the stage: etp*ep | tp*cp*dp, Megatron-Core MoE parallel folding)",
     ERR_VPP: "invalid vpp (vpp>1 needs pp>1, micro-batches divisible by pp and >= vpp layers per stage)",
     ERR_CP_SEQ: "seq_len not divisible by cp (hybrids: or Mamba heads not divisible by tp*cp, or Mamba groups per "
-                "tp rank neither a multiple nor a divisor of cp)",
+                "tp rank neither a multiple nor a divisor of cp, or cp > 1 with Mamba-1 mixers such as Jamba's: no "
+                "context-parallel selective scan is modelled)",
     ERR_CATEGORY: "unknown activation/sharding/recompute/dtype/tp_mode value",
     ERR_HARDWARE: "hardware has no peak for this dtype or lacks a required bandwidth/memory value (or an "
                   "oversubscription < 1, or a pod_size below the scale-up domain)",
-    ERR_HYBRID: "hybrid layer_pattern without a complete Mamba-2 shape (mamba_n_heads, mamba_head_dim, "
-                "mamba_n_groups, mamba_state_dim) or whose blocks do not add up to n_layers (Jamba's Mamba-1 "
-                "mixers are not modelled)",
+    ERR_HYBRID: "hybrid layer_pattern without a complete Mamba shape (Mamba-2: mamba_n_heads, mamba_head_dim, "
+                "mamba_n_groups, mamba_state_dim; Mamba-1: mamba_dt_rank, mamba_state_dim, not mamba_n_heads) or "
+                "whose blocks do not add up to n_layers",
     ERR_TP2D: "tp_mode 2d: the r x c grid (r the largest divisor of tp <= sqrt(tp), c = tp/r) does not split the "
               "shapes: d_model must be divisible by r, ffn_dim (and expert_ffn_dim) by tp, micro_batch*seq_len/cp "
               "by c; hybrid Mamba, MLA and MTP rows have no 2-D model (models.tp2d)",
@@ -210,9 +212,13 @@ def predict_arrays(a: Mapping[str, np.ndarray], params: PhysParams = DEFAULT) ->
 def _hybrid_validity(err: np.ndarray, hy: Mapping[str, np.ndarray], t: np.ndarray, c: np.ndarray) -> None:
     """Error bits of hybrid rows: an incomplete shape; Megatron-Core MambaMixer asserts nheads % tp == 0 and
     ngroups % tp == 0; MambaContextParallel asserts nheads % (tp*cp) == 0 and that groups per tp rank are a
-    multiple or a divisor of cp (models.mamba)."""
+    multiple or a divisor of cp; Mamba-1 rows: d_inner % tp == 0 and cp == 1 (models.mamba)."""
     _flag(err, hy["shape_bad"], ERR_HYBRID)
     m = hy["hybrid"] & (hy["n_mamba_layers"] > 0) & ~hy["shape_bad"]
+    if np.any(m1 := hy["mamba1"]):  # Mamba-1 (Jamba): d_inner split over tp; no context-parallel scan
+        _flag(err, m & m1 & ~divisible(hy["d_inner"], t), ERR_HEADS_TP)
+        _flag(err, m & m1 & (c > 1), ERR_CP_SEQ)
+        m = m & ~m1
     nh, G = hy["mamba_n_heads"], hy["mamba_n_groups"]
     _flag(err, m & ~(divisible(nh, t) & divisible(G, t)), ERR_HEADS_TP)
     gl = G / t

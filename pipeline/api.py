@@ -375,6 +375,11 @@ def prediction(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[str]
         problem = row.select(why).item()
         if problem:
             raise InputError(f"{arch_row['id']}: {problem}")
+        if (layout.get("cp") or 1) > 1 and arch_row.get("mamba_dt_rank") not in (None, "") \
+                and arch_row.get("mamba_dt_rank") == arch_row.get("mamba_dt_rank"):  # NaN != NaN: empty
+            raise InputError(f"{arch_row['id']}: cp={layout['cp']}: Mamba-1 mixers (mamba_dt_rank) have no "
+                             "context-parallel model (no context-parallel selective scan is published; Megatron-"
+                             "Core's MambaContextParallel is for Mamba-2); use cp=1")
     result = predict_config(cfg, arch=arch_row, hw_row=hw_row, gpus=gpus, global_batch=global_batch,
                             seq_len=seq_len, **layout)
     extra = [c for c in result.columns if c not in PREDICT_COLUMNS]

@@ -31,7 +31,8 @@ ARCH_MODEL_COLUMNS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim"
                       "n_experts", "top_k", "expert_ffn_dim", "n_shared_experts", "n_dense_layers", "tied_embeddings")
 #: hybrid Mamba-Transformer columns (models.mamba) carried to the model for rows that have a layer_pattern
 ARCH_HYBRID_COLUMNS = ("layer_pattern", "mamba_state_dim", "mamba_n_heads", "mamba_head_dim", "mamba_n_groups",
-                       "mamba_chunk_size", "mamba_conv_kernel", "shared_expert_ffn_dim", "moe_latent_size")
+                       "mamba_chunk_size", "mamba_conv_kernel", "shared_expert_ffn_dim", "moe_latent_size",
+                       "mamba_dt_rank", "mamba_expand")
 #: Multi-head Latent Attention shape and multi-token-prediction depth (models.mla), carried for every row (empty:
 #: not MLA, no MTP)
 ARCH_MLA_COLUMNS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "mtp_layers")

@@ -239,9 +239,10 @@ def vega_bundle(cfg: Settings) -> bytes:
 
 
 def predictable_arch(row: dict) -> bool:
-    """A named architecture the model can answer for: every row except hybrids without a Mamba-2 shape (Jamba's
-    Mamba-1 mixers, refused by the step-time model with that reason)."""
-    return "hybrid" not in str(row.get("arch") or "") or finite(row.get("mamba_n_heads")) is not None
+    """A named architecture the model can answer for: every row except hybrids without a Mamba shape (Mamba-2:
+    mamba_n_heads; Mamba-1, Jamba: mamba_dt_rank), refused by the step-time model with that reason."""
+    return "hybrid" not in str(row.get("arch") or "") or finite(row.get("mamba_n_heads")) is not None \
+        or finite(row.get("mamba_dt_rank")) is not None
 
 
 def boot_data(cfg: Settings) -> dict:

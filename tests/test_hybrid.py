@@ -42,6 +42,8 @@ def counts(arch: dict) -> dict[str, float]:
                                    "including embeddings"),
     ("nemotron-3-super", 120.0, None, "NVIDIA-Nemotron-3-Super-120B-A12B: 120B total, with the latent MoE width "
                                       "(moe_latent_size 1024, Megatron-Bridge Nemotron3SuperProvider)"),
+    ("jamba-v0.1", 52.0, 12.0, "Lieber et al. 2024 (arXiv:2403.19887) and the ai21labs/Jamba-v0.1 card: 52B total, "
+                               "12B active; Mamba-1 mixers (counted 51.57 / 12.11)"),
 ])
 def test_hybrid_param_counts_reproduce_published_totals(arch_id, total_b, active_b, source):
     c = counts(table_row(arch_id))
@@ -146,11 +148,107 @@ def test_hybrid_tp_cp_rules(hw):  # noqa: F811
     assert r["error_code"][0] & ERR_CP_SEQ
 
 
-def test_mamba1_hybrid_is_refused(hw):  # noqa: F811
-    r = predict_arrays(hybrid_rows(hw, "jamba-v0.1", n=1, tp=1.0, dp=64.0))
+# ---------------------------------------------------------------- Mamba-1 (Jamba)
+
+def tiny_mamba1() -> dict:
+    """A two-block Mamba-1 hybrid small enough to count by hand: d_model 8, expand 2 (d_inner 16), N 4, R 2, K 4,
+    one Mamba-1 block and one SwiGLU MLP block (ffn 12), vocab 10, untied."""
+    return dict(n_layers=2, d_model=8, n_heads=2, n_kv_heads=2, head_dim=4, ffn_dim=12, vocab=10,
+                activation="swiglu", n_experts=0, top_k=0, expert_ffn_dim=None, n_shared_experts=0, n_dense_layers=2,
+                tied_embeddings=False, layer_pattern="M-", mamba_state_dim=4, mamba_dt_rank=2, mamba_expand=2,
+                mamba_conv_kernel=4)
+
+
+def test_mamba1_parameters_and_flops_by_hand():
+    c = counts(tiny_mamba1())
+    # in_proj 8x32 + x_proj 16x(2+8) + dt_proj 2x16 + out_proj 16x8 = 256 + 160 + 32 + 128
+    matmul = 576
+    # conv 16x(4+1) + dt bias 16 + A_log 16x4 + D 16 + dt/B/C norm gains 2+4+4
+    other = 80 + 16 + 64 + 16 + 10
+    mlp = 3 * 8 * 12
+    assert c["params"] == matmul + other + mlp + 2 * 8 + 2 * 10 * 8 + 8  # + block norms, embeddings, final norm
+    assert c["matmul_params_active"] == matmul + mlp + 10 * 8  # + LM head
+    # selective scan forward: d_inner (7 N + 8) = 16 x 36
+    scan = 16 * (7 * 4 + 8)
+    assert mamba.selective_scan_flops_per_token(16.0, 4.0) == scan
+    f = float(model_flops_per_token(arrays(tiny_mamba1()), 2048)[0])
+    assert f == 6 * (matmul + mlp + 80) + 3 * scan  # no attention block: no s-dependent term
+
+
+def test_jamba_hugging_face_config_round_trips_to_the_table_counts():
+    cfg = json.loads((HF / "jamba-v0.1.json").read_text())
+    parsed = architecture_from_mapping(cfg, "jamba-v0.1.json")
+    table = table_row("jamba-v0.1")
+    assert parsed["n_layers"] == 64 == len(parsed["layer_pattern"]) and parsed["mamba_dt_rank"] == 256
+    assert counts(parsed) == pytest.approx(counts(table), rel=1e-12)
+    f = [float(model_flops_per_token(arrays(x), 4096)[0]) for x in (parsed, table)]
+    assert f[0] == pytest.approx(f[1], rel=1e-12)
+    auto = architecture_from_mapping(cfg | {"mamba_dt_rank": "auto"}, "jamba-auto.json")  # ceil(4096 / 16)
+    assert auto["mamba_dt_rank"] == 256
+
+
+def test_jamba_mixer_shape():
+    """Jamba v0.1's Mamba-1 mixer: 105,308,448 parameters (transformers JambaMambaMixer), scan forward
+    8192 (7 x 16 + 8) FLOPs per token."""
+    a = table_row("jamba-v0.1")
+    sh = mamba.mamba1_shapes(4096.0, a["mamba_expand"], a["mamba_state_dim"], a["mamba_dt_rank"],
+                             a["mamba_conv_kernel"])
+    assert sh["d_inner"] == 8192 and sh["matmul"] + sh["other"] == 105_308_448
+    assert mamba.selective_scan_flops_per_token(sh["d_inner"], 16.0) == 8192 * 120
+
+
+def test_mamba1_hybrid_composes(hw):  # noqa: F811
+    r = predict_arrays(hybrid_rows(hw, "jamba-v0.1", n=1, tp=4.0, dp=16.0, ep=8.0, seq_len=4096.0))
+    assert r["error_code"][0] == 0 and 0.2 < r["mfu"][0] < 0.8, r["error_code"][0]
+    assert r["tp_comm_s"][0] > 0 and r["cp_comm_s"][0] == 0
+    a = hybrid_rows(hw, "jamba-v0.1", n=1, tp=4.0, dp=16.0, ep=8.0, seq_len=4096.0)
+    big = predict_arrays(a | {"mamba_state_dim": a["mamba_state_dim"] * 4})
+    assert big["step_time_s"][0] > r["step_time_s"][0] and big["memory_gb_per_gpu"][0] > r["memory_gb_per_gpu"][0]
+    # x_proj's row-parallel output is all-reduced: a larger dt rank costs TP time
+    wide = predict_arrays(a | {"mamba_dt_rank": a["mamba_dt_rank"] * 8})
+    assert wide["tp_comm_s"][0] > r["tp_comm_s"][0]
+    full = predict_arrays(a | {"recompute": np.array([2])})
+    assert full["mem_activations_gb"][0] < r["mem_activations_gb"][0]
+
+
+def test_mamba1_tp_must_divide_d_inner_and_cp_is_refused(hw):  # noqa: F811
+    from models.step_time import ERROR_MESSAGES
+
+    # d_inner = expand x d_model = 4097 (odd): tp 2 cannot split it (vLLM MambaMixer splits d_inner over tp)
+    odd = {"mamba_expand": np.array([4097.0 / 4096.0])}
+    r = predict_arrays(hybrid_rows(hw, "jamba-v0.1", n=1, tp=2.0, dp=32.0) | odd)
+    assert r["error_code"][0] & ERR_HEADS_TP
+    r = predict_arrays(hybrid_rows(hw, "jamba-v0.1", n=1, tp=1.0, dp=64.0) | odd)
+    assert not r["error_code"][0] & ERR_HEADS_TP
+    # no context-parallel selective scan: cp > 1 is refused for Mamba-1 rows, and the message says so
+    r = predict_arrays(hybrid_rows(hw, "jamba-v0.1", n=1, tp=4.0, cp=2.0, dp=8.0, seq_len=4096.0))
+    assert r["error_code"][0] & ERR_CP_SEQ and np.isnan(r["step_time_s"][0])
+    assert "Mamba-1" in ERROR_MESSAGES[ERR_CP_SEQ]
+
+
+def test_mamba1_cli_answers_and_refuses_cp():
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    def args(cp, ep):
+        return ["predict", "--model", "jamba", "--gpu", "h100-sxm5-80gb", "--gpus", "64", "--tp", "4", "--pp", "2",
+                "--cp", str(cp), "--ep", str(ep), "--global-batch", "256", "--seq-len", "4096", "--format", "json",
+                "--analytical-only"]
+
+    result = CliRunner().invoke(app, args(1, 8))
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.stdout)[0]
+    assert row["step_time_s"] > 0 and row["params"] == pytest.approx(51.57e9, rel=1e-3)
+    result = CliRunner().invoke(app, args(2, 4))
+    assert result.exit_code == 2 and "Mamba-1 mixers" in result.stderr and "use cp=1" in result.stderr
+
+
+def test_a_mamba1_row_with_mamba2_heads_is_refused(hw):  # noqa: F811
+    """A row gives one mixer kind: mamba_dt_rank (Mamba-1) and mamba_n_heads (Mamba-2) together are refused."""
+    a = hybrid_rows(hw, "jamba-v0.1", n=1, tp=1.0, dp=64.0)
+    r = predict_arrays(a | {"mamba_n_heads": np.array([128.0])})
     assert r["error_code"][0] & ERR_HYBRID and np.isnan(r["step_time_s"][0])
-
-
 
 
 
