@@ -19,11 +19,12 @@ datasheet rates, plus latency; so here:
   FLOPs by the hardware's peak FLOP/s (a roofline against the memory traffic, whose bandwidth is also the
   datasheet one), i.e. matmuls run at 100 % of peak once they are large enough; the losses it reports come from
   data movement and latency only. Likewise the datasheet bandwidths of memory and links are reached:
-  ``hbm_eff``, ``scaleup_eff``, ``scaleout_eff`` = 1. Every counted FLOP is charged at that peak, the causal
+  ``hbm_eff``, ``scaleup_eff``, ``pcie_eff`` (the PCIe/host tier's), ``scaleout_eff`` = 1. Every counted FLOP is charged at that peak, the causal
   attention square included (``attn_causal_work_fraction`` = 1), so utilization (MFU) never exceeds 1;
 * no memory allowance beyond weights, gradients, optimizer state and activations: ``mem_overhead_gb`` = 0,
   ``mem_fragmentation_frac`` = 0;
-* latency stays: ``alpha_scaleup_s`` and ``alpha_scaleout_s`` (per collective step) keep the caller's values.
+* latency stays: ``alpha_scaleup_s``, ``alpha_pcie_s`` and ``alpha_scaleout_s`` (per collective step) keep the
+  caller's values.
 
 Fields are set by introspection of ``PhysParams``: a field that does not exist is skipped, so the module works
 before and after a field is renamed.
@@ -45,7 +46,7 @@ IDEAL_VALUES: dict[str, float] = {
     "gemm_half_flops": 0.0, "gemm_ramp_s": 0.0, "gemm_ramp_flops_per_sm": 0.0,
     "matmul_eff_16bit": 1.0, "matmul_eff_8bit": 1.0, "matmul_eff_32bit": 1.0, "attn_eff": 1.0,
     "attn_causal_work_fraction": 1.0,
-    "hbm_eff": 1.0, "scaleup_eff": 1.0, "scaleout_eff": 1.0,
+    "hbm_eff": 1.0, "scaleup_eff": 1.0, "pcie_eff": 1.0, "scaleout_eff": 1.0,
     "mem_overhead_gb": 0.0, "mem_fragmentation_frac": 0.0,
 }
 

@@ -14,6 +14,14 @@ Rules (all documented in docs/model.md, section "Hardware"):
   EDR/100GbE NIC per accelerator) is the typical lowest-tier fabric in the table (DGX-1
   P100/V100 have 6.25 GB/s per GPU, DGX A100 25); a NIC behind a PCIe slot can never
   exceed the accelerator's PCIe link, hence the ``min``.
+* ``scaleup_link`` = the kind of the scale-up link, read from ``intra_node_link``: ``pcie`` when the text
+  starts with "PCIe" (the accelerators talk over PCIe and the host: GTX 580, GTX 1080 Ti, K80, A100/H100 PCIe,
+  H100 NVL, L40S, RTX 4090), else ``nvlink``, ``xgmi`` (Infinity Fabric), ``ici`` (TPU), ``ethernet`` (Gaudi's
+  on-chip RoCE), and null when the text names none of them (a custom part: the NVLink-class tier, as before).
+  A PCIe card with an optional 2-GPU NVLink bridge is ``pcie``: its ``intra_node_bw_gbps`` is the PCIe link,
+  and every group larger than the bridged pair talks over PCIe. ``scaleup_link_code`` (LINK_CODES, NaN when
+  unknown) carries it into the model arrays: pcie rows use the PCIe/host tier's efficiency and latency
+  (``PhysParams.pcie_eff``, ``alpha_pcie_s``; docs/model.md "Hardware").
 * fp32-only parts (no tensor cores: GTX 580, GTX 1080 Ti, K80 - no BF16/TF32/FP8 peak and
   ``peak_fp16 == peak_fp32``) run every dtype at the FP32 peak (``fp32_only = True``).
 * TPU v3/v4 list memory in GiB (DATA_CARD.md); converted to GB (x 1.073741824).
@@ -60,7 +68,13 @@ HW_MODEL_COLUMNS = PEAK_COLUMNS + (
     "intra_node_bw_gbps",
     "inter_node_bw_gbps",
     "scaleup_size",
+    "scaleup_link_code",
 )
+#: kinds of scale-up link (``scaleup_link``), coded for the model arrays (``scaleup_link_code``)
+LINK_KINDS = ("nvlink", "xgmi", "ici", "ethernet", "pcie")
+LINK_CODES = {k: i for i, k in enumerate(LINK_KINDS)}
+#: the code of the PCIe/host tier (models.step_time reads it)
+PCIE_LINK_CODE = LINK_CODES["pcie"]
 
 GIB_TO_GB = 1.073741824
 # Streaming multiprocessors (NVIDIA) / compute units (AMD) per accelerator, used when the hardware row has no
@@ -101,6 +115,21 @@ def _pod_size(link: str | None) -> float | None:
     return float(m.group(1).replace(",", "")) if m else None
 
 
+def link_kind(link: str | None) -> str | None:
+    """The kind of scale-up link an ``intra_node_link`` text describes (LINK_KINDS), None when it names none.
+    "PCIe ..." first: a PCIe card with an optional NVLink bridge pair is ``pcie`` (module docstring)."""
+    text = (link or "").strip().lower()
+    if not text:
+        return None
+    if text.startswith("pcie"):
+        return "pcie"
+    for kind, words in (("nvlink", ("nvlink",)), ("xgmi", ("infinity fabric", "xgmi")), ("ici", ("ici",)),
+                        ("ethernet", ("roce", "gbe", "ethernet")), ("pcie", ("pcie",))):
+        if any(re.search(rf"\b{re.escape(w)}\b", text) for w in words):
+            return kind
+    return None
+
+
 def _memory_in_gib(row: Mapping) -> bool:
     mem = row.get("memory_gb")
     if mem is None:
@@ -124,8 +153,8 @@ def resolve_hardware(
     Input: rows with (at least) ``id`` and the numeric columns of hardware_specs.csv
     (strings or numbers; empty string/null = missing). Output: the input columns (numeric
     ones cast to Float64) plus ``scaleup_size``, ``scaleup_size_fallback``,
-    ``inter_node_bw_fallback``, ``fp32_only``, ``memory_in_gib_converted`` and
-    ``hardware_error`` (null when the row is usable).
+    ``inter_node_bw_fallback``, ``fp32_only``, ``memory_in_gib_converted``, ``scaleup_link`` /
+    ``scaleup_link_code`` and ``hardware_error`` (null when the row is usable).
     """
     df = hw
     for c in NUMERIC_COLUMNS:
@@ -191,6 +220,9 @@ def resolve_hardware(
             raise err
         r["scaleup_size"] = float(scaleup)
         r["scaleup_size_fallback"] = su_fallback
+        kind = link_kind(r.get("intra_node_link"))
+        r["scaleup_link"] = kind
+        r["scaleup_link_code"] = float(LINK_CODES[kind]) if kind is not None else None
         r["inter_node_bw_fallback"] = inter_fb
         r["fp32_only"] = fp32_only
         r["memory_in_gib_converted"] = gib
@@ -216,6 +248,8 @@ def resolve_hardware(
         {
             "scaleup_size": pl.Float64,
             "scaleup_size_fallback": pl.Boolean,
+            "scaleup_link": pl.Utf8,
+            "scaleup_link_code": pl.Float64,
             "inter_node_bw_fallback": pl.Boolean,
             "fp32_only": pl.Boolean,
             "memory_in_gib_converted": pl.Boolean,
@@ -336,6 +370,12 @@ def peak_tflops_for(dtype, hw: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np
     return choose_peak(codes, peaks, flags)
 
 
+def is_pcie(link_code) -> np.ndarray:
+    """Rows whose scale-up link is PCIe (``scaleup_link_code`` == PCIE_LINK_CODE; NaN: not PCIe)."""
+    return np.asarray(link_code, dtype=np.float64) == PCIE_LINK_CODE
+
+
 def hardware_arrays(hw: pl.DataFrame) -> dict[str, np.ndarray]:
-    """The model columns of a resolved hardware frame as float arrays (null -> NaN)."""
+    """The model columns of a resolved hardware frame as float arrays (null -> NaN); ``scaleup_link_code`` says
+    which rows talk over the PCIe/host tier (``is_pcie``)."""
     return {c: hw[c].cast(pl.Float64).fill_null(np.nan).to_numpy() for c in HW_MODEL_COLUMNS}

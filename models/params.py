@@ -142,6 +142,22 @@ class PhysParams:
     # domain and across the network (order of NCCL small-message latencies).
     alpha_scaleup_s: float = 3e-6
     alpha_scaleout_s: float = 10e-6
+    # The PCIe/host tier: the scale-up domain of a part whose accelerators talk over PCIe (and the host), not
+    # NVLink/xGMI/ICI (models.hardware `scaleup_link` == "pcie": GTX 580, GTX 1080 Ti, K80, A100/H100 PCIe, H100
+    # NVL, L40S, RTX 4090). `scaleup_eff` and `alpha_scaleup_s` (fitted on NVLink/xGMI/ICI runs) do not apply
+    # there; these two do, as the fraction of `intra_node_bw_gbps` and the per-step latency. Priors, not fitted:
+    # the corpus (measurements/measured_runs.csv) holds no run on a PCIe-only part.
+    # published: NCCL models a PCIe link as width x per-lane rate / 80 GB/s with 60 / 120 / 240 (x 100 Mb/s per
+    # lane) for 8 / 16 / 32 GT/s (NVIDIA/nccl src/graph/topo.cc, kvDictPciGen; topo.h `PCI_BW 12.0 // PCI Gen3
+    # x16`), i.e. 6 / 12 / 24 / 48 GB/s for Gen2 / Gen3 / Gen4 / Gen5 x16: 0.75 of the per-direction datasheet
+    # rate the hardware table holds (8 / 16 / 32 / 64 GB/s), the same fraction on every generation. Measured
+    # all-reduce bus bandwidth of eight PCIe cards is lower when the ring crosses the CPU root complex or
+    # sockets (NVIDIA/nccl issue 1639: 8 x RTX 5090, Gen5 x16, 28 GB/s = 0.44 of 64; 4 cards 35 GB/s).
+    pcie_eff: float = 0.75
+    # published: NCCL's per-step hardware latency of a ring (Simple protocol, the one large messages use) over
+    # PCI, 5.7 us, against 3.4 us over NVLink (NVIDIA/nccl src/graph/tuning.cc, `hwLatencies`: PCI ring
+    # LL / LL128 / Simple 1.0 / 2.5 / 5.7 us, NVLINK 0.6 / 1.9 / 3.4; tree Simple 4.0 on both).
+    alpha_pcie_s: float = 5.7e-6
     # prior: fraction of tensor-parallel communication hidden behind GEMMs. 0 = Megatron-LM
     # 2021/2022 (blocking all-reduce); TE userbuffer overlap in newer stacks -> fitted.
     tp_overlap: float = 0.0

@@ -88,9 +88,9 @@ class Inputs:
     node: np.ndarray  # GPUs of one scale-up domain (<= n_gpus)
     tiers: object  # models.collectives.network_tiers (None: non-blocking)
     tier_bad: np.ndarray
-    bw_up: np.ndarray  # scale-up bytes/s
+    bw_up: np.ndarray  # scale-up bytes/s (PCIe/host tier rows: pcie_eff, else scaleup_eff)
     bw_out: np.ndarray  # scale-out bytes/s
-    a_up: float  # scale-up latency, s
+    a_up: np.ndarray | float  # scale-up latency per step, s (an array when the block has PCIe/host tier rows)
     a_out: float  # scale-out latency, s
     # MoE options (models.moe)
     et: np.ndarray  # expert tensor-parallel degree (tp by default; tp for dense rows)

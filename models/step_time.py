@@ -17,7 +17,7 @@ from models import collectives as coll
 from models import mamba, mla, moe, parts, tp2d
 from models.accounting import layer_shapes, normalize_arch, param_counts
 from models.fastops import divisible
-from models.hardware import A100_TFLOPS_PER_SM, choose_peak, peak_table
+from models.hardware import A100_TFLOPS_PER_SM, choose_peak, is_pcie, peak_table
 from models.memory import GB, memory_per_gpu
 from models.params import (
     ACTIVATION_CODES,
@@ -63,6 +63,7 @@ HARDWARE_COLUMNS = (
     "scaleup_size",
     "generation_code",
     "sm_count",
+    "scaleup_link_code",
 )
 # optional network tiers (models.collectives.network_tiers): NaN or missing = a non-blocking network
 NETWORK_COLUMNS = ("oversubscription", "pod_size")
@@ -281,6 +282,12 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
     sm = g("sm_count")
     if np.isnan(sm).any():  # no SM count given: A100-equivalent SMs of the 16-bit peak (models.hardware)
         sm = np.where(np.isnan(sm), peaks[0] / A100_TFLOPS_PER_SM, sm)
+    # scale-up tier: NVLink-class (scaleup_eff, alpha_scaleup_s), or the PCIe/host tier where the part's
+    # accelerators talk over PCIe (models.hardware `scaleup_link_code`; pcie_eff, alpha_pcie_s)
+    bw_up, a_up = g("intra_node_bw_gbps") * 1e9 * P.scaleup_eff, P.alpha_scaleup_s
+    if "scaleup_link_code" in a and (pcie := is_pcie(g("scaleup_link_code"))).any():
+        bw_up = np.where(pcie, g("intra_node_bw_gbps") * 1e9 * P.pcie_eff, bw_up)
+        a_up = np.where(pcie, P.alpha_pcie_s, a_up)
     return Inputs(
         n=n, arch=arch, hy=arch.get("hybrid"), L=L, h=arch["d_model"], heads=arch["n_heads"], kvh=arch["n_kv_heads"],
         V=arch["vocab"], E=arch["n_experts"], k=arch["top_k"], ns=arch["n_shared_experts"], act=arch["activation"],
@@ -290,8 +297,8 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
         is_fp32=is_fp32, mem_cap=g("memory_gb"), ke=ke, gemm_eff=eff, head_16bit=head16, gemm_eff_16=e16_rows,
         hbm_bw=g("memory_bw_gbps") * 1e9 * (P.hbm_eff * ke), sm=sm, peaks=peaks, peak_tf=peak_tf, peak_fb=peak_fb,
         attn_peak_tf=np.where(is_fp32, peak_tf, peaks[0]), node=np.maximum(np.minimum(node, N), 1.0), tiers=tiers,
-        tier_bad=tier_bad, bw_up=g("intra_node_bw_gbps") * 1e9 * P.scaleup_eff,
-        bw_out=g("inter_node_bw_gbps") * 1e9 * P.scaleout_eff, a_up=P.alpha_scaleup_s, a_out=P.alpha_scaleout_s,
+        tier_bad=tier_bad, bw_up=bw_up,
+        bw_out=g("inter_node_bw_gbps") * 1e9 * P.scaleout_eff, a_up=a_up, a_out=P.alpha_scaleout_s,
         et=et, moe_cf=cap_f, rho=rho,
     )
 
