@@ -23,7 +23,7 @@ FLOP or per byte.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 import numpy as np
@@ -77,6 +77,7 @@ class Inputs:
     ke: np.ndarray | float  # kernel efficiency of the software stack
     gemm_eff: np.ndarray  # GEMM efficiency of the row's dtype
     head_16bit: np.ndarray  # the LM head runs in 16 bits (low-precision recipes; ``lm_head``)
+    layers_16bit: np.ndarray  # layers a low-precision recipe keeps in 16 bits (``layers_kept_in_16bit``; 0: none)
     gemm_eff_16: np.ndarray  # the row's 16-bit GEMM efficiency
     hbm_bw: np.ndarray  # bytes/s
     sm: np.ndarray  # SM count (A100-equivalent when not given)
@@ -316,6 +317,31 @@ def compute(x: Inputs, r: Rates, P: PhysParams) -> Compute:
     return Compute(compute_mb=compute_mb, bwd_mb=bwd_mb, host_mb=host_mb, t_core=t_core, Ls_attn=Ls_attn,
                    Ls_moe=Ls_moe, tp_per_stage=tp_per_stage)
 
+def rates_16bit(x: Inputs, r: Rates, P: PhysParams, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(s per GEMM FLOP, GEMM-size ramp s, weight bytes read per parameter / tp) of GEMMs that run in 16 bits on
+    ``rows`` (the row's own rates elsewhere): the 16-bit peak, the row's 16-bit GEMM efficiency, 2-byte weights."""
+    inv16 = 1.0 / (x.peaks[0] * (1e12 * x.ke * x.gemm_eff_16))
+    inv16 = np.where(np.isnan(inv16), r.inv_rate, inv16)  # no 16-bit peak: the row's own rate
+    return (np.where(rows, inv16, r.inv_rate), np.where(rows, (P.gemm_ramp_flops_per_sm * x.sm) * inv16, r.wh),
+            np.where(rows, 2.0 * r.inv_t, r.wrt))
+
+
+def layers_kept_in_16bit(x: Inputs, r: Rates, cm: Compute, P: PhysParams) -> Compute:
+    """A low-precision recipe that keeps its last ``n_layers_16bit`` layers (blocks, for hybrids) in 16 bits
+    (Megatron-Core ``--first-last-layers-bf16`` / ``--num-layers-at-end-in-bf16``; recipes: models.precision):
+    those layers sit on the last pipeline stage, which is the one that paces the step (it also holds the LM head),
+    so that stage runs min(n, layers per stage) of its layers at the 16-bit rates. The stage's compute is
+    interpolated between all-low-precision and all-16-bit by that share (the layers are alike)."""
+    rows = x.layers_16bit > 0
+    if not rows.any():
+        return cm
+    inv_rate, wh, wrt = rates_16bit(x, r, P, rows)
+    cm16 = compute(x, replace(r, inv_rate=inv_rate, wh=wh, wrt=wrt), P)
+    share = np.minimum(x.layers_16bit, x.Ls) / x.Ls
+    return replace(cm, compute_mb=cm.compute_mb + share * (cm16.compute_mb - cm.compute_mb),
+                   bwd_mb=cm.bwd_mb + share * (cm16.bwd_mb - cm.bwd_mb))
+
+
 def lm_head(x: Inputs, r: Rates, P: PhysParams) -> np.ndarray:
     """LM head + cross-entropy on the last stage, forward + 2x backward (s).
 
@@ -326,13 +352,7 @@ def lm_head(x: Inputs, r: Rates, P: PhysParams) -> np.ndarray:
     pretraining recipe (NVIDIA, arXiv:2509.25149, section 4) retains the output projection head in BF16. So for
     those rows the head's GEMMs run at the 16-bit peak with the 16-bit GEMM efficiency and read 2-byte weights."""
     Vh = x.V * x.h
-    inv_rate, wh, wrt = r.inv_rate, r.wh, r.wrt
-    if x.head_16bit.any():
-        inv16 = 1.0 / (x.peaks[0] * (1e12 * x.ke * x.gemm_eff_16))
-        inv16 = np.where(np.isnan(inv16), inv_rate, inv16)  # no 16-bit peak: the row's own rate
-        inv_rate = np.where(x.head_16bit, inv16, inv_rate)
-        wh = np.where(x.head_16bit, (P.gemm_ramp_flops_per_sm * x.sm) * inv16, wh)
-        wrt = np.where(x.head_16bit, 2.0 * r.inv_t, wrt)
+    inv_rate, wh, wrt = rates_16bit(x, r, P, x.head_16bit) if x.head_16bit.any() else (r.inv_rate, r.wh, r.wrt)
     lm_bytes = wrt * Vh + r.aT * x.h + (12.0 * r.T) * x.V * r.inv_t
     return 3.0 * np.maximum(r.Tt2 * Vh * inv_rate + wh, lm_bytes * r.inv_hbm)
 

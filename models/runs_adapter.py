@@ -31,6 +31,7 @@ never silently rests on a guess:
 | n_kv_heads empty | n_heads | multi-head attention |
 | vocab empty | 51,200 | GPT-2 BPE padded (Megatron default) |
 | tied_embeddings empty | false | |
+| n_layers_16bit (layers a low-precision recipe keeps in BF16) | the model's published recipe for the run's dtype (`models.precision.RECIPE_LAYERS_16BIT`: Nemotron 3 Super NVFP4 keeps its last 14 blocks), else none | Megatron-Bridge's generic recipes keep none (`num_layers_at_end_in_bf16 = 0`); a model-specific recipe names its own |
 | mtp_layers (multi-token prediction modules, models.mla) | 0 when model_name says "w/o MTP" (or "without MTP"); the architecture table's mtp_layers when it says "w/ MTP" or nothing | the corpus names DeepSeek-V3 runs "DeepSeekV3 (w/o MTP)" / "(w/ MTP)"; DeepSeek-V3 was trained with one MTP module (arXiv:2412.19437 section 2.2) |
 | software era | `megatron_2022` (attention scores materialised, full-square softmax, no DP overlap: `models.params.MEGATRON_2022`) for DeepSpeed-based stacks and for Megatron stacks reported up to 2022; `default` (FlashAttention-era) otherwise | FlashAttention (Dao 2022) became the default attention in Megatron-Core/TE, PyTorch SDPA, llm-foundry and torchtitan after 2022 |
 | software stack | `pytorch_native` for stacks built on PyTorch-native kernels (torchtitan, FSDP, llm-foundry/Composer, fms-fsdp) that are not Megatron-based: the reference physics with its own fitted `kernel_eff` | TransformerEngine fuses norm, RoPE and softmax into the GEMMs and uses cuDNN/FlashAttention-3 attention on Hopper; PyTorch SDPA uses FlashAttention-2 |
@@ -296,6 +297,7 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
                                .alias("memory_gb"))
     out = _lora_fraction(out)
     out = resolve_mtp_layers(out)
+    out = resolve_layers_16bit(out)
     out, hybrid = hybrid_problems(out)
     problems = [
         pl.when(pl.col("n_gpus").is_null()).then(pl.lit("n_gpus not stated (whole-run totals cannot be predicted)")),
@@ -340,6 +342,30 @@ def resolve_mtp_layers(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(
         pl.when(without).then(pl.lit(0.0)).otherwise(d).alias("mtp_layers"),
         pl.when(why.is_not_null()).then(pl.concat_str([pl.col("assumptions"), why], separator="; ", ignore_nulls=True))
+        .otherwise(pl.col("assumptions")).alias("assumptions"),
+    )
+
+
+def resolve_layers_16bit(frame: pl.DataFrame) -> pl.DataFrame:
+    """`n_layers_16bit` of a low-precision run that does not state it: the layers its model's published recipe
+    keeps in BF16 (`models.precision.RECIPE_LAYERS_16BIT`, by architecture id and dtype), recorded in
+    `assumptions`; none otherwise."""
+    from models.precision import RECIPE_LAYERS_16BIT, RECIPE_SOURCE
+
+    if not frame.height or "arch_id" not in frame.columns or "dtype" not in frame.columns:
+        return frame
+    if "n_layers_16bit" not in frame.columns:
+        frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("n_layers_16bit"))
+    key = pl.concat_str([pl.col("arch_id").cast(pl.Utf8).str.to_lowercase(),
+                         pl.col("dtype").cast(pl.Utf8).str.to_lowercase()], separator="|")
+    n = key.replace_strict({f"{a}|{d}": float(v) for (a, d), v in RECIPE_LAYERS_16BIT.items()}, default=None,
+                           return_dtype=pl.Float64)
+    why = key.replace_strict({f"{a}|{d}": f"n_layers_16bit={v} ({RECIPE_SOURCE[(a, d)]})"
+                              for (a, d), v in RECIPE_LAYERS_16BIT.items()}, default=None, return_dtype=pl.Utf8)
+    fill = pl.col("n_layers_16bit").is_null() & n.is_not_null()
+    return frame.with_columns(
+        pl.when(fill).then(n).otherwise(pl.col("n_layers_16bit").cast(pl.Float64, strict=False)).alias("n_layers_16bit"),
+        pl.when(fill).then(pl.concat_str([pl.col("assumptions"), why], separator="; ", ignore_nulls=True))
         .otherwise(pl.col("assumptions")).alias("assumptions"),
     )
 

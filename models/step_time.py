@@ -278,6 +278,9 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
     # the LM head of a low-precision recipe runs in 16 bits (models.parts.lm_head); its GEMM efficiency is the
     # row's 16-bit one
     head16 = is_low_precision(dt)
+    # layers a low-precision recipe keeps in 16 bits (models.precision; NaN: none)
+    l16 = g("n_layers_16bit", 0.0)
+    l16 = np.where(head16 & (l16 > 0), l16, 0.0)  # NaN > 0 is False
     e16_rows = np.broadcast_to(e16, (n,)) if np.ndim(e16) == 0 else e16
     sm = g("sm_count")
     if np.isnan(sm).any():  # no SM count given: A100-equivalent SMs of the 16-bit peak (models.hardware)
@@ -294,7 +297,7 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
         s=g("seq_len"), B=B, b=b, N=N, t=t, p=p, d=d, c=c, e=e, v=v, m=B / (d * b), Ls=np.ceil(L / p),
         shard=_code(a, "sharding", n), rc=_code(a, "recompute", n), dt=dt,
         sp=sp if tp2d_rows is None else sp | tp2d_rows, tp_mode=tpm, tp2d=tp2d_rows,
-        is_fp32=is_fp32, mem_cap=g("memory_gb"), ke=ke, gemm_eff=eff, head_16bit=head16, gemm_eff_16=e16_rows,
+        is_fp32=is_fp32, mem_cap=g("memory_gb"), ke=ke, gemm_eff=eff, head_16bit=head16, gemm_eff_16=e16_rows, layers_16bit=l16,
         hbm_bw=g("memory_bw_gbps") * 1e9 * (P.hbm_eff * ke), sm=sm, peaks=peaks, peak_tf=peak_tf, peak_fb=peak_fb,
         attn_peak_tf=np.where(is_fp32, peak_tf, peaks[0]), node=np.maximum(np.minimum(node, N), 1.0), tiers=tiers,
         tier_bad=tier_bad, bw_up=bw_up,
@@ -365,7 +368,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     invalid = err != 0
     sh = layer_shapes(x.arch)
     r = parts.rates(x, P, sh, param_counts(x.arch, normalized=True, shapes=sh))
-    cm = parts.compute(x, r, P)
+    cm = parts.layers_kept_in_16bit(x, r, parts.compute(x, r, P), P)
     cp_mb, hidden_cp = parts.cp_comm(x, r, cm)
     ov = parts.overlap(cm, cp_mb, hidden_cp, parts.tp_comm(x, r, cm), parts.ep_comm(x, r, cm), parts.pp_comm(x, r), P)
     mem = memory_per_gpu(
@@ -482,6 +485,8 @@ def encode_configs(configs: pl.DataFrame) -> dict[str, np.ndarray]:
             exprs.append(pl.lit(float(_NUMERIC_DEFAULTS[name])).alias(name))
         else:
             exprs.append(pl.lit(None, dtype=pl.Float64).alias(name))
+    if "n_layers_16bit" in cols:  # layers a low-precision recipe keeps in 16 bits (models.precision; null: none)
+        exprs.append(pl.col("n_layers_16bit").cast(pl.Float64, strict=False).alias("n_layers_16bit"))
     if "trainable_frac" in cols:
         exprs.append(pl.col("trainable_frac").cast(pl.Float64, strict=False).fill_null(1.0))
     if "layer_pattern" in cols:  # hybrids: block counts from the pattern (null for other rows), Mamba shapes

@@ -147,7 +147,8 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
                    hw_row: Optional[dict] = None, scaleup_size: Optional[int] = None,
                    scaleup_gbps: Optional[float] = None, scaleout_gbps: Optional[float] = None,
                    oversubscription: Optional[float] = None, pod_size: Optional[int] = None,
-                   etp: Optional[int] = None, capacity_factor: Optional[float] = None) -> pl.DataFrame:
+                   etp: Optional[int] = None, capacity_factor: Optional[float] = None,
+                   layers_16bit: Optional[int] = None) -> pl.DataFrame:
     """One configuration: a one-row frame with the resolved inputs, the prediction (calibrated unless
     `analytical_only`), its interval and provenance (`fit_version`, `assumptions`, `calibration_domain`).
     `assumptions` also lists every default applied (and the pod tier when it is oversubscribed). The network
@@ -155,7 +156,8 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     `gpus_per_node` / `inter_node_gbps`; both given and different is an InputError. An invalid layout raises
     InputError with the reason. MoE options (models.moe): `etp` the expert tensor-parallel degree (default tp,
     Megatron-Core's; where ep is folded over tp the largest etp that folds, listed in `assumptions`),
-    `capacity_factor` the expert capacity factor (default: dropless)."""
+    `capacity_factor` the expert capacity factor (default: dropless). `layers_16bit`: layers a low-precision recipe
+    keeps in 16 bits at the end of the stack (default: the model's published recipe, models.precision, else 0)."""
     from models.predictor import predict
     from pipeline import catalog
     from pipeline.calibrated import model_for
@@ -207,6 +209,19 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
                         if inferred else f"etp=tp={etp}")
     if is_moe and capacity_factor is None:
         defaults.append("dropless (no capacity factor)")
+    from models.params import DTYPE_CODES, is_low_precision
+    from models.precision import RECIPE_SOURCE, recipe_layers_16bit
+
+    low = dtype in DTYPE_CODES and bool(is_low_precision(DTYPE_CODES[dtype]))
+    if layers_16bit is not None and not (0 <= layers_16bit <= float(arch.get("n_layers") or 0)):
+        raise InputError(f"--layers-16bit must be between 0 and the model's {arch.get('n_layers')} layers, "
+                         f"got {layers_16bit}")
+    if layers_16bit is not None and layers_16bit > 0 and not low:
+        raise InputError(f"--layers-16bit keeps layers of a low-precision recipe in 16 bits; --dtype {dtype} runs "
+                         f"every layer in {dtype} already (use fp8, fp8-cs, mxfp8 or nvfp4)")
+    if layers_16bit is None and low and (rl := recipe_layers_16bit(arch.get("id"), dtype)) is not None:
+        layers_16bit = rl
+        defaults.append(f"n_layers_16bit={rl} ({RECIPE_SOURCE[(str(arch.get('id')).lower(), dtype)]})")
     row = {c: arch.get(c) for c in catalog.ARCH_MODEL_COLUMNS}
     if arch.get("layer_pattern"):  # hybrid Mamba-Transformer rows (models.mamba)
         row.update({c: arch.get(c) for c in catalog.ARCH_HYBRID_COLUMNS})
@@ -223,6 +238,8 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
         row["etp"] = etp
     if capacity_factor is not None:
         row["moe_capacity_factor"] = float(capacity_factor)
+    if layers_16bit:
+        row["n_layers_16bit"] = float(layers_16bit)
     configs = pl.DataFrame([row]).hstack(pl.DataFrame([{k: v for k, v in hw.items() if k not in row}]))
     m = model_for(cfg, analytical_only, assumptions)
     res = predict(configs, m)

@@ -219,6 +219,11 @@ def predict(
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
                                                      help="Megatron sequence parallelism [default: on when tp > 1]."),
     dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16, fp8, fp8-cs, mxfp8, nvfp4, fp32 or tf32."),
+    layers_16bit: Optional[int] = typer.Option(
+        None, "--layers-16bit", min=0, metavar="N",
+        help="Layers (blocks, for hybrids) at the end of the stack that a low-precision recipe keeps in BF16 "
+             "(Megatron-Core --num-layers-at-end-in-bf16) [default: the model's published recipe, e.g. 14 for "
+             "Nemotron 3 Super in NVFP4, else 0]."),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", min=1,
                                                 help="Scale-up domain used [default: the accelerator's]."),
     inter_node_gbps: Optional[float] = typer.Option(
@@ -284,7 +289,7 @@ def predict(
                                 inter_node_gbps=inter_node_gbps, analytical_only=analytical_only,
                                 assumptions=assumptions, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps,
                                 scaleout_gbps=scaleout_gbps, oversubscription=oversubscription, pod_size=pod_size,
-                                etp=etp, capacity_factor=capacity_factor)
+                                etp=etp, capacity_factor=capacity_factor, layers_16bit=layers_16bit)
     except api.InputError as err:
         _fail(str(err), err.exit_code)
     if fmt == "table" and out is None:
