@@ -258,9 +258,17 @@ def generation_labels(configs: pl.DataFrame) -> np.ndarray:
 
 def _slots(configs: pl.DataFrame) -> list[tuple[str | None, str]]:
     presets = set(configs["software_preset"].fill_null("default").to_list())
-    slots = [(None, f) for f in FIT_FIELDS] + [(p, f) for p, fs in PRESET_FIELDS.items() if p in presets for f in fs]
-    gens, counts = np.unique(generation_labels(configs), return_counts=True)
     dt = configs["dtype"].fill_null("bf16").to_numpy()
+    # a precision's GEMM fraction is fitted only where the training runs hold that precision: without 16-bit
+    # runs (a leave-one-precision-out fold) the 16-bit fraction would be set by the few 16-bit GEMMs of
+    # low-precision runs (their LM head, the layers a recipe keeps in BF16) and carry their other errors to every
+    # 16-bit run; it keeps its prior, as a parameter outside its domain does (models.predictor)
+    low_all = np.isin(dt, LOW_PRECISION_DTYPES)
+    n_prec = {"matmul_eff_8bit": int(low_all.sum()),
+              "matmul_eff_16bit": int((~low_all & ~np.isin(dt, ("fp32", "tf32"))).sum())}
+    slots = [(None, f) for f in FIT_FIELDS if n_prec.get(f, MIN_GENERATION_RUNS) >= MIN_GENERATION_RUNS // 3]
+    slots += [(p, f) for p, fs in PRESET_FIELDS.items() if p in presets for f in fs]
+    gens, counts = np.unique(generation_labels(configs), return_counts=True)
     pre = configs["software_preset"].fill_null("default").to_numpy()
     g_all = generation_labels(configs)
     for g, c in sorted(zip(gens, counts), key=lambda x: -x[1])[1:]:  # the largest group defines the shared value
