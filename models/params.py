@@ -69,8 +69,8 @@ class PhysParams:
     # datasheet peak for 16-bit on A100/H100; end-to-end Megatron-LM reaches 52 % HFU
     # (Narayanan et al. 2021, Table 1) which bounds it from below. To be fitted.
     matmul_eff_16bit: float = 0.80
-    # prior: FP8/FP4 GEMMs reach a smaller fraction of their (2x) peak than BF16 does
-    # because scaling/casting kernels and the unchanged memory traffic eat into it.
+    # prior: FP8/FP4 GEMMs reach a smaller fraction of their (2x) peak than BF16 does (their
+    # quantize kernels are timed on their own: models.parts.quantize_casts).
     matmul_eff_8bit: float = 0.70
     # prior: FP32/TF32 (and fp32-only parts without tensor cores).
     matmul_eff_32bit: float = 0.80

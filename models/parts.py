@@ -242,6 +242,31 @@ def moe_mlp_gemms(x: Inputs, r: Rates) -> tuple[np.ndarray, np.ndarray]:
     return t_mlp_m, F_moe
 
 
+#: HBM bytes a low-precision recipe moves per element it quantizes for a GEMM, by dtype code
+#: (models.params.DTYPE_CODES): read the 16-bit tensor (2 B) and write it twice in the low-precision format, the
+#: row-wise copy for the forward/dgrad GEMM and the column-wise (transposed) copy for the wgrad GEMM (Transformer
+#: Engine `cast_transpose` for FP8; MXFP8 and NVFP4 quantize row- and column-wise with their own block scales,
+#: 1 E8M0 byte per 32 values and 1 E4M3 byte per 16 values). fp8-cs (per-tensor current scaling) reads the tensor
+#: once more for its amax before casting (TE Float8CurrentScaling: amax kernel, then cast). 16-bit and fp32: 0.
+_CAST_BYTES = np.array([0.0, 0.0, 2.0 + 2.0, 2.0 + 2.0 + 2.0, 2.0 + 2.0 * (1.0 + 1.0 / 32.0),
+                        2.0 + 2.0 * (0.5 + 1.0 / 16.0), 0.0, 0.0])
+
+
+def quantize_casts(x: Inputs, r: Rates, cast_bytes: np.ndarray, F: np.ndarray, routed: np.ndarray | float
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Quantize kernels of one layer of a low-precision row, (forward s, backward s) per GPU: each low-precision
+    GEMM casts its 16-bit input (``_CAST_BYTES`` per element). Forward: the output projection's input (q) and the
+    second MLP GEMM's input (F); the QKV and first MLP GEMMs' inputs are cast inside the fused LayerNorm (TE
+    LayerNormLinear writes the low-precision copies instead of the 16-bit output the element-wise traffic already
+    counts), except for MoE experts, whose dispatched token copies (``routed`` x h) are cast on their own.
+    Backward: the gradient of every GEMM output, (q + 2 kv) + (mats - 1) F + ``routed`` x h split over tp, and
+    the two row-parallel outputs' gradients of h, whole on every tensor-parallel rank."""
+    fwd = r.T * ((r.q + F + routed * x.h) * r.inv_t)
+    bwd = r.T * ((r.q + 2.0 * r.kvd + (r.n_mats - 1.0) * F + routed * x.h) * r.inv_t + 2.0 * x.h)
+    scale = cast_bytes * r.inv_hbm
+    return fwd * scale, bwd * scale
+
+
 def moe_permute_elems(top_k, ep, n_experts):
     """Element-wise HBM traffic of the MoE token dispatcher, forward, per token per MoE layer, in units of
     d_model elements (reads + writes), following Megatron-Core's all-to-all dispatcher (MoEAlltoAllTokenDispatcher,
@@ -253,7 +278,7 @@ def moe_permute_elems(top_k, ep, n_experts):
     return 2.0 * (top_k + 1.0) + np.where((ep > 1) & (local > 1), 4.0 * top_k, 0.0)
 
 
-def compute(x: Inputs, r: Rates, P: PhysParams) -> Compute:
+def compute(x: Inputs, r: Rates, P: PhysParams, casts: bool = True) -> Compute:
     """Forward, backward (2x GEMMs) and recompute of the stage's layers for one micro-batch, the LM head, the
     MTP and hybrid hooks, and the host time to issue the micro-batch's ops."""
     rc, inv_hbm = x.rc, r.inv_hbm
@@ -274,15 +299,20 @@ def compute(x: Inputs, r: Rates, P: PhysParams) -> Compute:
     t_ew_d = (ew_base + aTt_ef * F_dense) * inv_hbm
     # per-layer forward, backward (2x), recompute
     gemm_core_d = t_attn_gemm + t_mlp_d + t_core
-    fwd_layers = r.Ls_dense * (gemm_core_d + t_ew_d)
-    bwd_layers = r.Ls_dense * (2.0 * gemm_core_d + P.elementwise_bwd_factor * t_ew_d)
+    cast = np.take(_CAST_BYTES, x.dt, mode="clip")  # low-precision rows: quantize kernels (``quantize_casts``)
+    any_cast = casts and bool(np.any(cast > 0))  # layers kept in 16 bits cast nothing
+    cf_d, cb_d = quantize_casts(x, r, cast, F_dense, 0.0) if any_cast else (0.0, 0.0)
+    fwd_layers = r.Ls_dense * (gemm_core_d + t_ew_d + cf_d)
+    bwd_layers = r.Ls_dense * (2.0 * gemm_core_d + P.elementwise_bwd_factor * t_ew_d + cb_d)
     Ls_moe = r.Ls_moe
     if r.any_moe:
         t_mlp_m, F_moe = moe_mlp_gemms(x, r)
         t_ew_m = (ew_base + aTt_ef * F_moe + r.aTt * x.h * moe_permute_elems(x.k, x.e, x.E)) * inv_hbm
         gemm_core_m = t_attn_gemm + t_mlp_m + t_core
-        fwd_layers = fwd_layers + Ls_moe * (gemm_core_m + t_ew_m)
-        bwd_layers = bwd_layers + Ls_moe * (2.0 * gemm_core_m + P.elementwise_bwd_factor * t_ew_m)
+        cf_m, cb_m = quantize_casts(x, r, cast, F_moe, moe.routed_tokens_factor(x.k, x.ns, x.rho)) if any_cast \
+            else (0.0, 0.0)
+        fwd_layers = fwd_layers + Ls_moe * (gemm_core_m + t_ew_m + cf_m)
+        bwd_layers = bwd_layers + Ls_moe * (2.0 * gemm_core_m + P.elementwise_bwd_factor * t_ew_m + cb_m)
     tp_per_stage = 2.0 * x.Ls  # TP collective pairs per pass: 2 per transformer layer, 1 per hybrid block
     Ls_attn = x.Ls
     if (hy := x.hy) is not None:  # hybrid rows: blocks of one mixer each (models.mamba, docs/model.md)
@@ -336,7 +366,7 @@ def layers_kept_in_16bit(x: Inputs, r: Rates, cm: Compute, P: PhysParams) -> Com
     if not rows.any():
         return cm
     inv_rate, wh, wrt = rates_16bit(x, r, P, rows)
-    cm16 = compute(x, replace(r, inv_rate=inv_rate, wh=wh, wrt=wrt), P)
+    cm16 = compute(x, replace(r, inv_rate=inv_rate, wh=wh, wrt=wrt), P, casts=False)
     share = np.minimum(x.layers_16bit, x.Ls) / x.Ls
     return replace(cm, compute_mb=cm.compute_mb + share * (cm16.compute_mb - cm.compute_mb),
                    bwd_mb=cm.bwd_mb + share * (cm16.bwd_mb - cm.bwd_mb))

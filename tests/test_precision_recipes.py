@@ -91,3 +91,15 @@ def test_predict_states_the_recipe_default_and_refuses_bad_values():
     assert bad.exit_code != 0 and "--layers-16bit keeps layers of a low-precision recipe" in bad.output
     bad = runner.invoke(app, base + ["--dtype", "nvfp4", "--layers-16bit", "500"])
     assert bad.exit_code != 0 and "--layers-16bit must be between 0 and the model's 88 layers" in bad.output
+
+
+def test_quantize_kernels_move_the_bytes_of_their_recipe(hw):
+    """The recipes differ only in what their quantize kernels move per element (models.parts._CAST_BYTES): per-tensor
+    current scaling (fp8-cs) reads each tensor once more for its amax (2 B), MXFP8 writes one E8M0 scale per 32
+    values in each of its two copies (2/32 B) - so with the same FP8 peak the extra time of fp8-cs over delayed
+    scaling is 32 x that of MXFP8."""
+    base = _compute(hw, 2, hid="h100-sxm5-80gb")[0]
+    cs = _compute(hw, 3, hid="h100-sxm5-80gb")[0] - base
+    mx = _compute(hw, 4, hid="h100-sxm5-80gb")[0] - base
+    assert cs > 0 and mx > 0
+    assert cs / mx == pytest.approx(32.0, rel=0.02)
