@@ -221,7 +221,7 @@ def dense_mlp_gemms(x: Inputs, r: Rates) -> np.ndarray:
     return np.maximum(r.Tt2 * mlp_m * r.inv_rate + r.n_mats * r.wh, mlp_bytes_d * r.inv_hbm)
 
 
-def moe_mlp_gemms(x: Inputs, r: Rates) -> tuple[np.ndarray, np.ndarray]:
+def moe_mlp_gemms(x: Inputs, r: Rates, P: PhysParams) -> tuple[np.ndarray, np.ndarray]:
     """The MoE MLP of one layer, forward, per GPU (s): top_k + shared experts' GEMMs on every token, one GEMM
     call per local expert, the router; and the sharded FFN width F_moe its element-wise traffic reads. The most
     loaded EP rank runs rho x the mean routed tokens; its routed-expert weights are split over etp, i.e. tp/etp x
@@ -237,8 +237,11 @@ def moe_mlp_gemms(x: Inputs, r: Rates) -> tuple[np.ndarray, np.ndarray]:
     if x.tp2d is not None:
         mlp_bytes_m = np.where(x.tp2d, w_bytes + r.aT * tp2d.moe_io_elems_per_token(x.h, k, F_moe, r.n_mats, x.t),
                                mlp_bytes_m)
-    t_mlp_m = np.maximum(r.Tt2 * (kns * exp_m + rout_m) * r.inv_rate + (r.n_mats * r.wh) * (e_local + ns),
-                         mlp_bytes_m * r.inv_hbm)
+    # the router GEMM is not a Transformer Engine module (Megatron-Core TopKRouter: a plain matmul, in fp32 with
+    # --moe-router-dtype fp32): it stays at the 16-bit rate under low-precision recipes
+    inv_router = rates_16bit(x, r, P, x.head_16bit)[0] if x.head_16bit.any() else r.inv_rate
+    t_mlp_m = np.maximum(r.Tt2 * (kns * exp_m * r.inv_rate + rout_m * inv_router)
+                         + (r.n_mats * r.wh) * (e_local + ns), mlp_bytes_m * r.inv_hbm)
     return t_mlp_m, F_moe
 
 
@@ -306,7 +309,7 @@ def compute(x: Inputs, r: Rates, P: PhysParams, casts: bool = True) -> Compute:
     bwd_layers = r.Ls_dense * (2.0 * gemm_core_d + P.elementwise_bwd_factor * t_ew_d + cb_d)
     Ls_moe = r.Ls_moe
     if r.any_moe:
-        t_mlp_m, F_moe = moe_mlp_gemms(x, r)
+        t_mlp_m, F_moe = moe_mlp_gemms(x, r, P)
         t_ew_m = (ew_base + aTt_ef * F_moe + r.aTt * x.h * moe_permute_elems(x.k, x.e, x.E)) * inv_hbm
         gemm_core_m = t_attn_gemm + t_mlp_m + t_core
         cf_m, cb_m = quantize_casts(x, r, cast, F_moe, moe.routed_tokens_factor(x.k, x.ns, x.rho)) if any_cast \

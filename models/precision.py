@@ -5,11 +5,15 @@ The step-time model runs every decoder GEMM of a low-precision row at the row's 
 * the LM head, always in 16 bits (``models.parts.lm_head``: Megatron-Core's ``output_layer`` is outside
   Transformer Engine's autocast; torchtitan filters ``output``; the NVFP4 recipe keeps the head in BF16);
 * the attention core (softmax and the two batched GEMMs), at the 16-bit peak (``models.parts.compute``);
+* the MoE router GEMM, a plain matmul outside Transformer Engine (Megatron-Core ``TopKRouter``; fp32 with
+  ``--moe-router-dtype fp32``), at the 16-bit rate (``models.parts.moe_mlp_gemms``);
 * the last ``n_layers_16bit`` layers (blocks, for hybrids) where the run's recipe keeps them in BF16
   (``models.parts.layers_kept_in_16bit``; Megatron-Core ``--first-last-layers-bf16`` with
   ``--num-layers-at-end-in-bf16``). The generic recipes keep none: Megatron-Bridge's ``MixedPrecisionConfig``
   defaults ``num_layers_at_start_in_bf16 = num_layers_at_end_in_bf16 = 0`` and ``bf16_with_nvfp4_mixed`` does not
   change them. A model's own published recipe may: ``RECIPE_LAYERS_16BIT``.
+
+Each low-precision GEMM also pays its quantize kernels (``models.parts.quantize_casts``).
 
 A run or a command may state ``n_layers_16bit`` itself (``stepcast predict --layers-16bit N``); otherwise the
 table below applies to the model and precision it names, listed in the prediction's assumptions.
