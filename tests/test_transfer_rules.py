@@ -127,3 +127,16 @@ def test_every_software_preset_has_its_era_code():
     from models.runs_adapter import PRESETS
     assert list(ERA_CODES) == list(PRESETS) == list(SOFTWARE_ERAS)
     assert [ERA_CODES[p] for p in PRESETS] == list(range(len(PRESETS)))
+
+
+@pytest.mark.parametrize("n16, n8, free16, free8", [(0, 157, False, True), (40, 9, True, False), (40, 40, True, True)])
+def test_a_precisions_gemm_fraction_is_fitted_only_where_its_runs_are(n16, n8, free16, free8):
+    """A leave-one-precision-out fold without 16-bit runs keeps the 16-bit GEMM fraction at its prior (the LM
+    heads and BF16-kept layers of low-precision runs would set it for every 16-bit run), and a fold with 9
+    low-precision runs the 8-bit one: a precision needs MIN_GENERATION_RUNS // 3 = 10 runs of its own."""
+    configs = pl.DataFrame({"software_preset": ["default"] * (n16 + n8), "gpu": ["h100-sxm5-80gb"] * (n16 + n8),
+                            "dtype": ["bf16"] * n16 + ["fp8"] * n8})
+    shared = {f for p, f in cal._slots(configs) if p is None}
+    assert ("matmul_eff_16bit" in shared) == free16
+    assert ("matmul_eff_8bit" in shared) == free8
+    assert "attn_eff" in shared
