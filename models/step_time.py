@@ -15,7 +15,7 @@ import polars as pl
 
 from models import collectives as coll
 from models import mamba, mla, moe, parts, tp2d
-from models.accounting import layer_shapes, normalize_arch, param_counts
+from models.accounting import ARCH_COLUMNS, layer_shapes, normalize_arch, param_counts
 from models.fastops import divisible
 from models.hardware import A100_TFLOPS_PER_SM, choose_peak, is_pcie, peak_table
 from models.memory import GB, memory_per_gpu
@@ -506,6 +506,36 @@ def encode_configs(configs: pl.DataFrame) -> dict[str, np.ndarray]:
 
         out["memory_preset"] = preset_codes(configs["memory_preset"].cast(pl.Utf8).fill_null("default").to_numpy())
     return out
+
+
+#: every architecture input the step-time model reads (``_decode``): the transformer shape, the hybrid block counts
+#: and Mamba shape (models.mamba), the MLA shape and MTP depth (models.mla)
+ARCH_INPUTS = (*ARCH_COLUMNS, *mamba.HYBRID_COLUMNS, *mla.ARCH_COLUMNS)
+
+
+def arch_config(arch: Mapping) -> dict:
+    """One model's architecture columns as a configuration row carries them to the model (`stepcast predict`'s row,
+    and through ``encode_arch`` search's, the curve's, the frontier's and the plan's): the transformer shape
+    (models.accounting.ARCH_COLUMNS); for a hybrid row (one with a layer_pattern) the pattern and the Mamba shape
+    (models.mamba); when any is given, the MLA shape and MTP depth (models.mla)."""
+    row = {c: arch.get(c) for c in ARCH_COLUMNS}
+    if arch.get("layer_pattern"):  # hybrid Mamba-Transformer rows (models.mamba)
+        row.update({c: arch.get(c) for c in ("layer_pattern", *mamba.SHAPE_COLUMNS)})
+    if any(arch.get(c) not in (None, "") for c in mla.ARCH_COLUMNS):  # MLA attention, MTP modules (models.mla)
+        row.update({c: arch.get(c) for c in mla.ARCH_COLUMNS})
+    return row
+
+
+def encode_arch(arch: Mapping) -> dict[str, np.ndarray]:
+    """The architecture inputs of one model (``arch_config``) encoded exactly as ``encode_configs`` encodes a
+    `predict` row: one-element arrays, keyed by the ``ARCH_INPUTS`` the row has (a hybrid row adds its block counts
+    and Mamba shape, an MLA row its MLA and MTP columns). An activation given as its code is taken as that code."""
+    row = arch_config(arch)
+    act = row.get("activation")
+    if act is not None and not isinstance(act, str):  # a code (models.params.ACTIVATION_CODES), as arrays carry it
+        row["activation"] = next((k for k, v in ACTIVATION_CODES.items() if v == int(act)), str(act))
+    enc = encode_configs(pl.DataFrame([row]))
+    return {k: v for k, v in enc.items() if k in ARCH_INPUTS}
 
 
 def _error_strings(pred: pl.DataFrame) -> pl.Expr:

@@ -159,7 +159,7 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     `capacity_factor` the expert capacity factor (default: dropless). `layers_16bit`: layers a low-precision recipe
     keeps in 16 bits at the end of the stack (default: the model's published recipe, models.precision, else 0)."""
     from models.predictor import predict
-    from pipeline import catalog
+    from models.step_time import arch_config
     from pipeline.calibrated import model_for
 
     check_choice("--sharding", sharding, SHARDINGS)
@@ -222,11 +222,9 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     if layers_16bit is None and low and (rl := recipe_layers_16bit(arch.get("id"), dtype)) is not None:
         layers_16bit = rl
         defaults.append(f"n_layers_16bit={rl} ({RECIPE_SOURCE[(str(arch.get('id')).lower(), dtype)]})")
-    row = {c: arch.get(c) for c in catalog.ARCH_MODEL_COLUMNS}
-    if arch.get("layer_pattern"):  # hybrid Mamba-Transformer rows (models.mamba)
-        row.update({c: arch.get(c) for c in catalog.ARCH_HYBRID_COLUMNS})
-    if any(arch.get(c) not in (None, "") for c in catalog.ARCH_MLA_COLUMNS):  # MLA attention, MTP modules (models.mla)
-        row.update({c: arch.get(c) for c in catalog.ARCH_MLA_COLUMNS})
+    # the architecture columns the model reads (hybrid pattern and Mamba shape, MLA and MTP), as search carries them
+    row = arch_config(arch)
+    if "mtp_layers" in row:  # MLA attention, MTP modules (models.mla)
         mtp = arch.get("mtp_layers")
         if mtp is not None and mtp == mtp and float(mtp) > 0:  # NaN != NaN: empty
             defaults.append(f"mtp_layers={int(float(mtp))} (architecture table)")
