@@ -38,6 +38,7 @@ from models.params import (
     TP_MODE_CODES,
     PhysParams,
 )
+from models.precision import recipe_layers_16bit
 from models.predictor import EXTRA_COLUMNS, Model, as_predictor, domain_text, predict_arrays
 from models.step_time import HARDWARE_COLUMNS, NETWORK_COLUMNS, OUTPUT_COLUMNS, encode_arch
 
@@ -45,6 +46,7 @@ LAYOUT_DIMS = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "micro_batch", "shard
                "sequence_parallel")
 _CODES = {"sharding": SHARDING_CODES, "recompute": RECOMPUTE_CODES, "tp_mode": TP_MODE_CODES}
 _INV = {key: {v: k for k, v in codes.items()} for key, codes in _CODES.items()}
+_DTYPE_NAMES = {v: k for k, v in DTYPE_CODES.items()}
 
 
 def _divisors(n: int) -> list[int]:
@@ -171,6 +173,11 @@ def broadcast_arch_hw(out: dict, m: int, arch_row: Mapping[str, Any], hw_row: Ma
     columns, so search, curves, the frontier and the plan predict what `predict` predicts for the same layout."""
     for key, v in encode_arch(arch_row).items():
         out[key] = np.full(m, v[0])
+    if m and "dtype" in out:  # the layers the model's published low-precision recipe keeps in 16 bits, as predict
+        dtype = _DTYPE_NAMES.get(int(out["dtype"][0]))  # defaults them (models.precision)
+        layers_16bit = recipe_layers_16bit(arch_row.get("id"), dtype) if dtype else None
+        if layers_16bit:
+            out["n_layers_16bit"] = np.full(m, float(layers_16bit))
     for key in HARDWARE_COLUMNS:
         out[key] = np.full(m, _num(hw_row, key))
     for key in NETWORK_COLUMNS:  # the optional pod tier, only when the row has one

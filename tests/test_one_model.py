@@ -190,26 +190,28 @@ LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "shard
                "tp_mode")
 
 
-@pytest.mark.parametrize("model, gpus, batch, seq, params_b", [
-    ("nemotron-h-8b", 64, 512, 8192, 8.10),
-    ("nemotron-3-nano", 64, 512, 8192, 31.58),
-    ("jamba-v0.1", 64, 512, 8192, 51.57),
-    ("deepseek-v3", 256, 1024, 4096, 671.0),
+@pytest.mark.parametrize("model, gpu, dtype, gpus, batch, seq, params_b", [
+    ("nemotron-h-8b", "h100-sxm5-80gb", "bf16", 64, 512, 8192, 8.10),
+    ("nemotron-3-nano", "h100-sxm5-80gb", "bf16", 64, 512, 8192, 31.58),
+    ("jamba-v0.1", "h100-sxm5-80gb", "bf16", 64, 512, 8192, 51.57),
+    ("deepseek-v3", "h100-sxm5-80gb", "bf16", 256, 1024, 4096, 671.0),
+    # the recipe keeps 14 blocks in BF16 (models.precision), which predict applies by default
+    ("nemotron-3-super", "b200", "nvfp4", 64, 512, 8192, 120.67),
 ])
-def test_search_ranks_what_predict_predicts_for_hybrid_and_mla_rows(model, gpus, batch, seq, params_b):
+def test_search_ranks_what_predict_predicts_for_hybrid_and_mla_rows(model, gpu, dtype, gpus, batch, seq, params_b):
     """The top layouts of `stepcast search`, re-predicted with `stepcast predict`'s function, give the same step time,
     memory, parameter count and MFU (rel 1e-9); the parameter count is the hybrid's block-by-block count."""
     from pipeline import api
 
     cfg = Settings.load()
-    res, _, arch, _ = api.layout_search(cfg, model=model, gpu="h100-sxm5-80gb", gpus=gpus, global_batch=batch,
-                                        seq_len=seq, top=4)
+    res, _, arch, _ = api.layout_search(cfg, model=model, gpu=gpu, gpus=gpus, global_batch=batch, seq_len=seq,
+                                        dtype=dtype, top=4)
     assert res.height == 4
     for r in res.iter_rows(named=True):
         layout = {k: r[k] for k in LAYOUT_KEYS if r.get(k) is not None}
         if not float(arch.get("n_experts") or 0):
             layout.pop("etp", None)
-        p = api.prediction(cfg, model=model, gpu="h100-sxm5-80gb", gpus=gpus, global_batch=batch, seq_len=seq,
+        p = api.prediction(cfg, model=model, gpu=gpu, gpus=gpus, global_batch=batch, seq_len=seq, dtype=dtype,
                            **layout).row(0, named=True)
         for col in ("step_time_s", "memory_gb_per_gpu", "params", "active_params", "mfu", "tokens_per_s_per_gpu"):
             assert p[col] == pytest.approx(r[col], rel=1e-9), (col, layout)
