@@ -500,17 +500,12 @@ def calibrate_curves(raws: list[tuple[pl.DataFrame, pl.DataFrame]], calibrate: C
 
 
 def _arch_params(arch_row: Mapping[str, Any]) -> float:
-    from models import mla
+    """The model's parameter count, from the architecture inputs `predict` encodes (hybrid rows block by block,
+    models.mamba; MLA rows, models.mla): models.step_time.encode_arch."""
     from models.accounting import param_counts
+    from models.step_time import encode_arch
 
-    a = {k: np.asarray([float(arch_row[k]) if arch_row.get(k) is not None and not isinstance(arch_row.get(k), str)
-                        else np.nan]) for k in ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
-                                                "vocab", "n_experts", "top_k", "expert_ffn_dim", "n_shared_experts",
-                                                "n_dense_layers", *mla.COLUMNS)}  # MLA: models.mla
-    act = str(arch_row.get("activation") or "gelu").lower()
-    a["activation"] = np.asarray([1 if act == "swiglu" else 0])
-    a["tied_embeddings"] = np.asarray([float(bool(arch_row.get("tied_embeddings") or False))])
-    return float(param_counts(a)["params"][0])
+    return float(param_counts(encode_arch(arch_row))["params"][0])
 
 
 def calibration_from_bundle(bundle) -> tuple[Calibrate | None, PhysParams, str]:

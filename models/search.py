@@ -29,9 +29,8 @@ from typing import Any, Mapping
 import numpy as np
 import polars as pl
 
-from models import mla, moe, tp2d
+from models import moe, tp2d
 from models.params import (
-    ACTIVATION_CODES,
     DEFAULT,
     DTYPE_CODES,
     RECOMPUTE_CODES,
@@ -39,13 +38,15 @@ from models.params import (
     TP_MODE_CODES,
     PhysParams,
 )
+from models.precision import recipe_layers_16bit
 from models.predictor import EXTRA_COLUMNS, Model, as_predictor, domain_text, predict_arrays
-from models.step_time import HARDWARE_COLUMNS, NETWORK_COLUMNS, OUTPUT_COLUMNS
+from models.step_time import HARDWARE_COLUMNS, NETWORK_COLUMNS, OUTPUT_COLUMNS, encode_arch
 
 LAYOUT_DIMS = ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "micro_batch", "sharding", "recompute",
                "sequence_parallel")
 _CODES = {"sharding": SHARDING_CODES, "recompute": RECOMPUTE_CODES, "tp_mode": TP_MODE_CODES}
 _INV = {key: {v: k for k, v in codes.items()} for key, codes in _CODES.items()}
+_DTYPE_NAMES = {v: k for k, v in DTYPE_CODES.items()}
 
 
 def _divisors(n: int) -> list[int]:
@@ -166,16 +167,17 @@ def enumerate_layouts(
 
 
 def broadcast_arch_hw(out: dict, m: int, arch_row: Mapping[str, Any], hw_row: Mapping[str, Any]) -> None:
-    """Fill `out` with the architecture and hardware columns of one model on one accelerator, m rows each."""
-    for key in ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "vocab", "n_experts", "top_k",
-                "expert_ffn_dim", "n_shared_experts", "n_dense_layers"):
-        out[key] = np.full(m, _num(arch_row, key))
-    act = arch_row.get("activation", "gelu")
-    out["activation"] = np.full(m, ACTIVATION_CODES.get(str(act).lower(), -1) if isinstance(act, str) else int(act))
-    out["tied_embeddings"] = np.full(m, float(bool(arch_row.get("tied_embeddings") or False)))
-    for key in mla.ARCH_COLUMNS:  # MLA attention and MTP modules (models.mla), only for a model that has them
-        if _num(arch_row, key) == _num(arch_row, key):
-            out[key] = np.full(m, _num(arch_row, key))
+    """Fill `out` with the architecture and hardware columns of one model on one accelerator, m rows each. The
+    architecture is every input the step-time model reads for the row, encoded as `stepcast predict` encodes it
+    (``models.step_time.encode_arch``): a hybrid row's block pattern and Mamba shape, an MLA row's MLA and MTP
+    columns, so search, curves, the frontier and the plan predict what `predict` predicts for the same layout."""
+    for key, v in encode_arch(arch_row).items():
+        out[key] = np.full(m, v[0])
+    if m and "dtype" in out:  # the layers the model's published low-precision recipe keeps in 16 bits, as predict
+        dtype = _DTYPE_NAMES.get(int(out["dtype"][0]))  # defaults them (models.precision)
+        layers_16bit = recipe_layers_16bit(arch_row.get("id"), dtype) if dtype else None
+        if layers_16bit:
+            out["n_layers_16bit"] = np.full(m, float(layers_16bit))
     for key in HARDWARE_COLUMNS:
         out[key] = np.full(m, _num(hw_row, key))
     for key in NETWORK_COLUMNS:  # the optional pod tier, only when the row has one

@@ -8,6 +8,7 @@ and ten million rows. Formulas, conventions and defaults: docs/model.md.
 
 from __future__ import annotations
 
+import functools
 from typing import Mapping
 
 import numpy as np
@@ -15,7 +16,7 @@ import polars as pl
 
 from models import collectives as coll
 from models import mamba, mla, moe, parts, tp2d
-from models.accounting import layer_shapes, normalize_arch, param_counts
+from models.accounting import ARCH_COLUMNS, layer_shapes, normalize_arch, param_counts
 from models.fastops import divisible
 from models.hardware import A100_TFLOPS_PER_SM, choose_peak, is_pcie, peak_table
 from models.memory import GB, memory_per_gpu
@@ -498,14 +499,54 @@ def encode_configs(configs: pl.DataFrame) -> dict[str, np.ndarray]:
     if any(c_ in cols for c_ in moe.COLUMNS):  # MoE options: etp, capacity factor, padding (models.moe)
         exprs += [pl.col(c_).cast(pl.Float64, strict=False).alias(c_) for c_ in moe.COLUMNS if c_ in cols]
     enc = configs.select(exprs)
+    # nulls -> NaN in one pass (a fill per column costs a query each: ~10 ms for a one-row frame)
+    enc = enc.with_columns([pl.col(c).fill_null(np.nan) for c, t in enc.schema.items() if t != pl.Int64])
     for name in enc.columns:
-        col = enc[name]
-        out[name] = col.to_numpy() if col.dtype == pl.Int64 else col.fill_null(np.nan).to_numpy()
+        out[name] = enc[name].to_numpy()
     if "memory_preset" in cols:  # the training stack's memory behaviour (models.frameworks), as codes
         from models.frameworks import preset_codes
 
         out["memory_preset"] = preset_codes(configs["memory_preset"].cast(pl.Utf8).fill_null("default").to_numpy())
     return out
+
+
+#: every architecture input the step-time model reads (``_decode``): the transformer shape, the hybrid block counts
+#: and Mamba shape (models.mamba), the MLA shape and MTP depth (models.mla)
+ARCH_INPUTS = (*ARCH_COLUMNS, *mamba.HYBRID_COLUMNS, *mla.ARCH_COLUMNS)
+
+
+def arch_config(arch: Mapping) -> dict:
+    """One model's architecture columns as a configuration row carries them to the model (`stepcast predict`'s row,
+    and through ``encode_arch`` search's, the curve's, the frontier's and the plan's): the transformer shape
+    (models.accounting.ARCH_COLUMNS); for a hybrid row (one with a layer_pattern) the pattern and the Mamba shape
+    (models.mamba); when any is given, the MLA shape and MTP depth (models.mla)."""
+    row = {c: arch.get(c) for c in ARCH_COLUMNS}
+    if arch.get("layer_pattern"):  # hybrid Mamba-Transformer rows (models.mamba)
+        row.update({c: arch.get(c) for c in ("layer_pattern", *mamba.SHAPE_COLUMNS)})
+    if any(arch.get(c) not in (None, "") for c in mla.ARCH_COLUMNS):  # MLA attention, MTP modules (models.mla)
+        row.update({c: arch.get(c) for c in mla.ARCH_COLUMNS})
+    return row
+
+
+def encode_arch(arch: Mapping) -> dict[str, np.ndarray]:
+    """The architecture inputs of one model (``arch_config``) encoded exactly as ``encode_configs`` encodes a
+    `predict` row: one-element arrays, keyed by the ``ARCH_INPUTS`` the row has (a hybrid row adds its block counts
+    and Mamba shape, an MLA row its MLA and MTP columns). An activation given as its code is taken as that code."""
+    row = arch_config(arch)
+    act = row.get("activation")
+    if act is not None and not isinstance(act, str):  # a code (models.params.ACTIVATION_CODES), as arrays carry it
+        row["activation"] = next((k for k, v in ACTIVATION_CODES.items() if v == int(act)), str(act))
+    try:  # encoding one row takes ~10 ms; the frontier and the plan ask for the same few models hundreds of times
+        enc = _encode_arch_row(tuple(row.items()))
+    except TypeError:  # an unhashable value
+        enc = _encode_arch_row.__wrapped__(tuple(row.items()))
+    return {k: v.copy() for k, v in enc.items()}
+
+
+@functools.lru_cache(maxsize=1024)
+def _encode_arch_row(items: tuple) -> dict[str, np.ndarray]:
+    enc = encode_configs(pl.DataFrame([dict(items)]))
+    return {k: v for k, v in enc.items() if k in ARCH_INPUTS}
 
 
 def _error_strings(pred: pl.DataFrame) -> pl.Expr:

@@ -159,7 +159,7 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     `capacity_factor` the expert capacity factor (default: dropless). `layers_16bit`: layers a low-precision recipe
     keeps in 16 bits at the end of the stack (default: the model's published recipe, models.precision, else 0)."""
     from models.predictor import predict
-    from pipeline import catalog
+    from models.step_time import arch_config
     from pipeline.calibrated import model_for
 
     check_choice("--sharding", sharding, SHARDINGS)
@@ -222,11 +222,9 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     if layers_16bit is None and low and (rl := recipe_layers_16bit(arch.get("id"), dtype)) is not None:
         layers_16bit = rl
         defaults.append(f"n_layers_16bit={rl} ({RECIPE_SOURCE[(str(arch.get('id')).lower(), dtype)]})")
-    row = {c: arch.get(c) for c in catalog.ARCH_MODEL_COLUMNS}
-    if arch.get("layer_pattern"):  # hybrid Mamba-Transformer rows (models.mamba)
-        row.update({c: arch.get(c) for c in catalog.ARCH_HYBRID_COLUMNS})
-    if any(arch.get(c) not in (None, "") for c in catalog.ARCH_MLA_COLUMNS):  # MLA attention, MTP modules (models.mla)
-        row.update({c: arch.get(c) for c in catalog.ARCH_MLA_COLUMNS})
+    # the architecture columns the model reads (hybrid pattern and Mamba shape, MLA and MTP), as search carries them
+    row = arch_config(arch)
+    if "mtp_layers" in row:  # MLA attention, MTP modules (models.mla)
         mtp = arch.get("mtp_layers")
         if mtp is not None and mtp == mtp and float(mtp) > 0:  # NaN != NaN: empty
             defaults.append(f"mtp_layers={int(float(mtp))} (architecture table)")
@@ -368,6 +366,23 @@ def hardware_row(cfg: Settings, gpu: Optional[str] = None, hardware_file: Option
         raise InputError(str(err)) from None
 
 
+def check_hybrid(arch_row: Mapping) -> None:
+    """InputError when a hybrid row cannot be predicted (an incomplete Mamba shape, or a counted size far from the
+    table's): the rule `predict --runs` applies (models.runs_adapter.hybrid_problems), for predict, search, curve
+    and plan alike."""
+    if "hybrid" not in str(arch_row.get("arch") or ""):
+        return
+    from models.runs_adapter import hybrid_problems
+    from pipeline import catalog
+
+    row, why = hybrid_problems(pl.DataFrame([{c: arch_row.get(c) for c in (
+        "arch", *catalog.ARCH_MODEL_COLUMNS, *catalog.ARCH_HYBRID_COLUMNS)} | {"arch_params_b": arch_row.get(
+            "params_b")}]).with_columns(pl.col("arch_params_b").cast(pl.Float64, strict=False)))
+    problem = row.select(why).item()
+    if problem:
+        raise InputError(f"{arch_row['id']}: {problem}")
+
+
 def prediction(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[str] = None, gpus: Optional[int] = None,
                global_batch: Optional[int] = None, seq_len: Optional[int] = None, arch_file: Optional[Path] = None,
                hardware_file: Optional[Path] = None, arch: Optional[Mapping] = None,
@@ -382,21 +397,13 @@ def prediction(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[str]
         raise InputError(f"missing {', '.join(missing)} (or give --runs FILE). See `stepcast predict --help`.")
     arch_row = architecture(cfg, model, arch_file, arch)
     hw_row = hardware_row(cfg, gpu, hardware_file, hardware)
-    if "hybrid" in str(arch_row.get("arch") or ""):  # the rule `predict --runs` applies (models.runs_adapter)
-        from models.runs_adapter import hybrid_problems
-        from pipeline import catalog
-
-        row, why = hybrid_problems(pl.DataFrame([{c: arch_row.get(c) for c in (
-            "arch", *catalog.ARCH_MODEL_COLUMNS, *catalog.ARCH_HYBRID_COLUMNS)} | {"arch_params_b": arch_row.get(
-                "params_b")}]).with_columns(pl.col("arch_params_b").cast(pl.Float64, strict=False)))
-        problem = row.select(why).item()
-        if problem:
-            raise InputError(f"{arch_row['id']}: {problem}")
-        if (layout.get("cp") or 1) > 1 and arch_row.get("mamba_dt_rank") not in (None, "") \
-                and arch_row.get("mamba_dt_rank") == arch_row.get("mamba_dt_rank"):  # NaN != NaN: empty
-            raise InputError(f"{arch_row['id']}: cp={layout['cp']}: Mamba-1 mixers (mamba_dt_rank) have no "
-                             "context-parallel model (no context-parallel selective scan is published; Megatron-"
-                             "Core's MambaContextParallel is for Mamba-2); use cp=1")
+    check_hybrid(arch_row)
+    if (layout.get("cp") or 1) > 1 and "hybrid" in str(arch_row.get("arch") or "") \
+            and arch_row.get("mamba_dt_rank") not in (None, "") \
+            and arch_row.get("mamba_dt_rank") == arch_row.get("mamba_dt_rank"):  # NaN != NaN: empty
+        raise InputError(f"{arch_row['id']}: cp={layout['cp']}: Mamba-1 mixers (mamba_dt_rank) have no "
+                         "context-parallel model (no context-parallel selective scan is published; Megatron-"
+                         "Core's MambaContextParallel is for Mamba-2); use cp=1")
     result = predict_config(cfg, arch=arch_row, hw_row=hw_row, gpus=gpus, global_batch=global_batch,
                             seq_len=seq_len, **layout)
     extra = [c for c in result.columns if c not in PREDICT_COLUMNS]
@@ -454,6 +461,7 @@ def layout_search(cfg: Settings, *, model: Optional[str] = None, layers: Optiona
         arch_row = dict(id="custom", n_layers=layers, d_model=d_model, n_heads=heads, n_kv_heads=kv_heads or heads,
                         ffn_dim=ffn_dim or 4 * d_model, vocab=vocab, activation=activation, n_experts=0, top_k=0,
                         tied_embeddings=False)
+    check_hybrid(arch_row)  # a hybrid row predict refuses is not searched either
     hw_row = hardware_row(cfg, gpu, hardware_file, hardware)
     gpu = gpu or hw_row.get("id")
     if capacity_factor is not None and not (capacity_factor > 0 and math.isfinite(capacity_factor)):
@@ -585,6 +593,7 @@ def scaling_curve(cfg: Settings, *, gpu: str, model: Optional[str] = None, arch_
     if dtype is not None and dtype not in DTYPES:
         raise InputError(f"--dtype must be one of {', '.join(DTYPES)}, got '{dtype}'")
     arch_row = architecture(cfg, model, arch_file, arch)
+    check_hybrid(arch_row)
     check_batch_rule(batch_rule)
     hook, params, note = physics(cfg, assumptions, analytical_only=analytical_only)
     hw = tier_hardware(cfg, gpu, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps,
@@ -805,6 +814,7 @@ def training_plan(cfg: Settings, *, model: Optional[str] = None, arch_file: Opti
                 + overrides_note(scaleup_size, scaleup_gbps, scaleout_gbps, None, oversubscription, pod_size))
 
     arch_row = architecture(cfg, model, arch_file, arch)
+    check_hybrid(arch_row)
     frame = P.plan_rows(arch_row, hw_rows, tokens, seqs, seq_len, max_gpus, prices, dtype=dtype, model=pred_model)
     if frame.height == 0:
         raise NoResult(f"{arch_row['id']} fits on none of {', '.join(wanted)} up to {max_gpus} accelerators; raise "

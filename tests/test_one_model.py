@@ -180,3 +180,82 @@ def test_a_rows_answer_does_not_depend_on_the_rows_asked_with_it():
     for col in ("step_time_s", "dp_comm_exposed_s", "memory_gb_per_gpu"):
         a, b = alone[col].to_numpy(), mixed[col].to_numpy()
         assert np.array_equal(a, b, equal_nan=True), col
+
+
+# hybrid Mamba-Transformer rows (models.mamba) and MLA/MTP rows (models.mla): search, curve, frontier and plan pass the
+# model every architecture column predict passes (models.step_time.encode_arch). Before, search modelled a hybrid as
+# a plain transformer (nemotron-h-8b: 12.4 B parameters instead of 8.1 B) and ranked Jamba layouts at cp = 2, which
+# predict refuses (Mamba-1 has no context-parallel model).
+LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "sharding", "recompute", "sequence_parallel",
+               "tp_mode")
+
+
+@pytest.mark.parametrize("model, gpu, dtype, gpus, batch, seq, params_b", [
+    ("nemotron-h-8b", "h100-sxm5-80gb", "bf16", 64, 512, 8192, 8.10),
+    ("nemotron-3-nano", "h100-sxm5-80gb", "bf16", 64, 512, 8192, 31.58),
+    ("jamba-v0.1", "h100-sxm5-80gb", "bf16", 64, 512, 8192, 51.57),
+    ("deepseek-v3", "h100-sxm5-80gb", "bf16", 256, 1024, 4096, 671.0),
+    # the recipe keeps 14 blocks in BF16 (models.precision), which predict applies by default
+    ("nemotron-3-super", "b200", "nvfp4", 64, 512, 8192, 120.67),
+])
+def test_search_ranks_what_predict_predicts_for_hybrid_and_mla_rows(model, gpu, dtype, gpus, batch, seq, params_b):
+    """The top layouts of `stepcast search`, re-predicted with `stepcast predict`'s function, give the same step time,
+    memory, parameter count and MFU (rel 1e-9); the parameter count is the hybrid's block-by-block count."""
+    from pipeline import api
+
+    cfg = Settings.load()
+    res, _, arch, _ = api.layout_search(cfg, model=model, gpu=gpu, gpus=gpus, global_batch=batch, seq_len=seq,
+                                        dtype=dtype, top=4)
+    assert res.height == 4
+    for r in res.iter_rows(named=True):
+        layout = {k: r[k] for k in LAYOUT_KEYS if r.get(k) is not None}
+        if not float(arch.get("n_experts") or 0):
+            layout.pop("etp", None)
+        p = api.prediction(cfg, model=model, gpu=gpu, gpus=gpus, global_batch=batch, seq_len=seq, dtype=dtype,
+                           **layout).row(0, named=True)
+        for col in ("step_time_s", "memory_gb_per_gpu", "params", "active_params", "mfu", "tokens_per_s_per_gpu"):
+            assert p[col] == pytest.approx(r[col], rel=1e-9), (col, layout)
+        assert r["params"] == pytest.approx(params_b * 1e9, rel=2e-3)
+
+
+def test_search_never_ranks_layouts_the_hybrid_model_refuses():
+    """Jamba's Mamba-1 mixers have no context-parallel model: no feasible layout has cp > 1 (and fixing cp = 2
+    finds none); Nemotron-H's Mamba-2 mixers split heads and groups over tp (8 groups: tp 16 is refused although it
+    divides the 32 attention heads)."""
+    from pipeline import api
+
+    meas = Settings.load().measurements
+    hw = resolve_hardware(pl.DataFrame([catalog.find_hardware(meas, "h100-sxm5-80gb")]), strict=False).row(0, named=True)
+    jamba = catalog.find_architecture(meas, "jamba-v0.1")
+    every = search(jamba, hw, 64, 512, 8192, top_k=10**9, dedupe=False)
+    assert every.height > 100 and every["cp"].max() == 1
+    assert search(jamba, hw, 64, 512, 8192, fixed={"cp": 2}, top_k=5).height == 0
+    with pytest.raises(api.NoResult):
+        api.layout_search(Settings.load(), model="jamba-v0.1", gpu="h100-sxm5-80gb", gpus=64, global_batch=512,
+                          seq_len=8192, cp=2)
+    nem = catalog.find_architecture(meas, "nemotron-h-8b")
+    every = search(nem, hw, 64, 512, 8192, top_k=10**9, dedupe=False)
+    tps = set(every["tp"].to_list())
+    assert tps and all(nem["mamba_n_groups"] % t == 0 and nem["mamba_n_heads"] % t == 0 for t in tps)
+    assert search(nem, hw, 64, 512, 8192, fixed={"tp": 16}, top_k=5).height == 0
+
+
+def test_curve_counts_a_hybrids_parameters_block_by_block():
+    """`stepcast curve`'s default token budget is 20 x the parameters predict counts (8.10 B for Nemotron-H 8B, not
+    the 12.4 B of its transformer-only reading)."""
+    from pipeline import api
+
+    doc, _ = api.scaling_curve(Settings.load(), gpu="h100-sxm5-80gb", model="nemotron-h-8b", seq_len=8192,
+                               max_gpus=64)
+    assert doc["tokens"] == pytest.approx(20 * 8.10e9, rel=2e-3)
+
+
+def test_search_refuses_a_hybrid_predict_refuses(tmp_path):
+    """A hybrid row whose table shape is incomplete (Nemotron 3 Super without moe_latent_size) is refused by search
+    with the same reason as predict, not ranked on a wrong model."""
+    row = pl.read_csv(Settings.load().measurements / "architectures.csv", infer_schema_length=0).filter(
+        pl.col("id") == "nemotron-3-super").drop("moe_latent_size").with_columns(pl.lit("super-no-latent").alias("id"))
+    row.write_csv(tmp_path / "super.csv")
+    res = runner.invoke(app, ["search", "--arch-file", str(tmp_path / "super.csv"), "--gpu", "gb200", "--gpus", "64",
+                              "--global-batch", "512", "--seq-len", "8192"])
+    assert res.exit_code == 2 and "moe_latent_size" in res.output and "120 B" in res.output
