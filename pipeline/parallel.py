@@ -1,4 +1,5 @@
-"""A process-pool `map` for CPU-bound pure work (the calibration's cross-validation folds).
+"""Process-pool maps for CPU-bound pure work (the calibration's cross-validation folds; the curves, frontier and
+hardware-choice searches, one accelerator per job).
 
 Workers are started with `spawn` (polars and DuckDB run threads: a forked child could inherit a held lock).
 `STEPCAST_WORKERS` caps the number of processes (default: the CPUs this process may use); 1 runs in-process.
@@ -48,3 +49,17 @@ def pool_map(fn, jobs) -> list:
 
     with ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"), initializer=single_thread_blas) as ex:
         return list(ex.map(fn, jobs))
+
+
+def map_jobs(fn, jobs: list[tuple[tuple, dict]], n_workers: int) -> list:
+    """fn(*args, **kwargs) for every job, in order, in worker processes (spawned: no fork of a process holding the
+    store) when there is more than one job and one worker (``workers()``: STEPCAST_WORKERS, else the CPUs this
+    process may use)."""
+    if n_workers <= 1 or len(jobs) <= 1:
+        return [fn(*a, **k) for a, k in jobs]
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    with ProcessPoolExecutor(max_workers=min(n_workers, len(jobs)), mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(fn, *a, **k) for a, k in jobs]
+        return [f.result() for f in futures]
