@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import altair as alt
@@ -339,26 +340,32 @@ def _build(folder: str | Path, tables: dict[str, pl.DataFrame | None], *, png: b
     (tmp / "hardware").mkdir(parents=True)
     (tmp / "img").mkdir()
     alt.data_transformers.disable_max_rows()
-    (tmp / BUNDLE).write_text(_bundle(), encoding="utf-8")
-    written: list[Path] = [folder / BUNDLE]
-    pngs: dict[str, dict] = {}
+    # vl-convert's calls (the bundle, the PNGs) run in Rust without Python's lock: in threads they overlap the
+    # pages' Python work on a second core instead of following it
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        bundle = pool.submit(_bundle)
+        written: list[Path] = [folder / BUNDLE]
+        pngs: dict[str, dict] = {}
+        renders: dict[str, Future] = {}
 
-    def save(page: Page, rel: str) -> None:
-        (tmp / rel).write_text(page.render(), encoding="utf-8")
-        written.append(folder / rel)
-        charts.forget_data()  # each page carries only its own data
+        def save(page: Page, rel: str) -> None:
+            (tmp / rel).write_text(page.render(), encoding="utf-8")
+            written.append(folder / rel)
+            charts.forget_data()  # each page carries only its own data
+            for name in pngs.keys() - renders.keys() if png else ():  # this page's PNG exports, from here on
+                renders[name] = pool.submit(_png, json.dumps(pngs[name]))
 
-    site = _Site(tables)
-    for gpu in site.gpus:
-        save(_hardware_page(site, gpu, pngs), f"hardware/{gpu}.html")
-    save(_frontier_page(site, pngs), "frontier.html")
-    save(_choice_page(site, pngs), "hardware-choice.html")
-    shown, page = _calibration_page(site)
-    save(page, "calibration.html")
-    save(_index_page(site, shown), "index.html")
-
-    if png:
-        _pngs(pngs, tmp / "img", folder / "img", written)
+        site = _Site(tables)
+        for gpu in site.gpus:
+            save(_hardware_page(site, gpu, pngs), f"hardware/{gpu}.html")
+        save(_frontier_page(site, pngs), "frontier.html")
+        save(_choice_page(site, pngs), "hardware-choice.html")
+        shown, page = _calibration_page(site)
+        save(page, "calibration.html")
+        save(_index_page(site, shown), "index.html")
+        (tmp / BUNDLE).write_text(bundle.result(), encoding="utf-8")
+        if png:
+            _pngs(pngs, renders, tmp / "img", folder / "img", written)
     # swap in
     old = folder.with_name(f".{folder.name}.{os.getpid()}.old")
     if folder.exists():
@@ -705,11 +712,17 @@ def _index_page(site: _Site, shown: str) -> Page:
     return page
 
 
-def _pngs(specs: dict[str, dict], tmp_dir: Path, final_dir: Path, written: list[Path]) -> None:
-    """PNG exports of key charts with vl-convert (offline: it bundles Vega and its fonts)."""
+def _png(spec_json: str) -> bytes:
+    """One PNG export with vl-convert (offline: it bundles Vega and its fonts)."""
     import vl_convert as vlc
 
+    return vlc.vegalite_to_png(spec_json, scale=1.5)
+
+
+def _pngs(specs: dict[str, dict], renders: dict[str, Future], tmp_dir: Path, final_dir: Path,
+          written: list[Path]) -> None:
+    """PNG exports of key charts (``renders``: the ones already started, by name), in ``specs``' order."""
     for name, spec in specs.items():
-        data = vlc.vegalite_to_png(json.dumps(spec), scale=1.5)
+        data = renders[name].result() if name in renders else _png(json.dumps(spec))
         (tmp_dir / f"{name}.png").write_bytes(data)
         written.append(final_dir / f"{name}.png")
