@@ -30,6 +30,7 @@ except ImportError:  # no calibration assets: analytical curves
 GROUP = "curves"
 FRONTIER_MONTHS = 3.0
 FRONTIER_MIN_UTILIZATION = 0.8
+FRONTIER_ASSUMPTIONS = ("ideal", "realistic")  # models.frontier.frontier_table's default, in its order
 # weak scaling is swept only where the corpus has measured weak-scaling series to set it beside (Megatron-Core
 # on H100, Megatron-LM SC'21 on A100 80GB, llm-foundry on A100 40GB); strong and critical run everywhere.
 # `stepcast curve --policy weak` computes it for any accelerator. Keeps the asset at ~10 s on 2 cores.
@@ -88,7 +89,9 @@ def _scaling_curves(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -
             context.log.warning(f"no curves for {h['id']}: {h['hardware_error']}")
             continue
         pols = tuple(p for p in POLICIES if p != "weak" or h["id"] in WEAK_POLICY_HARDWARE)
-        jobs.append(((h, archs, params), {"policies": pols, "usd_per_gpu_hour": _price(h)}))
+        # one job per accelerator and target: small jobs leave the workers less uneven an end
+        jobs += [((h, archs, params), {"policies": pols, "usd_per_gpu_hour": _price(h), "refs": (ref,)})
+                 for ref in REFERENCE_RUNS]
     per_gpu = map_jobs(reference_curves, jobs, workers())
     done = [x for part in per_gpu for x in part]
     raws = [(raw, configs) for raw, configs, _, _ in done]
@@ -173,9 +176,12 @@ def _frontier(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.M
             continue
         jobs.append((h, params))
     n_workers = workers()
+    # one job per accelerator and assumption set (small jobs leave the workers less uneven an end), in the order
+    # one frontier_table call per accelerator concatenates them
     parts += map_jobs(frontier_table, [((h, p), {"months": FRONTIER_MONTHS, "min_utilization": FRONTIER_MIN_UTILIZATION,
-                                                "dtype": default_dtype(h), "usd_per_gpu_hour": _price(h), "note": note})
-                                       for h, p in jobs], n_workers)
+                                                "dtype": default_dtype(h), "usd_per_gpu_hour": _price(h), "note": note,
+                                                "assumptions": (a,)})
+                                       for h, p in jobs for a in FRONTIER_ASSUMPTIONS], n_workers)
     table = pl.concat(parts, how="diagonal_relaxed")
     lead = ["gpu", "assumptions", "months", "training_flop", "is_frontier", "feasible", "binding"]
     table = table.select([c for c in lead if c in table.columns] + [c for c in table.columns if c not in lead])
