@@ -58,8 +58,9 @@ def map_jobs(fn, jobs: list[tuple[tuple, dict]], n_workers: int) -> list:
     process may use); in the build's pool when `shared_pools` holds one."""
     if n_workers <= 1 or len(jobs) <= 1:
         return [fn(*a, **k) for a, k in jobs]
-    if "jobs" in _SHARED and n_workers >= _SHARED_N:
-        futures = [_SHARED["jobs"].submit(fn, *a, **k) for a, k in jobs]
+    if _SHARED_N and n_workers >= _SHARED_N:
+        pool = shared_executor()
+        futures = [pool.submit(fn, *a, **k) for a, k in jobs]
         return [f.result() for f in futures]
     with _pool(min(n_workers, len(jobs))) as pool:
         futures = [pool.submit(fn, *a, **k) for a, k in jobs]
@@ -78,14 +79,17 @@ _SHARED_N = 0
 
 
 def shared_executor():
-    """The build's pool for `map_jobs` (a ``concurrent.futures`` executor) while `shared_pools` holds one, else
-    None."""
-    return _SHARED.get("jobs")
+    """The build's pool for `map_jobs` (a ``concurrent.futures`` executor; spawned on first use) while
+    `shared_pools` is open, else None."""
+    if not _SHARED_N:
+        return None
+    if "jobs" not in _SHARED:
+        _SHARED["jobs"] = _pool(_SHARED_N)
+    return _SHARED["jobs"]
 
 
-#: what each shared pool's workers import before their first task (the modules of the tasks the build sends them)
-_WARM = {"blas1": ("models.calibration", "scipy.optimize"),
-         "jobs": ("models.curves", "models.frontier", "models.plan", "reports.site")}
+#: what the fit's workers import before their first task (the modules of its fold tasks), while ingest runs
+_WARM = ("models.calibration", "scipy.optimize")
 
 
 def _warm(modules: tuple[str, ...]) -> None:
@@ -98,24 +102,25 @@ def _warm(modules: tuple[str, ...]) -> None:
 @contextlib.contextmanager
 def shared_pools():
     """Keep `pool_map`'s and `map_jobs`' worker pools open while the block runs (`stepcast build`): each is spawned
-    once, its workers import the modules while the first, serial steps of the build (ingest, predictions) leave a
-    core free, and every later call reuses them instead of spawning and importing again (2-3 s per pool on two
-    cores). Workers hold no state between tasks besides imported modules and their caches."""
+    once and every later call reuses it instead of spawning and importing again (2-3 s per pool on two cores).
+    The fit's pool starts at once and its workers import their modules while the first, serial steps (ingest)
+    leave a core free; `map_jobs`' starts at its first use (the curves). Workers hold no state between tasks
+    besides imported modules and their caches."""
     global _SHARED_N
     n = workers()
-    if n <= 1 or _SHARED:  # one CPU, or already inside shared_pools
+    if n <= 1 or _SHARED_N:  # one CPU, or already inside shared_pools
         yield
         return
-    pools = {"blas1": _pool(n, single_thread_blas), "jobs": _pool(n)}
-    for name, pool in pools.items():
-        for _ in range(n):
-            pool.submit(_warm, _WARM[name])
-    _SHARED.update(pools)
+    fit_pool = _pool(n, single_thread_blas)
+    for _ in range(n):
+        fit_pool.submit(_warm, _WARM)
+    _SHARED["blas1"] = fit_pool
     _SHARED_N = n
     try:
         yield
     finally:
+        pools = list(_SHARED.values())
         _SHARED.clear()
         _SHARED_N = 0
-        for pool in pools.values():
+        for pool in pools:
             pool.shutdown(wait=True, cancel_futures=True)
