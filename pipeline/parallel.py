@@ -104,8 +104,8 @@ def shared_pools():
     """Keep `pool_map`'s and `map_jobs`' worker pools open while the block runs (`stepcast build`): each is spawned
     once and every later call reuses it instead of spawning and importing again (2-3 s per pool on two cores).
     The fit's pool starts at once and its workers import their modules while the first, serial steps (ingest)
-    leave a core free; `map_jobs`' starts at its first use (the curves). Workers hold no state between tasks
-    besides imported modules and their caches."""
+    leave a core free; `map_jobs`' starts at its first use (the frontier, in the build's order). Workers hold no
+    state between tasks besides imported modules and their caches."""
     global _SHARED_N
     n = workers()
     if n <= 1 or _SHARED_N:  # one CPU, or already inside shared_pools
