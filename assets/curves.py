@@ -18,7 +18,7 @@ from models.curves import (DEFAULT_THRESHOLD, POLICIES, REFERENCE_RUNS, calibrat
                            default_dtype, explain, inflection, reference_curves)
 from models.hardware import resolve_hardware
 from pipeline import store
-from pipeline.parallel import workers
+from pipeline.parallel import map_jobs, workers
 
 try:  # run after the calibration fit, so that a newly promoted fit drives the curves
     from assets.fit import calibrated_predictions as _fit_asset
@@ -30,6 +30,7 @@ except ImportError:  # no calibration assets: analytical curves
 GROUP = "curves"
 FRONTIER_MONTHS = 3.0
 FRONTIER_MIN_UTILIZATION = 0.8
+FRONTIER_ASSUMPTIONS = ("ideal", "realistic")  # models.frontier.frontier_table's default, in its order
 # weak scaling is swept only where the corpus has measured weak-scaling series to set it beside (Megatron-Core
 # on H100, Megatron-LM SC'21 on A100 80GB, llm-foundry on A100 40GB); strong and critical run everywhere.
 # `stepcast curve --policy weak` computes it for any accelerator. Keeps the asset at ~10 s on 2 cores.
@@ -88,8 +89,10 @@ def _scaling_curves(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -
             context.log.warning(f"no curves for {h['id']}: {h['hardware_error']}")
             continue
         pols = tuple(p for p in POLICIES if p != "weak" or h["id"] in WEAK_POLICY_HARDWARE)
-        jobs.append(((h, archs, params), {"policies": pols, "usd_per_gpu_hour": _price(h)}))
-    per_gpu = _map(reference_curves, jobs, workers())
+        # one job per accelerator and target: small jobs leave the workers less uneven an end
+        jobs += [((h, archs, params), {"policies": pols, "usd_per_gpu_hour": _price(h), "refs": (ref,)})
+                 for ref in REFERENCE_RUNS]
+    per_gpu = map_jobs(reference_curves, jobs, workers())
     done = [x for part in per_gpu for x in part]
     raws = [(raw, configs) for raw, configs, _, _ in done]
     keys_list = [(k, e) for _, _, k, e in done]
@@ -146,20 +149,6 @@ def _accelerator_ids() -> list[str]:
 ACCELERATORS = dg.StaticPartitionsDefinition(_accelerator_ids())
 
 
-def _map(fn, jobs: list[tuple[tuple, dict]], n_workers: int) -> list:
-    """fn(*args, **kwargs) for every job, in worker processes (spawned: no fork of a process holding the store)
-    when there is more than one job and one worker (``pipeline.parallel.workers()``: STEPCAST_WORKERS, else the
-    CPUs this process may use)."""
-    if n_workers <= 1 or len(jobs) <= 1:
-        return [fn(*a, **k) for a, k in jobs]
-    from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import get_context
-
-    with ProcessPoolExecutor(max_workers=min(n_workers, len(jobs)), mp_context=get_context("spawn")) as pool:
-        futures = [pool.submit(fn, *a, **k) for a, k in jobs]
-        return [f.result() for f in futures]
-
-
 _FRONTIER_ASSET = dict(group_name=GROUP, kinds={"duckdb"}, deps=[hardware, *CALIBRATION_DEPS],
                        partitions_def=ACCELERATORS, backfill_policy=dg.BackfillPolicy.single_run(), description="The compute frontier per accelerator (partitioned by accelerator; historical ones included), "
                       "under both assumption sets (`assumptions`: ideal = Epoch AI's ideal conditions, realistic = "
@@ -187,9 +176,12 @@ def _frontier(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.M
             continue
         jobs.append((h, params))
     n_workers = workers()
-    parts += _map(frontier_table, [((h, p), {"months": FRONTIER_MONTHS, "min_utilization": FRONTIER_MIN_UTILIZATION,
-                                            "dtype": default_dtype(h), "usd_per_gpu_hour": _price(h), "note": note})
-                                   for h, p in jobs], n_workers)
+    # one job per accelerator and assumption set (small jobs leave the workers less uneven an end), in the order
+    # one frontier_table call per accelerator concatenates them
+    parts += map_jobs(frontier_table, [((h, p), {"months": FRONTIER_MONTHS, "min_utilization": FRONTIER_MIN_UTILIZATION,
+                                                "dtype": default_dtype(h), "usd_per_gpu_hour": _price(h), "note": note,
+                                                "assumptions": (a,)})
+                                       for h, p in jobs for a in FRONTIER_ASSUMPTIONS], n_workers)
     table = pl.concat(parts, how="diagonal_relaxed")
     lead = ["gpu", "assumptions", "months", "training_flop", "is_frontier", "feasible", "binding"]
     table = table.select([c for c in lead if c in table.columns] + [c for c in table.columns if c not in lead])

@@ -12,6 +12,7 @@ from models.hardware import resolve_hardware
 from models.predictor import Calibration, Predictor
 from pipeline import store
 from pipeline.fits import load_promoted_fit
+from pipeline.parallel import map_jobs, workers
 from pipeline.resources import MeasurementsResource
 
 #: the largest cluster the hardware-choice table considers
@@ -38,14 +39,22 @@ def hardware_choice(measurements: MeasurementsResource, duckdb: DuckDBResource) 
     rows = list(priced.iter_rows(named=True))
     prices = dict(zip(priced["id"], priced["cloud_usd_per_hour"]))
     model = Predictor(promoted)  # the same prediction function and fit as `stepcast plan`
-    frames = []
+    runs = []
     for t in targets.iter_rows(named=True):
         a = arch.filter(pl.col("id") == t["model"])
         if a.height != 1:
             raise ValueError(f"target_runs.csv: model '{t['model']}' of target {t['id']} is not in architectures")
         seqs = max(int(t["global_batch_tokens"]) // int(t["seq_len"]), 1)
-        f = P.plan_rows(a.row(0, named=True), rows, float(t["tokens"]), seqs, int(t["seq_len"]), MAX_GPUS, prices,
-                        model=model)
+        runs.append((t, a.row(0, named=True), seqs))
+    # the layout searches (nearly all the time) per target x accelerator, in worker processes; each target's rows
+    # are then put back in the accelerators' order, as one `plan_rows` call over all of them would make them
+    found = map_jobs(P.best_layouts, [((a_row, [h], seqs, int(t["seq_len"]), MAX_GPUS), {"params": model})
+                                      for t, a_row, seqs in runs for h in rows], workers())
+    frames = []
+    for i, (t, a_row, seqs) in enumerate(runs):
+        best = [r for part in found[i * len(rows):(i + 1) * len(rows)] for r in part]
+        f = P.plan_rows(a_row, rows, float(t["tokens"]), seqs, int(t["seq_len"]), MAX_GPUS, prices, model=model,
+                        rows=best)
         if f.height == 0:
             continue
         frames.append(f.select(

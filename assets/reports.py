@@ -11,6 +11,7 @@ from assets.ingest import hardware, runs
 from assets.predict import analytical_predictions
 from assets.publish import SnapshotConfig
 from pipeline import store
+from pipeline.parallel import shared_executor
 
 OPTIONAL_TABLES = ("calibrated_predictions", "fits", "fit_metrics")
 
@@ -30,7 +31,7 @@ def report_site(context: dg.AssetExecutionContext, duckdb: DuckDBResource, paths
         for t in OPTIONAL_TABLES:
             tables[t] = con.sql(f'select * from "{t}"').pl() if store.table_exists(con, t) else None
     folder = Path(paths.reports) if paths.reports else Path(paths.store).parent / "site"
-    files = build_site(folder, tables)
+    files = build_site(folder, tables, executor=shared_executor())  # the build's worker pool, if any
     pages = [f for f in files if f.suffix == ".html"]
     context.log.info(f"report site: {len(pages)} pages in {folder}")
     return dg.MaterializeResult(metadata={

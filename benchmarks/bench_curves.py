@@ -2,7 +2,8 @@
 restricted curve grid (models.curves.CURVE_GRID) as a fraction of the unrestricted models.search.search, and
 both run times; then the time of one full curve, of one accelerator's frontier sweep (per assumption set), and
 of the build's frontier work: every accelerator of the catalog under both assumption sets, in one process and in
-worker processes (``assets.curves.workers()``, STEPCAST_WORKERS), as the `frontier` asset runs it.
+worker processes (``pipeline.parallel.workers()``, STEPCAST_WORKERS), one job per accelerator and assumption set,
+as the `frontier` asset runs it.
 
     uv run python benchmarks/bench_curves.py
 """
@@ -49,16 +50,16 @@ def main() -> None:
         t = time.perf_counter()
         frontier_sweep(hw("h100-sxm5-80gb"), 3.0, params=params_for(a, DEFAULT), assumptions=a)
         print(f"one frontier sweep (H100, 3 months, {a}, 65 levels): {time.perf_counter() - t:.2f} s")
-    from assets.curves import _map, workers
     from models.curves import default_dtype
+    from pipeline.parallel import map_jobs, workers
 
     rows = resolve_hardware(pl.read_csv(M / "hardware_specs.csv", infer_schema_length=None), strict=False)
-    jobs = [((h, DEFAULT), {"dtype": default_dtype(h)}) for h in rows.iter_rows(named=True)
-            if not h.get("hardware_error")]
+    jobs = [((h, DEFAULT), {"dtype": default_dtype(h), "assumptions": (a,)}) for h in rows.iter_rows(named=True)
+            if not h.get("hardware_error") for a in ("ideal", "realistic")]
     for n in sorted({1, workers()}):
         t = time.perf_counter()
-        _map(frontier_table, jobs, n)
-        print(f"build's frontier work ({len(jobs)} accelerators x 2 assumption sets), {n} process(es): "
+        map_jobs(frontier_table, jobs, n)
+        print(f"build's frontier work ({len(jobs) // 2} accelerators x 2 assumption sets), {n} process(es): "
               f"{time.perf_counter() - t:.1f} s")
 
 

@@ -649,13 +649,14 @@ def explain(rec: Mapping[str, Any]) -> str:
 
 def reference_curves(hw_row: Mapping[str, Any], archs: Mapping[str, Mapping[str, Any]], params: PhysParams = DEFAULT,
                      *, policies=POLICIES, usd_per_gpu_hour: float | None = None,
-                     n_max: int = DEFAULT_N_MAX) -> list[tuple[pl.DataFrame, pl.DataFrame, dict, dict]]:
-    """The build's curves of one accelerator: every ``REFERENCE_RUNS`` target (``archs``: id -> architecture
-    row) under each policy, uncalibrated (``defer_calibration``), as (raw, configs, keys, extra) for
-    ``calibrate_curves``. One accelerator per call: the unit of work of the build's partitions."""
+                     n_max: int = DEFAULT_N_MAX,
+                     refs=REFERENCE_RUNS) -> list[tuple[pl.DataFrame, pl.DataFrame, dict, dict]]:
+    """The build's curves of one accelerator: every ``REFERENCE_RUNS`` target (``refs``, by default all; ``archs``:
+    id -> architecture row) under each policy, uncalibrated (``defer_calibration``), as (raw, configs, keys, extra)
+    for ``calibrate_curves``. One accelerator and target per call is the build's unit of work (worker processes)."""
     out = []
     dtype = default_dtype(hw_row)
-    for ref in REFERENCE_RUNS:
+    for ref in refs:
         if ref["arch_id"] not in archs:
             raise ValueError(f"architectures has no row '{ref['arch_id']}' (needed by models.curves.REFERENCE_RUNS)")
         for policy in policies:

@@ -202,9 +202,11 @@ def _mat_rows(struct: np.ndarray, fine: list[tuple]) -> np.ndarray:
 
 
 def _evaluate(mat: np.ndarray, arch: Mapping[str, Any], hw_row: Mapping[str, Any], bmax_seqs: float, seq_len: int,
-              dtype: str, params: PhysParams, tokens: float, limit_s: float) -> dict[str, np.ndarray]:
+              dtype: str, params: PhysParams, tokens: float, limit_s: float, kpl: float | None = None
+              ) -> dict[str, np.ndarray]:
     """Predict rows (tp, pp, dp, L, cp, mb, vpp, shard, rc, tp_mode): batch, step time with the kernel floor, time to
-    train."""
+    train. ``kpl``: ``kernels_per_layer(physical_params(params))`` when the caller has it (the sweep computes it
+    once)."""
     tp, pp, dp, cp, mb, vpp = mat[:, 0], mat[:, 1], mat[:, 2], mat[:, 4], mat[:, 5], mat[:, 6]
     L = float(arch["n_layers"])
     ls = np.ceil(L / pp)
@@ -227,7 +229,8 @@ def _evaluate(mat: np.ndarray, arch: Mapping[str, Any], hw_row: Mapping[str, Any
     if not m:
         return {"n": np.zeros(0)}
     micro = batch / (dp * mb)
-    floor = (micro + (pp - 1.0) / vpp) * ls * kernels_per_layer(physical_params(params)) * KERNEL_LATENCY_S
+    kpl = kernels_per_layer(physical_params(params)) if kpl is None else kpl
+    floor = (micro + (pp - 1.0) / vpp) * ls * kpl * KERNEL_LATENCY_S
     step = np.maximum(res["step_time_s"], floor)
     steps = np.ceil(tokens / (batch * seq_len))
     time_s = steps * step
@@ -236,6 +239,9 @@ def _evaluate(mat: np.ndarray, arch: Mapping[str, Any], hw_row: Mapping[str, Any
             "error": np.asarray(res["error_code"]), "step": step, "step_model": res["step_time_s"], "floor": floor,
             "mfu": res["mfu"] * res["step_time_s"] / step, "time_s": time_s, "in_time": time_s <= limit_s,
             "res": res}
+
+
+_RANK_KEYS = ("n", "feasible", "step", "in_time", "mfu", "time_s")  # what `_rank` reads
 
 
 def _rank(ev: dict[str, np.ndarray]) -> np.ndarray:
@@ -255,8 +261,11 @@ TP_FORMS = ("1d", "2d", "any")
 
 
 def _search(arch: Mapping[str, Any], hw_row: Mapping[str, Any], n_min: float, bmax_seqs: float, seq_len: int,
-            dtype: str, params: PhysParams, tokens: float, limit_s: float, tp_form: str = "1d"):
+            dtype: str, params: PhysParams, tokens: float, limit_s: float, tp_form: str = "1d",
+            kpl: float | None = None):
     """The best layout for one level (module docstring, step 4): (evaluation, index of the best row or -1)."""
+    if kpl is None:
+        kpl = kernels_per_layer(physical_params(params))
     L, heads = int(arch["n_layers"]), int(arch["n_heads"])
     lo, hi = max(n_min, 1.0), min(max(n_min, 1.0) * N_WINDOW, float(N_MAX))
     if lo > N_MAX:
@@ -279,14 +288,15 @@ def _search(arch: Mapping[str, Any], hw_row: Mapping[str, Any], n_min: float, bm
         two = struct[wide].copy()  # tp >= 4: the 2-D grid (models.tp2d) beside, or instead of, the 1-D form
         two[:, 5] = float(TP_MODE_CODES["2d"])
         struct = np.vstack([struct, two] if tp_form == "any" else [struct[~wide], two])
-    ev1 = _evaluate(_mat_rows(struct, [STAGE1[0]]), arch, hw_row, bmax_seqs, seq_len, dtype, params, tokens, limit_s)
+    ev1 = _evaluate(_mat_rows(struct, [STAGE1[0]]), arch, hw_row, bmax_seqs, seq_len, dtype, params, tokens, limit_s,
+                    kpl)
     if len(ev1["n"]):
         tight = (ev1["error"] & ERR_MEMORY) != 0
         if tight.any():
             frugal = np.column_stack([ev1["tp"][tight], ev1["pp"][tight], ev1["dp"][tight],
                                       np.full(int(tight.sum()), float(L)), ev1["cp"][tight], ev1["tp_mode"][tight]])
             ev1 = _concat(ev1, _evaluate(_mat_rows(frugal, [STAGE1[1]]), arch, hw_row, bmax_seqs, seq_len, dtype,
-                                         params, tokens, limit_s))
+                                         params, tokens, limit_s, kpl))
     order = _rank(ev1)
     if not len(order):
         return ev1, -1
@@ -301,17 +311,17 @@ def _search(arch: Mapping[str, Any], hw_row: Mapping[str, Any], n_min: float, bm
     # stage 2, coordinate-wise: interleave at micro-batch 1, then micro-batch at the best interleave (both at the
     # structure's stage-1 sharding and recompute), then sharding x recompute at the best of those
     ev = _concat(ev1, _evaluate(_fine_rows(top, L, [(1, v) for v in VPPS]), arch, hw_row, bmax_seqs, seq_len, dtype,
-                                params, tokens, limit_s))
+                                params, tokens, limit_s, kpl))
     best = _best_per_structure(ev, top)
     rows = [(t, p, d, float(L), c, mb, v, sh, rc, tm) for t, p, d, c, tm, _, v, sh, rc in best for mb in MICRO_BATCHES
             if 1 < mb <= max(bmax_seqs, 1.0)]
     ev = _concat(ev, _evaluate(np.array(rows, dtype=np.float64).reshape(-1, 10), arch, hw_row, bmax_seqs, seq_len,
-                               dtype, params, tokens, limit_s))
+                               dtype, params, tokens, limit_s, kpl))
     best = _best_per_structure(ev, top)
     rows = [(t, p, d, float(L), c, mb, v, SHARDING_CODES[sh], RECOMPUTE_CODES[rc], tm)
             for t, p, d, c, tm, mb, v, _, _ in best for sh in SHARDINGS for rc in RECOMPUTES]
     ev = _concat(ev, _evaluate(np.array(rows, dtype=np.float64), arch, hw_row, bmax_seqs, seq_len, dtype, params,
-                               tokens, limit_s))
+                               tokens, limit_s, kpl))
     order = _rank(ev)
     return ev, int(order[0]) if len(order) else -1
 
@@ -325,7 +335,7 @@ def _best_per_structure(ev: dict, top: list[tuple]) -> list[tuple]:
                               & (ev["tp_mode"] == tm))
         if not len(mine):
             continue
-        i = mine[_rank({k: v[mine] for k, v in ev.items() if k != "res"})[0]]
+        i = mine[_rank({k: ev[k][mine] for k in _RANK_KEYS})[0]]
         out.append((t, p, d, c, tm, ev["mb"][i], ev["vpp"][i], ev["sharding"][i], ev["recompute"][i]))
     return out
 
@@ -368,6 +378,8 @@ def frontier_sweep(hw_row: Mapping[str, Any], months: float = 3.0, *, params: Ph
     if tp_form not in TP_FORMS:
         raise ValueError(f"tensor-parallel form must be one of {', '.join(TP_FORMS)}, got '{tp_form}'")
     limit_s = months * DAYS_PER_MONTH * 86_400.0
+    phys = physical_params(params)  # once per sweep: every level and layout evaluation uses it
+    kpl = kernels_per_layer(phys)
     grid = flop_grid() if flops is None else np.asarray(flops, dtype=np.float64)
     peak_tflops = _peak(hw_row, dtype)
     mem_gb = float(hw_row.get("memory_gb") or 0.0)
@@ -383,7 +395,7 @@ def frontier_sweep(hw_row: Mapping[str, Any], months: float = 3.0, *, params: Ph
         model_flop = float(model_flops_per_token(shp, seq_len)[0]) * tokens
         b_tok = float(batch_tokens(c6nd, batch_rule, fixed_batch_tokens))
         bmax = max(b_tok / seq_len, 1.0)
-        wall = float(latency_wall_s(arch["n_layers"], tokens, bmax * seq_len, physical_params(params)))
+        wall = float(latency_wall_s(arch["n_layers"], tokens, bmax * seq_len, phys))
         n_lo = model_flop / (limit_s * peak_tflops * 1e12) if peak_tflops else math.inf
         n_mem = STATE_BYTES_MIN * n_params / (mem_gb * 1e9) if mem_gb > 0 else math.inf
         base = {"target_flop": float(target), "training_flop": c6nd, "model_flop": model_flop, "arch_id": arch["id"],
@@ -400,7 +412,8 @@ def frontier_sweep(hw_row: Mapping[str, Any], months: float = 3.0, *, params: Ph
             rows.append(base | {"feasible": False, "binding": "time",
                                 "reason": f"needs more than {N_MAX:,} accelerators even at 100 % utilization"})
             continue
-        ev, j = _search(arch, hw_row, max(n_lo, n_mem), bmax, seq_len, dtype, params, tokens, limit_s, tp_form)
+        ev, j = _search(arch, hw_row, max(n_lo, n_mem), bmax, seq_len, dtype, params, tokens, limit_s, tp_form,
+                        kpl)
         if ev is None or j < 0 or not len(ev["n"]):
             rows.append(base | {"feasible": False, "binding": "time",
                                 "reason": f"no layout of at most {N_MAX:,} accelerators for this model"})

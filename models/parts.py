@@ -71,6 +71,7 @@ class Inputs:
     sp: np.ndarray  # sequence parallel (bool; always on for 2-D tensor-parallel rows)
     tp_mode: np.ndarray  # tensor-parallel form code (models.params.TP_MODE_CODES: 0 Megatron 1-D, 1 the 2-D grid)
     tp2d: np.ndarray | None  # 2-D tensor-parallel rows (models.tp2d); None: no such row in the block
+    grid2d: tuple | None  # models.tp2d.grid(t), computed once per block; None when there is no 2-D row
     is_fp32: np.ndarray
     # hardware (efficiencies applied)
     mem_cap: np.ndarray  # memory_gb
@@ -200,7 +201,7 @@ def attention_gemms(x: Inputs, r: Rates) -> np.ndarray:
     attn_m = r.sh["attn_matmul"]
     attn_bytes = r.wrt * attn_m + r.aT * r.h2 + r.aTt * (2.0 * (r.q + r.kvd))
     if x.tp2d is not None:  # 2-D rows: the GEMMs read and write the grid's gathered activations (models.tp2d)
-        io_attn = tp2d.gemm_io_elems_per_token(x.h, r.q, r.kvd, x.arch["ffn_dim"], r.n_mats, x.t)[0]
+        io_attn = tp2d.gemm_io_elems_per_token(x.h, r.q, r.kvd, x.arch["ffn_dim"], r.n_mats, x.t, x.grid2d)[0]
         attn_bytes = np.where(x.tp2d, r.wrt * attn_m + r.aT * io_attn, attn_bytes)
     t_attn_gemm = np.maximum(r.Tt2 * attn_m * r.inv_rate + 2.0 * r.wh, attn_bytes * r.inv_hbm)  # QKV, output
     # MLA rows: duplicated down-projections, split up-projections (models.mla)
@@ -216,7 +217,7 @@ def dense_mlp_gemms(x: Inputs, r: Rates) -> np.ndarray:
     mlp_m = r.sh["dense_mlp_matmul"]
     mlp_bytes_d = r.wrt * mlp_m + r.aT * r.h2 + r.aTt * (r.n_mats * x.arch["ffn_dim"])
     if x.tp2d is not None:
-        io_mlp = tp2d.gemm_io_elems_per_token(x.h, r.q, r.kvd, x.arch["ffn_dim"], r.n_mats, x.t)[1]
+        io_mlp = tp2d.gemm_io_elems_per_token(x.h, r.q, r.kvd, x.arch["ffn_dim"], r.n_mats, x.t, x.grid2d)[1]
         mlp_bytes_d = np.where(x.tp2d, r.wrt * mlp_m + r.aT * io_mlp, mlp_bytes_d)
     return np.maximum(r.Tt2 * mlp_m * r.inv_rate + r.n_mats * r.wh, mlp_bytes_d * r.inv_hbm)
 
@@ -235,8 +236,8 @@ def moe_mlp_gemms(x: Inputs, r: Rates, P: PhysParams) -> tuple[np.ndarray, np.nd
     w_bytes = r.wrt * ((e_local * moe.expert_weight_scale(x.t, x.et) + ns) * exp_m + rout_m)
     mlp_bytes_m = w_bytes + r.aT * (r.h2 * (1.0 + k_rho)) + r.aTt * (r.n_mats * F_moe)
     if x.tp2d is not None:
-        mlp_bytes_m = np.where(x.tp2d, w_bytes + r.aT * tp2d.moe_io_elems_per_token(x.h, k, F_moe, r.n_mats, x.t),
-                               mlp_bytes_m)
+        io_moe = tp2d.moe_io_elems_per_token(x.h, k, F_moe, r.n_mats, x.t, x.grid2d)
+        mlp_bytes_m = np.where(x.tp2d, w_bytes + r.aT * io_moe, mlp_bytes_m)
     # the router GEMM is not a Transformer Engine module (Megatron-Core TopKRouter: a plain matmul, in fp32 with
     # --moe-router-dtype fp32): it stays at the 16-bit rate under low-precision recipes
     inv_router = rates_16bit(x, r, P, x.head_16bit)[0] if x.head_16bit.any() else r.inv_rate
@@ -472,7 +473,7 @@ def tp_comm(x: Inputs, r: Rates, cm: Compute) -> np.ndarray:
         F = x.arch["ffn_dim"]
         F_moe = (x.k + x.ns) * x.arch["expert_ffn_dim"] if r.any_moe else F
         tp_2d = tp2d.tp_comm_s(r.Ls_dense, r.Ls_moe, r.n_fwd_passes + 1.0, r.T, x.h, r.q, r.kvd, F, F_moe, r.n_mats,
-                               x.t, x.node, x.bw_up, x.bw_out, x.a_up, x.a_out, r.act_b, x.tiers)
+                               x.t, x.node, x.bw_up, x.bw_out, x.a_up, x.a_out, r.act_b, x.tiers, x.grid2d)
         tp_total = np.where(x.tp2d, tp_2d, tp_total)
     return tp_total + expert_tp_comm(x, r, cm, tp_bytes, tp_one)
 

@@ -185,15 +185,19 @@ def best_layouts(arch: dict, hardware_rows: list[dict], tokens_per_step_seqs: in
 
 
 def plan_rows(arch: dict, hardware_rows: list[dict], tokens: float, tokens_per_step_seqs: int, seq_len: int,
-              max_gpus: int, usd_per_gpu_hour: dict, dtype: str = "bf16", model=None, grid: dict | None = None):
+              max_gpus: int, usd_per_gpu_hour: dict, dtype: str = "bf16", model=None, grid: dict | None = None,
+              rows: list[dict] | None = None):
     """Every accelerator x cluster size with its best layout under `model` (`models.predictor`: the one
     prediction function; ranking, throughput, MFU and interval all come from it), and the days, dollars and
     energy that follow from that one step time (`days_lo`/`days_hi` from the interval's throughput).
-    `stepcast plan` and the `hardware_choice` table both call this. Returns a polars DataFrame."""
+    `stepcast plan` and the `hardware_choice` table both call this. Returns a polars DataFrame. ``rows``: the
+    result of `best_layouts` for these arguments when the caller computed it already (the `hardware_choice` asset
+    runs it per accelerator in worker processes and passes the rows on in ``hardware_rows``' order)."""
     import polars as pl
 
-    rows = best_layouts(arch, hardware_rows, tokens_per_step_seqs, seq_len, max_gpus, dtype=dtype, params=model,
-                        grid=grid)
+    if rows is None:
+        rows = best_layouts(arch, hardware_rows, tokens_per_step_seqs, seq_len, max_gpus, dtype=dtype, params=model,
+                            grid=grid)
     if not rows:
         return pl.DataFrame()
     f = pl.DataFrame(rows, infer_schema_length=None)

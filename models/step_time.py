@@ -298,7 +298,9 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
         s=g("seq_len"), B=B, b=b, N=N, t=t, p=p, d=d, c=c, e=e, v=v, m=B / (d * b), Ls=np.ceil(L / p),
         shard=_code(a, "sharding", n), rc=_code(a, "recompute", n), dt=dt,
         sp=sp if tp2d_rows is None else sp | tp2d_rows, tp_mode=tpm, tp2d=tp2d_rows,
-        is_fp32=is_fp32, mem_cap=g("memory_gb"), ke=ke, gemm_eff=eff, head_16bit=head16, gemm_eff_16=e16_rows, layers_16bit=l16,
+        grid2d=None if tp2d_rows is None else tp2d.grid(t),  # once per block: every 2-D term uses it
+        is_fp32=is_fp32, mem_cap=g("memory_gb"), ke=ke, gemm_eff=eff, head_16bit=head16, gemm_eff_16=e16_rows,
+        layers_16bit=l16,
         hbm_bw=g("memory_bw_gbps") * 1e9 * (P.hbm_eff * ke), sm=sm, peaks=peaks, peak_tf=peak_tf, peak_fb=peak_fb,
         attn_peak_tf=np.where(is_fp32, peak_tf, peaks[0]), node=np.maximum(np.minimum(node, N), 1.0), tiers=tiers,
         tier_bad=tier_bad, bw_up=bw_up,
@@ -351,7 +353,7 @@ def _validity(x: Inputs) -> np.ndarray:
     if x.hy is not None:
         _hybrid_validity(err, x.hy, t, c)
     if x.tp2d is not None:  # the 2-D grid must split the shapes; rows it has no model for are refused (models.tp2d)
-        bad = ~tp2d.valid(t, x.h, x.arch["ffn_dim"], x.b * x.s / c, x.arch["expert_ffn_dim"], E)
+        bad = ~tp2d.valid(t, x.h, x.arch["ffn_dim"], x.b * x.s / c, x.arch["expert_ffn_dim"], E, rc=x.grid2d)
         if x.hy is not None:
             bad |= x.hy["hybrid"]
         if x.arch.get("mla") is not None:

@@ -95,6 +95,11 @@ def grid(tp):
     return r, np.where(ok, t / r, np.nan)
 
 
+def _grid(tp, rc):
+    """``rc`` (the caller's ``grid(tp)``, computed once per block) or ``grid(tp)``."""
+    return grid(tp) if rc is None else rc
+
+
 def comm_bytes_per_layer(tokens, d_model, q_dim, kv_dim, ffn, n_mats, r, c, act_bytes=2.0):
     """(r-group bytes, c-group bytes) each GPU sends per layer in one forward pass (module docstring)."""
     r, c = _f(r), _f(c)
@@ -109,10 +114,10 @@ def megatron_bytes_per_layer(tokens, d_model, tp, act_bytes=2.0):
     return 2.0 * coll.ring_all_reduce_bytes(_f(act_bytes) * _f(tokens) * _f(d_model), tp)
 
 
-def links(tp, node, bw_up, bw_out, a_up, a_out, tiers=None):
+def links(tp, node, bw_up, bw_out, a_up, a_out, tiers=None, rc=None):
     """Bandwidth and latency of the (r-group, c-group): ``((bw_r, a_r), (bw_c, a_c))``. The r-group is r consecutive
-    ranks, the c-group c ranks r apart (module docstring, "Tiers")."""
-    r, c = grid(tp)
+    ranks, the c-group c ranks r apart (module docstring, "Tiers"). ``rc``: ``grid(tp)`` when the caller has it."""
+    r, c = _grid(tp, rc)
     node = _f(node)
     row = coll.group_link(r, np.minimum(r, node), bw_up, bw_out, a_up, a_out, 1.0, tiers)
     col = coll.group_link(c, clip(np.floor(node / r), 1.0, c), bw_up, bw_out, a_up, a_out, r, tiers)
@@ -120,12 +125,14 @@ def links(tp, node, bw_up, bw_out, a_up, a_out, tiers=None):
 
 
 def comm_time_per_layer_s(tokens, d_model, q_dim, kv_dim, ffn, n_mats, tp, node, bw_up, bw_out, a_up, a_out,
-                          act_bytes=2.0, tiers=None):
+                          act_bytes=2.0, tiers=None, rc=None):
     """Time of one layer's 2-D tensor-parallel collectives in one pass (forward; backward is the same), seconds:
-    4 ring all-gathers/reduce-scatters on the c-group and 4 on the r-group (module docstring), run in series."""
-    r, c = grid(tp)
+    4 ring all-gathers/reduce-scatters on the c-group and 4 on the r-group (module docstring), run in series.
+    ``rc``: ``grid(tp)`` when the caller has it (the step-time model computes it once per block)."""
+    rc = _grid(tp, rc)
+    r, c = rc
     aT = _f(act_bytes) * _f(tokens)
-    (bw_r, a_r), (bw_c, a_c) = links(tp, node, bw_up, bw_out, a_up, a_out, tiers)
+    (bw_r, a_r), (bw_c, a_c) = links(tp, node, bw_up, bw_out, a_up, a_out, tiers, rc)
     t_col = 4.0 * coll.all_gather_time(aT * _f(d_model) / r, c, bw_c, a_c)
     q, kv, F, nm = _f(q_dim), _f(kv_dim), _f(ffn), _f(n_mats)
     t_row = (coll.reduce_scatter_time(aT * (q + 2.0 * kv) / c, r, bw_r, a_r)
@@ -135,18 +142,18 @@ def comm_time_per_layer_s(tokens, d_model, q_dim, kv_dim, ffn, n_mats, tp, node,
     return t_row + t_col
 
 
-def gemm_io_elems_per_token(d_model, q_dim, kv_dim, ffn, n_mats, tp):
+def gemm_io_elems_per_token(d_model, q_dim, kv_dim, ffn, n_mats, tp, rc=None):
     """Activation elements per token the forward GEMMs of one GPU read and write: (attention, MLP). Attention: X
     h/r into W_qkv, (q + 2 kv)/c out, q/c into W_o, h/r out; MLP: h/r in, (n_mats - 1) F/c out, F/c in, h/r out."""
-    r, c = grid(tp)
+    r, c = _grid(tp, rc)
     h2r = 2.0 * _f(d_model) / r
     return h2r + (2.0 * _f(q_dim) + 2.0 * _f(kv_dim)) / c, h2r + _f(n_mats) * _f(ffn) / c
 
 
-def valid(tp, d_model, ffn, tokens, expert_ffn=None, n_experts=None):
+def valid(tp, d_model, ffn, tokens, expert_ffn=None, n_experts=None, rc=None):
     """Rows whose 2-D grid splits the shapes evenly (module docstring, "Validity"); heads are checked as in 1-D."""
     t = _f(tp)
-    r, c = grid(t)
+    r, c = _grid(t, rc)
     ok = np.isfinite(r) & divisible(_f(d_model), r) & divisible(_f(ffn), t) & divisible(_f(tokens), c)
     if expert_ffn is not None and n_experts is not None:
         moe = _f(n_experts) > 0
@@ -154,18 +161,19 @@ def valid(tp, d_model, ffn, tokens, expert_ffn=None, n_experts=None):
     return ok
 
 
-def moe_io_elems_per_token(d_model, top_k, ffn_moe, n_mats, tp):
+def moe_io_elems_per_token(d_model, top_k, ffn_moe, n_mats, tp, rc=None):
     """Activation elements per token the forward expert GEMMs of one GPU read and write (MoE layers): the
     dispatched copies' h/r in and out ((1 + top_k) 2 h / r, as 1-D counts (1 + top_k) 2 h) and n_mats F_moe / c."""
-    r, c = grid(tp)
+    r, c = _grid(tp, rc)
     return (1.0 + _f(top_k)) * 2.0 * _f(d_model) / r + _f(n_mats) * _f(ffn_moe) / c
 
 
 def tp_comm_s(Ls_dense, Ls_moe, n_passes, tokens, d_model, q_dim, kv_dim, ffn, ffn_moe, n_mats, tp, node, bw_up,
-              bw_out, a_up, a_out, act_bytes, tiers=None):
+              bw_out, a_up, a_out, act_bytes, tiers=None, rc=None):
     """Tensor-parallel communication of one micro-batch on a stage of ``Ls_dense`` dense and ``Ls_moe`` MoE layers
-    over ``n_passes`` passes (forward, backward, a recomputed forward), seconds."""
-    args = (node, bw_up, bw_out, a_up, a_out, act_bytes, tiers)
+    over ``n_passes`` passes (forward, backward, a recomputed forward), seconds. ``rc``: ``grid(tp)`` when the
+    caller has it."""
+    args = (node, bw_up, bw_out, a_up, a_out, act_bytes, tiers, _grid(tp, rc))
     per = _f(Ls_dense) * comm_time_per_layer_s(tokens, d_model, q_dim, kv_dim, ffn, n_mats, tp, *args)
     if np.any(_f(Ls_moe) > 0):
         per = per + _f(Ls_moe) * comm_time_per_layer_s(tokens, d_model, q_dim, kv_dim, ffn_moe, n_mats, tp, *args)

@@ -107,6 +107,7 @@ def _run_build(cfg: Settings, console: Console, quiet: bool) -> bool:
     import dagster as dg
 
     from pipeline.definitions import make_definitions
+    from pipeline.parallel import shared_pools
 
     defs = make_definitions(cfg)
     job = defs.resolve_job_def("build")
@@ -120,10 +121,11 @@ def _run_build(cfg: Settings, console: Console, quiet: bool) -> bool:
         listener = _StepListener(progress, task, n_steps)
         dagster_logger.addHandler(listener)
         try:
-            result = job.execute_in_process(
-                instance=instance, raise_on_error=False,
-                run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
-            )
+            with shared_pools():  # worker processes spawned once for the whole build (pipeline.parallel)
+                result = job.execute_in_process(
+                    instance=instance, raise_on_error=False,
+                    run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
+                )
         finally:
             dagster_logger.removeHandler(listener)
             instance.dispose()

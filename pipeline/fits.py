@@ -276,13 +276,24 @@ def served_version(con: duckdb.DuckDBPyConnection) -> str | None:
     return row[0] if row else None
 
 
+def sklearn_version() -> str:
+    """The installed scikit-learn's version (`sklearn.__version__`), read from its package metadata: importing
+    scikit-learn only for this took 1.5-3 s of the build (the fit itself runs on numpy and scipy)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("scikit-learn")
+    except PackageNotFoundError:  # not installed as a distribution: ask the module
+        import sklearn
+
+        return sklearn.__version__
+
+
 def save_fit(con: duckdb.DuckDBPyConnection, bundle, report, data, now: dt.datetime | None = None,
              served_on_new: pl.DataFrame | None = None) -> dict:
     """Store a fit (row, per-group metrics, out-of-fold rows, artifact) and apply the promotion rule, in one
     transaction. `served_on_new`: the served fit's calibrated predictions (`calibrated_frame`) of the runs
     new since it. Returns the stored `fits` row as a dict."""
-    import sklearn
-
     _ensure(con)
     now = now or dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
     row = fit_summary(bundle, report, data)
@@ -308,7 +319,7 @@ def save_fit(con: duckdb.DuckDBPyConnection, bundle, report, data, now: dt.datet
         con.execute(f"insert into fits ({', '.join(cols)}) values ({', '.join('?' * len(cols))})", vals)
         _insert_rows(con, row["version"], report, oof)
         con.execute("insert into fit_artifacts values (?, 'pickle', ?, ?, ?)",
-                    [row["version"], sklearn.__version__, len(blob), blob])
+                    [row["version"], sklearn_version(), len(blob), blob])
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")

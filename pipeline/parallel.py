@@ -1,4 +1,5 @@
-"""A process-pool `map` for CPU-bound pure work (the calibration's cross-validation folds).
+"""Process-pool maps for CPU-bound pure work (the calibration's cross-validation folds; the curves, frontier and
+hardware-choice searches, one accelerator per job).
 
 Workers are started with `spawn` (polars and DuckDB run threads: a forked child could inherit a held lock).
 `STEPCAST_WORKERS` caps the number of processes (default: the CPUs this process may use); 1 runs in-process.
@@ -7,6 +8,7 @@ only waits for a core (an SVD of the fit's small Jacobian took up to 0.5 s inste
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 
@@ -38,13 +40,87 @@ def single_thread_blas() -> None:
 
 
 def pool_map(fn, jobs) -> list:
-    """`list(map(fn, jobs))`, in a pool of `workers()` processes when there is more than one job and CPU."""
+    """`list(map(fn, jobs))`, in a pool of `workers()` processes when there is more than one job and CPU (the
+    build's pool when `shared_pools` holds one)."""
     jobs = list(jobs)
     n = min(workers(), len(jobs))
     if n <= 1:
         return [fn(j) for j in jobs]
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"), initializer=single_thread_blas) as ex:
+    if "blas1" in _SHARED:
+        return list(_SHARED["blas1"].map(fn, jobs))
+    with _pool(n, single_thread_blas) as ex:
         return list(ex.map(fn, jobs))
+
+
+def map_jobs(fn, jobs: list[tuple[tuple, dict]], n_workers: int) -> list:
+    """fn(*args, **kwargs) for every job, in order, in worker processes (spawned: no fork of a process holding the
+    store) when there is more than one job and one worker (``workers()``: STEPCAST_WORKERS, else the CPUs this
+    process may use); in the build's pool when `shared_pools` holds one."""
+    if n_workers <= 1 or len(jobs) <= 1:
+        return [fn(*a, **k) for a, k in jobs]
+    if _SHARED_N and n_workers >= _SHARED_N:
+        pool = shared_executor()
+        futures = [pool.submit(fn, *a, **k) for a, k in jobs]
+        return [f.result() for f in futures]
+    with _pool(min(n_workers, len(jobs))) as pool:
+        futures = [pool.submit(fn, *a, **k) for a, k in jobs]
+        return [f.result() for f in futures]
+
+
+def _pool(n: int, initializer=None):
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    return ProcessPoolExecutor(max_workers=n, mp_context=get_context("spawn"), initializer=initializer)
+
+
+_SHARED: dict = {}  # the pools `shared_pools` holds open: "blas1" (pool_map's), "jobs" (map_jobs')
+_SHARED_N = 0
+
+
+def shared_executor():
+    """The build's pool for `map_jobs` (a ``concurrent.futures`` executor; spawned on first use) while
+    `shared_pools` is open, else None."""
+    if not _SHARED_N:
+        return None
+    if "jobs" not in _SHARED:
+        _SHARED["jobs"] = _pool(_SHARED_N)
+    return _SHARED["jobs"]
+
+
+#: what the fit's workers import before their first task (the modules of its fold tasks), while ingest runs
+_WARM = ("models.calibration", "scipy.optimize")
+
+
+def _warm(modules: tuple[str, ...]) -> None:
+    import importlib
+
+    for name in modules:
+        importlib.import_module(name)
+
+
+@contextlib.contextmanager
+def shared_pools():
+    """Keep `pool_map`'s and `map_jobs`' worker pools open while the block runs (`stepcast build`): each is spawned
+    once and every later call reuses it instead of spawning and importing again (2-3 s per pool on two cores).
+    The fit's pool starts at once and its workers import their modules while the first, serial steps (ingest)
+    leave a core free; `map_jobs`' starts at its first use (the frontier, in the build's order). Workers hold no
+    state between tasks besides imported modules and their caches."""
+    global _SHARED_N
+    n = workers()
+    if n <= 1 or _SHARED_N:  # one CPU, or already inside shared_pools
+        yield
+        return
+    fit_pool = _pool(n, single_thread_blas)
+    for _ in range(n):
+        fit_pool.submit(_warm, _WARM)
+    _SHARED["blas1"] = fit_pool
+    _SHARED_N = n
+    try:
+        yield
+    finally:
+        pools = list(_SHARED.values())
+        _SHARED.clear()
+        _SHARED_N = 0
+        for pool in pools:
+            pool.shutdown(wait=True, cancel_futures=True)

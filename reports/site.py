@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import altair as alt
@@ -282,15 +283,18 @@ def heldout_summary(metrics: pl.DataFrame | None, fits: pl.DataFrame | None) -> 
 
 # ------------------------------------------------------------------ the site
 
-def build_site(folder: str | Path, tables: dict[str, pl.DataFrame | None], *, png: bool = True) -> list[Path]:
+def build_site(folder: str | Path, tables: dict[str, pl.DataFrame | None], *, png: bool = True,
+               executor=None) -> list[Path]:
     """Write the site (see ``_build``). Altair's per-object JSON-schema validation is switched off while
     building (it costs ~0.4 s per chart); the specs are plain Vega-Lite that vega-embed checks when rendering,
-    and the browser tests fail on any rendering error."""
+    and the browser tests fail on any rendering error. ``executor``: a process pool (``concurrent.futures``)
+    that may draw part of the hardware pages meanwhile (the build's, ``pipeline.parallel``); the pages are the
+    same either way."""
     from altair.utils import schemapi
 
     try:
         with schemapi.debug_mode(False):
-            return _build(folder, tables, png=png)
+            return _build(folder, tables, png=png, executor=executor)
     except BaseException:
         target = Path(folder).resolve()
         shutil.rmtree(target.with_name(f".{target.name}.{os.getpid()}.tmp"), ignore_errors=True)
@@ -328,7 +332,31 @@ class _Site:
         return self.names.get(gpu, gpu)
 
 
-def _build(folder: str | Path, tables: dict[str, pl.DataFrame | None], *, png: bool = True) -> list[Path]:
+#: the share of the hardware pages an executor's process draws (the rest, and the other pages, stay here)
+REMOTE_SHARE = 0.6
+
+
+def _hardware_pages(site: _Site, gpus: list[str], validate: bool | None = False) -> list[tuple[str, str, dict]]:
+    """(accelerator, HTML, the PNG exports the page registered) of the hardware pages of ``gpus``, each drawn with
+    an empty dataset registry as in one process; in a worker process (``validate`` False: Altair's validation
+    off, as ``build_site`` has it; None: leave the setting as it is)."""
+    from contextlib import nullcontext
+
+    from altair.utils import schemapi
+
+    alt.data_transformers.disable_max_rows()
+    out = []
+    with schemapi.debug_mode(False) if validate is False else nullcontext():
+        for gpu in gpus:
+            page_pngs: dict = {}
+            text = _hardware_page(site, gpu, page_pngs).render()
+            charts.forget_data()  # each page carries only its own data
+            out.append((gpu, text, page_pngs))
+    return out
+
+
+def _build(folder: str | Path, tables: dict[str, pl.DataFrame | None], *, png: bool = True,
+           executor=None) -> list[Path]:
     """Write the site into ``folder`` (replaced atomically). ``tables``: scaling_curves, inflection_points,
     frontier, analytical_predictions, runs, hardware (required); calibrated_predictions, fits, fit_metrics
     (optional). Returns the files written (final paths)."""
@@ -339,26 +367,50 @@ def _build(folder: str | Path, tables: dict[str, pl.DataFrame | None], *, png: b
     (tmp / "hardware").mkdir(parents=True)
     (tmp / "img").mkdir()
     alt.data_transformers.disable_max_rows()
-    (tmp / BUNDLE).write_text(_bundle(), encoding="utf-8")
-    written: list[Path] = [folder / BUNDLE]
-    pngs: dict[str, dict] = {}
-
-    def save(page: Page, rel: str) -> None:
-        (tmp / rel).write_text(page.render(), encoding="utf-8")
-        written.append(folder / rel)
-        charts.forget_data()  # each page carries only its own data
-
     site = _Site(tables)
-    for gpu in site.gpus:
-        save(_hardware_page(site, gpu, pngs), f"hardware/{gpu}.html")
-    save(_frontier_page(site, pngs), "frontier.html")
-    save(_choice_page(site, pngs), "hardware-choice.html")
-    shown, page = _calibration_page(site)
-    save(page, "calibration.html")
-    save(_index_page(site, shown), "index.html")
+    # the first hardware pages (the bulk of the work) go to `executor`'s process when there is one; this process
+    # draws the rest meanwhile. vl-convert's calls (the bundle, the PNGs) run in Rust without Python's lock: in
+    # threads they overlap the pages' Python work instead of following it
+    far = site.gpus[:int(len(site.gpus) * REMOTE_SHARE)] if executor is not None else []
+    remote = executor.submit(_hardware_pages, site, far) if far else None
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        bundle = pool.submit(_bundle)
+        pages: dict[str, tuple[str, dict]] = {}  # path -> (HTML, the PNG exports the page registered)
+        renders: dict[str, Future] = {}
 
-    if png:
-        _pngs(pngs, tmp / "img", folder / "img", written)
+        def keep(rel: str, text: str, page_pngs: dict) -> None:
+            pages[rel] = (text, page_pngs)
+            for name, spec in page_pngs.items() if png else ():  # this page's PNG exports, from here on
+                renders[name] = pool.submit(_png, json.dumps(spec))
+
+        def save(page: Page, rel: str, page_pngs: dict) -> None:
+            keep(rel, page.render(), page_pngs)
+            charts.forget_data()  # each page carries only its own data
+
+        for gpu, text, page_pngs in _hardware_pages(site, site.gpus[len(far):], validate=None):
+            keep(f"hardware/{gpu}.html", text, page_pngs)
+        late: list[tuple[str, dict]] = [("frontier.html", {}), ("hardware-choice.html", {})]
+        save(_frontier_page(site, late[0][1]), *late[0])
+        save(_choice_page(site, late[1][1]), *late[1])
+        shown, page = _calibration_page(site)
+        save(page, "calibration.html", {})
+        save(_index_page(site, shown), "index.html", {})
+        for gpu, text, page_pngs in remote.result() if remote is not None else ():
+            keep(f"hardware/{gpu}.html", text, page_pngs)
+        # written in the order one process draws them: the bundle, the hardware pages, the rest, the PNGs
+        (tmp / BUNDLE).write_text(bundle.result(), encoding="utf-8")
+        written: list[Path] = [folder / BUNDLE]
+        pngs: dict[str, dict] = {}
+        order = [f"hardware/{gpu}.html" for gpu in site.gpus] + [rel for rel, _ in late] + ["calibration.html",
+                                                                                           "index.html"]
+        for rel in order:
+            text, page_pngs = pages[rel]
+            (tmp / rel).write_text(text, encoding="utf-8")
+            written.append(folder / rel)
+            for name, spec in page_pngs.items():
+                pngs.setdefault(name, spec)
+        if png:
+            _pngs(pngs, renders, tmp / "img", folder / "img", written)
     # swap in
     old = folder.with_name(f".{folder.name}.{os.getpid()}.old")
     if folder.exists():
@@ -705,11 +757,17 @@ def _index_page(site: _Site, shown: str) -> Page:
     return page
 
 
-def _pngs(specs: dict[str, dict], tmp_dir: Path, final_dir: Path, written: list[Path]) -> None:
-    """PNG exports of key charts with vl-convert (offline: it bundles Vega and its fonts)."""
+def _png(spec_json: str) -> bytes:
+    """One PNG export with vl-convert (offline: it bundles Vega and its fonts)."""
     import vl_convert as vlc
 
+    return vlc.vegalite_to_png(spec_json, scale=1.5)
+
+
+def _pngs(specs: dict[str, dict], renders: dict[str, Future], tmp_dir: Path, final_dir: Path,
+          written: list[Path]) -> None:
+    """PNG exports of key charts (``renders``: the ones already started, by name), in ``specs``' order."""
     for name, spec in specs.items():
-        data = vlc.vegalite_to_png(json.dumps(spec), scale=1.5)
+        data = renders[name].result() if name in renders else _png(json.dumps(spec))
         (tmp_dir / f"{name}.png").write_bytes(data)
         written.append(final_dir / f"{name}.png")

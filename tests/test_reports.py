@@ -157,6 +157,35 @@ def test_site_rebuilds_from_a_store_copy_and_a_failed_build_keeps_the_old_site(s
     assert not list(tmp_path.glob(".site.*"))  # the failed build cleaned up its temporary folder
 
 
+def _page_content(text: str) -> str:
+    """A page with its datasets parsed: their key order follows the drawing process's string hashing."""
+    import re
+
+    m = re.search(r"var DATA = (.*?);\nfunction withData", text, re.S)
+    return text if m is None else text[:m.start(1)] + json.dumps(json.loads(m.group(1)), sort_keys=True) + text[m.end(1):]
+
+
+def test_site_drawn_partly_in_a_worker_process_is_the_same(store_copy, tmp_path):
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from reports.site import build_site
+
+    con = duckdb.connect(str(store_copy), read_only=True)
+    try:
+        tables = {t: con.sql(f"select * from {t}").pl() for t in TABLES}
+    finally:
+        con.close()
+    tables["scaling_curves"] = tables["scaling_curves"].filter(
+        pl.col("gpu").is_in(["a100-sxm4-80gb", "b200", "h100-sxm5-80gb"]))
+    here = build_site(tmp_path / "here", tables, png=False)
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as ex:
+        split = build_site(tmp_path / "split", tables, png=False, executor=ex)
+    assert [p.relative_to(tmp_path / "here") for p in here] == [p.relative_to(tmp_path / "split") for p in split]
+    for a, b in zip(here, split):
+        assert _page_content(a.read_text()) == _page_content(b.read_text()), a.name
+
+
 # ------------------------------------------------------------------ headless Chromium through the DevTools protocol
 
 class Browser:
