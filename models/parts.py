@@ -130,6 +130,11 @@ class Rates:
     h2: np.ndarray  # 2 d_model
     n_mats: np.ndarray  # MLP weight matrices (2 GeLU, 3 SwiGLU)
     wh: np.ndarray  # GEMM-size ramp: extra time per GEMM call, s
+    # the same three for GEMMs a low-precision recipe keeps in 16 bits (LM head, router, BF16-kept layers): the
+    # 16-bit peak, the row's 16-bit GEMM efficiency, 2-byte weights; the row's own values on other rows
+    inv_rate_16: np.ndarray
+    wh_16: np.ndarray
+    wrt_16: np.ndarray
 
 
 @dataclass(slots=True)
@@ -180,15 +185,25 @@ def rates(x: Inputs, P: PhysParams, sh: Mapping, pc: Mapping) -> Rates:
     aT = act_b * T
     moe_frac = sh["n_moe_layers"] / x.L
     Ls_moe = x.Ls * moe_frac
+    ramp_flops = P.gemm_ramp_flops_per_sm * x.sm
+    wh, wrt = ramp_flops * inv_rate, w_read_b * inv_t
+    inv_rate_16, wh_16, wrt_16 = inv_rate, wh, wrt
+    if x.head_16bit.any():
+        inv16 = 1.0 / (x.peaks[0] * (1e12 * x.ke * x.gemm_eff_16))
+        inv16 = np.where(np.isnan(inv16), inv_rate, inv16)  # no 16-bit peak: the row's own rate
+        low = x.head_16bit
+        inv_rate_16 = np.where(low, inv16, inv_rate)
+        wh_16 = np.where(low, ramp_flops * inv16, wh)
+        wrt_16 = np.where(low, 2.0 * inv_t, wrt)
     return Rates(
         sh=sh, pc=pc, any_moe=bool(np.any(x.E > 0)), any_cp=bool(np.any(x.c > 1)), any_ep=bool(np.any(x.e > 1)),
         q=sh["q_dim"], kvd=sh["kv_dim"], Ls_moe=Ls_moe, Ls_dense=x.Ls - Ls_moe, n_fwd_passes=1.0 + (x.rc == 2),
         act_b=act_b, w_read_b=w_read_b, inv_rate=inv_rate, inv_hbm=1.0 / x.hbm_bw,
         attn_rate=x.attn_peak_tf * (1e12 * P.attn_eff * x.ke), inv_t=inv_t, s_loc=s_loc, T=T,
         Tt2=(2.0 * T) * inv_t,  # 2 T / t: FLOPs per weight per token-batch on one GPU
-        aT=aT, aTt=aT * inv_t, wrt=w_read_b * inv_t, h2=2.0 * x.h, n_mats=sh["mlp_mats"],
+        aT=aT, aTt=aT * inv_t, wrt=wrt, h2=2.0 * x.h, n_mats=sh["mlp_mats"],
         # GEMM-size ramp: w_half = gemm_ramp_flops_per_sm x SMs extra FLOPs per GEMM call, as time at the GEMM rate
-        wh=(P.gemm_ramp_flops_per_sm * x.sm) * inv_rate,
+        wh=wh, inv_rate_16=inv_rate_16, wh_16=wh_16, wrt_16=wrt_16,
     )
 
 
@@ -222,7 +237,7 @@ def dense_mlp_gemms(x: Inputs, r: Rates) -> np.ndarray:
     return np.maximum(r.Tt2 * mlp_m * r.inv_rate + r.n_mats * r.wh, mlp_bytes_d * r.inv_hbm)
 
 
-def moe_mlp_gemms(x: Inputs, r: Rates, P: PhysParams) -> tuple[np.ndarray, np.ndarray]:
+def moe_mlp_gemms(x: Inputs, r: Rates) -> tuple[np.ndarray, np.ndarray]:
     """The MoE MLP of one layer, forward, per GPU (s): top_k + shared experts' GEMMs on every token, one GEMM
     call per local expert, the router; and the sharded FFN width F_moe its element-wise traffic reads. The most
     loaded EP rank runs rho x the mean routed tokens; its routed-expert weights are split over etp, i.e. tp/etp x
@@ -240,8 +255,7 @@ def moe_mlp_gemms(x: Inputs, r: Rates, P: PhysParams) -> tuple[np.ndarray, np.nd
         mlp_bytes_m = np.where(x.tp2d, w_bytes + r.aT * io_moe, mlp_bytes_m)
     # the router GEMM is not a Transformer Engine module (Megatron-Core TopKRouter: a plain matmul, in fp32 with
     # --moe-router-dtype fp32): it stays at the 16-bit rate under low-precision recipes
-    inv_router = rates_16bit(x, r, P, x.head_16bit)[0] if x.head_16bit.any() else r.inv_rate
-    t_mlp_m = np.maximum(r.Tt2 * (kns * exp_m * r.inv_rate + rout_m * inv_router)
+    t_mlp_m = np.maximum(r.Tt2 * (kns * exp_m * r.inv_rate + rout_m * r.inv_rate_16)
                          + (r.n_mats * r.wh) * (e_local + ns), mlp_bytes_m * r.inv_hbm)
     return t_mlp_m, F_moe
 
@@ -310,7 +324,7 @@ def compute(x: Inputs, r: Rates, P: PhysParams, casts: bool = True) -> Compute:
     bwd_layers = r.Ls_dense * (2.0 * gemm_core_d + P.elementwise_bwd_factor * t_ew_d + cb_d)
     Ls_moe = r.Ls_moe
     if r.any_moe:
-        t_mlp_m, F_moe = moe_mlp_gemms(x, r, P)
+        t_mlp_m, F_moe = moe_mlp_gemms(x, r)
         t_ew_m = (ew_base + aTt_ef * F_moe + r.aTt * x.h * moe_permute_elems(x.k, x.e, x.E)) * inv_hbm
         gemm_core_m = t_attn_gemm + t_mlp_m + t_core
         cf_m, cb_m = quantize_casts(x, r, cast, F_moe, moe.routed_tokens_factor(x.k, x.ns, x.rho)) if any_cast \
@@ -332,7 +346,7 @@ def compute(x: Inputs, r: Rates, P: PhysParams, casts: bool = True) -> Compute:
         tp_per_stage = np.where(hy["hybrid"], x.Ls, tp_per_stage)
     recompute_layers = np.where(rc == 2, fwd_layers, np.where(rc == 1, Ls_attn * (t_core + ew_scores * inv_hbm),
                                                               0.0))
-    t_lm = lm_head(x, r, P)
+    t_lm = lm_head(x, r)
     compute_mb = fwd_layers + bwd_layers + recompute_layers + t_lm
     bwd_mb = bwd_layers + 2.0 / 3.0 * t_lm
     if (mtp := x.arch.get("mtp")) is not None:  # MTP modules on the last stage: a block of the last layer's kind each
@@ -351,15 +365,6 @@ def compute(x: Inputs, r: Rates, P: PhysParams, casts: bool = True) -> Compute:
     return Compute(compute_mb=compute_mb, bwd_mb=bwd_mb, host_mb=host_mb, t_core=t_core, Ls_attn=Ls_attn,
                    Ls_moe=Ls_moe, tp_per_stage=tp_per_stage)
 
-def rates_16bit(x: Inputs, r: Rates, P: PhysParams, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(s per GEMM FLOP, GEMM-size ramp s, weight bytes read per parameter / tp) of GEMMs that run in 16 bits on
-    ``rows`` (the row's own rates elsewhere): the 16-bit peak, the row's 16-bit GEMM efficiency, 2-byte weights."""
-    inv16 = 1.0 / (x.peaks[0] * (1e12 * x.ke * x.gemm_eff_16))
-    inv16 = np.where(np.isnan(inv16), r.inv_rate, inv16)  # no 16-bit peak: the row's own rate
-    return (np.where(rows, inv16, r.inv_rate), np.where(rows, (P.gemm_ramp_flops_per_sm * x.sm) * inv16, r.wh),
-            np.where(rows, 2.0 * r.inv_t, r.wrt))
-
-
 def layers_kept_in_16bit(x: Inputs, r: Rates, cm: Compute, P: PhysParams) -> Compute:
     """A low-precision recipe that keeps its last ``n_layers_16bit`` layers (blocks, for hybrids) in 16 bits
     (Megatron-Core ``--first-last-layers-bf16`` / ``--num-layers-at-end-in-bf16``; recipes: models.precision):
@@ -369,14 +374,14 @@ def layers_kept_in_16bit(x: Inputs, r: Rates, cm: Compute, P: PhysParams) -> Com
     rows = x.layers_16bit > 0
     if not rows.any():
         return cm
-    inv_rate, wh, wrt = rates_16bit(x, r, P, rows)
-    cm16 = compute(x, replace(r, inv_rate=inv_rate, wh=wh, wrt=wrt), P, casts=False)
+    cm16 = compute(x, replace(r, inv_rate=r.inv_rate_16, wh=r.wh_16, wrt=r.wrt_16), P, casts=False)
     share = np.minimum(x.layers_16bit, x.Ls) / x.Ls
-    return replace(cm, compute_mb=cm.compute_mb + share * (cm16.compute_mb - cm.compute_mb),
-                   bwd_mb=cm.bwd_mb + share * (cm16.bwd_mb - cm.bwd_mb))
+    return replace(cm, compute_mb=np.where(rows, cm.compute_mb + share * (cm16.compute_mb - cm.compute_mb),
+                                           cm.compute_mb),
+                   bwd_mb=np.where(rows, cm.bwd_mb + share * (cm16.bwd_mb - cm.bwd_mb), cm.bwd_mb))
 
 
-def lm_head(x: Inputs, r: Rates, P: PhysParams) -> np.ndarray:
+def lm_head(x: Inputs, r: Rates) -> np.ndarray:
     """LM head + cross-entropy on the last stage, forward + 2x backward (s).
 
     Low-precision recipes keep the head in 16 bits: Megatron-Core builds ``output_layer`` as a plain
@@ -386,9 +391,8 @@ def lm_head(x: Inputs, r: Rates, P: PhysParams) -> np.ndarray:
     pretraining recipe (NVIDIA, arXiv:2509.25149, section 4) retains the output projection head in BF16. So for
     those rows the head's GEMMs run at the 16-bit peak with the 16-bit GEMM efficiency and read 2-byte weights."""
     Vh = x.V * x.h
-    inv_rate, wh, wrt = rates_16bit(x, r, P, x.head_16bit) if x.head_16bit.any() else (r.inv_rate, r.wh, r.wrt)
-    lm_bytes = wrt * Vh + r.aT * x.h + (12.0 * r.T) * x.V * r.inv_t
-    return 3.0 * np.maximum(r.Tt2 * Vh * inv_rate + wh, lm_bytes * r.inv_hbm)
+    lm_bytes = r.wrt_16 * Vh + r.aT * x.h + (12.0 * r.T) * x.V * r.inv_t
+    return 3.0 * np.maximum(r.Tt2 * Vh * r.inv_rate_16 + r.wh_16, lm_bytes * r.inv_hbm)
 
 
 def hybrid_stage(hy: Mapping[str, np.ndarray], arch: Mapping[str, np.ndarray], pc: Mapping, v: Mapping,

@@ -252,13 +252,15 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
     if "kernel_eff" in a:
         ke_row = g("kernel_eff")
         ke = np.where(np.isnan(ke_row), P.kernel_eff, ke_row)
+    # low-precision rows: GEMMs at the 8-bit efficiency; their LM head runs in 16 bits (models.parts.lm_head)
+    low = is_low_precision(dt)
     # GEMM efficiency by dtype (codes: models.params.DTYPE_CODES; invalid codes clipped, flagged by _validity)
     e16, e8, e32 = P.matmul_eff_16bit, P.matmul_eff_8bit, P.matmul_eff_32bit
     if "matmul_eff_16bit" in a or "matmul_eff_8bit" in a:
         # per-row GEMM efficiencies (a calibration's values for each row's hardware generation)
         e16 = np.where(np.isnan(g("matmul_eff_16bit", e16)), e16, g("matmul_eff_16bit", e16))  # NaN: the params'
         e8 = np.where(np.isnan(g("matmul_eff_8bit", e8)), e8, g("matmul_eff_8bit", e8))
-        eff = np.where(is_low_precision(dt), e8, np.where((dt == 6) | (dt == 7), e32, e16))
+        eff = np.where(low, e8, np.where((dt == 6) | (dt == 7), e32, e16))
     else:
         eff = np.take(np.array([e16, e16, e8, e8, e8, e8, e32, e32]), dt, mode="clip")
     # MoE options (models.moe): expert tensor parallelism (NaN: tp, or the largest etp that folds; dense rows: tp),
@@ -276,12 +278,9 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
     peaks, flags = peak_table(hw)
     peak_tf, peak_fb = choose_peak(dt, peaks, flags)
     is_fp32 = (dt == 6) | (dt == 7)
-    # the LM head of a low-precision recipe runs in 16 bits (models.parts.lm_head); its GEMM efficiency is the
-    # row's 16-bit one
-    head16 = is_low_precision(dt)
     # layers a low-precision recipe keeps in 16 bits (models.precision; NaN: none)
     l16 = g("n_layers_16bit", 0.0)
-    l16 = np.where(head16 & (l16 > 0), l16, 0.0)  # NaN > 0 is False
+    l16 = np.where(low & (l16 > 0), l16, 0.0)  # NaN > 0 is False
     e16_rows = np.broadcast_to(e16, (n,)) if np.ndim(e16) == 0 else e16
     sm = g("sm_count")
     if np.isnan(sm).any():  # no SM count given: A100-equivalent SMs of the 16-bit peak (models.hardware)
@@ -299,7 +298,7 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
         shard=_code(a, "sharding", n), rc=_code(a, "recompute", n), dt=dt,
         sp=sp if tp2d_rows is None else sp | tp2d_rows, tp_mode=tpm, tp2d=tp2d_rows,
         grid2d=None if tp2d_rows is None else tp2d.grid(t),  # once per block: every 2-D term uses it
-        is_fp32=is_fp32, mem_cap=g("memory_gb"), ke=ke, gemm_eff=eff, head_16bit=head16, gemm_eff_16=e16_rows,
+        is_fp32=is_fp32, mem_cap=g("memory_gb"), ke=ke, gemm_eff=eff, head_16bit=low, gemm_eff_16=e16_rows,
         layers_16bit=l16,
         hbm_bw=g("memory_bw_gbps") * 1e9 * (P.hbm_eff * ke), sm=sm, peaks=peaks, peak_tf=peak_tf, peak_fb=peak_fb,
         attn_peak_tf=np.where(is_fp32, peak_tf, peaks[0]), node=np.maximum(np.minimum(node, N), 1.0), tiers=tiers,
