@@ -43,6 +43,15 @@ VIEW_STATE_JS = """(() => {
 TABLES = ("scaling_curves", "inflection_points", "frontier", "analytical_predictions", "runs", "hardware")
 
 
+def _site_tables(store) -> dict[str, pl.DataFrame]:
+    """The tables the report site is drawn from, read from a store."""
+    con = duckdb.connect(str(store), read_only=True)
+    try:
+        return {t: con.sql(f"select * from {t}").pl() for t in TABLES}
+    finally:
+        con.close()
+
+
 def site_of(store: Path) -> Path:
     return Path(os.environ.get("STEPCAST_REPORTS") or store.parent / "site")
 
@@ -116,11 +125,7 @@ def test_calibration_summary_puts_the_worst_held_out_protocol_first():
 def test_a_chart_with_nothing_to_draw_becomes_a_sentence(store_copy, tmp_path):
     from reports.site import build_site
 
-    con = duckdb.connect(str(store_copy), read_only=True)
-    try:
-        tables = {t: con.sql(f"select * from {t}").pl() for t in TABLES}
-    finally:
-        con.close()
+    tables = _site_tables(store_copy)
     gtx = tables["scaling_curves"].filter(pl.col("gpu") == "gtx-580")
     assert gtx.height and not gtx["feasible"].all()
     # an accelerator on which nothing fits: the GTX 580's rows with every point infeasible for the memory reason
@@ -139,11 +144,7 @@ def test_a_chart_with_nothing_to_draw_becomes_a_sentence(store_copy, tmp_path):
 def test_site_rebuilds_from_a_store_copy_and_a_failed_build_keeps_the_old_site(store_copy, tmp_path):
     from reports.site import build_site
 
-    con = duckdb.connect(str(store_copy), read_only=True)
-    try:
-        tables = {t: con.sql(f"select * from {t}").pl() for t in TABLES}
-    finally:
-        con.close()
+    tables = _site_tables(store_copy)
     tables["scaling_curves"] = tables["scaling_curves"].filter(pl.col("gpu").is_in(["h100-sxm5-80gb", "b200"]))
     out = tmp_path / "site"
     files = build_site(out, tables, png=False)
@@ -171,11 +172,7 @@ def test_site_drawn_partly_in_a_worker_process_is_the_same(store_copy, tmp_path)
 
     from reports.site import build_site
 
-    con = duckdb.connect(str(store_copy), read_only=True)
-    try:
-        tables = {t: con.sql(f"select * from {t}").pl() for t in TABLES}
-    finally:
-        con.close()
+    tables = _site_tables(store_copy)
     tables["scaling_curves"] = tables["scaling_curves"].filter(
         pl.col("gpu").is_in(["a100-sxm4-80gb", "b200", "h100-sxm5-80gb"]))
     here = build_site(tmp_path / "here", tables, png=False)
