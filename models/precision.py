@@ -15,8 +15,9 @@ The step-time model runs every decoder GEMM of a low-precision row at the row's 
 
 Each low-precision GEMM also pays its quantize kernels (``models.parts.quantize_casts``).
 
-A run or a command may state ``n_layers_16bit`` itself (``stepcast predict --layers-16bit N``); otherwise the
-table below applies to the model and precision it names, listed in the prediction's assumptions.
+A command may state ``n_layers_16bit`` itself (``stepcast predict --layers-16bit N``); otherwise, and for every
+measured run (the measurement schema has no such column), the table below applies to the model and precision it
+names, listed in the prediction's assumptions.
 """
 
 from __future__ import annotations
