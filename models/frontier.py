@@ -201,12 +201,10 @@ def _mat_rows(struct: np.ndarray, fine: list[tuple]) -> np.ndarray:
     return np.column_stack([S[:, :5], Fi, S[:, 5:]])
 
 
-def _evaluate(mat: np.ndarray, arch: Mapping[str, Any], hw_row: Mapping[str, Any], bmax_seqs: float, seq_len: int,
-              dtype: str, params: PhysParams, tokens: float, limit_s: float, kpl: float | None = None
-              ) -> dict[str, np.ndarray]:
-    """Predict rows (tp, pp, dp, L, cp, mb, vpp, shard, rc, tp_mode): batch, step time with the kernel floor, time to
-    train. ``kpl``: ``kernels_per_layer(physical_params(params))`` when the caller has it (the sweep computes it
-    once)."""
+def _prepare(mat: np.ndarray, arch: Mapping[str, Any], hw_row: Mapping[str, Any], bmax_seqs: float, seq_len: int,
+             dtype: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The model inputs of rows (tp, pp, dp, L, cp, mb, vpp, shard, rc, tp_mode) of one level: the rows whose
+    batch and interleave are possible, each with the largest global batch under the ceiling."""
     tp, pp, dp, cp, mb, vpp = mat[:, 0], mat[:, 1], mat[:, 2], mat[:, 4], mat[:, 5], mat[:, 6]
     L = float(arch["n_layers"])
     ls = np.ceil(L / pp)
@@ -225,20 +223,46 @@ def _evaluate(mat: np.ndarray, arch: Mapping[str, Any], hw_row: Mapping[str, Any
                          "seq_len": np.full(m, float(seq_len)), "gpus_per_node": np.full(m, su),
                          "dtype": np.full(m, DTYPE_CODES[dtype], dtype=np.int64), "tp_mode": tpm.astype(np.int64)}
     broadcast_arch_hw(a, m, arch, hw_row)
-    res = predict_arrays(a, params) if m else {}
-    if not m:
+    rows = {"n": n, "tp": tp, "pp": pp, "dp": dp, "cp": cp, "vpp": vpp, "mb": mb, "sharding": sh, "recompute": rc,
+            "tp_mode": tpm, "batch": batch, "ls": ls}
+    return a, rows
+
+
+def _finish(rows: dict[str, np.ndarray], res: dict[str, np.ndarray], seq_len: int, tokens: float, limit_s: float,
+            kpl: float) -> dict[str, np.ndarray]:
+    """Step time with the kernel floor and time to train of rows `_prepare` made, from the model's results."""
+    if not len(rows["n"]):
         return {"n": np.zeros(0)}
+    ls, batch, dp, mb, pp, vpp = rows["ls"], rows["batch"], rows["dp"], rows["mb"], rows["pp"], rows["vpp"]
     micro = batch / (dp * mb)
-    kpl = kernels_per_layer(physical_params(params)) if kpl is None else kpl
     floor = (micro + (pp - 1.0) / vpp) * ls * kpl * KERNEL_LATENCY_S
     step = np.maximum(res["step_time_s"], floor)
     steps = np.ceil(tokens / (batch * seq_len))
     time_s = steps * step
-    return {"n": n, "tp": tp, "pp": pp, "dp": dp, "cp": cp, "vpp": vpp, "mb": mb, "sharding": sh, "recompute": rc,
-            "tp_mode": tpm, "batch": batch, "feasible": np.asarray(res["feasible"], bool), "mem": res["memory_gb_per_gpu"],
-            "error": np.asarray(res["error_code"]), "step": step, "step_model": res["step_time_s"], "floor": floor,
-            "mfu": res["mfu"] * res["step_time_s"] / step, "time_s": time_s, "in_time": time_s <= limit_s,
-            "res": res}
+    out = {k: v for k, v in rows.items() if k != "ls"}
+    return out | {"feasible": np.asarray(res["feasible"], bool), "mem": res["memory_gb_per_gpu"],
+                  "error": np.asarray(res["error_code"]), "step": step, "step_model": res["step_time_s"],
+                  "floor": floor, "mfu": res["mfu"] * res["step_time_s"] / step, "time_s": time_s,
+                  "in_time": time_s <= limit_s, "res": res}
+
+
+def _evaluate_levels(pieces: list[tuple[np.ndarray, "_Level"]], hw_row: Mapping[str, Any], seq_len: int, dtype: str,
+                     params: PhysParams, limit_s: float, kpl: float) -> list[dict[str, np.ndarray]]:
+    """Predict the layout rows of several levels, ``(rows, level)`` pieces, in ONE call of the prediction function
+    (its fixed cost, ~3 ms a call, would otherwise be paid ~5 times per level); one evaluation per piece."""
+    prepared = [_prepare(mat, lv.arch, hw_row, lv.bmax_seqs, seq_len, dtype) for mat, lv in pieces]
+    sizes = [len(rows["n"]) for _, rows in prepared]
+    if not sum(sizes):
+        return [{"n": np.zeros(0)} for _ in pieces]
+    filled = [a for (a, _), m in zip(prepared, sizes) if m]
+    inputs = {k: np.concatenate([np.asarray(a[k]) for a in filled]) for k in filled[0]}
+    res_all = predict_arrays(inputs, params)
+    out, at = [], 0
+    for (mat, lv), (_, rows), m in zip(pieces, prepared, sizes):
+        res = {k: np.asarray(v)[at:at + m] for k, v in res_all.items()}
+        at += m
+        out.append(_finish(rows, res, seq_len, lv.tokens, limit_s, kpl))
+    return out
 
 
 _RANK_KEYS = ("n", "feasible", "step", "in_time", "mfu", "time_s")  # what `_rank` reads
@@ -260,19 +284,27 @@ def _rank(ev: dict[str, np.ndarray]) -> np.ndarray:
 TP_FORMS = ("1d", "2d", "any")
 
 
-def _search(arch: Mapping[str, Any], hw_row: Mapping[str, Any], n_min: float, bmax_seqs: float, seq_len: int,
-            dtype: str, params: PhysParams, tokens: float, limit_s: float, tp_form: str = "1d",
-            kpl: float | None = None):
-    """The best layout for one level (module docstring, step 4): (evaluation, index of the best row or -1)."""
-    if kpl is None:
-        kpl = kernels_per_layer(physical_params(params))
+class _Level:
+    """One compute level's search (module docstring, step 4): its model, batch ceiling, tokens and size window."""
+
+    def __init__(self, arch: Mapping[str, Any], n_min: float, bmax_seqs: float, tokens: float):
+        self.arch, self.n_min, self.bmax_seqs, self.tokens = arch, n_min, bmax_seqs, tokens
+        self.ev: dict | None = None  # every row evaluated so far
+        self.top: list[tuple] = []  # the best structures after stage 1
+        self.done = False  # nothing (more) to search
+
+
+def _structures(lv: _Level, seq_len: int, tp_form: str) -> np.ndarray | None:
+    """Stage 1's (tp, pp, dp, layers, cp, tp_mode) structures of a level: N within its window (or the smallest
+    product above it), or None when no product reaches N_min within N_MAX."""
+    arch = lv.arch
     L, heads = int(arch["n_layers"]), int(arch["n_heads"])
-    lo, hi = max(n_min, 1.0), min(max(n_min, 1.0) * N_WINDOW, float(N_MAX))
+    lo, hi = max(lv.n_min, 1.0), min(max(lv.n_min, 1.0) * N_WINDOW, float(N_MAX))
     if lo > N_MAX:
-        return None, -1
+        return None
     tps = 2.0 ** np.arange(0, int(math.log2(heads)) + 1)
     pps = _pp_values(L)
-    dps = _grid_2_per_octave(max(bmax_seqs, 1.0))
+    dps = _grid_2_per_octave(max(lv.bmax_seqs, 1.0))
     cps = np.array([c for c in CPS if seq_len % c == 0], dtype=np.float64)
     T, P, D, C = np.meshgrid(tps, pps, dps, cps, indexing="ij")
     N = T * P * D * C
@@ -280,7 +312,7 @@ def _search(arch: Mapping[str, Any], hw_row: Mapping[str, Any], n_min: float, bm
     if not sel.any():  # the window holds no product of the grids: the smallest product above lo
         above = N >= lo * (1 - 1e-9)
         if not above.any():
-            return None, -1
+            return None
         sel = above & (N == N[above].min())
     struct = np.column_stack([T[sel], P[sel], D[sel], np.full(sel.sum(), float(L)), C[sel], np.zeros(sel.sum())])
     if tp_form != "1d":
@@ -288,42 +320,82 @@ def _search(arch: Mapping[str, Any], hw_row: Mapping[str, Any], n_min: float, bm
         two = struct[wide].copy()  # tp >= 4: the 2-D grid (models.tp2d) beside, or instead of, the 1-D form
         two[:, 5] = float(TP_MODE_CODES["2d"])
         struct = np.vstack([struct, two] if tp_form == "any" else [struct[~wide], two])
-    ev1 = _evaluate(_mat_rows(struct, [STAGE1[0]]), arch, hw_row, bmax_seqs, seq_len, dtype, params, tokens, limit_s,
-                    kpl)
-    if len(ev1["n"]):
+    return struct
+
+
+def _search_levels(levels: list[_Level], hw_row: Mapping[str, Any], seq_len: int, dtype: str, params: PhysParams,
+                   limit_s: float, tp_form: str, kpl: float) -> list[tuple[dict | None, int]]:
+    """The best layout of every level (module docstring, step 4): (evaluation, index of the best row or -1) per
+    level. Each stage evaluates the rows of all levels in one call (``_evaluate_levels``); a level's stages depend
+    only on its own rows, so the answer is the level-by-level search's."""
+    def run(stage: list[tuple[np.ndarray, _Level]]) -> None:
+        for (_, lv), ev in zip(stage, _evaluate_levels(stage, hw_row, seq_len, dtype, params, limit_s, kpl)):
+            lv.ev = ev if lv.ev is None else _concat(lv.ev, ev)
+
+    stage = []
+    for lv in levels:
+        struct = _structures(lv, seq_len, tp_form)
+        if struct is None:
+            lv.done = True
+        else:
+            stage.append((_mat_rows(struct, [STAGE1[0]]), lv))
+    run(stage)
+    stage = []  # the structures whose plain layout does not fit: the memory-frugal setting
+    for lv in levels:
+        if lv.done or not len(lv.ev["n"]):
+            continue
+        ev1, L = lv.ev, float(lv.arch["n_layers"])
         tight = (ev1["error"] & ERR_MEMORY) != 0
         if tight.any():
             frugal = np.column_stack([ev1["tp"][tight], ev1["pp"][tight], ev1["dp"][tight],
-                                      np.full(int(tight.sum()), float(L)), ev1["cp"][tight], ev1["tp_mode"][tight]])
-            ev1 = _concat(ev1, _evaluate(_mat_rows(frugal, [STAGE1[1]]), arch, hw_row, bmax_seqs, seq_len, dtype,
-                                         params, tokens, limit_s, kpl))
-    order = _rank(ev1)
-    if not len(order):
-        return ev1, -1
-    seen, top = set(), []
-    for i in order:
-        key = (ev1["tp"][i], ev1["pp"][i], ev1["dp"][i], ev1["cp"][i], ev1["tp_mode"][i])
-        if key not in seen:
-            seen.add(key)
-            top.append(key + (ev1["sharding"][i], ev1["recompute"][i]))
-        if len(top) >= TOP_K:
-            break
+                                      np.full(int(tight.sum()), L), ev1["cp"][tight], ev1["tp_mode"][tight]])
+            stage.append((_mat_rows(frugal, [STAGE1[1]]), lv))
+    run(stage)
+    for lv in levels:
+        if lv.done:
+            continue
+        order = _rank(lv.ev)
+        if not len(order):
+            lv.done = True
+            continue
+        seen = set()
+        for i in order:
+            ev1 = lv.ev
+            key = (ev1["tp"][i], ev1["pp"][i], ev1["dp"][i], ev1["cp"][i], ev1["tp_mode"][i])
+            if key not in seen:
+                seen.add(key)
+                lv.top.append(key + (ev1["sharding"][i], ev1["recompute"][i]))
+            if len(lv.top) >= TOP_K:
+                break
+    live = [lv for lv in levels if not lv.done]
     # stage 2, coordinate-wise: interleave at micro-batch 1, then micro-batch at the best interleave (both at the
     # structure's stage-1 sharding and recompute), then sharding x recompute at the best of those
-    ev = _concat(ev1, _evaluate(_fine_rows(top, L, [(1, v) for v in VPPS]), arch, hw_row, bmax_seqs, seq_len, dtype,
-                                params, tokens, limit_s, kpl))
-    best = _best_per_structure(ev, top)
-    rows = [(t, p, d, float(L), c, mb, v, sh, rc, tm) for t, p, d, c, tm, _, v, sh, rc in best for mb in MICRO_BATCHES
-            if 1 < mb <= max(bmax_seqs, 1.0)]
-    ev = _concat(ev, _evaluate(np.array(rows, dtype=np.float64).reshape(-1, 10), arch, hw_row, bmax_seqs, seq_len,
-                               dtype, params, tokens, limit_s, kpl))
-    best = _best_per_structure(ev, top)
-    rows = [(t, p, d, float(L), c, mb, v, SHARDING_CODES[sh], RECOMPUTE_CODES[rc], tm)
-            for t, p, d, c, tm, mb, v, _, _ in best for sh in SHARDINGS for rc in RECOMPUTES]
-    ev = _concat(ev, _evaluate(np.array(rows, dtype=np.float64), arch, hw_row, bmax_seqs, seq_len, dtype, params,
-                               tokens, limit_s, kpl))
-    order = _rank(ev)
-    return ev, int(order[0]) if len(order) else -1
+    run([(_fine_rows(lv.top, int(lv.arch["n_layers"]), [(1, v) for v in VPPS]), lv) for lv in live])
+    stage = []
+    for lv in live:
+        L = float(lv.arch["n_layers"])
+        rows = [(t, p, d, L, c, mb, v, sh, rc, tm) for t, p, d, c, tm, _, v, sh, rc in _best_per_structure(lv.ev, lv.top)
+                for mb in MICRO_BATCHES if 1 < mb <= max(lv.bmax_seqs, 1.0)]
+        stage.append((np.array(rows, dtype=np.float64).reshape(-1, 10), lv))
+    run(stage)
+    stage = []
+    for lv in live:
+        L = float(lv.arch["n_layers"])
+        rows = [(t, p, d, L, c, mb, v, SHARDING_CODES[sh], RECOMPUTE_CODES[rc], tm)
+                for t, p, d, c, tm, mb, v, _, _ in _best_per_structure(lv.ev, lv.top) for sh in SHARDINGS
+                for rc in RECOMPUTES]
+        stage.append((np.array(rows, dtype=np.float64).reshape(-1, 10), lv))
+    run(stage)
+    out = []
+    for lv in levels:
+        if lv.ev is None:
+            out.append((None, -1))
+        elif lv.done:
+            out.append((lv.ev, -1))
+        else:
+            order = _rank(lv.ev)
+            out.append((lv.ev, int(order[0]) if len(order) else -1))
+    return out
 
 
 def _best_per_structure(ev: dict, top: list[tuple]) -> list[tuple]:
@@ -385,7 +457,8 @@ def frontier_sweep(hw_row: Mapping[str, Any], months: float = 3.0, *, params: Ph
     mem_gb = float(hw_row.get("memory_gb") or 0.0)
     price = _num_or_none(usd_per_gpu_hour)
     launch = _num_or_none(hw_row.get("launch_price_usd"))
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []  # one per level; a level to search is completed after the search
+    pending: list[tuple[int, _Level, float, float]] = []
     for target in grid:
         arch = dense_arch_for_params(math.sqrt(target / (6.0 * TOKENS_PER_PARAM)))
         n_params = arch["params"]
@@ -407,34 +480,37 @@ def frontier_sweep(hw_row: Mapping[str, Any], months: float = 3.0, *, params: Ph
             rows.append(base | {"feasible": False, "binding": "latency",
                                 "reason": f"latency wall: even at the batch ceiling the kernels in series take "
                                           f"{wall / 86400 / DAYS_PER_MONTH:.3g} months"})
-            continue
-        if not math.isfinite(n_lo) or n_lo > N_MAX:
+        elif not math.isfinite(n_lo) or n_lo > N_MAX:
             rows.append(base | {"feasible": False, "binding": "time",
                                 "reason": f"needs more than {N_MAX:,} accelerators even at 100 % utilization"})
-            continue
-        ev, j = _search(arch, hw_row, max(n_lo, n_mem), bmax, seq_len, dtype, params, tokens, limit_s, tp_form,
-                        kpl)
-        if ev is None or j < 0 or not len(ev["n"]):
-            rows.append(base | {"feasible": False, "binding": "time",
-                                "reason": f"no layout of at most {N_MAX:,} accelerators for this model"})
-            continue
-        if not ev["feasible"][j]:
-            valid = np.isfinite(ev["mem"]) & ~ev["feasible"]
-            need = float(np.nanmin(ev["mem"][valid])) if valid.any() else float("nan")
-            rows.append(base | {"feasible": False, "binding": "memory",
-                                "reason": f"no layout fits in memory: the smallest needs {need:.3g} GB per "
-                                          f"accelerator > {mem_gb:g} GB"})
-            continue
-        rec = _record(ev, j)
-        if not ev["in_time"][j]:
-            rows.append(base | rec | {"feasible": False, "binding": "time", "utilization": None,
-                                      "reason": f"no layout of {max(n_lo, n_mem, 1):,.0f}–"
-                                                f"{min(max(n_lo, n_mem, 1) * N_WINDOW, N_MAX):,.0f} accelerators "
-                                                f"finishes within {months:g} months (fastest "
-                                                f"{ev['time_s'][j] / 86400 / DAYS_PER_MONTH:.3g} months)"})
-            continue
-        rows.append(base | rec | {"feasible": True, "reason": None, "binding": _binding(rec)})
+        else:
+            pending.append((len(rows), _Level(arch, max(n_lo, n_mem), bmax, tokens), n_lo, n_mem))
+            rows.append(base)
+    found = _search_levels([lv for _, lv, _, _ in pending], hw_row, seq_len, dtype, params, limit_s, tp_form, kpl)
+    for (i, _, n_lo, n_mem), (ev, j) in zip(pending, found):
+        rows[i] = rows[i] | _level_result(ev, j, n_lo, n_mem, mem_gb, months)
     return _frame(rows, price, launch)
+
+
+def _level_result(ev: dict | None, j: int, n_lo: float, n_mem: float, mem_gb: float, months: float
+                  ) -> dict[str, Any]:
+    """A searched level's columns: the chosen layout, or why none was chosen (``binding``, ``reason``)."""
+    if ev is None or j < 0 or not len(ev["n"]):
+        return {"feasible": False, "binding": "time",
+                "reason": f"no layout of at most {N_MAX:,} accelerators for this model"}
+    if not ev["feasible"][j]:
+        valid = np.isfinite(ev["mem"]) & ~ev["feasible"]
+        need = float(np.nanmin(ev["mem"][valid])) if valid.any() else float("nan")
+        return {"feasible": False, "binding": "memory",
+                "reason": f"no layout fits in memory: the smallest needs {need:.3g} GB per accelerator > "
+                          f"{mem_gb:g} GB"}
+    rec = _record(ev, j)
+    if not ev["in_time"][j]:
+        return rec | {"feasible": False, "binding": "time", "utilization": None,
+                      "reason": f"no layout of {max(n_lo, n_mem, 1):,.0f}–"
+                                f"{min(max(n_lo, n_mem, 1) * N_WINDOW, N_MAX):,.0f} accelerators finishes within "
+                                f"{months:g} months (fastest {ev['time_s'][j] / 86400 / DAYS_PER_MONTH:.3g} months)"}
+    return rec | {"feasible": True, "reason": None, "binding": _binding(rec)}
 
 
 def _record(ev: dict, j: int) -> dict[str, Any]:
