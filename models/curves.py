@@ -442,14 +442,17 @@ def scaling_curve(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], policy
                   n_max: int = 16_384, n_min: int | None = None, dtype: str = "bf16",
                   params: PhysParams = DEFAULT, usd_per_gpu_hour: float | None = None,
                   calibrate: Calibrate | None = None, grid: Mapping[str, Any] | None = None,
-                  defer_calibration: bool = False, batch_rule: str = "deepseek"):
+                  defer_calibration: bool = False, batch_rule: str = "deepseek",
+                  layouts: "_Layouts | None" = None):
     """One scaling curve: one row per N (module docstring for the policies and efficiencies).
 
     ``tokens``: the training token budget (time-to-train and cost). ``usd_per_gpu_hour`` None → ``cost_usd``
     null (the curve has no cost). ``calibrate(analytical_rows, model_inputs)`` → the CALIBRATED_COLUMNS for
     those rows; None → analytical only (lo = hi = point, ``fit_version`` null, ``calibrated`` false).
     ``defer_calibration=True`` returns ``(raw, configs)`` instead, for ``calibrate_curves`` to calibrate many
-    curves in one call (the residual model has a per-call cost)."""
+    curves in one call (the residual model has a per-call cost). ``layouts``: the best layouts of a set of (N,
+    batch) points holding this curve's (``_Layouts``, several curves of one model and accelerator share them),
+    else they are searched here."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got '{policy}'")
     node = node_size(hw_row)
@@ -462,8 +465,11 @@ def scaling_curve(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], policy
     ceiling = critical_batch_seqs(training_flop, seq_len, batch_rule)
     batches = policy_batches(policy, ns, global_batch_seqs=global_batch_seqs, per_gpu_batch_seqs=per_gpu_batch_seqs,
                              ceiling_seqs=ceiling)
-    best, configs = best_layouts(arch_row, hw_row, ns, batches, seq_len, dtype=dtype, params=params, grid=grid,
-                                 want_configs=calibrate is not None or defer_calibration)
+    if layouts is None:
+        best, configs = best_layouts(arch_row, hw_row, ns, batches, seq_len, dtype=dtype, params=params, grid=grid,
+                                     want_configs=calibrate is not None or defer_calibration)
+    else:
+        best, configs = layouts.take(ns, batches)
     out = best.with_columns(pl.lit(policy).alias("policy"), pl.lit(int(seq_len)).alias("seq_len"),
                             pl.lit(float(tokens)).alias("tokens"), pl.lit(training_flop).alias("training_flop"),
                             pl.lit(ceiling).alias("critical_batch_seqs"), pl.lit(node).alias("node_size"))
@@ -647,6 +653,36 @@ def explain(rec: Mapping[str, Any]) -> str:
             f"step, {peak_txt}; dominated by {dom}.")
 
 
+class _Layouts:
+    """The best layouts (``best_layouts``) of a set of (N, global batch) points, searched once for several curves:
+    the policies of one model on one accelerator share many points (weak scaling and the critical batch agree
+    below the ceiling), and a point's best layout does not depend on the curve asking."""
+
+    def __init__(self, best: pl.DataFrame, configs: pl.DataFrame):
+        self.best, self.configs = best, configs
+        keys = list(zip(best["n_gpus"].to_list(), best["global_batch_seqs"].to_list()))
+        self.row = {k: i for i, k in enumerate(keys)}
+        # the configs row of each feasible point (best_layouts writes them in the points' order)
+        feas = best["feasible"].to_numpy()
+        self.cfg = np.where(feas, np.cumsum(feas) - 1, -1)
+
+    def take(self, ns, batches) -> tuple[pl.DataFrame, pl.DataFrame]:
+        idx = [self.row[(int(n), int(b))] for n, b in zip(ns, batches)]
+        best = self.best[idx]
+        c = [int(self.cfg[i]) for i in idx if self.cfg[i] >= 0]
+        configs = self.configs[c] if c and self.configs.height else pl.DataFrame()
+        return best, configs
+
+
+def shared_layouts(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], points, seq_len: int, *,
+                   dtype: str = "bf16", params: PhysParams = DEFAULT) -> _Layouts:
+    """``best_layouts`` of the distinct (N, batch) ``points``, for ``scaling_curve(layouts=...)``."""
+    pts = sorted({(int(n), int(b)) for n, b in points})
+    best, configs = best_layouts(arch_row, hw_row, [n for n, _ in pts], [b for _, b in pts], seq_len, dtype=dtype,
+                                 params=params, want_configs=True)
+    return _Layouts(best, configs)
+
+
 def reference_curves(hw_row: Mapping[str, Any], archs: Mapping[str, Mapping[str, Any]], params: PhysParams = DEFAULT,
                      *, policies=POLICIES, usd_per_gpu_hour: float | None = None,
                      n_max: int = DEFAULT_N_MAX,
@@ -659,11 +695,19 @@ def reference_curves(hw_row: Mapping[str, Any], archs: Mapping[str, Mapping[str,
     for ref in refs:
         if ref["arch_id"] not in archs:
             raise ValueError(f"architectures has no row '{ref['arch_id']}' (needed by models.curves.REFERENCE_RUNS)")
+        arch = archs[ref["arch_id"]]
+        ns = n_sweep(node_size(hw_row), n_max, None)
+        ceiling = critical_batch_seqs(6.0 * _arch_params(arch) * float(ref["tokens"]), ref["seq_len"], "deepseek")
+        points = [pt for policy in policies for pt in zip(ns, policy_batches(
+            policy, ns, global_batch_seqs=ref["global_batch_seqs"], per_gpu_batch_seqs=DEFAULT_PER_GPU_BATCH_SEQS,
+            ceiling_seqs=ceiling))]
+        layouts = shared_layouts(arch, hw_row, points, ref["seq_len"], dtype=dtype, params=params) if ns else None
         for policy in policies:
-            raw, configs = scaling_curve(archs[ref["arch_id"]], hw_row, policy, seq_len=ref["seq_len"],
+            raw, configs = scaling_curve(arch, hw_row, policy, seq_len=ref["seq_len"],
                                          tokens=ref["tokens"], global_batch_seqs=ref["global_batch_seqs"],
                                          per_gpu_batch_seqs=DEFAULT_PER_GPU_BATCH_SEQS, n_max=n_max, dtype=dtype,
-                                         params=params, usd_per_gpu_hour=usd_per_gpu_hour, defer_calibration=True)
+                                         params=params, usd_per_gpu_hour=usd_per_gpu_hour, defer_calibration=True,
+                                         layouts=layouts)
             keys = {"curve_id": f"{hw_row['id']}/{ref['arch_id']}/{policy}", "gpu": hw_row["id"],
                     "arch_id": ref["arch_id"]}
             extra = {"policy": policy, "seq_len": ref["seq_len"], "tokens": ref["tokens"],
