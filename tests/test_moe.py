@@ -236,3 +236,25 @@ def test_ep_a2a_hidden_is_bounded_by_the_other_passes_compute():
     assert np.allclose(ep_a2a_hidden(cm, ep, np.full(3, 0.5)), 0.5 * got)
     assert ep_a2a_hidden(cm, ep, 0.0) == 0.0
 
+
+
+def test_recipe_table_names_the_a2a_overlap_of_a_megatron_bridge_run():
+    from models import moe_recipes as mr
+
+    dsv3 = ("deepseek-v3", "gb200", "mxfp8")
+    # 26.06 turned the overlap on for DeepSeek-V3 on GB200 (r0.5.0 DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2);
+    # 26.04's preset of the same layout did not; a run of another source: nothing known
+    assert mr.recipe_a2a_overlap("mb2606-pre-training-deepseekv3-gb200-256gpu-mxfp8-gbs4096", *dsv3) is True
+    assert mr.recipe_a2a_overlap("mb2604-pre-training-deepseekv3-gb200-256gpu-mxfp8-gbs4096", *dsv3) is False
+    assert mr.recipe_a2a_overlap("nemo-docs-deepseek-v3", *dsv3) is None
+    assert "r0.5.0" in mr.RECIPE_A2A_OVERLAP[("26.06", *dsv3)]
+    assert mr.run_release("mb2511-pre-training-x") == "25.11"
+    assert set(mr.RECIPE_DISPATCHER) == set(mr.RECIPE_A2A_OVERLAP)
+    frame = pl.DataFrame({
+        "run_id": ["mb2606-pre-training-deepseekv3-gb200-256gpu-mxfp8-gbs4096", "mb2604-x", "other", "mb2606-y"],
+        "arch_id": ["deepseek-v3"] * 4, "gpu": ["gb200"] * 4, "dtype": ["mxfp8"] * 4,
+        "moe_a2a_overlap": [None, None, None, 0.0], "assumptions": ["x", None, None, None]})
+    out = mr.resolve_a2a_overlap(frame)
+    assert out["moe_a2a_overlap"].to_list() == [1.0, 0.0, None, 0.0]  # a stated value wins
+    assert "moe_a2a_overlap=1 (Megatron-Bridge r0.5.0" in out["assumptions"][0]
+    assert out["assumptions"][1] is None
