@@ -55,8 +55,9 @@ from __future__ import annotations
 
 import numpy as np
 
-#: optional config columns of the MoE options (null/NaN = the default: etp = tp, dropless, not padded)
-COLUMNS = ("etp", "moe_capacity_factor", "moe_pad_to_capacity")
+#: optional config columns of the MoE options (null/NaN = the default: etp = tp, dropless, not padded, no EP
+#: all-to-all overlap; ``moe_a2a_overlap`` 1 = Megatron-Core ``--overlap-moe-expert-parallel-comm``)
+COLUMNS = ("etp", "moe_capacity_factor", "moe_pad_to_capacity", "moe_a2a_overlap")
 
 
 def _f(x) -> np.ndarray:
@@ -162,3 +163,27 @@ def etp_candidates(n_experts: int, tp: int) -> tuple[int, ...]:
     """The expert tensor-parallel degrees a layout search tries: 1 and tp for MoE with tp > 1 (Megatron-Core's
     default etp = tp, and etp = 1, the setting for fine-grained experts), else tp alone."""
     return (1, tp) if n_experts > 0 and tp > 1 else (tp,)
+
+
+def a2a_merged_fraction(a2a_overlap, n_micro, pp, vpp, n_experts, ep, recompute_code) -> np.ndarray:
+    """Share of a stage's micro-batch passes that Megatron-Core's combined 1F1B schedule runs merged with another
+    micro-batch's pass when the EP all-to-all overlap is on (``--overlap-moe-expert-parallel-comm``), else 0.
+
+    Only merged passes can hide their all-to-all (``models.parts.ep_a2a_hidden``). pp = 1
+    (megatron/core/pipeline_parallel/combined_1f1b.py ``combined_1f1b_schedule_for_no_pipelining``): the first
+    micro-batch's forward and the last one's backward run alone, the other m - 1 pairs merged: (m - 1) / m.
+    pp > 1 needs the interleaved schedule (Megatron-Bridge ``CommOverlapConfig`` asserts a virtual pipeline size):
+    of its m v micro-batch chunks the first stage runs W = 2 (pp - 1) + (vpp - 1) pp + 1 in warm-up (one more than
+    without the overlap, "one extra micro-batch forward step before the 1f1b stages"; schedules.py
+    ``get_pp_rank_microbatches`` with the default group size pp) and as many in cool-down, unmerged:
+    (m v - W) / (m v), at least 0. Not applicable (0): no overlap, dense rows, ep = 1, pp > 1 without
+    interleaving, and full recompute (``recompute_code`` 2; Megatron-Bridge asserts
+    ``recompute_granularity != "full"`` with the overlap)."""
+    m, p, v = _f(n_micro), _f(pp), _f(vpp)
+    on = (_f(a2a_overlap) > 0) & (_f(n_experts) > 0) & (_f(ep) > 1) & (np.asarray(recompute_code) != 2)
+    no_pp = (m - 1.0) / np.maximum(m, 1.0)
+    chunks = m * v
+    warm = 2.0 * (p - 1.0) + (v - 1.0) * p + 1.0
+    interleaved = np.maximum(chunks - warm, 0.0) / np.maximum(chunks, 1.0)
+    frac = np.where(p > 1, np.where(v > 1, interleaved, 0.0), no_pp)
+    return np.where(on, np.clip(frac, 0.0, 1.0), 0.0)

@@ -9,7 +9,8 @@ one function per part, in this order (docs/model.md, "Where each part lives"):
     cp_comm      context-parallel K/V ring (+ Mamba all-to-alls) of one micro-batch, and what the core hides
     ep_comm      expert-parallel dispatch / combine of one micro-batch (MoE options: models.moe)
     pp_comm      pipeline point-to-point of one micro-batch
-    overlap      the one overlap budget per micro-batch: what TP/EP/PP traffic stays exposed (``Overlap``)
+    overlap      the one overlap budget per micro-batch: what TP/EP/PP traffic stays exposed (``Overlap``; the
+                 recipe's EP A2A overlap: ``ep_a2a_hidden``)
     dp_comm      gradient sync and ZeRO / FSDP / HSDP gathers (per step and per micro-batch), exposed
     optimizer    the optimizer update (HBM-bound)
     step_time    pipeline bubble, host soft maximum (``Step``)
@@ -98,6 +99,7 @@ class Inputs:
     et: np.ndarray  # expert tensor-parallel degree (tp by default; tp for dense rows)
     moe_cf: np.ndarray  # capacity factor (NaN: dropless)
     rho: np.ndarray | float  # the most loaded EP rank's routed tokens / the mean (1.0: balanced)
+    a2a: np.ndarray | float  # passes run merged with another micro-batch's by the EP A2A overlap (0: no overlap)
 
 
 @dataclass(slots=True)
@@ -549,13 +551,29 @@ def pp_comm(x: Inputs, r: Rates) -> np.ndarray:
     return np.where(x.p > 1, 2.0 * x.v * coll.p2p_time(pp_bytes, pp_bw, pp_a), 0.0)
 
 
+def ep_a2a_hidden(cm: Compute, ep_total: np.ndarray, merged: np.ndarray | float) -> np.ndarray | float:
+    """EP all-to-all (s per micro-batch) the EP A2A overlap can hide (Megatron-Core ``--overlap-moe-expert-
+    parallel-comm``): in a merged pass pair (``models.moe.a2a_merged_fraction``, share ``merged``) "EP A2A in
+    forward step is hidden by the attention/mlp computation in the backward step, and vice versa"
+    (megatron/core/pipeline_parallel/combined_1f1b.py). So the forward's dispatch + combine (half the traffic: the
+    overlap excludes full recompute, one forward pass) hide at most the other micro-batch's backward compute, the
+    backward's at most its forward compute. 0.0 when no row overlaps."""
+    if not np.any(merged):
+        return 0.0
+    half = 0.5 * ep_total
+    fwd_mb = np.maximum(cm.compute_mb - cm.bwd_mb, 0.0)
+    return merged * (np.minimum(half, cm.bwd_mb) + np.minimum(half, fwd_mb))
+
+
 def overlap(cm: Compute, cp_mb: np.ndarray, hidden_cp: np.ndarray, tp_total: np.ndarray, ep_total: np.ndarray,
-            pp_total: np.ndarray, P: PhysParams) -> Overlap:
+            pp_total: np.ndarray, P: PhysParams, a2a: np.ndarray | float = 0.0) -> Overlap:
     """One overlap budget per micro-batch: TP, EP and PP traffic hide behind the compute not already hiding CP
-    traffic, in that order, never more than it (an overlap of 1 hides all of it only while compute lasts)."""
+    traffic, in that order, never more than it (an overlap of 1 hides all of it only while compute lasts). EP
+    hides ``ep_overlap`` of its traffic, or what the EP A2A overlap of the row's recipe hides (``ep_a2a_hidden``;
+    ``a2a`` its merged share), whichever is more."""
     budget = np.maximum(cm.compute_mb - hidden_cp, 0.0)
     hidden_tp = np.minimum(P.tp_overlap * tp_total, budget)
-    hidden_ep = np.minimum(P.ep_overlap * ep_total, budget - hidden_tp)
+    hidden_ep = np.minimum(np.maximum(P.ep_overlap * ep_total, ep_a2a_hidden(cm, ep_total, a2a)), budget - hidden_tp)
     hidden_pp = np.minimum(P.pp_overlap * pp_total, budget - hidden_tp - hidden_ep)
     return Overlap(tp_mb=tp_total - hidden_tp, cp_mb=cp_mb, ep_mb=ep_total - hidden_ep, pp_mb=pp_total - hidden_pp,
                    hidden_comm=hidden_cp + hidden_tp + hidden_ep + hidden_pp)

@@ -269,6 +269,10 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
     cap_f = g("moe_capacity_factor")
     et = np.where(arch["n_experts"] > 0, moe.resolve_etp(g("etp"), t, c, d, e)[0], t)
     rho = moe.effective_imbalance(P.moe_imbalance, cap_f, g("moe_pad_to_capacity", 0.0) > 0)
+    a2a = 0.0  # the recipe's EP A2A overlap (models.moe_recipes): merged share of the passes
+    if "moe_a2a_overlap" in a:
+        a2a = moe.a2a_merged_fraction(g("moe_a2a_overlap", 0.0), B / (d * b), p, v, arch["n_experts"], e,
+                                      _code(a, "recompute", n))
     N = g("n_gpus")
     su = g("scaleup_size")
     gpn = g("gpus_per_node")
@@ -304,7 +308,7 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
         attn_peak_tf=np.where(is_fp32, peak_tf, peaks[0]), node=np.maximum(np.minimum(node, N), 1.0), tiers=tiers,
         tier_bad=tier_bad, bw_up=bw_up,
         bw_out=g("inter_node_bw_gbps") * 1e9 * P.scaleout_eff, a_up=a_up, a_out=P.alpha_scaleout_s,
-        et=et, moe_cf=cap_f, rho=rho,
+        et=et, moe_cf=cap_f, rho=rho, a2a=a2a,
     )
 
 
@@ -372,7 +376,8 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     r = parts.rates(x, P, sh, param_counts(x.arch, normalized=True, shapes=sh))
     cm = parts.layers_kept_in_16bit(x, r, parts.compute(x, r, P), P)
     cp_mb, hidden_cp = parts.cp_comm(x, r, cm)
-    ov = parts.overlap(cm, cp_mb, hidden_cp, parts.tp_comm(x, r, cm), parts.ep_comm(x, r, cm), parts.pp_comm(x, r), P)
+    ov = parts.overlap(cm, cp_mb, hidden_cp, parts.tp_comm(x, r, cm), parts.ep_comm(x, r, cm), parts.pp_comm(x, r), P,
+                       x.a2a)
     mem = memory_per_gpu(
         arch=x.arch, shapes=sh, seq_len=x.s, micro_batch=x.b, n_micro=x.m, tp=x.t, pp=x.p, dp=x.d, cp=x.c, ep=x.e,
         vpp=x.v, sharding=x.shard, recompute=x.rc, sequence_parallel=x.sp, is_fp32=x.is_fp32, node_size=x.node,

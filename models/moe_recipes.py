@@ -1,0 +1,151 @@
+"""Megatron-Bridge MoE performance recipes: whether a benchmark run overlapped its EP all-to-all (pure).
+
+Megatron-Bridge publishes its pre-training throughput per NeMo container release (the corpus's ``mbYYMM-`` runs:
+mb2511 = container 25.11, mb2602 = 26.02, ...), each measured with that release's performance recipe for the model,
+accelerator and precision. Some of those recipes set ``comm_overlap.overlap_moe_expert_parallel_comm = True`` (with
+``delay_wgrad_compute``): Megatron-Core's combined 1F1B schedule runs the forward pass of one micro-batch together
+with the backward pass of another, so that "EP A2A in forward step is hidden by the attention/mlp computation in the
+backward step, and vice versa" (Megatron-LM megatron/core/pipeline_parallel/combined_1f1b.py,
+``combined_1f1b_schedule_for_no_pipelining``; the physics is ``models.moe.a2a_merged_fraction`` and
+``models.parts.ep_a2a_hidden``). The measurement schema has no such column, so the recipe decides, by release.
+
+``RECIPE_A2A_OVERLAP`` lists every (release, architecture id, accelerator, dtype) of the corpus whose recipe turns
+the overlap on. Each entry names the recipe it was read from, in the Megatron-Bridge repository at that release's
+branch (r0.2.0 = 25.11, r0.3.0 = 26.02, r0.4.0 = 26.04, r0.5.0 = 26.06, r0.6.0 = 26.08; the release notes in
+docs/performance-summary.md of each branch name the container). Up to r0.5.0 the recipes are
+``scripts/performance/configs/<family>/*workload_base_configs.py`` presets (``moe_a2a_overlap=True``, applied by
+``scripts/performance/utils`` as ``overlap_moe_expert_parallel_comm = True``); r0.6.0 moved them to
+``src/megatron/bridge/perf_recipes/<family>/<gpu>/*.py``. The preset matched to a run is the one whose layout (GPUs,
+tp, pp, vpp, ep, global and micro batch) is the run's; where the published run's layout differs from every preset of
+its release the nearest preset is used and the entry says so. Every MoE run of a release not listed here ran a
+recipe without the overlap (the presets' ``moe_a2a_overlap=False``, the default of ``CommOverlapConfig``).
+
+Other recipe fields, checked and not changing the model: ``expert_tensor_parallel_size`` is 1 in every MoE preset
+of the corpus's runs (``BASE_*_CONFIG``; the adapter's etp rule is not changed here), ``moe_router_force_load_balancing``
+is True (balanced routing: ``PhysParams.moe_imbalance`` 1.0 already), and the token dispatcher
+(``moe_flex_dispatcher_backend`` "hybridep" on GB200/most Blackwell presets, "deepep" on some H100/B200 presets, the
+all-to-all dispatcher otherwise) is recorded in ``RECIPE_DISPATCHER`` for the overlapped entries but not given a cost
+of its own: no source states its bandwidth relative to NCCL all-to-all on the corpus's fabrics.
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+#: container release of a Megatron-Bridge performance run id ("mb2606-..." -> "26.06")
+RUN_RELEASE_PATTERN = r"^mb(\d\d)(\d\d)-"
+_RUN_RELEASE = re.compile(RUN_RELEASE_PATTERN)
+
+_B = "Megatron-Bridge"
+#: (release, arch id, gpu id, dtype) -> the recipe (path, release branch, preset) that sets the EP A2A overlap
+RECIPE_A2A_OVERLAP: dict[tuple[str, str, str, str], str] = {
+    # 25.11 (r0.2.0): the H100 and B200 Qwen3 presets
+    ("25.11", "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8-cs"):
+        f"{_B} r0.2.0 scripts/performance/configs/qwen3/workload_base_configs.py QWEN3_235B_A22B_H100_FP8_CS_BASE_CONFIG",
+    ("25.11", "qwen3-235b-a22b", "b200", "mxfp8"):
+        f"{_B} r0.2.0 scripts/performance/configs/qwen3/workload_base_configs.py QWEN3_235B_A22B_B200_FP8_MX_BASE_CONFIG "
+        "(preset vpp 4, the run states 2)",
+    ("25.11", "qwen3-30b-a3b", "h100-sxm5-80gb", "fp8-cs"):
+        f"{_B} r0.2.0 scripts/performance/configs/qwen3/workload_base_configs.py QWEN3_30B_A3B_H100_FP8_CS_BASE_CONFIG "
+        "(preset vpp 12 micro-batch 1, the run states vpp 24 micro-batch 2)",
+    # 26.02 (r0.3.0)
+    ("26.02", "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8"):
+        f"{_B} r0.3.0 scripts/performance/configs/qwen/qwen3_workload_base_configs.py "
+        "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2",
+    # 26.04 (r0.4.0)
+    ("26.04", "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8"):
+        f"{_B} r0.4.0 scripts/performance/configs/qwen/qwen3_workload_base_configs.py "
+        "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2",
+    ("26.04", "gpt-oss-120b", "gb200", "bf16"):
+        f"{_B} r0.4.0 scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py "
+        "GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2",
+    # 26.06 (r0.5.0): the GB200 MXFP8 presets
+    ("26.06", "deepseek-v3", "gb200", "mxfp8"):
+        f"{_B} r0.5.0 scripts/performance/configs/deepseek/deepseek_workload_base_configs.py "
+        "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2",
+    ("26.06", "gpt-oss-120b", "gb200", "mxfp8"):
+        f"{_B} r0.5.0 scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py "
+        "GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2",
+    ("26.06", "qwen3-30b-a3b", "gb200", "mxfp8"):
+        f"{_B} r0.5.0 scripts/performance/configs/qwen/qwen3_workload_base_configs.py "
+        "QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1",
+    ("26.06", "qwen3-235b-a22b", "gb200", "mxfp8"):
+        f"{_B} r0.5.0 scripts/performance/configs/qwen/qwen3_workload_base_configs.py "
+        "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2",
+    # 26.08 (r0.6.0): perf_recipes
+    ("26.08", "deepseek-v3", "gb200", "mxfp8"):
+        f"{_B} r0.6.0 src/megatron/bridge/perf_recipes/deepseek/common.py _enable_deepseek_full_iteration_mxfp8 "
+        "(deepseek/gb200/deepseek_v3.py deepseek_v3_pretrain_256gpu_gb200_fp8mx_config)",
+    ("26.08", "gpt-oss-120b", "gb200", "mxfp8"):
+        f"{_B} r0.6.0 src/megatron/bridge/perf_recipes/gpt_oss/common.py _apply_gpt_oss_120b_full_iter_fp8mx_configs "
+        "(gpt_oss/gb200/gpt_oss.py gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config)",
+    ("26.08", "qwen3-30b-a3b", "gb200", "mxfp8"):
+        f"{_B} r0.6.0 src/megatron/bridge/perf_recipes/qwen/common.py _enable_hybridep_full_iteration_mxfp8 "
+        "(qwen/gb200/qwen3_moe.py qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config)",
+    ("26.08", "qwen3-235b-a22b", "gb200", "mxfp8"):
+        f"{_B} r0.6.0 src/megatron/bridge/perf_recipes/qwen/common.py _enable_hybridep_full_iteration_mxfp8 "
+        "(qwen/gb200/qwen3_moe.py qwen3_235b_a22b_pretrain_256gpu_gb200_fp8mx_config)",
+}
+
+#: the token dispatcher of the overlapped recipes (``moe_flex_dispatcher_backend``; None: the all-to-all dispatcher)
+RECIPE_DISPATCHER: dict[tuple[str, str, str, str], str | None] = {
+    ("25.11", "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8-cs"): None,
+    ("25.11", "qwen3-235b-a22b", "b200", "mxfp8"): None,
+    ("25.11", "qwen3-30b-a3b", "h100-sxm5-80gb", "fp8-cs"): None,
+    ("26.02", "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8"): "deepep",
+    ("26.04", "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8"): None,
+    ("26.04", "gpt-oss-120b", "gb200", "bf16"): None,
+    **{k: "hybridep" for k in RECIPE_A2A_OVERLAP if k[0] in ("26.06", "26.08")},
+}
+
+
+def run_release(run_id: str | None) -> str | None:
+    """The NeMo container release of a Megatron-Bridge performance run id ("mb2606-..." -> "26.06"), else None."""
+    m = _RUN_RELEASE.match(str(run_id or ""))
+    return f"{m.group(1)}.{m.group(2)}" if m else None
+
+
+def recipe_a2a_overlap(run_id: str | None, arch_id: str | None, gpu: str | None, dtype: str | None) -> bool | None:
+    """Whether the Megatron-Bridge recipe of a named performance run overlapped its EP all-to-all: True where
+    ``RECIPE_A2A_OVERLAP`` lists it, False for another run of a listed release (its recipe did not), None for a run
+    that is not a Megatron-Bridge performance run (nothing known)."""
+    rel = run_release(run_id)
+    if rel is None:
+        return None
+    key = (rel, str(arch_id or "").lower(), str(gpu or "").lower(), str(dtype or "").lower())
+    return key in RECIPE_A2A_OVERLAP
+
+
+def resolve_a2a_overlap(frame: pl.DataFrame) -> pl.DataFrame:
+    """`moe_a2a_overlap` (1: the EP all-to-all overlapped with another micro-batch's compute) of the Megatron-Bridge
+    performance runs (`mbYYMM-` run ids) of a configuration frame that do not state it: the recipe of the run's
+    release (`RECIPE_A2A_OVERLAP`), recorded in `assumptions` where on; 0 for the release's other runs; null (no
+    overlap) for every other row. Needs run_id, arch_id, gpu, dtype (else the frame is returned unchanged).
+
+    Not applied by `models.runs_adapter.configs_from_runs` (docs/model.md, "EP all-to-all overlap": with it the
+    held-out-precision and held-out-generation protocols regress); a caller opts in."""
+    need = ("run_id", "arch_id", "gpu", "dtype")
+    if not frame.height or any(c not in frame.columns for c in need):
+        return frame
+    if "moe_a2a_overlap" not in frame.columns:
+        frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("moe_a2a_overlap"))
+    if "assumptions" not in frame.columns:
+        frame = frame.with_columns(pl.lit(None, dtype=pl.Utf8).alias("assumptions"))
+    rid = pl.col("run_id").cast(pl.Utf8)
+    rel = pl.concat_str([rid.str.extract(RUN_RELEASE_PATTERN, 1), rid.str.extract(RUN_RELEASE_PATTERN, 2)],
+                        separator=".")
+    key = pl.concat_str([rel, pl.col("arch_id").cast(pl.Utf8).str.to_lowercase(),
+                         pl.col("gpu").cast(pl.Utf8).str.to_lowercase(),
+                         pl.col("dtype").cast(pl.Utf8).str.to_lowercase()], separator="|")
+    src = key.replace_strict({"|".join(k): v for k, v in RECIPE_A2A_OVERLAP.items()}, default=None,
+                             return_dtype=pl.Utf8)
+    fill = pl.col("moe_a2a_overlap").is_null() & rel.is_not_null()
+    why = pl.when(fill & src.is_not_null()).then(pl.format("moe_a2a_overlap=1 ({})", src))
+    return frame.with_columns(
+        pl.when(fill).then(src.is_not_null().cast(pl.Float64))
+        .otherwise(pl.col("moe_a2a_overlap").cast(pl.Float64, strict=False)).alias("moe_a2a_overlap"),
+        pl.when(why.is_not_null()).then(pl.concat_str([pl.col("assumptions"), why], separator="; ", ignore_nulls=True))
+        .otherwise(pl.col("assumptions")).alias("assumptions"),
+    )
