@@ -228,16 +228,51 @@ def _hybrid_validity(err: np.ndarray, hy: Mapping[str, np.ndarray], t: np.ndarra
     _flag(err, m & (c > 1) & ~cp_ok, ERR_CP_SEQ)
 
 
+class _Memo:
+    """The last few results of a function of the architecture inputs only, found by the IDENTITY of those inputs
+    (the same arrays again, e.g. the calibration predicting one set of runs with ever new parameters: its
+    finite-difference Jacobian calls the model ~20 times per iteration on the same rows). The inputs are held, so
+    an id cannot be reused while an entry lives; the results are treated as read-only (normalize_arch's rule).
+    Arrays changed in place between two calls would be missed: the model's callers build new arrays."""
+
+    def __init__(self, keys: tuple[str, ...] | None, size: int = 8):
+        self.keys, self.size, self.entries = keys, size, []
+
+    def get(self, src, n: int, make):
+        held = tuple(src.get(k) for k in self.keys) if self.keys is not None else (src,)
+        for key, m, value in self.entries:
+            if m == n and all(x is y for x, y in zip(key, held)):
+                return value
+        value = make()
+        self.entries.insert(0, (held, n, value))
+        del self.entries[self.size:]
+        return value
+
+
+#: every input `_decode` builds the architecture from
+_ARCH_INPUTS = tuple(dict.fromkeys(("n_layers", "d_model", "n_heads", "ffn_dim", "vocab", "n_kv_heads", "head_dim",
+                                    "n_experts", "top_k", "expert_ffn_dim", "n_shared_experts", "n_dense_layers",
+                                    "tied_embeddings", "activation", *mamba.HYBRID_COLUMNS, *mla.ARCH_COLUMNS)))
+_ARCH_MEMO = _Memo(_ARCH_INPUTS)
+_SHAPES_MEMO = _Memo(None)  # keyed by the normalized architecture (the object _ARCH_MEMO returns)
+
+
+def _shapes_and_counts(arch: Mapping[str, np.ndarray]):
+    sh = layer_shapes(arch)
+    return sh, param_counts(arch, normalized=True, shapes=sh)
+
+
 def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
     """The block's inputs as arrays: architecture (normalized), layout (documented defaults filled), hardware
     rates with the efficiencies of ``P`` (or per row: ``kernel_eff``, ``matmul_eff_16bit``, ``matmul_eff_8bit``)
     and the network tiers."""
     g = lambda k, d=np.nan: _f(a[k], n) if k in a and a[k] is not None else np.full(n, d)  # noqa: E731
-    arch = normalize_arch({k: g(k) for k in ("n_layers", "d_model", "n_heads", "ffn_dim", "vocab")} | {
-        k: g(k) for k in ("n_kv_heads", "head_dim", "n_experts", "top_k", "expert_ffn_dim",
-                          "n_shared_experts", "n_dense_layers", "tied_embeddings", "activation")
-    } | {k: g(k) for k in mamba.HYBRID_COLUMNS if a.get("n_attn_layers") is not None}
-      | {k: g(k) for k in mla.ARCH_COLUMNS if a.get(k) is not None})
+    arch = _ARCH_MEMO.get(a, n, lambda: normalize_arch(
+        {k: g(k) for k in ("n_layers", "d_model", "n_heads", "ffn_dim", "vocab")} | {
+            k: g(k) for k in ("n_kv_heads", "head_dim", "n_experts", "top_k", "expert_ffn_dim",
+                              "n_shared_experts", "n_dense_layers", "tied_embeddings", "activation")
+        } | {k: g(k) for k in mamba.HYBRID_COLUMNS if a.get("n_attn_layers") is not None}
+          | {k: g(k) for k in mla.ARCH_COLUMNS if a.get(k) is not None}))
     L = arch["n_layers"]
     B, b, d, p = g("global_batch_seqs"), g("micro_batch"), g("dp"), g("pp")
     c, e, v = (np.where(np.isnan(x), 1.0, x) for x in (g("cp", 1.0), g("ep", 1.0), g("vpp", 1.0)))
@@ -372,8 +407,8 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     x = _decode(a, n, P)
     err = _validity(x)
     invalid = err != 0
-    sh = layer_shapes(x.arch)
-    r = parts.rates(x, P, sh, param_counts(x.arch, normalized=True, shapes=sh))
+    sh, pc = _SHAPES_MEMO.get(x.arch, n, lambda: _shapes_and_counts(x.arch))
+    r = parts.rates(x, P, sh, pc)
     cm = parts.layers_kept_in_16bit(x, r, parts.compute(x, r, P), P)
     cp_mb, hidden_cp = parts.cp_comm(x, r, cm)
     ov = parts.overlap(cm, cp_mb, hidden_cp, parts.tp_comm(x, r, cm), parts.ep_comm(x, r, cm), parts.pp_comm(x, r), P,
