@@ -122,6 +122,21 @@ PRESETS: dict[str, MemoryPreset] = {
         source="Rajbhandari et al. 2020 (ZeRO), section 3.1: mixed-precision Adam holds 2 psi fp16 parameters, "
                "2 psi fp16 gradients and K psi = 12 psi fp32 optimizer state.",
     ),
+    # Megatron-Bridge's performance recipes (the runs of its performance summary): Megatron-Core with 16-bit
+    # gradient buffers.
+    "megatron_bridge": MemoryPreset(
+        selective_policy=SELECTIVE_ATTENTION_CORE,
+        grad_bytes=2.0, logits_bytes=6.0, logits_chunks=1.0, act_offload_frac=0.0,
+        sequence_parallel_with_tp=True, unsharded_weights_with_pp=False, default_sharding="zero1",
+        source="Megatron-Bridge performance scripts set cfg.mixed_precision.grad_reduce_in_fp32 = False and "
+               "cfg.ddp.grad_reduce_in_fp32 = False for every model they benchmark (25.11-26.06: "
+               "scripts/performance/configs/<model>/*_llm_pretrain.py and llama3_llm_finetune.py; 26.08: "
+               "src/megatron/bridge/perf_recipes/_common.py), so Megatron-Core's DistributedDataParallel allocates "
+               "its gradient buffer in the parameter dtype (bf16, 2 B) instead of fp32. Otherwise as 'megatron' "
+               "(attention-core selective recompute, distributed optimizer, sequence parallelism with TP; the "
+               "cross-entropy override cross_entropy_fusion_impl='te' keeps a bf16 logits tensor and an fp32 "
+               "gradient, TransformerEngine transformer_engine/pytorch/triton/cross_entropy.py: 6 B/element).",
+    ),
     # Unknown stack: the model as it was before presets (models.params.DEFAULT's choices).
     "default": MemoryPreset(
         selective_policy=SELECTIVE_ATTENTION_CORE,
@@ -139,6 +154,8 @@ FRAMEWORK_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("megatron_deepspeed", ("megatron-deepspeed", "bigscience", "deepspeed")),
     # NVIDIA's MLPerf GPT-3 submissions name the container ("PyTorch NVIDIA Release 23.09"); the same
     # submissions' other rows name NeMo Megatron, the only GPT-3 175B stack NVIDIA submitted.
+    # Megatron-Bridge names its performance-summary runs "Megatron-Bridge / NeMo <container>"
+    ("megatron_bridge", ("megatron-bridge",)),
     ("megatron", ("megatron", "nemo", "nvidia release")),
     ("pytorch_fsdp", ("fms", "fsdp")),
 )

@@ -113,7 +113,7 @@ def _interleaving_stack(frame: pl.DataFrame) -> np.ndarray:
     Megatron-class or unnamed memory preset. DeepSpeed's and torchtitan's default schedules are not interleaved."""
     if "software_preset" not in frame.columns or "memory_preset" not in frame.columns:
         return np.zeros(frame.height, dtype=bool)
-    return ((frame["software_preset"] == "default") & frame["memory_preset"].is_in(["megatron", "default"])
+    return ((frame["software_preset"] == "default") & frame["memory_preset"].is_in(["megatron", "megatron_bridge", "default"])
             ).fill_null(False).to_numpy()
 
 
