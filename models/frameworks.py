@@ -38,6 +38,10 @@ class MemoryPreset:
     unsharded_weights_with_pp: bool  # FSDP keeps stage weights gathered and grads unsharded when pp > 1
     default_sharding: str  # sharding when the source states none (models.params.SHARDING_CODES)
     source: str
+    # low-precision GEMMs keep their quantized input for backward (Transformer Engine Linear/LayerNormLinear/
+    # GroupedLinear: models.precision.SAVED_GEMM_INPUT_BYTES); False where the stack's FP8 keeps 16-bit inputs or is
+    # unknown (torchao Float8Linear saves the high-precision input and weight for its backward casts)
+    quantized_saves: bool = False
 
 
 PRESETS: dict[str, MemoryPreset] = {
@@ -46,6 +50,7 @@ PRESETS: dict[str, MemoryPreset] = {
         selective_policy=SELECTIVE_ATTENTION_CORE,
         grad_bytes=4.0, logits_bytes=6.0, logits_chunks=1.0, act_offload_frac=0.0,
         sequence_parallel_with_tp=True, unsharded_weights_with_pp=False, default_sharding="zero1",
+        quantized_saves=True,
         source="--recompute-granularity selective checkpoints the core attention only (Korthikanti et al. 2022, "
                "section 5; Megatron-Core TransformerConfig recompute_granularity='selective' -> core_attention). "
                "Gradients: megatron/training/arguments.py, 'bfloat16 requires gradient accumulation and all-reduce "
@@ -128,6 +133,7 @@ PRESETS: dict[str, MemoryPreset] = {
         selective_policy=SELECTIVE_ATTENTION_CORE,
         grad_bytes=2.0, logits_bytes=6.0, logits_chunks=1.0, act_offload_frac=0.0,
         sequence_parallel_with_tp=True, unsharded_weights_with_pp=False, default_sharding="zero1",
+        quantized_saves=True,
         source="Megatron-Bridge performance scripts set cfg.mixed_precision.grad_reduce_in_fp32 = False and "
                "cfg.ddp.grad_reduce_in_fp32 = False for every model they benchmark (25.11-26.06: "
                "scripts/performance/configs/<model>/*_llm_pretrain.py and llama3_llm_finetune.py; 26.08: "
@@ -300,11 +306,13 @@ def source_interleave(runs: pl.DataFrame) -> pl.DataFrame:
 
 
 # ---- to memory_per_gpu ---------------------------------------------------------------------------------------------
-_FIELDS = ("selective_policy", "grad_bytes", "logits_bytes", "logits_chunks", "act_offload_frac")
+_FIELDS = ("selective_policy", "grad_bytes", "logits_bytes", "logits_chunks", "act_offload_frac",
+           "quantized_saves")
 #: integer code of each preset (for the array-level API, like models.params.*_CODES); -1/unknown -> "default"
 PRESET_CODES: dict[str, int] = {k: i for i, k in enumerate(PRESETS)}
 _TABLES = {f: np.array([getattr(v, f) for v in PRESETS.values()],
-                       dtype=np.int64 if f == "selective_policy" else np.float64) for f in _FIELDS}
+                       dtype=np.int64 if f == "selective_policy" else bool if f == "quantized_saves" else np.float64)
+           for f in _FIELDS}
 _KEEP_GATHERED = np.array([v.unsharded_weights_with_pp for v in PRESETS.values()])
 
 

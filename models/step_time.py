@@ -376,7 +376,8 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     mem = memory_per_gpu(
         arch=x.arch, shapes=sh, seq_len=x.s, micro_batch=x.b, n_micro=x.m, tp=x.t, pp=x.p, dp=x.d, cp=x.c, ep=x.e,
         vpp=x.v, sharding=x.shard, recompute=x.rc, sequence_parallel=x.sp, is_fp32=x.is_fp32, node_size=x.node,
-        params=P, layers_per_stage=x.Ls, act_bytes=r.act_b, **_memory_options(a, n, x.p),
+        params=P, layers_per_stage=x.Ls, act_bytes=r.act_b, dtype_code=x.dt, layers_16bit=x.layers_16bit,
+        **_memory_options(a, n, x.p),
         **(dict(etp=x.et, moe_rho=x.rho) if r.any_moe else {}),
     )
     dp_exposed, gather_exposed_mb = parts.dp_comm(x, r, mem, cm, ov, P)
