@@ -159,7 +159,8 @@ def _code(a: Mapping[str, np.ndarray], key: str, n: int) -> np.ndarray:
 
 def _memory_options(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> dict:
     """Keyword arguments of `memory_per_gpu` from optional arrays: `memory_preset` (codes of the training stack's
-    memory behaviour, models.frameworks) and `trainable_frac` (LoRA: the share of parameters trained)."""
+    memory behaviour, models.frameworks), `trainable_frac` (LoRA: the share of parameters trained) and
+    `act_offload_frac` (the share of layer activations a run's recipe offloads to host memory)."""
     out: dict = {}
     if a.get("memory_preset") is not None:
         from models.frameworks import memory_arguments
@@ -168,6 +169,9 @@ def _memory_options(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> dict
         out.update(memory_arguments(codes, pp))
     if a.get("trainable_frac") is not None:
         out["trainable_frac"] = np.nan_to_num(_f(a["trainable_frac"], n), nan=1.0)
+    if a.get("act_offload_frac") is not None:  # the row's recipe (models.frameworks.RECIPE_MEMORY); NaN: the preset's
+        row = _f(a["act_offload_frac"], n)
+        out["act_offload_frac"] = np.where(np.isnan(row), out.get("act_offload_frac", 0.0), row)
     return out
 
 
@@ -492,6 +496,8 @@ def encode_configs(configs: pl.DataFrame) -> dict[str, np.ndarray]:
         exprs.append(pl.col("n_layers_16bit").cast(pl.Float64, strict=False).alias("n_layers_16bit"))
     if "trainable_frac" in cols:
         exprs.append(pl.col("trainable_frac").cast(pl.Float64, strict=False).fill_null(1.0))
+    if "act_offload_frac" in cols:  # a run's recipe offloads this share of its layers' activations (null: preset's)
+        exprs.append(pl.col("act_offload_frac").cast(pl.Float64, strict=False).alias("act_offload_frac"))
     if "layer_pattern" in cols:  # hybrids: block counts from the pattern (null for other rows), Mamba shapes
         exprs += mamba.pattern_count_exprs("layer_pattern")
         exprs += [pl.col(c_).cast(pl.Float64, strict=False).alias(c_) if c_ in cols
