@@ -460,6 +460,19 @@ def _saved_input_bytes(quantized_saves, dtype_code, layers_16bit, arch):
     return b, clip(1.0 - l16 / np.maximum(arch["n_layers"], 1.0), 0.0, 1.0)
 
 
+def _sharding_codes(sharding) -> np.ndarray:
+    """Integer sharding codes (models.params.SHARDING_CODES); NaN -> -1, unknown codes (> 5) behave like "none" (the
+    row is invalid anyway)."""
+    shard = np.asarray(sharding)
+    if shard.dtype.kind not in "iu":
+        shard = np.nan_to_num(shard.astype(np.float64), nan=-1.0).astype(np.int64)
+    if shard.ndim and (shard > 5).any():
+        shard = np.where(shard > 5, 0, shard)
+    elif not shard.ndim and shard > 5:
+        shard = np.zeros_like(shard)
+    return shard
+
+
 def _overhead(modelled, params, capacity_gb, overhead_frac_of_capacity) -> np.ndarray:
     """Allowance: the fragmentation share of the modelled bytes + a fixed part (or a share of the device)."""
     if overhead_frac_of_capacity is not None and capacity_gb is not None:
@@ -537,9 +550,8 @@ def memory_per_gpu(
                          data-parallel group tp*cp*dp / (etp ep); None = tp.
     ``moe_rho``          the most loaded EP rank's routed tokens / the mean (models.moe.effective_imbalance):
                          scales its routed activations; None = 1.
-    ``quantized_saves``  the stack's low-precision GEMMs keep their quantized input for backward (Transformer
-                         Engine; models.frameworks presets); with ``dtype_code`` (models.params.DTYPE_CODES) and
-                         ``layers_16bit`` (layers a recipe keeps in BF16) it sets ``low_precision_saved_inputs``.
+    ``quantized_saves``, ``dtype_code``, ``layers_16bit``: low-precision GEMMs keep quantized inputs (TE; presets),
+                         per dtype code, except in BF16-kept layers (``low_precision_saved_inputs``).
 
     Implementation note: written for few numpy calls per row block (the step-time model's
     hot path): block-level branches skip terms whose rows are absent (MoE, sharding modes,
@@ -552,13 +564,7 @@ def memory_per_gpu(
     args = dict(locals())  # for the stage without the MTP modules (below)
     t, p, d, c, e, v = (_f(x) for x in (tp, pp, dp, cp, ep, vpp))
     m = _f(n_micro)
-    shard = np.asarray(sharding)
-    if shard.dtype.kind not in "iu":
-        shard = np.nan_to_num(shard.astype(np.float64), nan=-1.0).astype(np.int64)
-    if shard.ndim and (shard > 5).any():  # unknown codes behave like "none" (the row is invalid anyway)
-        shard = np.where(shard > 5, 0, shard)
-    elif not shard.ndim and shard > 5:
-        shard = np.zeros_like(shard)
+    shard = _sharding_codes(sharding)
     rc = np.asarray(recompute)
     fp32 = np.asarray(is_fp32, dtype=bool)
     wb = _f(act_bytes) if act_bytes is not None else 2.0 + 2.0 * fp32.astype(np.float64)  # 16-bit, fp32: 4 B
