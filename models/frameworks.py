@@ -342,6 +342,17 @@ RECIPE_MEMORY: dict[tuple[str, str, str, str], tuple[str, int, str]] = {
 }
 
 
+#: NeMo containers of Megatron-Bridge's performance summary whose Transformer Engine writes the fused cross-entropy's
+#: gradient in place into the 16-bit logits and saves that tensor (2 B per logit element): the performance overrides
+#: set cross_entropy_fusion_impl = "te" (scripts/performance/utils/helpers.py 25.11, utils/overrides.py later), which
+#: Megatron-Core's compute_language_model_loss sends to te_parallel_cross_entropy on the output layer's bf16 logits;
+#: TE's transformer_engine/pytorch/cross_entropy.py saves ``_input`` after triton/cross_entropy.py wrote the gradient
+#: into it, up to v2.17 (v2.18 allocates an fp32 gradient: 6 B, the preset's value). TE per container: Megatron-Bridge
+#: docs/releases/software-versions.md (25.11: 2.9, 26.02: 2.12, 26.04: 2.14, 26.06: 2.16); 26.08's is not listed.
+TE_INPLACE_CROSS_ENTROPY_CONTAINERS = ("25.11", "26.02", "26.04", "26.06")
+TE_INPLACE_LOGITS_BYTES = 2.0
+
+
 def recipe_task(model_name) -> pl.Expr:
     """'lora', 'sft' or 'pretrain' from a run's model name (e.g. "LLAMA3_70B SFT")."""
     name = (pl.col(model_name) if isinstance(model_name, str) else model_name).fill_null("").str.to_lowercase()
@@ -351,12 +362,15 @@ def recipe_task(model_name) -> pl.Expr:
 
 def recipe_memory(frame: pl.DataFrame) -> pl.DataFrame:
     """`frame` with the recompute (where unstated) and `act_offload_frac` that the run's recipe sets
-    (``RECIPE_MEMORY``, for the ``megatron_bridge`` preset's runs), each recorded in `assumptions`. The offloaded
-    share is of the layers one pipeline stage holds. Needs memory_preset, arch_id, model_name, gpu, dtype, recompute,
-    n_layers, pp, assumptions; a frame without them is returned with act_offload_frac null."""
+    (``RECIPE_MEMORY``, for the ``megatron_bridge`` preset's runs), each recorded in `assumptions`, and
+    `logits_bytes` 2 for the containers whose TE fused cross-entropy works in place
+    (``TE_INPLACE_CROSS_ENTROPY_CONTAINERS``; null: the preset's). The offloaded share is of the layers one pipeline
+    stage holds. Needs memory_preset, arch_id, model_name, gpu, dtype, recompute, n_layers, pp, assumptions (and
+    framework for the container); a frame without them is returned with both columns null."""
     need = ("memory_preset", "arch_id", "model_name", "gpu", "dtype", "recompute", "n_layers", "pp")
     if not frame.height or any(c not in frame.columns for c in need):
-        return frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("act_offload_frac"))
+        return frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("act_offload_frac"),
+                                  pl.lit(None, dtype=pl.Float64).alias("logits_bytes"))
     key = pl.concat_str([pl.col("arch_id").cast(pl.Utf8).str.to_lowercase(), recipe_task("model_name"),
                          pl.col("gpu").cast(pl.Utf8), pl.col("dtype").cast(pl.Utf8).str.to_lowercase()], separator="|")
     key = pl.when(pl.col("memory_preset") == "megatron_bridge").then(key)
@@ -364,6 +378,9 @@ def recipe_memory(frame: pl.DataFrame) -> pl.DataFrame:
     rc = key.replace_strict({k: v[0] for k, v in table.items()}, default=None, return_dtype=pl.Utf8)
     off = key.replace_strict({k: float(v[1]) for k, v in table.items()}, default=None, return_dtype=pl.Float64)
     src = key.replace_strict({k: v[2] for k, v in table.items()}, default=None, return_dtype=pl.Utf8)
+    container = pl.col("framework").cast(pl.Utf8).fill_null("").str.extract(r"NeMo (\d\d\.\d\d)", 1) \
+        if "framework" in frame.columns else pl.lit(None, dtype=pl.Utf8)
+    inplace_ce = (pl.col("memory_preset") == "megatron_bridge") & container.is_in(TE_INPLACE_CROSS_ENTROPY_CONTAINERS)
     stage_layers = (pl.col("n_layers").cast(pl.Float64) / pl.col("pp").cast(pl.Float64).fill_null(1.0)).ceil()
     frac = pl.min_horizontal(off / stage_layers, pl.lit(1.0))
     fill_rc = pl.col("recompute").is_null() & rc.is_not_null()
@@ -374,9 +391,14 @@ def recipe_memory(frame: pl.DataFrame) -> pl.DataFrame:
     ], separator="; ", ignore_nulls=True)
     why = pl.when(rc.is_not_null()).then(pl.concat_str([why, pl.format("[{}]", src)], separator=" ",
                                                        ignore_nulls=True))
+    why = pl.concat_str([why, pl.when(inplace_ce.fill_null(False)).then(pl.format(
+        "logits {} B/element (the container's TE fused cross-entropy writes its gradient in place)",
+        pl.lit(int(TE_INPLACE_LOGITS_BYTES))))], separator="; ", ignore_nulls=True)
     return frame.with_columns(
         pl.when(fill_rc).then(rc).otherwise(pl.col("recompute")).alias("recompute"),
         pl.when(off > 0).then(frac).otherwise(pl.lit(None, dtype=pl.Float64)).alias("act_offload_frac"),
+        pl.when(inplace_ce.fill_null(False)).then(pl.lit(TE_INPLACE_LOGITS_BYTES)).otherwise(pl.lit(None, dtype=pl.Float64))
+        .alias("logits_bytes"),
         pl.when(why.is_not_null() & (why.str.len_chars() > 0))
         .then(pl.concat_str([pl.col("assumptions"), why], separator="; ", ignore_nulls=True))
         .otherwise(pl.col("assumptions")).alias("assumptions"),

@@ -157,10 +157,15 @@ def _code(a: Mapping[str, np.ndarray], key: str, n: int) -> np.ndarray:
     return np.nan_to_num(_f(x, n), nan=0.0).astype(np.int64)
 
 
+#: per-row memory options a run's recipe may set (models.frameworks.recipe_memory), with the value used where neither
+#: the row nor its preset gives one: the share of layer activations offloaded to host memory, logits bytes
+ROW_MEMORY_OPTIONS = {"act_offload_frac": 0.0, "logits_bytes": 4.0}
+
+
 def _memory_options(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> dict:
     """Keyword arguments of `memory_per_gpu` from optional arrays: `memory_preset` (codes of the training stack's
     memory behaviour, models.frameworks), `trainable_frac` (LoRA: the share of parameters trained) and
-    `act_offload_frac` (the share of layer activations a run's recipe offloads to host memory)."""
+    ``ROW_MEMORY_OPTIONS`` (what a run's recipe sets: offloaded activations, logits bytes)."""
     out: dict = {}
     if a.get("memory_preset") is not None:
         from models.frameworks import memory_arguments
@@ -169,9 +174,10 @@ def _memory_options(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> dict
         out.update(memory_arguments(codes, pp))
     if a.get("trainable_frac") is not None:
         out["trainable_frac"] = np.nan_to_num(_f(a["trainable_frac"], n), nan=1.0)
-    if a.get("act_offload_frac") is not None:  # the row's recipe (models.frameworks.RECIPE_MEMORY); NaN: the preset's
-        row = _f(a["act_offload_frac"], n)
-        out["act_offload_frac"] = np.where(np.isnan(row), out.get("act_offload_frac", 0.0), row)
+    for c_, default in ROW_MEMORY_OPTIONS.items():  # the row's recipe (models.frameworks.recipe_memory); NaN: preset's
+        if a.get(c_) is not None:
+            row = _f(a[c_], n)
+            out[c_] = np.where(np.isnan(row), out.get(c_, default), row)
     return out
 
 
@@ -496,8 +502,9 @@ def encode_configs(configs: pl.DataFrame) -> dict[str, np.ndarray]:
         exprs.append(pl.col("n_layers_16bit").cast(pl.Float64, strict=False).alias("n_layers_16bit"))
     if "trainable_frac" in cols:
         exprs.append(pl.col("trainable_frac").cast(pl.Float64, strict=False).fill_null(1.0))
-    if "act_offload_frac" in cols:  # a run's recipe offloads this share of its layers' activations (null: preset's)
-        exprs.append(pl.col("act_offload_frac").cast(pl.Float64, strict=False).alias("act_offload_frac"))
+    for c_ in ROW_MEMORY_OPTIONS:  # what a run's recipe sets for memory (models.frameworks.recipe_memory; null: preset's)
+        if c_ in cols:
+            exprs.append(pl.col(c_).cast(pl.Float64, strict=False).alias(c_))
     if "layer_pattern" in cols:  # hybrids: block counts from the pattern (null for other rows), Mamba shapes
         exprs += mamba.pattern_count_exprs("layer_pattern")
         exprs += [pl.col(c_).cast(pl.Float64, strict=False).alias(c_) if c_ in cols
