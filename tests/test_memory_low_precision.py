@@ -147,3 +147,7 @@ def test_recipe_settings_are_listed_in_assumptions(corpus):
     r = corpus.filter(pl.col("run_id") == "mb2604-pre-training-llama3-70b-gb200-64gpu-fp8-gbs256").row(0, named=True)
     assert "activations of 40 layers offloaded to host (the run's recipe)" in r["assumptions"]
     assert r["memory_gb_per_gpu"] < 0.5 * 414.0
+    # containers 25.11-26.06: TE 2.9-2.16 writes the fused cross-entropy's gradient into the bf16 logits; 26.08: not
+    assert "logits 2 B/element" in r["assumptions"]
+    r = corpus.filter(pl.col("run_id") == "mb2608-pre-training-qwen3-30b-a3b-gb200-8gpu-mxfp8-gbs512").row(0, named=True)
+    assert "logits 2 B/element" not in r["assumptions"]
