@@ -38,6 +38,10 @@ class MemoryPreset:
     unsharded_weights_with_pp: bool  # FSDP keeps stage weights gathered and grads unsharded when pp > 1
     default_sharding: str  # sharding when the source states none (models.params.SHARDING_CODES)
     source: str
+    # low-precision GEMMs keep their quantized input for backward (Transformer Engine Linear/LayerNormLinear/
+    # GroupedLinear: models.precision.SAVED_GEMM_INPUT_BYTES); False where the stack's FP8 keeps 16-bit inputs or is
+    # unknown (torchao Float8Linear saves the high-precision input and weight for its backward casts)
+    quantized_saves: bool = False
 
 
 PRESETS: dict[str, MemoryPreset] = {
@@ -46,6 +50,7 @@ PRESETS: dict[str, MemoryPreset] = {
         selective_policy=SELECTIVE_ATTENTION_CORE,
         grad_bytes=4.0, logits_bytes=6.0, logits_chunks=1.0, act_offload_frac=0.0,
         sequence_parallel_with_tp=True, unsharded_weights_with_pp=False, default_sharding="zero1",
+        quantized_saves=True,
         source="--recompute-granularity selective checkpoints the core attention only (Korthikanti et al. 2022, "
                "section 5; Megatron-Core TransformerConfig recompute_granularity='selective' -> core_attention). "
                "Gradients: megatron/training/arguments.py, 'bfloat16 requires gradient accumulation and all-reduce "
@@ -122,6 +127,22 @@ PRESETS: dict[str, MemoryPreset] = {
         source="Rajbhandari et al. 2020 (ZeRO), section 3.1: mixed-precision Adam holds 2 psi fp16 parameters, "
                "2 psi fp16 gradients and K psi = 12 psi fp32 optimizer state.",
     ),
+    # Megatron-Bridge's performance recipes (the runs of its performance summary): Megatron-Core with 16-bit
+    # gradient buffers.
+    "megatron_bridge": MemoryPreset(
+        selective_policy=SELECTIVE_ATTENTION_CORE,
+        grad_bytes=2.0, logits_bytes=6.0, logits_chunks=1.0, act_offload_frac=0.0,
+        sequence_parallel_with_tp=True, unsharded_weights_with_pp=False, default_sharding="zero1",
+        quantized_saves=True,
+        source="Megatron-Bridge performance scripts set cfg.mixed_precision.grad_reduce_in_fp32 = False and "
+               "cfg.ddp.grad_reduce_in_fp32 = False for every model they benchmark (25.11-26.06: "
+               "scripts/performance/configs/<model>/*_llm_pretrain.py and llama3_llm_finetune.py; 26.08: "
+               "src/megatron/bridge/perf_recipes/_common.py), so Megatron-Core's DistributedDataParallel allocates "
+               "its gradient buffer in the parameter dtype (bf16, 2 B) instead of fp32. Otherwise as 'megatron' "
+               "(attention-core selective recompute, distributed optimizer, sequence parallelism with TP; the "
+               "cross-entropy override cross_entropy_fusion_impl='te' keeps a bf16 logits tensor and an fp32 "
+               "gradient, TransformerEngine transformer_engine/pytorch/triton/cross_entropy.py: 6 B/element).",
+    ),
     # Unknown stack: the model as it was before presets (models.params.DEFAULT's choices).
     "default": MemoryPreset(
         selective_policy=SELECTIVE_ATTENTION_CORE,
@@ -139,6 +160,8 @@ FRAMEWORK_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("megatron_deepspeed", ("megatron-deepspeed", "bigscience", "deepspeed")),
     # NVIDIA's MLPerf GPT-3 submissions name the container ("PyTorch NVIDIA Release 23.09"); the same
     # submissions' other rows name NeMo Megatron, the only GPT-3 175B stack NVIDIA submitted.
+    # Megatron-Bridge names its performance-summary runs "Megatron-Bridge / NeMo <container>"
+    ("megatron_bridge", ("megatron-bridge",)),
     ("megatron", ("megatron", "nemo", "nvidia release")),
     ("pytorch_fsdp", ("fms", "fsdp")),
 )
@@ -282,12 +305,114 @@ def source_interleave(runs: pl.DataFrame) -> pl.DataFrame:
     ).drop("_sib_vpp", "_stack")
 
 
+# ---- what a named recipe sets (Megatron-Bridge's performance recipes) ----------------------------------------------
+_MB = "NVIDIA-NeMo/Megatron-Bridge "
+_MB_LLAMA3 = (_MB + "scripts/performance/configs/llama3/workload_base_configs.py (25.11), "
+              "configs/llama/llama3_workload_base_configs.py (26.02-26.06), src/megatron/bridge/perf_recipes/llama/"
+              "<gpu>/llama3.py (26.08); llama3_70b_pretrain_config sets no recompute")
+_MB_LLAMA31 = (_MB + "configs/llama/llama31_workload_base_configs.py LLAMA31_405B_PRETRAIN_CONFIG_<gpu>_<dtype>_V2 "
+               "(26.02-26.06; the 256-GPU GB200 layout of the 25.11 run) and *_BASE_CONFIG (25.11, B200/H100): no "
+               "recompute_num_layers, recompute_modules or cpu_offloading (V2 resets the V1 FSDP offload and NVFP4 "
+               "recompute to None)")
+_MB_QWEN3 = (_MB + "configs/qwen3/qwen3_llm_pretrain.py set_qwen3_common_configs (25.11; configs/qwen/ 26.02-26.06, "
+             "perf_recipes/qwen/<gpu>/qwen3_moe.py 26.08): recompute_granularity = recompute_method = "
+             "recompute_num_layers = None, and no workload config names recompute_modules")
+_MB_SFT = (_MB + "configs/llama/llama3_workload_base_configs.py _LLAMA3_70B_SFT_CONFIG_<gpu> (26.06): no recompute")
+#: (architecture id, task, gpu, dtype) -> (recompute, layers whose activations are offloaded to host memory, source):
+#: what a Megatron-Bridge performance recipe sets for a run of its performance summary (task: pretrain, sft or lora,
+#: from the run's model_name). The recipes' "fp8" is FP8 current scaling (the performance scripts offer fp8_cs,
+#: fp8_mx, fp8_sc, bf16 and nvfp4: scripts/performance/utils/precision.py get_precision_config). Only what the
+#: memory model can represent is listed: module lists such as ["layernorm", "moe_act"] (GPT-OSS), ["mla_up_proj"]
+#: (DeepSeek-V3) and block recompute of N layers (Llama 3 8B on H100, LoRA on H100) are not, and those runs keep
+#: the adapter's inference. cpu_offloading_num_layers N: set_recompute_overrides sets cpu_offloading = True,
+#: cpu_offloading_weights = False (activations only).
+RECIPE_MEMORY: dict[tuple[str, str, str, str], tuple[str, int, str]] = {
+    **{("llama3-70b", "pretrain", "gb200", d): ("none", 40, _MB_LLAMA3 + "; LLAMA3_70B_*GB200_FP8_CS*: "
+                                                "use_megatron_fsdp=True, cpu_offloading_num_layers=40")
+       for d in ("fp8", "fp8-cs")},
+    **{("llama3-70b", "pretrain", "gb200", d): ("none", 0, _MB_LLAMA3) for d in ("mxfp8", "nvfp4")},
+    **{("llama3-70b", "pretrain", "h100-sxm5-80gb", d): ("none", 0, _MB_LLAMA3) for d in ("fp8", "fp8-cs")},
+    **{("llama3-8b", "pretrain", g, d): ("none", 0, _MB_LLAMA3) for g in ("b200", "gb200") for d in ("fp8-cs", "mxfp8")},
+    **{("llama3-405b", "pretrain", g, d): ("none", 0, _MB_LLAMA31)
+       for g in ("gb200", "b200", "h100-sxm5-80gb") for d in ("fp8", "fp8-cs", "mxfp8", "nvfp4")},
+    **{(a, "pretrain", g, d): ("none", 0, _MB_QWEN3) for a in ("qwen3-235b-a22b", "qwen3-30b-a3b")
+       for g in ("gb200", "b200", "h100-sxm5-80gb") for d in ("bf16", "fp8", "fp8-cs", "mxfp8")},
+    **{("llama3-70b", "sft", g, d): ("none", 0, _MB_SFT)
+       for g, d in (("gb200", "fp8"), ("gb200", "mxfp8"), ("h100-sxm5-80gb", "fp8"))},
+}
+
+
+#: NeMo containers of Megatron-Bridge's performance summary whose Transformer Engine writes the fused cross-entropy's
+#: gradient in place into the 16-bit logits and saves that tensor (2 B per logit element): the performance overrides
+#: set cross_entropy_fusion_impl = "te" (scripts/performance/utils/helpers.py 25.11, utils/overrides.py later), which
+#: Megatron-Core's compute_language_model_loss sends to te_parallel_cross_entropy on the output layer's bf16 logits;
+#: TE's transformer_engine/pytorch/cross_entropy.py saves ``_input`` after triton/cross_entropy.py wrote the gradient
+#: into it, up to v2.17 (v2.18 allocates an fp32 gradient: 6 B, the preset's value). TE per container: Megatron-Bridge
+#: docs/releases/software-versions.md (25.11: 2.9, 26.02: 2.12, 26.04: 2.14, 26.06: 2.16); 26.08's is not listed.
+TE_INPLACE_CROSS_ENTROPY_CONTAINERS = ("25.11", "26.02", "26.04", "26.06")
+TE_INPLACE_LOGITS_BYTES = 2.0
+
+
+def recipe_task(model_name) -> pl.Expr:
+    """'lora', 'sft' or 'pretrain' from a run's model name (e.g. "LLAMA3_70B SFT")."""
+    name = (pl.col(model_name) if isinstance(model_name, str) else model_name).fill_null("").str.to_lowercase()
+    return (pl.when(name.str.contains("lora", literal=True)).then(pl.lit("lora"))
+            .when(name.str.contains(r"\bsft\b")).then(pl.lit("sft")).otherwise(pl.lit("pretrain")))
+
+
+def recipe_memory(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with the recompute (where unstated) and `act_offload_frac` that the run's recipe sets
+    (``RECIPE_MEMORY``, for the ``megatron_bridge`` preset's runs), each recorded in `assumptions`, and
+    `logits_bytes` 2 for the containers whose TE fused cross-entropy works in place
+    (``TE_INPLACE_CROSS_ENTROPY_CONTAINERS``; null: the preset's). The offloaded share is of the layers one pipeline
+    stage holds. Needs memory_preset, arch_id, model_name, gpu, dtype, recompute, n_layers, pp, assumptions (and
+    framework for the container); a frame without them is returned with both columns null."""
+    need = ("memory_preset", "arch_id", "model_name", "gpu", "dtype", "recompute", "n_layers", "pp")
+    if not frame.height or any(c not in frame.columns for c in need):
+        return frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("act_offload_frac"),
+                                  pl.lit(None, dtype=pl.Float64).alias("logits_bytes"))
+    key = pl.concat_str([pl.col("arch_id").cast(pl.Utf8).str.to_lowercase(), recipe_task("model_name"),
+                         pl.col("gpu").cast(pl.Utf8), pl.col("dtype").cast(pl.Utf8).str.to_lowercase()], separator="|")
+    key = pl.when(pl.col("memory_preset") == "megatron_bridge").then(key)
+    table = {"|".join(k): v for k, v in RECIPE_MEMORY.items()}
+    rc = key.replace_strict({k: v[0] for k, v in table.items()}, default=None, return_dtype=pl.Utf8)
+    off = key.replace_strict({k: float(v[1]) for k, v in table.items()}, default=None, return_dtype=pl.Float64)
+    src = key.replace_strict({k: v[2] for k, v in table.items()}, default=None, return_dtype=pl.Utf8)
+    container = pl.col("framework").cast(pl.Utf8).fill_null("").str.extract(r"NeMo (\d\d\.\d\d)", 1) \
+        if "framework" in frame.columns else pl.lit(None, dtype=pl.Utf8)
+    inplace_ce = (pl.col("memory_preset") == "megatron_bridge") & container.is_in(TE_INPLACE_CROSS_ENTROPY_CONTAINERS)
+    stage_layers = (pl.col("n_layers").cast(pl.Float64) / pl.col("pp").cast(pl.Float64).fill_null(1.0)).ceil()
+    frac = pl.min_horizontal(off / stage_layers, pl.lit(1.0))
+    fill_rc = pl.col("recompute").is_null() & rc.is_not_null()
+    why = pl.concat_str([
+        pl.when(fill_rc).then(pl.format("recompute={} (the run's recipe)", rc)),
+        pl.when(off > 0).then(pl.format("activations of {} layers offloaded to host (the run's recipe)",
+                                        off.cast(pl.Int64))),
+    ], separator="; ", ignore_nulls=True)
+    why = pl.when(rc.is_not_null()).then(pl.concat_str([why, pl.format("[{}]", src)], separator=" ",
+                                                       ignore_nulls=True))
+    why = pl.concat_str([why, pl.when(inplace_ce.fill_null(False)).then(pl.format(
+        "logits {} B/element (the container's TE fused cross-entropy writes its gradient in place)",
+        pl.lit(int(TE_INPLACE_LOGITS_BYTES))))], separator="; ", ignore_nulls=True)
+    return frame.with_columns(
+        pl.when(fill_rc).then(rc).otherwise(pl.col("recompute")).alias("recompute"),
+        pl.when(off > 0).then(frac).otherwise(pl.lit(None, dtype=pl.Float64)).alias("act_offload_frac"),
+        pl.when(inplace_ce.fill_null(False)).then(pl.lit(TE_INPLACE_LOGITS_BYTES)).otherwise(pl.lit(None, dtype=pl.Float64))
+        .alias("logits_bytes"),
+        pl.when(why.is_not_null() & (why.str.len_chars() > 0))
+        .then(pl.concat_str([pl.col("assumptions"), why], separator="; ", ignore_nulls=True))
+        .otherwise(pl.col("assumptions")).alias("assumptions"),
+    )
+
+
 # ---- to memory_per_gpu ---------------------------------------------------------------------------------------------
-_FIELDS = ("selective_policy", "grad_bytes", "logits_bytes", "logits_chunks", "act_offload_frac")
+_FIELDS = ("selective_policy", "grad_bytes", "logits_bytes", "logits_chunks", "act_offload_frac",
+           "quantized_saves")
 #: integer code of each preset (for the array-level API, like models.params.*_CODES); -1/unknown -> "default"
 PRESET_CODES: dict[str, int] = {k: i for i, k in enumerate(PRESETS)}
 _TABLES = {f: np.array([getattr(v, f) for v in PRESETS.values()],
-                       dtype=np.int64 if f == "selective_policy" else np.float64) for f in _FIELDS}
+                       dtype=np.int64 if f == "selective_policy" else bool if f == "quantized_saves" else np.float64)
+           for f in _FIELDS}
 _KEEP_GATHERED = np.array([v.unsharded_weights_with_pp for v in PRESETS.values()])
 
 

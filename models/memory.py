@@ -205,6 +205,29 @@ def hybrid_activation_bytes(hy, act_args, q_dim, kv_dim, mlp_width, moe_width, r
     return stored, (rc == 2) * work
 
 
+def low_precision_saved_inputs(q_dim, F_fc2, dense_frac, rc, saved_bytes, lp_frac):
+    """(replicated, sharded) change of one layer's stored activations, in the units of ``_activation_elems``, when a
+    low-precision GEMM keeps the quantized copy of its input for backward (``models.precision.SAVED_GEMM_INPUT_BYTES``,
+    ``saved_bytes`` per element) instead of Korthikanti's 2-byte one. 0 where ``saved_bytes`` is 2.
+
+    The GEMM inputs of a layer and what replaces their 2 bytes per element:
+      replicated  QKV input h (the norm output, TE LayerNormLinear) and, in dense layers (``dense_frac``), the MLP
+                  input h (LayerNormLinear/LayerNormMLP fc1): saved_bytes each. The norm inputs stay 16-bit, and so do
+                  a MoE layer's norm output (it also feeds the router) and its dispatched token copies.
+      sharded     the fc2 input ``F_fc2`` (dense: ffn; MoE: the routed + shared experts' widths, TE GroupedLinear):
+                  saved_bytes. The attention output q feeds the output projection: with the attention core kept
+                  (``rc`` 0 none; 2 full, whose one-layer working set is all of it) the fused attention keeps its
+                  16-bit output for its own backward (TE dot_product_attention/backends.py saves q, k, v, out), so the
+                  quantized copy is one more tensor, + saved_bytes q; with the core recomputed (1 selective) the copy
+                  replaces it. Q, K, V, softmax statistics and the activation function's inputs stay 16-bit.
+    ``lp_frac``: the share of the layers in low precision (a recipe may keep some in BF16)."""
+    on = lp_frac * (saved_bytes < 2.0)
+    d = saved_bytes - 2.0  # per element, against Korthikanti's 2 bytes
+    rep = on * d * (1.0 + dense_frac)
+    proj = np.where(np.asarray(rc) == 1, d, saved_bytes) * q_dim
+    return rep, on * (d * F_fc2 + proj)
+
+
 def _local_params(arch, shapes, Ls, t, p, e, any_moe, etp=None) -> dict:
     """Parameters on one GPU of the stage: ``dense`` (attention, norms, dense MLPs, shared experts, routers,
     embeddings of a first/last stage), ``expert`` (its routed experts), and the per-layer counts the prefetch
@@ -336,10 +359,12 @@ def _grads_optimizer(S, shard, fp32, m, params, grad_bytes, trainable_frac, fsdp
 
 
 def _activations(arch, shapes, lp, s, b, t, p, c, v, m, rc, sp, wb, Ls, any_moe, params, selective_policy,
-                 logits_bytes, logits_chunks, act_offload_frac, moe_rho=None) -> tuple[np.ndarray, np.ndarray]:
+                 logits_bytes, logits_chunks, act_offload_frac, moe_rho=None, saved_bytes=None,
+                 lp_frac=None) -> tuple[np.ndarray, np.ndarray]:
     """(activation bytes of the most loaded stage, in-flight micro-batches): stored per layer and micro-batch,
     one layer's working set (full recompute; recomputed save-list tensors), logits on the last stage, MTP.
-    ``moe_rho``: the most loaded EP rank stores rho x the mean routed copies (models.moe; None = 1)."""
+    ``moe_rho``: the most loaded EP rank stores rho x the mean routed copies (models.moe; None = 1).
+    ``saved_bytes``/``lp_frac``: quantized GEMM inputs of low-precision rows (``low_precision_saved_inputs``)."""
     # activations (per layer, per micro-batch; models.memory docstring, Korthikanti et al. 2022).
     # The stored bytes are linear in the sharded FFN width F, so a stage mixing dense and MoE
     # layers stores per layer what one layer of the layer-weighted mean width stores:
@@ -358,7 +383,8 @@ def _activations(arch, shapes, lp, s, b, t, p, c, v, m, rc, sp, wb, Ls, any_moe,
     k_r = k * _f(moe_rho) if moe_rho is not None else k  # the most loaded EP rank's routed copies (models.moe)
     if any_moe:
         # the MoE dispatch copies 2h*top_k are added to the sharded part via the FFN width
-        F_m = (k_r + ns) * arch["expert_ffn_dim"] + 2.0 * h * k_r / cf
+        F_experts = (k_r + ns) * arch["expert_ffn_dim"]
+        F_m = F_experts + 2.0 * h * k_r / cf
         F_mix = F_d + lp["moe_frac"] * (F_m - F_d)
         F_work = np.where(lp["is_moe"], F_m, F_d) if any_full else F_mix  # full recompute: the heaviest layer
     else:
@@ -370,6 +396,11 @@ def _activations(arch, shapes, lp, s, b, t, p, c, v, m, rc, sp, wb, Ls, any_moe,
         from models import mla
 
         rep_elems = rep_elems + np.where(ms["mla"], mla.activation_bytes_per_token(ms, h)[0], 0.0)
+    if saved_bytes is not None and np.any(saved_bytes < 2.0):  # low-precision GEMM inputs (TE)
+        moe_frac = lp["moe_frac"] if any_moe else 0.0
+        F_fc2 = F_d + moe_frac * (F_experts - F_d) if any_moe else F_d
+        d_rep, d_sh = low_precision_saved_inputs(shapes["q_dim"], F_fc2, 1.0 - moe_frac, rc, saved_bytes, lp_frac)
+        rep_elems, attn_part = rep_elems + d_rep, attn_part + d_sh
     kept, scores, checkpoint = _activation_elems(*act_args, attn_part + cf * F_mix, rep_elems, ass)
     stored = np.where(rc == 0, kept + scores, kept) if ass else kept
     recomputed = 0.0
@@ -417,6 +448,31 @@ def _activations(arch, shapes, lp, s, b, t, p, c, v, m, rc, sp, wb, Ls, any_moe,
     return activations, inflight
 
 
+def _saved_input_bytes(quantized_saves, dtype_code, layers_16bit, arch):
+    """(bytes per saved GEMM input element, share of layers in low precision) of each row, or (None, None) where no
+    row keeps quantized inputs (``memory_per_gpu``'s ``quantized_saves``)."""
+    if quantized_saves is None or dtype_code is None or not np.any(quantized_saves):
+        return None, None
+    from models.precision import saved_gemm_input_bytes
+
+    b = np.where(np.asarray(quantized_saves, dtype=bool), saved_gemm_input_bytes(dtype_code), 2.0)
+    l16 = 0.0 if layers_16bit is None else np.nan_to_num(_f(layers_16bit), nan=0.0)
+    return b, clip(1.0 - l16 / np.maximum(arch["n_layers"], 1.0), 0.0, 1.0)
+
+
+def _sharding_codes(sharding) -> np.ndarray:
+    """Integer sharding codes (models.params.SHARDING_CODES); NaN -> -1, unknown codes (> 5) behave like "none" (the
+    row is invalid anyway)."""
+    shard = np.asarray(sharding)
+    if shard.dtype.kind not in "iu":
+        shard = np.nan_to_num(shard.astype(np.float64), nan=-1.0).astype(np.int64)
+    if shard.ndim and (shard > 5).any():
+        shard = np.where(shard > 5, 0, shard)
+    elif not shard.ndim and shard > 5:
+        shard = np.zeros_like(shard)
+    return shard
+
+
 def _overhead(modelled, params, capacity_gb, overhead_frac_of_capacity) -> np.ndarray:
     """Allowance: the fragmentation share of the modelled bytes + a fixed part (or a share of the device)."""
     if overhead_frac_of_capacity is not None and capacity_gb is not None:
@@ -458,6 +514,9 @@ def memory_per_gpu(
     overhead_frac_of_capacity=None,
     etp=None,
     moe_rho=None,
+    quantized_saves=None,
+    dtype_code=None,
+    layers_16bit=None,
 ) -> dict[str, np.ndarray]:
     """Bytes per GPU on the most loaded stage: weights, grads, optimizer, activations, overhead.
 
@@ -491,6 +550,8 @@ def memory_per_gpu(
                          data-parallel group tp*cp*dp / (etp ep); None = tp.
     ``moe_rho``          the most loaded EP rank's routed tokens / the mean (models.moe.effective_imbalance):
                          scales its routed activations; None = 1.
+    ``quantized_saves``, ``dtype_code``, ``layers_16bit``: low-precision GEMMs keep quantized inputs (TE; presets),
+                         per dtype code, except in BF16-kept layers (``low_precision_saved_inputs``).
 
     Implementation note: written for few numpy calls per row block (the step-time model's
     hot path): block-level branches skip terms whose rows are absent (MoE, sharding modes,
@@ -503,13 +564,7 @@ def memory_per_gpu(
     args = dict(locals())  # for the stage without the MTP modules (below)
     t, p, d, c, e, v = (_f(x) for x in (tp, pp, dp, cp, ep, vpp))
     m = _f(n_micro)
-    shard = np.asarray(sharding)
-    if shard.dtype.kind not in "iu":
-        shard = np.nan_to_num(shard.astype(np.float64), nan=-1.0).astype(np.int64)
-    if shard.ndim and (shard > 5).any():  # unknown codes behave like "none" (the row is invalid anyway)
-        shard = np.where(shard > 5, 0, shard)
-    elif not shard.ndim and shard > 5:
-        shard = np.zeros_like(shard)
+    shard = _sharding_codes(sharding)
     rc = np.asarray(recompute)
     fp32 = np.asarray(is_fp32, dtype=bool)
     wb = _f(act_bytes) if act_bytes is not None else 2.0 + 2.0 * fp32.astype(np.float64)  # 16-bit, fp32: 4 B
@@ -525,7 +580,7 @@ def memory_per_gpu(
     activations, inflight = _activations(
         arch, shapes, lp, _f(seq_len), _f(micro_batch), t, p, c, v, m, rc,
         np.asarray(sequence_parallel, dtype=bool), wb, Ls, any_moe, params, selective_policy, logits_bytes,
-        logits_chunks, act_offload_frac, moe_rho)
+        logits_chunks, act_offload_frac, moe_rho, *_saved_input_bytes(quantized_saves, dtype_code, layers_16bit, arch))
     modelled = weights + grads + optimizer + activations
     overhead = _overhead(modelled, params, capacity_gb, overhead_frac_of_capacity)
     total = modelled + overhead

@@ -40,3 +40,37 @@ def recipe_layers_16bit(arch_id: str | None, dtype: str | None) -> int | None:
     if not arch_id or not dtype:
         return None
     return RECIPE_LAYERS_16BIT.get((str(arch_id).lower(), str(dtype).lower()))
+
+
+# ---- bytes of what a low-precision GEMM keeps for its backward ----------------------------------------------------
+#: Bytes per element of the copy of a GEMM input that Transformer Engine keeps for the weight-gradient GEMM, by dtype.
+#: TE quantizes a Linear's input for the forward GEMM and saves that quantized tensor, not the 16-bit one, with its
+#: row-wise data discarded (transformer_engine/pytorch/module/linear.py: ``inputmat.update_usage(rowwise_usage=False,
+#: columnwise_usage=True)``, "Discard row-wise data since it is not needed in backward pass"; layernorm_linear.py
+#: keeps one usage of ``ln_out``, the row-wise one only where tensor-scaled FP8 must be all-gathered for sequence
+#: parallelism; grouped_linear.py, the MoE experts, the same as linear.py). One usage costs:
+#:   fp8 / fp8-cs  1 B (E4M3 data; one fp32 scale per tensor)
+#:   mxfp8         1 B + one E8M0 scale byte per 32 elements (transformer_engine/pytorch/constants.py
+#:                 MXFP8_BLOCK_SCALING_SIZE = 32)
+#:   nvfp4         0.5 B (E2M1) + one E4M3 scale byte per 16 elements (constants.py NVFP4_BLOCK_SCALING_SIZE = 16)
+#: 16-bit dtypes keep the 2-byte input itself.
+SAVED_GEMM_INPUT_BYTES: dict[str, float] = {
+    "fp8": 1.0,
+    "fp8-cs": 1.0,
+    "mxfp8": 1.0 + 1.0 / 32.0,
+    "nvfp4": 0.5 + 1.0 / 16.0,
+}
+
+
+def saved_gemm_input_bytes(dtype_code):
+    """Bytes per element of a saved GEMM input (``SAVED_GEMM_INPUT_BYTES``) for an array of
+    ``models.params.DTYPE_CODES``; 2.0 for the dtypes that keep the 16-bit input (4.0 is never returned: fp32 rows'
+    activation bytes are handled by ``act_bytes``)."""
+    import numpy as np
+
+    from models.params import DTYPE_CODES
+
+    lut = np.full(max(DTYPE_CODES.values()) + 1, 2.0)
+    for name, b in SAVED_GEMM_INPUT_BYTES.items():
+        lut[DTYPE_CODES[name]] = b
+    return np.take(lut, np.asarray(dtype_code, dtype=np.int64), mode="clip")

@@ -21,7 +21,8 @@ never silently rests on a guess:
 | global_batch_seqs empty | FSDP stacks: dp*micro_batch (no gradient accumulation: torchtitan/fms-fsdp defaults); others: the era's typical batch in tokens (0.5M to 2020, 3.1M 2021-22 as GPT-3's 1,536 x 2,048, 4M in 2023 as Llama 2, 16M from 2024 as Llama 3 405B) / seq_len, rounded up to a multiple of dp*micro_batch | the source's era; a step-time + throughput pair fixes it exactly (`targets`) |
 | global_batch_seqs not divisible by dp | rounded up to the next multiple of dp*micro_batch | |
 | sharding empty | `fsdp` for FSDP stacks (llm-foundry, torchtitan, fms-fsdp), `zero1` for Megatron/NeMo (distributed optimizer is their default), else `none` | framework defaults |
-| recompute empty/unknown | the cheapest mode that fits in memory: none, else selective; for a measured run never full (selective when neither fits), for a row without a measurement full when nothing cheaper fits | a run that was measured did fit; full recompute costs a third more compute, and the memory model's error is larger than the margin that would force it: where it forced full, the corpus's runs ran 15% faster than predicted (in-sample), and every held-out protocol improves without the rule (docs/calibration.md) |
+| recompute empty/unknown, activation offloading, of a Megatron-Bridge performance-summary run | what the run's recipe sets, where the memory model can represent it (`models.frameworks.RECIPE_MEMORY`: e.g. no recompute for Llama 3/3.1 and Qwen3, 40 of Llama 3 70B's 80 layers offloaded on GB200 with FP8) | the runs were measured with those recipes (Megatron-Bridge scripts/performance, per release) |
+| recompute empty/unknown otherwise | the cheapest mode that fits in memory: none, else selective; for a measured run never full (selective when neither fits), for a row without a measurement full when nothing cheaper fits | a run that was measured did fit; full recompute costs a third more compute, and the memory model's error is larger than the margin that would force it: where it forced full, the corpus's runs ran 15% faster than predicted (in-sample), and every held-out protocol improves without the rule (docs/calibration.md) |
 | sequence_parallel | true for Megatron/NeMo stacks with tp > 1 | Megatron-Core's default with TP (Korthikanti et al. 2022) |
 | dtype empty | bf16 (fp32 on fp32-only parts) | the corpus' dominant precision |
 | gpus_per_node empty | the hardware's scale-up domain, capped at n_gpus | typical deployment |
@@ -113,7 +114,7 @@ def _interleaving_stack(frame: pl.DataFrame) -> np.ndarray:
     Megatron-class or unnamed memory preset. DeepSpeed's and torchtitan's default schedules are not interleaved."""
     if "software_preset" not in frame.columns or "memory_preset" not in frame.columns:
         return np.zeros(frame.height, dtype=bool)
-    return ((frame["software_preset"] == "default") & frame["memory_preset"].is_in(["megatron", "default"])
+    return ((frame["software_preset"] == "default") & frame["memory_preset"].is_in(["megatron", "megatron_bridge", "default"])
             ).fill_null(False).to_numpy()
 
 
@@ -298,6 +299,7 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     out = _lora_fraction(out)
     out = resolve_mtp_layers(out)
     out = resolve_layers_16bit(out)
+    out = fw.recipe_memory(out)  # what a named recipe sets: recompute, activation offloading (models.frameworks)
     out, hybrid = hybrid_problems(out)
     problems = [
         pl.when(pl.col("n_gpus").is_null()).then(pl.lit("n_gpus not stated (whole-run totals cannot be predicted)")),

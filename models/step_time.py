@@ -157,9 +157,15 @@ def _code(a: Mapping[str, np.ndarray], key: str, n: int) -> np.ndarray:
     return np.nan_to_num(_f(x, n), nan=0.0).astype(np.int64)
 
 
+#: per-row memory options a run's recipe may set (models.frameworks.recipe_memory), with the value used where neither
+#: the row nor its preset gives one: the share of layer activations offloaded to host memory, logits bytes
+ROW_MEMORY_OPTIONS = {"act_offload_frac": 0.0, "logits_bytes": 4.0}
+
+
 def _memory_options(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> dict:
     """Keyword arguments of `memory_per_gpu` from optional arrays: `memory_preset` (codes of the training stack's
-    memory behaviour, models.frameworks) and `trainable_frac` (LoRA: the share of parameters trained)."""
+    memory behaviour, models.frameworks), `trainable_frac` (LoRA: the share of parameters trained) and
+    ``ROW_MEMORY_OPTIONS`` (what a run's recipe sets: offloaded activations, logits bytes)."""
     out: dict = {}
     if a.get("memory_preset") is not None:
         from models.frameworks import memory_arguments
@@ -168,6 +174,10 @@ def _memory_options(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> dict
         out.update(memory_arguments(codes, pp))
     if a.get("trainable_frac") is not None:
         out["trainable_frac"] = np.nan_to_num(_f(a["trainable_frac"], n), nan=1.0)
+    for c_, default in ROW_MEMORY_OPTIONS.items():  # the row's recipe (models.frameworks.recipe_memory); NaN: preset's
+        if a.get(c_) is not None:
+            row = _f(a[c_], n)
+            out[c_] = np.where(np.isnan(row), out.get(c_, default), row)
     return out
 
 
@@ -416,7 +426,8 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     mem = memory_per_gpu(
         arch=x.arch, shapes=sh, seq_len=x.s, micro_batch=x.b, n_micro=x.m, tp=x.t, pp=x.p, dp=x.d, cp=x.c, ep=x.e,
         vpp=x.v, sharding=x.shard, recompute=x.rc, sequence_parallel=x.sp, is_fp32=x.is_fp32, node_size=x.node,
-        params=P, layers_per_stage=x.Ls, act_bytes=r.act_b, **_memory_options(a, n, x.p),
+        params=P, layers_per_stage=x.Ls, act_bytes=r.act_b, dtype_code=x.dt, layers_16bit=x.layers_16bit,
+        **_memory_options(a, n, x.p),
         **(dict(etp=x.et, moe_rho=x.rho) if r.any_moe else {}),
     )
     dp_exposed, gather_exposed_mb = parts.dp_comm(x, r, mem, cm, ov, P)
@@ -531,6 +542,9 @@ def encode_configs(configs: pl.DataFrame) -> dict[str, np.ndarray]:
         exprs.append(pl.col("n_layers_16bit").cast(pl.Float64, strict=False).alias("n_layers_16bit"))
     if "trainable_frac" in cols:
         exprs.append(pl.col("trainable_frac").cast(pl.Float64, strict=False).fill_null(1.0))
+    for c_ in ROW_MEMORY_OPTIONS:  # what a run's recipe sets for memory (models.frameworks.recipe_memory; null: preset's)
+        if c_ in cols:
+            exprs.append(pl.col(c_).cast(pl.Float64, strict=False).alias(c_))
     if "layer_pattern" in cols:  # hybrids: block counts from the pattern (null for other rows), Mamba shapes
         exprs += mamba.pattern_count_exprs("layer_pattern")
         exprs += [pl.col(c_).cast(pl.Float64, strict=False).alias(c_) if c_ in cols

@@ -206,7 +206,7 @@ def test_capacity_fraction_allowance_scales_with_the_device():
 @pytest.mark.parametrize("framework,year,preset", [
     ("torchtitan (PyTorch FSDP2/DTensor)", 2024, "torchtitan"),
     ("llm-foundry / Composer (PyTorch FSDP)", 2023, "llm_foundry"),
-    ("Megatron-Bridge / NeMo 26.06 (Megatron-Core)", 2026, "megatron"),
+    ("Megatron-Bridge / NeMo 26.06 (Megatron-Core)", 2026, "megatron_bridge"),
     ("NeMo 24.07 (Megatron-Core)", 2024, "megatron"),
     ("PyTorch NVIDIA Release 23.09", 2023, "megatron"),
     ("Megatron-LM", 2021, "megatron_deepspeed"),
