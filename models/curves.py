@@ -49,6 +49,7 @@ import numpy as np
 import polars as pl
 
 from models import moe, tp2d
+from models.memory import capacity_bytes
 from models.params import DEFAULT, DTYPE_CODES, RECOMPUTE_CODES, SHARDING_CODES, TP_MODE_CODES, PhysParams
 from models.search import _INV, LAYOUT_DIMS, _num, broadcast_arch_hw
 from models.predictor import Predictor, predict_arrays
@@ -317,7 +318,7 @@ def best_layouts(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], n_value
         starts = np.flatnonzero(np.r_[True, w_sorted[1:] != w_sorted[:-1]])
         first[w_sorted[starts]] = order[starts]
     counts = np.bincount(who, minlength=npts) if total else np.zeros(npts, dtype=np.int64)
-    cap = float(hw_row.get("memory_gb") or np.nan)
+    cap = float(capacity_bytes(float(hw_row.get("memory_gb") or np.nan))) / 1e9  # decimal GB (models.memory)
     rows: list[dict[str, Any]] = []
     cfg_idx: list[int] = []
     for i in range(npts):

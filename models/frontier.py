@@ -64,6 +64,7 @@ import polars as pl
 from models import tp2d
 from models.accounting import model_flops_per_token, param_counts
 from models.assumptions import check_assumptions
+from models.memory import capacity_bytes
 from models.curves import BATCH_RULES, FIXED_BATCH_TOKENS, batch_tokens
 from models.params import DEFAULT, DTYPE_CODES, RECOMPUTE_CODES, SHARDING_CODES, TP_MODE_CODES, PhysParams
 from models.search import broadcast_arch_hw
@@ -470,7 +471,7 @@ def frontier_sweep(hw_row: Mapping[str, Any], months: float = 3.0, *, params: Ph
         bmax = max(b_tok / seq_len, 1.0)
         wall = float(latency_wall_s(arch["n_layers"], tokens, bmax * seq_len, phys))
         n_lo = model_flop / (limit_s * peak_tflops * 1e12) if peak_tflops else math.inf
-        n_mem = STATE_BYTES_MIN * n_params / (mem_gb * 1e9) if mem_gb > 0 else math.inf
+        n_mem = STATE_BYTES_MIN * n_params / float(capacity_bytes(mem_gb)) if mem_gb > 0 else math.inf
         base = {"target_flop": float(target), "training_flop": c6nd, "model_flop": model_flop, "arch_id": arch["id"],
                 "params": n_params, "tokens": tokens, "d_model": arch["d_model"], "n_layers": arch["n_layers"],
                 "n_heads": arch["n_heads"], "seq_len": seq_len, "batch_rule": batch_rule,
@@ -503,7 +504,7 @@ def _level_result(ev: dict | None, j: int, n_lo: float, n_mem: float, mem_gb: fl
         need = float(np.nanmin(ev["mem"][valid])) if valid.any() else float("nan")
         return {"feasible": False, "binding": "memory",
                 "reason": f"no layout fits in memory: the smallest needs {need:.3g} GB per accelerator > "
-                          f"{mem_gb:g} GB"}
+                          f"{float(capacity_bytes(mem_gb)) / 1e9:.3g} GB ({mem_gb:g} GB as stated: binary)"}
     rec = _record(ev, j)
     if not ev["in_time"][j]:
         return rec | {"feasible": False, "binding": "time", "utilization": None,

@@ -24,7 +24,9 @@ Rules (all documented in docs/model.md, section "Hardware"):
   (``PhysParams.pcie_eff``, ``alpha_pcie_s``; docs/model.md "Hardware").
 * fp32-only parts (no tensor cores: GTX 580, GTX 1080 Ti, K80 - no BF16/TF32/FP8 peak and
   ``peak_fp16 == peak_fp32``) run every dtype at the FP32 peak (``fp32_only = True``).
-* TPU v3/v4 list memory in GiB (DATA_CARD.md); converted to GB (x 1.073741824).
+* Memory capacities are binary whatever the source's word: TPU v3/v4 list 32 GiB (DATA_CARD.md), NVIDIA's
+  "80 GB" are 80 GiB too (nvidia-smi, models.memory.CAPACITY_BYTES_PER_GB); ``memory_gb`` is kept as stated
+  and the model compares bytes with ``models.memory.capacity_bytes(memory_gb)``.
 * A value the model needs (memory_gb, memory_bw_gbps, intra_node_bw_gbps, at least one
   peak) that is empty raises ``HardwareSpecError`` naming the id and column
   (``strict=True``), or fills ``hardware_error`` for that row (``strict=False``).
@@ -76,7 +78,6 @@ LINK_CODES = {k: i for i, k in enumerate(LINK_KINDS)}
 #: the code of the PCIe/host tier (models.step_time reads it)
 PCIE_LINK_CODE = LINK_CODES["pcie"]
 
-GIB_TO_GB = 1.073741824
 # Streaming multiprocessors (NVIDIA) / compute units (AMD) per accelerator, used when the hardware row has no
 # `sm_count`: NVIDIA architecture whitepapers (Fermi GF110, Kepler GK210 x2 on K80, Pascal GP100/GP102, Volta
 # GV100, Ampere GA100, Ada AD102/L40S, Hopper GH100 SXM5/PCIe, Blackwell B200 148, Blackwell Ultra 160) and
@@ -130,17 +131,6 @@ def link_kind(link: str | None) -> str | None:
     return None
 
 
-def _memory_in_gib(row: Mapping) -> bool:
-    mem = row.get("memory_gb")
-    if mem is None:
-        return False
-    text = " ".join(str(row.get(c) or "") for c in ("source_ref", "notes"))
-    for m in re.finditer(r"(\d+(?:\.\d+)?)\s*GiB", text):
-        if abs(float(m.group(1)) - float(mem)) < 1e-9:
-            return True
-    return False
-
-
 def resolve_hardware(
     hw: pl.DataFrame,
     *,
@@ -153,7 +143,7 @@ def resolve_hardware(
     Input: rows with (at least) ``id`` and the numeric columns of hardware_specs.csv
     (strings or numbers; empty string/null = missing). Output: the input columns (numeric
     ones cast to Float64) plus ``scaleup_size``, ``scaleup_size_fallback``,
-    ``inter_node_bw_fallback``, ``fp32_only``, ``memory_in_gib_converted``, ``scaleup_link`` /
+    ``inter_node_bw_fallback``, ``fp32_only``, ``scaleup_link`` /
     ``scaleup_link_code`` and ``hardware_error`` (null when the row is usable).
     """
     df = hw
@@ -186,10 +176,6 @@ def resolve_hardware(
         if fp32_only:
             for c in ("peak_tf32_tflops", "peak_bf16_tflops", "peak_fp16_tflops", "peak_fp8_tflops"):
                 r[c] = r["peak_fp32_tflops"]
-        # memory units
-        gib = _memory_in_gib(r)
-        if gib:
-            r["memory_gb"] = r["memory_gb"] * GIB_TO_GB
         # scale-up domain
         pod = _pod_size(r.get("intra_node_link"))
         su_fallback = False
@@ -225,7 +211,6 @@ def resolve_hardware(
         r["scaleup_link_code"] = float(LINK_CODES[kind]) if kind is not None else None
         r["inter_node_bw_fallback"] = inter_fb
         r["fp32_only"] = fp32_only
-        r["memory_in_gib_converted"] = gib
         r["hardware_error"] = None if err is None else str(err)
         # SMs for the GEMM-size ramp (PhysParams.gemm_ramp_flops_per_sm)
         sm_fallback = False
@@ -252,7 +237,6 @@ def resolve_hardware(
             "scaleup_link_code": pl.Float64,
             "inter_node_bw_fallback": pl.Boolean,
             "fp32_only": pl.Boolean,
-            "memory_in_gib_converted": pl.Boolean,
             "hardware_error": pl.Utf8,
             "generation_code": pl.Float64,
             "sm_count_fallback": pl.Boolean,

@@ -31,6 +31,7 @@ import numpy as np
 import polars as pl
 
 from models.domains import Domain
+from models.memory import capacity_bytes
 from models.params import DEFAULT, PhysParams, is_low_precision
 from models.step_time import OUTPUT_COLUMNS, encode_configs
 from models.step_time import predict_arrays as physics_arrays
@@ -469,7 +470,7 @@ def predict(configs: pl.DataFrame, model: Model = None) -> pl.DataFrame:
     cols = list(OUTPUT_COLUMNS) + list(EXTRA_COLUMNS)
     df = pl.DataFrame({k: res[k] for k in cols})
     df = df.with_columns([pl.col(c).fill_nan(None) for c in cols if df.schema[c] == pl.Float64])
-    df = df.with_columns(pl.Series("__memory_cap", arrays["memory_gb"]))
+    df = df.with_columns(pl.Series("__memory_cap", capacity_bytes(np.asarray(arrays["memory_gb"], float)) / 1e9))
     df = df.with_columns(_error_strings(df)).drop("__memory_cap")
     p = as_predictor(model)
     version = None if isinstance(p, PhysParams) else p.fit_version

@@ -19,7 +19,7 @@ from models import mamba, mla, moe, parts, tp2d
 from models.accounting import ARCH_COLUMNS, layer_shapes, normalize_arch, param_counts
 from models.fastops import divisible
 from models.hardware import A100_TFLOPS_PER_SM, choose_peak, is_pcie, peak_table
-from models.memory import GB, memory_per_gpu
+from models.memory import GB, capacity_bytes, memory_per_gpu
 from models.params import (
     ACTIVATION_CODES,
     DEFAULT,
@@ -435,7 +435,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     st = parts.step_time(x, cm, ov, gather_exposed_mb, dp_exposed, optimizer_s)
     model_fpt, hw_fpt = parts.flops_per_token(x, r)
     mem_total = mem["mem_total_bytes"]
-    mem_ok = mem_total <= x.mem_cap * GB
+    mem_ok = mem_total <= capacity_bytes(x.mem_cap)  # a vendor's GB are binary (models.memory)
     _flag(err, ~invalid & ~mem_ok, ERR_MEMORY)
 
     # invalid rows get NaN outputs: written in place, and only when a row of this chunk is invalid
@@ -610,7 +610,7 @@ def _error_strings(pred: pl.DataFrame) -> pl.Expr:
         for bit, msg in ERROR_MESSAGES.items()
     ]
     mem_msg = pl.format(
-        "memory {} GB > {} GB: weights {} GB, grads {} GB, optimizer {} GB, activations {} GB, overhead {} GB",
+        "memory {} GB > {} GB capacity: weights {} GB, grads {} GB, optimizer {} GB, activations {} GB, overhead {} GB",
         *[
             pl.col(c_).round(1)
             for c_ in (
@@ -636,6 +636,6 @@ def predict(configs: pl.DataFrame, params: PhysParams = DEFAULT) -> pl.DataFrame
     df = df.with_columns(
         [pl.col(c_).fill_nan(None) for c_ in OUTPUT_COLUMNS if df.schema[c_] == pl.Float64]
     )
-    df = df.with_columns(pl.Series("__memory_cap", arrays["memory_gb"]))
+    df = df.with_columns(pl.Series("__memory_cap", capacity_bytes(arrays["memory_gb"]) / GB))
     df = df.with_columns(_error_strings(df)).drop("__memory_cap")
     return df.select(["feasible", "error", *[c_ for c_ in OUTPUT_COLUMNS if c_ != "feasible"]])

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import polars as pl
 
+from models.memory import CAPACITY_BYTES_PER_GB
 from pipeline import catalog
 from pipeline.measurements import COLUMNS, SCHEMA
 from pipeline.readers import FileRejected, read_measurement_file
@@ -17,7 +18,7 @@ RUN_COLUMNS = ["run_id", "gpu", "model_name", "n_gpus", "tp", "pp", "dp", "cp", 
                "global_batch_seqs", "seq_len", "sharding", "recompute", "dtype", "software_preset"]
 OUT_COLUMNS = ["feasible", "error", "step_time_s", "step_time_lo_s", "step_time_hi_s", "analytical_step_time_s",
                "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu", "hfu",
-               "memory_gb_per_gpu", "memory_gb", "memory_fits"] + BREAKDOWN + [
+               "memory_gb_per_gpu", "memory_gb", "memory_capacity_gb", "memory_fits"] + BREAKDOWN + [
                "fit_version", "assumptions", "calibration_domain"]
 
 
@@ -45,7 +46,8 @@ def predict_file(path: Path, measurements: Path, model=None) -> pl.DataFrame:
 
     Unstated fields are inferred by the documented rules of `models.runs_adapter` (listed in `assumptions`
     after the assumption set). Memory never refuses a run: `memory_gb_per_gpu` is reported beside the
-    capacity `memory_gb` and `memory_fits`. Cells are parsed leniently (a bad number becomes empty and the run
+    capacity `memory_gb` (as the vendor states it), `memory_capacity_gb` (those binary GB in the model's decimal GB)
+    and `memory_fits`. Cells are parsed leniently (a bad number becomes empty and the run
     says what is missing); only problems with the file as a whole raise FileRejected."""
     return predict_frame(read_measurement_file(path).frame, measurements, model, source=str(path))
 
@@ -94,7 +96,9 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
         pl.concat_str([pl.col("assumptions"), pl.Series(ok["assumptions"])], separator="; ", ignore_nulls=True)
         .alias("assumptions"),
         pl.Series("memory_gb", ok["memory_gb"]).cast(pl.Float64),
-    ).with_columns((pl.col("memory_gb_per_gpu") <= pl.col("memory_gb")).alias("memory_fits"))
+    ).with_columns(  # the capacity in the model's decimal GB: a vendor's "80 GB" are binary (models.memory)
+        (pl.col("memory_gb") * CAPACITY_BYTES_PER_GB / 1e9).alias("memory_capacity_gb"),
+    ).with_columns((pl.col("memory_gb_per_gpu") <= pl.col("memory_capacity_gb")).alias("memory_fits"))
     good = ok.select([c for c in RUN_COLUMNS if c in ok.columns] + ["peak_bf16_tflops"]).hstack(
         pred.select(OUT_COLUMNS + ["model_flops_per_token", "hardware_flops_per_token"]))
     bad = cfg.filter(pl.col("config_error").is_not_null()).select(

@@ -53,7 +53,7 @@ def test_predict_infeasible_configuration_says_why():
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     row = json.loads(result.output)[0]
-    assert row["feasible"] is False and "memory" in row["error"] and "> 40" in row["error"]
+    assert row["feasible"] is False and "memory" in row["error"] and "> 42.9 GB capacity" in row["error"]  # 40 GiB
 
 
 def test_predict_runs_file_one_row_per_run(tmp_path):
