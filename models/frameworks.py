@@ -405,6 +405,55 @@ def recipe_memory(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# ---- quantized weights (Megatron-Core fp8_param_gather) in Megatron-Bridge's performance recipes -----------------
+#: dtypes whose Megatron-Bridge performance recipe keeps the GEMM weights as FP8 parameters: the performance scripts'
+#: precision configs (scripts/performance/utils/helpers.py 25.11, utils/precision.py 26.02-26.08
+#: get_precision_config; src/megatron/bridge/perf_recipes/_common.py 26.08 "identical to" it) are "fp8_cs" ->
+#: bf16_with_fp8_current_scaling_mixed and "fp8_mx" -> bf16_with_mxfp8_mixed, which set fp8_param_gather = True
+#: (with reuse_grad_buf_for_mxfp8_param_ag = True for MXFP8) in src/megatron/bridge/training/mixed_precision.py of
+#: every release 25.11-26.08; MixedPrecisionConfig keeps fp8_param (Megatron-Core: build the model under TE
+#: fp8_model_init) equal to it. "nvfp4" -> bf16_with_nvfp4_mixed sets fp8_param_gather = False (its fp4_param_gather,
+#: True from 26.04, is not modelled: models.precision.QUANTIZED_PARAM_BYTES).
+FP8_PARAM_GATHER_DTYPES = ("fp8", "fp8-cs", "mxfp8")
+#: containers of Megatron-Bridge's performance summary whose recipes are read above
+FP8_PARAM_GATHER_CONTAINERS = ("25.11", "26.02", "26.04", "26.06", "26.08")
+#: (architecture id, dtype) whose model config turns the quantized weights off again: GPT-OSS 20B
+#: (scripts/performance/configs/gpt_oss/gpt_oss_llm_pretrain.py get_gpt_oss_20b_precision_config, 26.06;
+#: perf_recipes/gpt_oss/common.py _gpt_oss_20b_fp8mx_precision, 26.08: fp8_param_gather = False) and Kimi K2 with
+#: MXFP8 (configs/kimi/kimi_llm_pretrain.py 26.02-26.06, perf_recipes/kimi/<gpu>/kimi_k2.py 26.08: "WAR: MXFP8's
+#: fp8_param_gather ..." -> False). Qwen3 30B's GB200 fp8_param_gather = False configs are 16-GPU "dev" variants.
+FP8_PARAM_GATHER_OFF = {("gpt-oss-20b", "mxfp8"), ("gpt-oss-20b", "fp8"), ("gpt-oss-20b", "fp8-cs"),
+                        ("kimi-k2", "mxfp8")}
+
+
+def recipe_fp8_params(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with `fp8_param_gather` 1.0 where the run's Megatron-Bridge performance recipe keeps its GEMM weights as
+    FP8 parameters (``FP8_PARAM_GATHER_DTYPES`` in the ``FP8_PARAM_GATHER_CONTAINERS``, pretraining and full
+    fine-tuning, not ``FP8_PARAM_GATHER_OFF``; null elsewhere: 16-bit weights), recorded in `assumptions`. LoRA runs
+    are left out (their frozen base weights under PEFT are not read). Needs memory_preset, arch_id, model_name, dtype,
+    framework, assumptions; a frame without them gets a null column."""
+    need = ("memory_preset", "arch_id", "model_name", "dtype", "framework")
+    if not frame.height or any(c not in frame.columns for c in need):
+        return frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("fp8_param_gather"))
+    dt = pl.col("dtype").cast(pl.Utf8).str.to_lowercase()
+    arch = pl.col("arch_id").cast(pl.Utf8).str.to_lowercase()
+    off = pl.lit(False)
+    for a, d in FP8_PARAM_GATHER_OFF:
+        off = off | ((arch == a) & (dt == d)).fill_null(False)
+    container = pl.col("framework").cast(pl.Utf8).fill_null("").str.extract(r"NeMo (\d\d\.\d\d)", 1)
+    on = ((pl.col("memory_preset") == "megatron_bridge") & dt.is_in(FP8_PARAM_GATHER_DTYPES)
+          & container.is_in(FP8_PARAM_GATHER_CONTAINERS) & recipe_task("model_name").is_in(["pretrain", "sft"])
+          & ~off).fill_null(False)
+    why = pl.format("fp8_param_gather (the run's recipe: Megatron-Bridge {} keeps FP8 weights, no 16-bit copy)",
+                    pl.when(dt == "mxfp8").then(pl.lit("bf16_with_mxfp8_mixed"))
+                    .otherwise(pl.lit("bf16_with_fp8_current_scaling_mixed")))
+    return frame.with_columns(
+        pl.when(on).then(pl.lit(1.0)).otherwise(pl.lit(None, dtype=pl.Float64)).alias("fp8_param_gather"),
+        pl.when(on).then(pl.concat_str([pl.col("assumptions"), why], separator="; ", ignore_nulls=True))
+        .otherwise(pl.col("assumptions")).alias("assumptions"),
+    )
+
+
 # ---- to memory_per_gpu ---------------------------------------------------------------------------------------------
 _FIELDS = ("selective_policy", "grad_bytes", "logits_bytes", "logits_chunks", "act_offload_frac",
            "quantized_saves")

@@ -245,7 +245,7 @@ def _local_params(arch, shapes, Ls, t, p, e, any_moe, etp=None) -> dict:
         embed_stage = Vh * (2.0 - (p > 1))
     else:
         embed_stage = np.where(p > 1, Vh, Vh * (2.0 - clip(tied, 0, 1)))
-    out = {"plc": plc, "dense_mlp": dense_mlp}
+    out = {"plc": plc, "dense_mlp": dense_mlp, "embed": embed_stage * inv_t}
     if any_moe:
         moe_frac = n_moe / L
         Ls_moe = Ls * moe_frac
@@ -448,6 +448,33 @@ def _activations(arch, shapes, lp, s, b, t, p, c, v, m, rc, sp, wb, Ls, any_moe,
     return activations, inflight
 
 
+def quantized_weights(lp, shard, wb, fp8_param_gather, dtype_code, non_tn_fp8, layers_16bit, arch):
+    """(change of the weight bytes, {``quantized_dense_params_local``, ``quantized_expert_params_local``}) of rows
+    whose recipe keeps its GEMM weights as Transformer Engine quantized parameters (Megatron-Core
+    ``fp8_param_gather``): each such weight holds ``models.precision.QUANTIZED_PARAM_BYTES`` per element (fp8 / fp8-cs
+    1 B where ``non_tn_fp8``, the device runs non-TN FP8 GEMMs, else 2 B with the Hopper transpose; mxfp8 2.0625 B,
+    row- and column-wise copies) in place of the 16-bit ``wb``; the fp32 master (optimizer state) and the gradients
+    are unchanged. (0.0, {}) where no row has the flag.
+
+    Quantized: the decoder layers' weights (attention, MLP, experts; their norms, biases and routers, under 0.1 % of
+    a layer, counted with them) in the share of layers run in low precision (the ``layers_16bit`` a recipe keeps in
+    BF16 are built outside ``fp8_model_init``). Embeddings and the output layer stay 16-bit (not TE modules). Only
+    layouts with whole weights on each rank (no sharding, ZeRO-1/2: Megatron-Core's DDP parameter buffer); ZeRO-3 /
+    FSDP rows keep the 16-bit accounting, and so do dtypes without a layout."""
+    if fp8_param_gather is None or dtype_code is None or not np.any(_f(fp8_param_gather) > 0):
+        return 0.0, {}
+    from models.precision import quantized_param_bytes
+
+    qb = quantized_param_bytes(dtype_code, False if non_tn_fp8 is None else non_tn_fp8)
+    on = (_f(fp8_param_gather) > 0) & (np.asarray(shard) < 3) & ~np.isnan(qb)
+    l16 = 0.0 if layers_16bit is None else np.nan_to_num(_f(layers_16bit), nan=0.0)
+    frac = on * clip(1.0 - l16 / np.maximum(arch["n_layers"], 1.0), 0.0, 1.0)
+    q_dense = frac * np.maximum(lp["dense"] - lp["embed"], 0.0)
+    q_expert = frac * lp["expert"]
+    dw = np.where(on, qb - wb, 0.0) * (q_dense + q_expert)
+    return dw, {"quantized_dense_params_local": q_dense, "quantized_expert_params_local": q_expert}
+
+
 def _saved_input_bytes(quantized_saves, dtype_code, layers_16bit, arch):
     """(bytes per saved GEMM input element, share of layers in low precision) of each row, or (None, None) where no
     row keeps quantized inputs (``memory_per_gpu``'s ``quantized_saves``)."""
@@ -517,16 +544,16 @@ def memory_per_gpu(
     quantized_saves=None,
     dtype_code=None,
     layers_16bit=None,
+    fp8_param_gather=None, non_tn_fp8=None,
 ) -> dict[str, np.ndarray]:
     """Bytes per GPU on the most loaded stage: weights, grads, optimizer, activations, overhead.
 
-    All arguments are arrays (or scalars) of equal length; ``sharding`` and ``recompute`` are
-    integer codes (models.params.SHARDING_CODES / RECOMPUTE_CODES), ``arch`` a normalized
-    architecture (models.accounting.normalize_arch) and ``shapes`` its layer_shapes.
-    Optional, when the caller already has them: ``layers_per_stage`` = ceil(n_layers / pp),
-    ``act_bytes`` = 4 for fp32/tf32 runs else 2.
-    Returns bytes (not GB) and the in-flight micro-batch count; ``optimizer_params_local`` is
-    the parameter count whose optimizer state this GPU holds (optimizer bytes / state bytes).
+    All arguments are arrays (or scalars) of equal length; ``sharding`` and ``recompute`` are integer codes
+    (models.params.SHARDING_CODES / RECOMPUTE_CODES), ``arch`` a normalized architecture
+    (models.accounting.normalize_arch) and ``shapes`` its layer_shapes. Optional, when the caller already has them:
+    ``layers_per_stage`` = ceil(n_layers / pp), ``act_bytes`` = 4 for fp32/tf32 runs else 2.
+    Returns bytes (not GB) and the in-flight micro-batch count; ``optimizer_params_local`` is the parameter count
+    whose optimizer state this GPU holds (optimizer bytes / state bytes).
 
     Framework-dependent terms (models.frameworks presets; each None keeps the behaviour of
     ``params``, i.e. the model before presets existed):
@@ -552,14 +579,14 @@ def memory_per_gpu(
                          scales its routed activations; None = 1.
     ``quantized_saves``, ``dtype_code``, ``layers_16bit``: low-precision GEMMs keep quantized inputs (TE; presets),
                          per dtype code, except in BF16-kept layers (``low_precision_saved_inputs``).
+    ``fp8_param_gather``, ``non_tn_fp8``: quantized weights, no 16-bit copy (``quantized_weights``).
 
-    Implementation note: written for few numpy calls per row block (the step-time model's
-    hot path): block-level branches skip terms whose rows are absent (MoE, sharding modes,
-    full recompute), selections by category use comparisons on the integer codes.
+    Implementation note: few numpy calls per row block (the step-time model's hot path): block-level branches skip
+    terms of absent rows (MoE, sharding modes, full recompute); categories are compared as integer codes.
 
     Parts (one function each): ``_local_params`` (parameters on the stage's GPU, dense and routed experts),
-    ``_state_shares`` (what ZeRO / FSDP / HSDP shard), ``_weights`` (+ prefetch buffers), ``_grads_optimizer``,
-    ``_activations`` (+ in-flight micro-batches, logits, MTP), ``_overhead``.
+    ``_state_shares`` (ZeRO / FSDP / HSDP), ``_weights`` (+ prefetch), ``quantized_weights``, ``_grads_optimizer``,
+    ``_activations``, ``_overhead``.
     """
     args = dict(locals())  # for the stage without the MTP modules (below)
     t, p, d, c, e, v = (_f(x) for x in (tp, pp, dp, cp, ep, vpp))
@@ -574,7 +601,8 @@ def memory_per_gpu(
 
     lp = _local_params(arch, shapes, Ls, t, p, e, any_moe, etp)
     S = _state_shares(lp, shard, d, c, e, node_size, inv_t, any_moe, None if etp is None else t / _f(etp))
-    weights = _weights(lp, S, shard, fp32, wb, Ls, inv_t, any_moe, arch.get("hybrid"), fsdp_unsharded_stage)
+    dw, q_out = quantized_weights(lp, shard, wb, fp8_param_gather, dtype_code, non_tn_fp8, layers_16bit, arch)
+    weights = _weights(lp, S, shard, fp32, wb, Ls, inv_t, any_moe, arch.get("hybrid"), fsdp_unsharded_stage) + dw
     grads, optimizer, S_o = _grads_optimizer(S, shard, fp32, m, params, grad_bytes, trainable_frac,
                                              fsdp_unsharded_stage)
     activations, inflight = _activations(
@@ -594,7 +622,7 @@ def memory_per_gpu(
         "inflight_microbatches": inflight,
         "dense_params_local": lp["dense"],
         "expert_params_local": lp["expert"],
-        "optimizer_params_local": S_o,
+        "optimizer_params_local": S_o, **q_out,  # q_out: weights held quantized (models.parts.dp_comm)
     }
     if arch.get("mtp") is not None and np.any(p > 1):  # the first stage, without the MTP modules, may hold more
         first = memory_per_gpu(**(args | {"arch": {k: x for k, x in arch.items() if k != "mtp"}}))

@@ -584,7 +584,8 @@ def dp_comm(x: Inputs, r: Rates, mem: Mapping[str, np.ndarray], cm: Compute, ov:
     """Data parallel: (exposed s per step, exposed gathers s per micro-batch). Gradient sync (all-reduce; ZeRO:
     reduce-scatter + all-gather of the updated weights; HSDP: inside the node, then across), ZeRO-3 / FSDP / HSDP
     parameter gathers in forward and backward; dense weights over dp*cp, routed experts over
-    tp*cp*dp/(etp*ep) ranks etp*ep apart (models.moe.expert_dp_size; dp*cp/ep at etp = tp)."""
+    tp*cp*dp/(etp*ep) ranks etp*ep apart (models.moe.expert_dp_size; dp*cp/ep at etp = tp). Weights a recipe keeps
+    as quantized parameters (``mem`` quantized_*_params_local) gather models.precision.PARAM_GATHER_BYTES each."""
     shard, t, e, n = x.shard, x.t, x.e, x.n
     bw_up, bw_out, a_up, a_out, tiers = x.bw_up, x.bw_out, x.a_up, x.a_out, x.tiers
     dense_local = mem["dense_params_local"]
@@ -603,6 +604,13 @@ def dp_comm(x: Inputs, r: Rates, mem: Mapping[str, np.ndarray], cm: Compute, ov:
     gbytes_d = dense_local * P.grad_reduce_bytes
     gbytes_e = expert_local * P.grad_reduce_bytes if any_exp else 0.0
     wb = r.act_b  # 16-bit weights, 4 bytes for fp32/tf32 runs
+    w_d, w_e = dense_local * wb, (expert_local * wb if any_exp else 0.0)  # bytes of the weight all-gathers
+    if "quantized_dense_params_local" in mem:  # weights kept quantized (fp8_param_gather; models.memory)
+        from models.precision import param_gather_bytes
+
+        qg = param_gather_bytes(x.dt, wb) - wb  # Float8Tensor weights gather their uint8 buffer (1 B), MXFP8 2 B
+        w_d = w_d + qg * mem["quantized_dense_params_local"]
+        w_e = w_e + qg * mem["quantized_expert_params_local"] if any_exp else w_e
     full_shard = (shard == 3) | (shard == 4)
     present = np.bincount(np.clip(shard, 0, 6), minlength=7) > 0  # sharding codes in this block
     has = lambda *codes: bool(present[list(codes)].any())  # noqa: E731
@@ -610,11 +618,11 @@ def dp_comm(x: Inputs, r: Rates, mem: Mapping[str, np.ndarray], cm: Compute, ov:
     # plain DP: all-reduce grads; ZeRO-1/2: reduce-scatter grads + all-gather updated weights
     ar_d = coll.all_reduce_time(gbytes_d, nd, dp_bw, dp_a) if has(0) else zero
     rs_d = coll.reduce_scatter_time(gbytes_d, nd, dp_bw, dp_a) if has(1, 2, 3, 4) else zero
-    ag_w = coll.all_gather_time(dense_local * wb, nd, dp_bw, dp_a) if has(1, 2, 3, 4) else zero
+    ag_w = coll.all_gather_time(w_d, nd, dp_bw, dp_a) if has(1, 2, 3, 4) else zero
     if any_exp:
         ar_d = ar_d + coll.all_reduce_time(gbytes_e, ne, epd_bw, epd_a)
         rs_d = rs_d + coll.reduce_scatter_time(gbytes_e, ne, epd_bw, epd_a)
-        ag_w = ag_w + coll.all_gather_time(expert_local * wb, ne, epd_bw, epd_a)
+        ag_w = ag_w + coll.all_gather_time(w_e, ne, epd_bw, epd_a)
     # HSDP: reduce-scatter inside the node, all-reduce of the 1/hs shard across nodes
     if has(5):
         hs_bw_in, hs_a_in = coll.group_link(hs, hs, bw_up, bw_out, a_up, a_out)

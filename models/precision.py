@@ -74,3 +74,65 @@ def saved_gemm_input_bytes(dtype_code):
     for name, b in SAVED_GEMM_INPUT_BYTES.items():
         lut[DTYPE_CODES[name]] = b
     return np.take(lut, np.asarray(dtype_code, dtype=np.int64), mode="clip")
+
+
+# ---- bytes of a weight kept as a quantized parameter (Megatron-Core fp8_param_gather) -----------------------------
+#: Bytes per weight element of a decoder GEMM weight that Megatron-Core creates as a Transformer Engine quantized
+#: parameter (``fp8_param_gather``: the model is built under TE ``fp8_model_init``; module/base.py reset_parameters
+#: quantizes each weight with its forward quantizer, usage rowwise and columnwise, and the 16-bit weight is not kept;
+#: the fp32 master stays in the distributed optimizer), as (devices with non-TN FP8 GEMMs, TN-only devices):
+#:   fp8 / fp8-cs  Float8Tensor (tensor/float8_tensor.py make_empty: uint8 ``data`` and, for columnwise usage, a uint8
+#:                 ``data_transpose``; one fp32 scale per tensor). tensor/storage/float8_tensor_storage.py
+#:                 update_usage drops the transpose where ``is_non_tn_fp8_gemm_supported()`` (utils.py: compute
+#:                 capability 10.x-11.x or >= 13: B200, GB200, B300, GB300) and creates it elsewhere (Hopper): 1 B, 2 B.
+#:                 Megatron-Core's DDP puts ``data`` in a uint8 parameter buffer (distributed_data_parallel.py: "it is
+#:                 necessary to use torch.uint8"; param_and_grad_buffer.py modify_underlying_storage).
+#:   mxfp8         MXFP8Tensor (tensor/mxfp8_tensor.py make_empty: row-wise uint8 data + an E8M0 scale per 32
+#:                 elements, and the same column-wise): 2 (1 + 1/32) = 2.0625 B on every device. Its 16-bit all-gather
+#:                 copy lives in the gradient buffer (param_and_grad_buffer.py: "For MXFP8 param: Create a shared
+#:                 buffer for param AG and grad RS"; reuse_grad_buf_for_mxfp8_param_ag), so nothing else is held.
+#: Transformer Engine v2.9 (NeMo 25.11) through v2.16 keep these layouts. NVFP4 weights (``fp4_param_gather``) are not
+#: listed: Megatron-Core's DDP gained an NVFP4 parameter buffer only in 0.18, and the layout is not modelled (16-bit).
+QUANTIZED_PARAM_BYTES: dict[str, tuple[float, float]] = {
+    "fp8": (1.0, 2.0),
+    "fp8-cs": (1.0, 2.0),
+    "mxfp8": (2.0 * (1.0 + 1.0 / 32.0), 2.0 * (1.0 + 1.0 / 32.0)),
+}
+
+#: Bytes per weight element the distributed optimizer's parameter all-gather moves for quantized parameters: the uint8
+#: parameter buffer of Float8Tensor weights (1 B); MXFP8 weights gather their 16-bit values through the gradient buffer
+#: and quantize after the gather (param_and_grad_buffer.py: ``param.data.copy_(param_slice)``), 2 B as without them.
+PARAM_GATHER_BYTES: dict[str, float] = {"fp8": 1.0, "fp8-cs": 1.0}
+
+
+def _dtype_lut(table, default, pick=lambda v: v):
+    import numpy as np
+
+    from models.params import DTYPE_CODES
+
+    lut = np.full(max(DTYPE_CODES.values()) + 1, default)
+    for name, v in table.items():
+        lut[DTYPE_CODES[name]] = pick(v)
+    return lut
+
+
+def quantized_param_bytes(dtype_code, non_tn_fp8):
+    """Bytes per weight element of a quantized parameter (``QUANTIZED_PARAM_BYTES``) for arrays of
+    ``models.params.DTYPE_CODES`` and of "the device runs non-TN FP8 GEMMs"; NaN for dtypes without a layout."""
+    import numpy as np
+
+    code = np.asarray(dtype_code, dtype=np.int64)
+    non_tn = _dtype_lut(QUANTIZED_PARAM_BYTES, np.nan, lambda v: v[0])
+    tn = _dtype_lut(QUANTIZED_PARAM_BYTES, np.nan, lambda v: v[1])
+    return np.where(np.asarray(non_tn_fp8, dtype=bool), np.take(non_tn, code, mode="clip"),
+                    np.take(tn, code, mode="clip"))
+
+
+def param_gather_bytes(dtype_code, default_bytes):
+    """Bytes per quantized weight element of the parameter all-gather (``PARAM_GATHER_BYTES``; ``default_bytes``, the
+    16-bit gather, for the other dtypes)."""
+    import numpy as np
+
+    lut = _dtype_lut(PARAM_GATHER_BYTES, np.nan)
+    b = np.take(lut, np.asarray(dtype_code, dtype=np.int64), mode="clip")
+    return np.where(np.isnan(b), default_bytes, b)

@@ -300,6 +300,7 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     out = resolve_mtp_layers(out)
     out = resolve_layers_16bit(out)
     out = fw.recipe_memory(out)  # what a named recipe sets: recompute, activation offloading (models.frameworks)
+    out = fw.recipe_fp8_params(out)  # a named recipe's FP8 weights (fp8_param_gather, models.frameworks)
     out, hybrid = hybrid_problems(out)
     problems = [
         pl.when(pl.col("n_gpus").is_null()).then(pl.lit("n_gpus not stated (whole-run totals cannot be predicted)")),

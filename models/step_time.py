@@ -157,9 +157,10 @@ def _code(a: Mapping[str, np.ndarray], key: str, n: int) -> np.ndarray:
     return np.nan_to_num(_f(x, n), nan=0.0).astype(np.int64)
 
 
-#: per-row memory options a run's recipe may set (models.frameworks.recipe_memory), with the value used where neither
-#: the row nor its preset gives one: the share of layer activations offloaded to host memory, logits bytes
-ROW_MEMORY_OPTIONS = {"act_offload_frac": 0.0, "logits_bytes": 4.0}
+#: per-row memory options a run's recipe may set (models.frameworks.recipe_memory, recipe_fp8_params), with the value
+#: used where neither the row nor its preset gives one: the share of layer activations offloaded to host memory, logits
+#: bytes, weights kept as quantized parameters (1.0; models.memory.quantized_weights)
+ROW_MEMORY_OPTIONS = {"act_offload_frac": 0.0, "logits_bytes": 4.0, "fp8_param_gather": 0.0}
 
 
 def _memory_options(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> dict:
@@ -178,6 +179,12 @@ def _memory_options(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> dict
         if a.get(c_) is not None:
             row = _f(a[c_], n)
             out[c_] = np.where(np.isnan(row), out.get(c_, default), row)
+    if "fp8_param_gather" in out and a.get("generation_code") is not None:
+        # Transformer Engine runs non-TN FP8 GEMMs on compute capability 10.x (utils.py is_non_tn_fp8_gemm_supported):
+        # the Blackwell group of models.domains (B200, GB200, B300, GB300); Hopper needs the weight's transpose
+        from models.domains import GENERATION_GROUPS
+
+        out["non_tn_fp8"] = _f(a["generation_code"], n) == GENERATION_GROUPS.index("Blackwell")
     return out
 
 
