@@ -79,7 +79,10 @@ def test_resolve_hardware_rules(hw):
     assert r["a100-pcie-80gb"]["inter_node_bw_fallback"] and r["a100-pcie-80gb"]["inter_node_bw_gbps"] == 12.5
     assert r["gtx-580"]["inter_node_bw_gbps"] == 8.0  # capped by its PCIe 2.0 link
     assert not r["h100-sxm5-80gb"]["inter_node_bw_fallback"]
-    assert r["tpu-v4"]["memory_gb"] == pytest.approx(32 * 1.073741824)
+    # capacities stay as stated; every one is binary (models.memory.capacity_bytes): TPU v4's 32 GiB = 34.4e9 bytes
+    assert r["tpu-v4"]["memory_gb"] == 32.0
+    from models.memory import capacity_bytes
+    assert float(capacity_bytes(r["tpu-v4"]["memory_gb"])) == pytest.approx(32 * 2**30)
     assert r["tpu-v3"]["hardware_error"] is not None and "intra_node_bw_gbps" in r["tpu-v3"]["hardware_error"]
 
 
