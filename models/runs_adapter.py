@@ -10,7 +10,7 @@ never silently rests on a guess:
 | vpp empty with pp > 1 otherwise, on a FlashAttention-era Megatron-class or unnamed stack whose micro-batches are a multiple of pp | interleaved in chunks of 2 layers: vpp = floor(layers per stage / 2) (`TYPICAL_LAYERS_PER_CHUNK`) | the median chunk of the corpus's pipelined runs that state one (NeMo, Megatron-Bridge, MLPerf: 1-4 layers); Llama 3 405B used the interleaved schedule (Dubey et al. 2024) |
 | tp, pp, cp, ep, vpp empty | 1 | the sources state every degree they use |
 | tp, pp empty but dp stated (dp < n_gpus) | model-parallel size n_gpus/(dp*cp): tp = min(that, scale-up domain), pp = the rest | Megatron-LM's layout: tensor parallel inside the node, pipeline across (Narayanan et al. 2021, section 3.3) |
-| tp, pp, dp all empty and tp=pp=1 impossible | the smallest tp*pp (tp <= scale-up domain first, then pp) that divides n_gpus, leaves a dp dividing the batch and fits in memory (`resolve_layout`) | the framework default of a model-parallel stack: as little model parallelism as fits |
+| tp, pp, dp all empty and tp=pp=1 impossible | the smallest tp*pp (tp <= scale-up domain first, then pp) that divides n_gpus, leaves a dp dividing the batch and fits in memory with the run's recompute, else selective (`resolve_layout`) | the framework default of a model-parallel stack: as little model parallelism as fits |
 | etp (expert tensor parallelism) of an MoE run: the measurement schema has no column | tp (Megatron-Core's default `--expert-tensor-parallel-size`); where ep does not fold with it (ep does not divide cp*dp), the largest etp dividing tp with etp*ep dividing tp*cp*dp (`models.moe.resolve_etp`) | Megatron-Core refuses an expert grid that does not tile the stage (MoE parallel folding), so a run that ran used such an etp |
 | capacity factor of an MoE run | dropless, unless the notes state otherwise (only "dropless" is stated in the corpus) | Megatron-Core's default (`--moe-expert-capacity-factor` None) |
 | dp stated but tp*pp*cp*dp != n_gpus | dp*ep when that completes n_gpus (the source counted dp without the expert ranks), else n_gpus/(tp*pp*cp) | |
@@ -448,13 +448,15 @@ LAYOUT_CANDIDATES = ((1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8,
 def resolve_layout(configs: pl.DataFrame, predict) -> pl.DataFrame:
     """Runs that state no layout at all (`layout_unstated`) and cannot run as pure data parallel (the batch
     does not split over n_gpus replicas, or the model does not fit): the first of LAYOUT_CANDIDATES whose tp
-    fits the scale-up domain and divides the heads, whose dp divides the batch and that fits in memory with
-    full recompute. `predict` is `models.step_time.predict`."""
+    fits the scale-up domain and divides the heads, whose dp divides the batch and that fits in memory with the
+    recompute the run will be predicted with: its stated one, else selective (the most `resolve_recompute` ever
+    assumes for a measured run; testing with full recompute chose layouts the run's own prediction then called
+    too big). `predict` is `models.step_time.predict`."""
     if "layout_unstated" not in configs.columns or not configs["layout_unstated"].any():
         return configs
     df = configs.with_row_index("_row")
     todo = df.filter(pl.col("layout_unstated"))
-    trial0 = todo.drop("_row").with_columns(pl.lit("full").alias("recompute"))
+    trial0 = todo.drop("_row").with_columns(pl.col("recompute").fill_null("selective").alias("recompute"))
     ok0 = predict_by_preset(trial0, predict)["feasible"].to_numpy()
     B = todo["global_batch_seqs"].cast(pl.Float64).to_numpy()
     n = todo["n_gpus"].cast(pl.Float64).to_numpy()
