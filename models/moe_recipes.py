@@ -20,11 +20,15 @@ tp, pp, vpp, ep, global and micro batch) is the run's; where the published run's
 its release the nearest preset is used and the entry says so. Every MoE run of a release not listed here ran a
 recipe without the overlap (the presets' ``moe_a2a_overlap=False``, the default of ``CommOverlapConfig``).
 
-Other recipe fields, checked and not changing the model: ``expert_tensor_parallel_size`` is 1 in every MoE preset
-of the corpus's runs (``BASE_*_CONFIG``; the adapter's etp rule is not changed here), ``moe_router_force_load_balancing``
+Expert tensor parallelism: ``expert_tensor_parallel_size`` is 1 in every MoE preset of the corpus's releases
+(``RECIPE_ETP``); ``resolve_recipe_etp`` states it on the runs, where the adapter would otherwise infer it (etp = tp,
+or the largest etp that folds: the same 1 on the corpus's tp-2 runs, whose ep does not fold with etp = tp).
+Other recipe fields, checked and not changing the model: ``moe_router_force_load_balancing``
 is True (balanced routing: ``PhysParams.moe_imbalance`` 1.0 already), and the token dispatcher
 (``moe_flex_dispatcher_backend`` "hybridep" on GB200/most Blackwell presets, "deepep" on some H100/B200 presets, the
-all-to-all dispatcher otherwise) is recorded in ``RECIPE_DISPATCHER`` for the overlapped entries but not given a cost
+all-to-all dispatcher otherwise; a preset's backend takes effect only where the recipe selects the flex dispatcher:
+``apply_flex_dispatcher_backend`` from r0.4.0's ``set_workload_base_configs``, or the model's recipe function) is
+recorded in ``RECIPE_DISPATCHER`` for the overlapped entries but not given a cost
 of its own: no source states its bandwidth relative to NCCL all-to-all on the corpus's fabrics.
 """
 
@@ -94,11 +98,31 @@ RECIPE_DISPATCHER: dict[tuple[str, str, str, str], str | None] = {
     ("25.11", "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8-cs"): None,
     ("25.11", "qwen3-235b-a22b", "b200", "mxfp8"): None,
     ("25.11", "qwen3-30b-a3b", "h100-sxm5-80gb", "fp8-cs"): None,
-    ("26.02", "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8"): "deepep",
+    # the preset names "deepep", but r0.3.0's qwen3_235b_a22b_pretrain_config_h100 sets the alltoall dispatcher and
+    # that release's set_workload_base_configs does not apply a preset's backend: the run used the all-to-all one
+    ("26.02", "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8"): None,
     ("26.04", "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8"): None,
     ("26.04", "gpt-oss-120b", "gb200", "bf16"): None,
     **{k: "hybridep" for k in RECIPE_A2A_OVERLAP if k[0] in ("26.06", "26.08")},
 }
+
+
+#: expert_tensor_parallel_size of the Megatron-Bridge MoE performance recipes, per release: 1 in every preset (none of
+#: the releases' presets or per-GPU recipes sets another value; grep of ``expert_tensor_parallel_size`` at each branch)
+RECIPE_ETP: dict[str, tuple[int, str]] = {
+    "25.11": (1, f"{_B} r0.2.0 scripts/performance/configs/{{deepseek,gpt_oss,qwen3}}/workload_base_configs.py "
+                 "BASE_*_CONFIG expert_tensor_parallel_size=1"),
+    "26.02": (1, f"{_B} r0.3.0 scripts/performance/configs/{{deepseek,gpt_oss,qwen,nemotronh}}/*workload_base_configs.py "
+                 "BASE_*_CONFIG expert_tensor_parallel_size=1"),
+    "26.04": (1, f"{_B} r0.4.0 scripts/performance/configs/{{deepseek,gpt_oss,qwen,nemotronh}}/*workload_base_configs.py "
+                 "BASE_*_CONFIG expert_tensor_parallel_size=1"),
+    "26.06": (1, f"{_B} r0.5.0 scripts/performance/configs/{{deepseek,gpt_oss,qwen,nemotronh}}/*workload_base_configs.py "
+                 "BASE_*_CONFIG expert_tensor_parallel_size=1"),
+    "26.08": (1, f"{_B} r0.6.0 src/megatron/bridge/perf_recipes/{{deepseek/common.py,gpt_oss,qwen,nemotronh}} "
+                 "cfg.model.expert_tensor_parallel_size = 1"),
+}
+#: the adapter's inferred-etp notes (models.runs_adapter.infer_layout) a recipe's stated etp replaces
+_INFERRED_ETP_NOTE = r"etp=(\d+|tp) \([^)]*\)(; )?"
 
 
 def run_release(run_id: str | None) -> str | None:
@@ -149,3 +173,38 @@ def resolve_a2a_overlap(frame: pl.DataFrame) -> pl.DataFrame:
         pl.when(why.is_not_null()).then(pl.concat_str([pl.col("assumptions"), why], separator="; ", ignore_nulls=True))
         .otherwise(pl.col("assumptions")).alias("assumptions"),
     )
+
+
+def recipe_etp(run_id: str | None) -> int | None:
+    """The expert tensor-parallel size of a Megatron-Bridge performance run's recipe (``RECIPE_ETP``), None for a run
+    of another source or of a release not listed."""
+    hit = RECIPE_ETP.get(run_release(run_id) or "")
+    return hit[0] if hit else None
+
+
+def resolve_recipe_etp(frame: pl.DataFrame) -> pl.DataFrame:
+    """`etp` of the MoE Megatron-Bridge performance runs (`mbYYMM-` run ids, n_experts > 0) of a configuration frame
+    that do not state it: the release's recipe value (`RECIPE_ETP`), recorded in `assumptions` in place of the
+    adapter's inferred-etp note. Other rows keep their `etp` (null: the step-time model infers it). Needs run_id and
+    n_experts (else the frame is returned unchanged)."""
+    if not frame.height or any(c not in frame.columns for c in ("run_id", "n_experts")):
+        return frame
+    if "etp" not in frame.columns:
+        frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("etp"))
+    if "assumptions" not in frame.columns:
+        frame = frame.with_columns(pl.lit(None, dtype=pl.Utf8).alias("assumptions"))
+    rid = pl.col("run_id").cast(pl.Utf8)
+    rel = pl.concat_str([rid.str.extract(RUN_RELEASE_PATTERN, 1), rid.str.extract(RUN_RELEASE_PATTERN, 2)],
+                        separator=".")
+    val = rel.replace_strict({k: float(v[0]) for k, v in RECIPE_ETP.items()}, default=None, return_dtype=pl.Float64)
+    src = rel.replace_strict({k: v[1] for k, v in RECIPE_ETP.items()}, default=None, return_dtype=pl.Utf8)
+    fill = (pl.col("etp").is_null() & (pl.col("n_experts").cast(pl.Float64, strict=False).fill_null(0.0) > 0)
+            & val.is_not_null())
+    kept = pl.col("assumptions").str.replace_all(_INFERRED_ETP_NOTE, "").str.strip_chars("; ").replace("", None)
+    why = pl.format("etp={} ({})", val.cast(pl.Int64), src)
+    return frame.with_columns(
+        pl.when(fill).then(val).otherwise(pl.col("etp").cast(pl.Float64, strict=False)).alias("etp"),
+        pl.when(fill).then(pl.concat_str([kept, why], separator="; ", ignore_nulls=True))
+        .otherwise(pl.col("assumptions")).alias("assumptions"),
+    )
+

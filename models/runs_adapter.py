@@ -11,7 +11,7 @@ never silently rests on a guess:
 | tp, pp, cp, ep, vpp empty | 1 | the sources state every degree they use |
 | tp, pp empty but dp stated (dp < n_gpus) | model-parallel size n_gpus/(dp*cp): tp = min(that, scale-up domain), pp = the rest | Megatron-LM's layout: tensor parallel inside the node, pipeline across (Narayanan et al. 2021, section 3.3) |
 | tp, pp, dp all empty and tp=pp=1 impossible | the smallest tp*pp (tp <= scale-up domain first, then pp) that divides n_gpus, leaves a dp dividing the batch and fits in memory with the run's recompute, else selective (`resolve_layout`) | the framework default of a model-parallel stack: as little model parallelism as fits |
-| etp (expert tensor parallelism) of an MoE run: the measurement schema has no column | tp (Megatron-Core's default `--expert-tensor-parallel-size`); where ep does not fold with it (ep does not divide cp*dp), the largest etp dividing tp with etp*ep dividing tp*cp*dp (`models.moe.resolve_etp`) | Megatron-Core refuses an expert grid that does not tile the stage (MoE parallel folding), so a run that ran used such an etp |
+| etp (expert tensor parallelism) of an MoE run: the measurement schema has no column | a Megatron-Bridge performance run (`mbYYMM-`): its release's recipe value, 1 (`models.moe_recipes.RECIPE_ETP`); otherwise tp (Megatron-Core's default `--expert-tensor-parallel-size`); where ep does not fold with it (ep does not divide cp*dp), the largest etp dividing tp with etp*ep dividing tp*cp*dp (`models.moe.resolve_etp`) | Megatron-Core refuses an expert grid that does not tile the stage (MoE parallel folding), so a run that ran used such an etp |
 | capacity factor of an MoE run | dropless, unless the notes state otherwise (only "dropless" is stated in the corpus) | Megatron-Core's default (`--moe-expert-capacity-factor` None) |
 | dp stated but tp*pp*cp*dp != n_gpus | dp*ep when that completes n_gpus (the source counted dp without the expert ranks), else n_gpus/(tp*pp*cp) | |
 | dp empty | n_gpus / (tp*pp*cp) | definition of dp in the data card |
@@ -214,6 +214,14 @@ def infer_layout(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _recipe_moe_options(frame: pl.DataFrame) -> pl.DataFrame:
+    """MoE options a Megatron-Bridge performance run's recipe sets and the schema has no column for
+    (`models.moe_recipes`): the expert tensor-parallel size."""
+    from models import moe_recipes as mr
+
+    return mr.resolve_recipe_etp(frame)
+
+
 def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFrame:
     """`runs` rows (the store's runs table) + resolved hardware -> model input columns.
 
@@ -287,6 +295,7 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
         out = out.with_columns([pl.coalesce(c, f"_hw_{c}").alias(c) for c in override]).drop(
             [f"_hw_{c}" for c in override])
     out = infer_layout(out)
+    out = _recipe_moe_options(out)
     out = out.with_columns(
         pl.coalesce(pl.col("gpus_per_node"),
                     pl.min_horizontal(pl.col("scaleup_size"), pl.col("n_gpus"))).alias("gpus_per_node"),

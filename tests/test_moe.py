@@ -258,3 +258,24 @@ def test_recipe_table_names_the_a2a_overlap_of_a_megatron_bridge_run():
     assert out["moe_a2a_overlap"].to_list() == [1.0, 0.0, None, 0.0]  # a stated value wins
     assert "moe_a2a_overlap=1 (Megatron-Bridge r0.5.0" in out["assumptions"][0]
     assert out["assumptions"][1] is None
+
+
+def test_recipe_etp_states_the_megatron_bridge_presets_expert_tp():
+    from models import moe_recipes as mr
+
+    # every MoE preset of the releases sets expert_tensor_parallel_size=1, the tp-2 Qwen3-235B H100 run's too
+    assert mr.recipe_etp("mb2604-pre-training-qwen3-235b-a22b-h100-256gpu-fp8-gbs8192") == 1
+    assert mr.recipe_etp("mb2511-pre-training-qwen3-235b-a22b-h100-256gpu-fp8-cs-gbs2048") == 1
+    assert mr.recipe_etp("nemo-docs-mixtral") is None and mr.recipe_etp("mb2701-x") is None
+    note = "dropless; etp=1 (ep=32 does not fold with etp=tp: the largest etp dividing tp with etp*ep | tp*cp*dp, " \
+           "as Megatron-Core needs); recompute=none"
+    frame = pl.DataFrame({
+        "run_id": ["mb2604-pre-training-qwen3-235b-a22b-h100-256gpu-fp8-gbs8192", "mb2604-dense", "other-moe",
+                   "mb2606-stated"],
+        "n_experts": [128, 0, 8, 64], "etp": [None, None, None, 2.0], "assumptions": [note, None, "etp=tp (x)", None]})
+    out = mr.resolve_recipe_etp(frame)
+    assert out["etp"].to_list() == [1.0, None, None, 2.0]  # dense, other sources and a stated etp are kept
+    a = out["assumptions"][0]
+    assert "etp=1 (Megatron-Bridge r0.4.0" in a and "does not fold" not in a and a.startswith("dropless; ")
+    assert out["assumptions"][2] == "etp=tp (x)"
+
