@@ -67,3 +67,20 @@ def _no_default_store(monkeypatch, tmp_path_factory):
     monkeypatch.delenv("STEPCAST_SNAPSHOT", raising=False)
     # nor the developer's Dagster instance (.dagster/ or their DAGSTER_HOME): builds record their runs here
     monkeypatch.setenv("DAGSTER_HOME", str(folder / "dagster_home"))
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory):
+    """measured_runs.csv through `stepcast predict --runs`'s path, on the priors (no store, no fit): once per session
+    for every test that reads the corpus's predicted rows."""
+    from pipeline.predict_runs import predict_file
+
+    old = os.environ.get("STEPCAST_STORE")
+    os.environ["STEPCAST_STORE"] = str(tmp_path_factory.mktemp("none") / "stepcast.duckdb")
+    try:
+        return predict_file(MEASUREMENTS / "measured_runs.csv", MEASUREMENTS)
+    finally:
+        if old is None:
+            os.environ.pop("STEPCAST_STORE")
+        else:
+            os.environ["STEPCAST_STORE"] = old

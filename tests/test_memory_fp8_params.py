@@ -91,30 +91,14 @@ def test_recipe_flags_megatron_bridge_fp8_and_mxfp8_pretraining_and_sft_only():
 LLAMA405_GB200_FP8 = "mb2602-pre-training-llama3-1-405b-gb200-256gpu-fp8-gbs1536"
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    """measured_runs.csv through `stepcast predict --runs`'s path, on the priors (no store, no fit)."""
-    import os
-
-    from pipeline.predict_runs import predict_file
-
-    old = os.environ.get("STEPCAST_STORE")
-    os.environ["STEPCAST_STORE"] = str(tmp_path_factory.mktemp("none") / "stepcast.duckdb")
-    try:
-        return predict_file(Path(MEASUREMENTS) / "measured_runs.csv", Path(MEASUREMENTS))
-    finally:
-        if old is None:
-            os.environ.pop("STEPCAST_STORE")
-        else:
-            os.environ["STEPCAST_STORE"] = old
-
-
 def test_llama31_405b_fp8_on_gb200_holds_one_byte_weights(corpus):
     """t4 p16 on GB200 (non-TN FP8 GEMMs): each GPU's ~6.3e9 decoder weights hold 1 B instead of 2 B, about 6.7 GB
-    less with the fragmentation share (204.8 -> 198.1 GB); still above the 186 GB the comparison uses (decimal)."""
+    less with the fragmentation share (204.8 -> 198.1 GB), which fits the 186 GiB (199.7e9 bytes) of a GB200; with
+    16-bit weights it would not."""
     r = corpus.filter(pl.col("run_id") == LLAMA405_GB200_FP8).row(0, named=True)
     assert "fp8_param_gather" in r["assumptions"]
     assert r["memory_gb_per_gpu"] == pytest.approx(198.1, abs=0.3)
+    assert r["memory_fits"] and r["memory_capacity_gb"] == pytest.approx(199.7, abs=0.1)
 
 
 def test_runs_without_the_flag_are_unchanged(corpus):

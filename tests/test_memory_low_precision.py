@@ -117,24 +117,6 @@ FIXED = [
 ]
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    """measured_runs.csv through `stepcast predict --runs`'s path, on the priors (no store, no fit)."""
-    import os
-
-    from pipeline.predict_runs import predict_file
-
-    old = os.environ.get("STEPCAST_STORE")
-    os.environ["STEPCAST_STORE"] = str(tmp_path_factory.mktemp("none") / "stepcast.duckdb")
-    try:
-        return predict_file(Path(MEASUREMENTS) / "measured_runs.csv", Path(MEASUREMENTS))
-    finally:
-        if old is None:
-            os.environ.pop("STEPCAST_STORE")
-        else:
-            os.environ["STEPCAST_STORE"] = old
-
-
 def test_megatron_bridge_runs_fixed_by_their_recipes_fit(corpus):
     rows = corpus.filter(pl.col("run_id").is_in(FIXED))
     assert rows.height == len(FIXED)
