@@ -142,6 +142,18 @@ def recipe_a2a_overlap(run_id: str | None, arch_id: str | None, gpu: str | None,
     return key in RECIPE_A2A_OVERLAP
 
 
+def _with_release(frame: pl.DataFrame, column: str) -> tuple[pl.DataFrame, pl.Expr]:
+    """``frame`` with ``column`` (Float64) and ``assumptions`` present (null where absent), and the release ("26.04")
+    a Megatron-Bridge run id names, as an expression (null for other runs)."""
+    if column not in frame.columns:
+        frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias(column))
+    if "assumptions" not in frame.columns:
+        frame = frame.with_columns(pl.lit(None, dtype=pl.Utf8).alias("assumptions"))
+    rid = pl.col("run_id").cast(pl.Utf8)
+    return frame, pl.concat_str([rid.str.extract(RUN_RELEASE_PATTERN, 1), rid.str.extract(RUN_RELEASE_PATTERN, 2)],
+                                separator=".")
+
+
 def resolve_a2a_overlap(frame: pl.DataFrame) -> pl.DataFrame:
     """`moe_a2a_overlap` (1: the EP all-to-all overlapped with another micro-batch's compute) of the Megatron-Bridge
     performance runs (`mbYYMM-` run ids) of a configuration frame that do not state it: the recipe of the run's
@@ -153,13 +165,7 @@ def resolve_a2a_overlap(frame: pl.DataFrame) -> pl.DataFrame:
     need = ("run_id", "arch_id", "gpu", "dtype")
     if not frame.height or any(c not in frame.columns for c in need):
         return frame
-    if "moe_a2a_overlap" not in frame.columns:
-        frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("moe_a2a_overlap"))
-    if "assumptions" not in frame.columns:
-        frame = frame.with_columns(pl.lit(None, dtype=pl.Utf8).alias("assumptions"))
-    rid = pl.col("run_id").cast(pl.Utf8)
-    rel = pl.concat_str([rid.str.extract(RUN_RELEASE_PATTERN, 1), rid.str.extract(RUN_RELEASE_PATTERN, 2)],
-                        separator=".")
+    frame, rel = _with_release(frame, "moe_a2a_overlap")
     key = pl.concat_str([rel, pl.col("arch_id").cast(pl.Utf8).str.to_lowercase(),
                          pl.col("gpu").cast(pl.Utf8).str.to_lowercase(),
                          pl.col("dtype").cast(pl.Utf8).str.to_lowercase()], separator="|")
@@ -189,13 +195,7 @@ def resolve_recipe_etp(frame: pl.DataFrame) -> pl.DataFrame:
     n_experts (else the frame is returned unchanged)."""
     if not frame.height or any(c not in frame.columns for c in ("run_id", "n_experts")):
         return frame
-    if "etp" not in frame.columns:
-        frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("etp"))
-    if "assumptions" not in frame.columns:
-        frame = frame.with_columns(pl.lit(None, dtype=pl.Utf8).alias("assumptions"))
-    rid = pl.col("run_id").cast(pl.Utf8)
-    rel = pl.concat_str([rid.str.extract(RUN_RELEASE_PATTERN, 1), rid.str.extract(RUN_RELEASE_PATTERN, 2)],
-                        separator=".")
+    frame, rel = _with_release(frame, "etp")
     val = rel.replace_strict({k: float(v[0]) for k, v in RECIPE_ETP.items()}, default=None, return_dtype=pl.Float64)
     src = rel.replace_strict({k: v[1] for k, v in RECIPE_ETP.items()}, default=None, return_dtype=pl.Utf8)
     fill = (pl.col("etp").is_null() & (pl.col("n_experts").cast(pl.Float64, strict=False).fill_null(0.0) > 0)
