@@ -470,8 +470,9 @@ def predict(configs: pl.DataFrame, model: Model = None) -> pl.DataFrame:
     cols = list(OUTPUT_COLUMNS) + list(EXTRA_COLUMNS)
     df = pl.DataFrame({k: res[k] for k in cols})
     df = df.with_columns([pl.col(c).fill_nan(None) for c in cols if df.schema[c] == pl.Float64])
-    df = df.with_columns(pl.Series("__memory_cap", capacity_bytes(np.asarray(arrays["memory_gb"], float)) / 1e9))
-    df = df.with_columns(_error_strings(df)).drop("__memory_cap")
+    df = df.with_columns(pl.Series("__memory_cap", capacity_bytes(np.asarray(arrays["memory_gb"], float)) / 1e9),
+                         pl.Series("__memory_stated", np.asarray(arrays["memory_gb"], dtype=np.float64)))
+    df = df.with_columns(_error_strings(df)).drop("__memory_cap", "__memory_stated")
     p = as_predictor(model)
     version = None if isinstance(p, PhysParams) else p.fit_version
     assumptions = "analytical" if isinstance(p, PhysParams) else p.assumptions

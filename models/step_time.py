@@ -617,11 +617,12 @@ def _error_strings(pred: pl.DataFrame) -> pl.Expr:
         for bit, msg in ERROR_MESSAGES.items()
     ]
     mem_msg = pl.format(
-        "memory {} GB > {} GB capacity: weights {} GB, grads {} GB, optimizer {} GB, activations {} GB, overhead {} GB",
+        "memory {} GB > {} GB capacity ({} GB as stated, binary): weights {} GB, grads {} GB, optimizer {} GB, "
+        "activations {} GB, overhead {} GB",
         *[
             pl.col(c_).round(1)
             for c_ in (
-                "memory_gb_per_gpu", "__memory_cap", "mem_weights_gb", "mem_grads_gb",
+                "memory_gb_per_gpu", "__memory_cap", "__memory_stated", "mem_weights_gb", "mem_grads_gb",
                 "mem_optimizer_gb", "mem_activations_gb", "mem_overhead_gb",
             )
         ],
@@ -643,6 +644,7 @@ def predict(configs: pl.DataFrame, params: PhysParams = DEFAULT) -> pl.DataFrame
     df = df.with_columns(
         [pl.col(c_).fill_nan(None) for c_ in OUTPUT_COLUMNS if df.schema[c_] == pl.Float64]
     )
-    df = df.with_columns(pl.Series("__memory_cap", capacity_bytes(arrays["memory_gb"]) / GB))
-    df = df.with_columns(_error_strings(df)).drop("__memory_cap")
+    df = df.with_columns(pl.Series("__memory_cap", capacity_bytes(arrays["memory_gb"]) / GB),
+                         pl.Series("__memory_stated", np.asarray(arrays["memory_gb"], dtype=np.float64)))
+    df = df.with_columns(_error_strings(df)).drop("__memory_cap", "__memory_stated")
     return df.select(["feasible", "error", *[c_ for c_ in OUTPUT_COLUMNS if c_ != "feasible"]])
