@@ -323,9 +323,9 @@ _MB_SFT = (_MB + "configs/llama/llama3_workload_base_configs.py _LLAMA3_70B_SFT_
 #: from the run's model_name). The recipes' "fp8" is FP8 current scaling (the performance scripts offer fp8_cs,
 #: fp8_mx, fp8_sc, bf16 and nvfp4: scripts/performance/utils/precision.py get_precision_config). Only what the
 #: memory model can represent is listed: module lists such as ["layernorm", "moe_act"] (GPT-OSS), ["mla_up_proj"]
-#: (DeepSeek-V3) and block recompute of N layers (Llama 3 8B on H100, LoRA on H100) are not, and those runs keep
-#: the adapter's inference. cpu_offloading_num_layers N: set_recompute_overrides sets cpu_offloading = True,
-#: cpu_offloading_weights = False (activations only).
+#: (DeepSeek-V3) are in ``RECIPE_RECOMPUTE_MODULES``; block recompute of N layers (Llama 3 8B on H100, LoRA on H100)
+#: is not represented, and those runs keep the adapter's inference. cpu_offloading_num_layers N:
+#: set_recompute_overrides sets cpu_offloading = True, cpu_offloading_weights = False (activations only).
 RECIPE_MEMORY: dict[tuple[str, str, str, str], tuple[str, int, str]] = {
     **{("llama3-70b", "pretrain", "gb200", d): ("none", 40, _MB_LLAMA3 + "; LLAMA3_70B_*GB200_FP8_CS*: "
                                                 "use_megatron_fsdp=True, cpu_offloading_num_layers=40")
@@ -404,10 +404,11 @@ def recipe_task(model_name) -> pl.Expr:
 def recipe_memory(frame: pl.DataFrame) -> pl.DataFrame:
     """`frame` with the recompute (where unstated) and `act_offload_frac` that the run's recipe sets
     (``RECIPE_MEMORY``, for the ``megatron_bridge`` preset's runs), each recorded in `assumptions`, and
-    `logits_bytes` 2 for the containers whose TE fused cross-entropy works in place
+    `recompute_modules` (bits, models.memory.RECOMPUTE_MODULE_BITS; with recompute = selective) of
+    ``RECIPE_RECOMPUTE_MODULES``, `logits_bytes` 2 for the containers whose TE fused cross-entropy works in place
     (``TE_INPLACE_CROSS_ENTROPY_CONTAINERS``; null: the preset's). The offloaded share is of the layers one pipeline
     stage holds. Needs memory_preset, arch_id, model_name, gpu, dtype, recompute, n_layers, pp, assumptions (and
-    framework for the container); a frame without them is returned with both columns null."""
+    framework for the container); a frame without them is returned with those columns null."""
     need = ("memory_preset", "arch_id", "model_name", "gpu", "dtype", "recompute", "n_layers", "pp")
     if not frame.height or any(c not in frame.columns for c in need):
         return frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("act_offload_frac"),
@@ -429,8 +430,8 @@ def recipe_memory(frame: pl.DataFrame) -> pl.DataFrame:
     mods = {"|".join(k): v for k, v in RECIPE_RECOMPUTE_MODULES.items()}
     mcode = mkey.replace_strict({k: float(recompute_modules_code(v[0])) for k, v in mods.items()}, default=None,
                                 return_dtype=pl.Float64)
-    mwhy = mkey.replace_strict({k: f"recompute_modules={list(v[0])} (the run's recipe: {v[1]})" for k, v in mods.items()},
-                               default=None, return_dtype=pl.Utf8)
+    mwhy = mkey.replace_strict({k: f"recompute_modules={list(v[0])} (the run's recipe: {v[1]})"
+                                for k, v in mods.items()}, default=None, return_dtype=pl.Utf8)
     # the recipe's modules apply where the run's recompute is unstated or selective (the granularity they set)
     use_mods = mcode.is_not_null() & (pl.col("recompute").is_null() | (pl.col("recompute") == "selective"))
     rc = pl.when(use_mods).then(pl.lit("selective")).otherwise(rc)

@@ -76,7 +76,8 @@ def _row(**kw):
                 qk_nope_head_dim=128.0, v_head_dim=128.0, seq_len=4096.0, global_batch_seqs=4096.0, micro_batch=1.0,
                 n_gpus=256.0, tp=1.0, pp=4.0, dp=64.0, cp=1.0, ep=64.0, vpp=4.0, sharding=1, recompute=1,
                 dtype=DTYPE_CODES["bf16"], peak_fp32_tflops=80.0, peak_tf32_tflops=1250.0, peak_bf16_tflops=2500.0,
-                peak_fp16_tflops=2500.0, peak_fp8_tflops=5000.0, peak_fp4_tflops=10000.0, memory_gb=186.0, memory_bw_gbps=8000.0,
+                peak_fp16_tflops=2500.0, peak_fp8_tflops=5000.0, peak_fp4_tflops=10000.0, memory_gb=186.0,
+                memory_bw_gbps=8000.0,
                 intra_node_bw_gbps=900.0, inter_node_bw_gbps=400.0, gpus_per_node=72.0, scaleup_size=72.0)
     base.update(kw)
     return {k: np.atleast_1d(np.asarray(v)) for k, v in base.items()}
@@ -85,7 +86,7 @@ def _row(**kw):
 def test_row_without_modules_is_unchanged():
     """The input absent, 0 or null: every output bit-identical."""
     ref = predict_arrays(_row())
-    assert ref["error_code"][0] & ~1024 == 0 and np.isfinite(ref["step_time_s"][0])
+    assert (int(ref["error_code"][0]) & ~1024) == 0 and np.isfinite(ref["step_time_s"][0])
     for v in (0.0, np.nan):
         out = predict_arrays(_row(recompute_modules=v))
         for k, x in ref.items():
@@ -93,7 +94,7 @@ def test_row_without_modules_is_unchanged():
 
 
 @pytest.mark.parametrize("mods", [[m] for m in RECOMPUTE_MODULE_BITS] + [["mla_up_proj", "layernorm", "moe_act"]])
-def test_recompute_never_makes_a_step_faster_nor_memory_larger_in_storage(mods):
+def test_recompute_never_makes_a_step_faster(mods):
     """Every module (DeepSeek-V3 on a GB200-like row, selective): the step is never shorter, compute never less."""
     ref = predict_arrays(_row())
     out = predict_arrays(_row(recompute_modules=float(recompute_modules_code(mods))))
