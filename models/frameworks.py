@@ -323,9 +323,9 @@ _MB_SFT = (_MB + "configs/llama/llama3_workload_base_configs.py _LLAMA3_70B_SFT_
 #: from the run's model_name). The recipes' "fp8" is FP8 current scaling (the performance scripts offer fp8_cs,
 #: fp8_mx, fp8_sc, bf16 and nvfp4: scripts/performance/utils/precision.py get_precision_config). Only what the
 #: memory model can represent is listed: module lists such as ["layernorm", "moe_act"] (GPT-OSS), ["mla_up_proj"]
-#: (DeepSeek-V3) and block recompute of N layers (Llama 3 8B on H100, LoRA on H100) are not, and those runs keep
-#: the adapter's inference. cpu_offloading_num_layers N: set_recompute_overrides sets cpu_offloading = True,
-#: cpu_offloading_weights = False (activations only).
+#: (DeepSeek-V3) are in ``RECIPE_RECOMPUTE_MODULES``; block recompute of N layers (Llama 3 8B on H100, LoRA on H100)
+#: is not represented, and those runs keep the adapter's inference. cpu_offloading_num_layers N:
+#: set_recompute_overrides sets cpu_offloading = True, cpu_offloading_weights = False (activations only).
 RECIPE_MEMORY: dict[tuple[str, str, str, str], tuple[str, int, str]] = {
     **{("llama3-70b", "pretrain", "gb200", d): ("none", 40, _MB_LLAMA3 + "; LLAMA3_70B_*GB200_FP8_CS*: "
                                                 "use_megatron_fsdp=True, cpu_offloading_num_layers=40")
@@ -339,6 +339,47 @@ RECIPE_MEMORY: dict[tuple[str, str, str, str], tuple[str, int, str]] = {
        for g in ("gb200", "b200", "h100-sxm5-80gb") for d in ("bf16", "fp8", "fp8-cs", "mxfp8")},
     **{("llama3-70b", "sft", g, d): ("none", 0, _MB_SFT)
        for g, d in (("gb200", "fp8"), ("gb200", "mxfp8"), ("h100-sxm5-80gb", "fp8"))},
+}
+
+
+_DS = _MB + "scripts/performance/configs/deepseek/"
+_DS_WB = "deepseek_workload_base_configs.py DEEPSEEK_V3_PRETRAIN_CONFIG_"
+_OSS = _MB + "scripts/performance/configs/gpt_oss/"
+#: (architecture id, task, gpu, dtype, NeMo container) -> (Megatron-Core recompute_modules, source): the module
+#: recompute a Megatron-Bridge performance recipe sets (models.memory.RECOMPUTE_MODULE_BITS), for the corpus runs
+#: whose layout (tp, pp, vpp, ep) is the recipe's. Setting recompute_modules also sets recompute_granularity =
+#: "selective" (scripts/performance/utils/helpers.py set_recompute_overrides 25.11, utils/overrides.py 26.02-26.06;
+#: perf_recipes/deepseek/common.py _deepseek_v3_common 26.08). Containers -> releases: 25.11 r0.2.0, 26.02 r0.3.0,
+#: 26.04 r0.4.0, 26.06 r0.5.0, 26.08 r0.6.0. Not listed (the run's layout is not its recipe's): DeepSeek-V3 B200
+#: 26.04 (the FP8_MX_V2 recipe is pp 8, vpp 2, ep 32; ["mla_up_proj", "mlp"]), DeepSeek-V3 GB200 MXFP8 25.11
+#: (pp 8, ep 32), GPT-OSS 120B B200 25.11 and 26.04 (ep 8 against the recipe's 64).
+RECIPE_RECOMPUTE_MODULES: dict[tuple[str, str, str, str, str], tuple[tuple[str, ...], str]] = {
+    ("deepseek-v3", "pretrain", "gb200", "bf16", "25.11"): (
+        ("mla_up_proj",), _DS + "workload_base_configs.py DEEPSEEK_V3_GB200_BASE_CONFIG (r0.2.0, 25.11)"),
+    ("deepseek-v3", "pretrain", "b200", "mxfp8", "25.11"): (
+        ("mla_up_proj",), _DS + "workload_base_configs.py DEEPSEEK_V3_B200_BASE_CONFIG (r0.2.0, 25.11)"),
+    ("deepseek-v3", "pretrain", "gb200", "mxfp8", "26.02"): (
+        ("mla_up_proj",), _DS + _DS_WB + "GB200_FP8_MX_V2 = GB200_V1 with GBS 4096 (r0.3.0, 26.02)"),
+    ("deepseek-v3", "pretrain", "b200", "mxfp8", "26.02"): (
+        ("mla_up_proj",), _DS + _DS_WB + "B200_FP8_MX_V2 = B200_V1 with GBS 4096 (r0.3.0, 26.02)"),
+    ("deepseek-v3", "pretrain", "gb200", "mxfp8", "26.04"): (
+        ("mlp",), _DS + _DS_WB + "GB200_FP8_MX_V2 = GB200_V1 with GBS 4096 (r0.4.0, 26.04)"),
+    ("deepseek-v3", "pretrain", "gb200", "mxfp8", "26.06"): (
+        ("mla_up_proj",), _DS + _DS_WB + "GB200_FP8_MX_V2 = GB200_FP8_MX_V1 with GBS 4096 (r0.5.0, 26.06)"),
+    ("deepseek-v3", "pretrain", "gb200", "mxfp8", "26.08"): (
+        ("mla_up_proj",), _MB + "src/megatron/bridge/perf_recipes/deepseek/gb200/deepseek_v3.py "
+        "deepseek_v3_pretrain_256gpu_gb200_fp8mx_config (r0.6.0, 26.08)"),
+    ("nemotron-3-super", "pretrain", "b200", "mxfp8", "26.04"): (
+        ("moe_act", "layernorm"), _MB + "scripts/performance/configs/nemotronh/nemotron_3_workload_base_configs.py "
+        "NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B200_FP8_MX_V1 = BASE_NEMOTRON_3_SUPER_CONFIG_B200 (r0.4.0, 26.04)"),
+    **{("gpt-oss-120b", "pretrain", g, "bf16", c): (
+        ("layernorm", "moe_act"), _OSS + (f"workload_base_configs.py GPT_OSS_120B_{g.split('-')[0].upper()}_BF16_BASE_"
+                                          "CONFIG (r0.2.0, 25.11)" if c == "25.11" else
+                                          f"gpt_oss_workload_base_configs.py GPT_OSS_120B_PRETRAIN_CONFIG_"
+                                          f"{g.split('-')[0].upper()}_BF16_V2 = _V1 with GBS 1280 ({r}, {c})"))
+       for g, c, r in (("h100-sxm5-80gb", "25.11", "r0.2.0"), ("gb200", "25.11", "r0.2.0"),
+                       ("h100-sxm5-80gb", "26.02", "r0.3.0"), ("gb200", "26.02", "r0.3.0"), ("b200", "26.02", "r0.3.0"),
+                       ("h100-sxm5-80gb", "26.04", "r0.4.0"), ("gb200", "26.04", "r0.4.0"))},
 }
 
 
@@ -363,14 +404,16 @@ def recipe_task(model_name) -> pl.Expr:
 def recipe_memory(frame: pl.DataFrame) -> pl.DataFrame:
     """`frame` with the recompute (where unstated) and `act_offload_frac` that the run's recipe sets
     (``RECIPE_MEMORY``, for the ``megatron_bridge`` preset's runs), each recorded in `assumptions`, and
-    `logits_bytes` 2 for the containers whose TE fused cross-entropy works in place
+    `recompute_modules` (bits, models.memory.RECOMPUTE_MODULE_BITS; with recompute = selective) of
+    ``RECIPE_RECOMPUTE_MODULES``, `logits_bytes` 2 for the containers whose TE fused cross-entropy works in place
     (``TE_INPLACE_CROSS_ENTROPY_CONTAINERS``; null: the preset's). The offloaded share is of the layers one pipeline
     stage holds. Needs memory_preset, arch_id, model_name, gpu, dtype, recompute, n_layers, pp, assumptions (and
-    framework for the container); a frame without them is returned with both columns null."""
+    framework for the container); a frame without them is returned with those columns null."""
     need = ("memory_preset", "arch_id", "model_name", "gpu", "dtype", "recompute", "n_layers", "pp")
     if not frame.height or any(c not in frame.columns for c in need):
         return frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("act_offload_frac"),
-                                  pl.lit(None, dtype=pl.Float64).alias("logits_bytes"))
+                                  pl.lit(None, dtype=pl.Float64).alias("logits_bytes"),
+                                  pl.lit(None, dtype=pl.Float64).alias("recompute_modules"))
     key = pl.concat_str([pl.col("arch_id").cast(pl.Utf8).str.to_lowercase(), recipe_task("model_name"),
                          pl.col("gpu").cast(pl.Utf8), pl.col("dtype").cast(pl.Utf8).str.to_lowercase()], separator="|")
     key = pl.when(pl.col("memory_preset") == "megatron_bridge").then(key)
@@ -381,6 +424,17 @@ def recipe_memory(frame: pl.DataFrame) -> pl.DataFrame:
     container = pl.col("framework").cast(pl.Utf8).fill_null("").str.extract(r"NeMo (\d\d\.\d\d)", 1) \
         if "framework" in frame.columns else pl.lit(None, dtype=pl.Utf8)
     inplace_ce = (pl.col("memory_preset") == "megatron_bridge") & container.is_in(TE_INPLACE_CROSS_ENTROPY_CONTAINERS)
+    from models.memory import recompute_modules_code
+
+    mkey = pl.concat_str([key, container], separator="|")
+    mods = {"|".join(k): v for k, v in RECIPE_RECOMPUTE_MODULES.items()}
+    mcode = mkey.replace_strict({k: float(recompute_modules_code(v[0])) for k, v in mods.items()}, default=None,
+                                return_dtype=pl.Float64)
+    mwhy = mkey.replace_strict({k: f"recompute_modules={list(v[0])} (the run's recipe: {v[1]})"
+                                for k, v in mods.items()}, default=None, return_dtype=pl.Utf8)
+    # the recipe's modules apply where the run's recompute is unstated or selective (the granularity they set)
+    use_mods = mcode.is_not_null() & (pl.col("recompute").is_null() | (pl.col("recompute") == "selective"))
+    rc = pl.when(use_mods).then(pl.lit("selective")).otherwise(rc)
     stage_layers = (pl.col("n_layers").cast(pl.Float64) / pl.col("pp").cast(pl.Float64).fill_null(1.0)).ceil()
     frac = pl.min_horizontal(off / stage_layers, pl.lit(1.0))
     fill_rc = pl.col("recompute").is_null() & rc.is_not_null()
@@ -391,6 +445,7 @@ def recipe_memory(frame: pl.DataFrame) -> pl.DataFrame:
     ], separator="; ", ignore_nulls=True)
     why = pl.when(rc.is_not_null()).then(pl.concat_str([why, pl.format("[{}]", src)], separator=" ",
                                                        ignore_nulls=True))
+    why = pl.concat_str([why, pl.when(use_mods).then(mwhy)], separator="; ", ignore_nulls=True)
     why = pl.concat_str([why, pl.when(inplace_ce.fill_null(False)).then(pl.format(
         "logits {} B/element (the container's TE fused cross-entropy writes its gradient in place)",
         pl.lit(int(TE_INPLACE_LOGITS_BYTES))))], separator="; ", ignore_nulls=True)
@@ -399,6 +454,7 @@ def recipe_memory(frame: pl.DataFrame) -> pl.DataFrame:
         pl.when(off > 0).then(frac).otherwise(pl.lit(None, dtype=pl.Float64)).alias("act_offload_frac"),
         pl.when(inplace_ce.fill_null(False)).then(pl.lit(TE_INPLACE_LOGITS_BYTES)).otherwise(pl.lit(None, dtype=pl.Float64))
         .alias("logits_bytes"),
+        pl.when(use_mods).then(mcode).otherwise(pl.lit(None, dtype=pl.Float64)).alias("recompute_modules"),
         pl.when(why.is_not_null() & (why.str.len_chars() > 0))
         .then(pl.concat_str([pl.col("assumptions"), why], separator="; ", ignore_nulls=True))
         .otherwise(pl.col("assumptions")).alias("assumptions"),

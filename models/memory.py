@@ -228,6 +228,78 @@ def low_precision_saved_inputs(q_dim, F_fc2, dense_frac, rc, saved_bytes, lp_fra
     return rep, on * (d * F_fc2 + proj)
 
 
+#: Megatron-Core ``recompute_modules`` (TransformerConfig, with ``recompute_granularity = "selective"``) as bits of
+#: the per-row ``recompute_modules`` input; ``module_recompute_savings`` says what each one stops storing.
+RECOMPUTE_MODULE_BITS = {"core_attn": 1, "moe_act": 2, "layernorm": 4, "mla_up_proj": 8, "mlp": 16, "moe": 32,
+                         "shared_experts": 64}
+
+
+def recompute_modules_code(modules) -> int:
+    """The ``recompute_modules`` bitmask of a list of Megatron-Core module names (``RECOMPUTE_MODULE_BITS``)."""
+    return sum(RECOMPUTE_MODULE_BITS[m] for m in set(modules))
+
+
+def _bit(code, name) -> np.ndarray:
+    return (np.asarray(code).astype(np.int64) & RECOMPUTE_MODULE_BITS[name]) > 0
+
+
+def module_recompute_savings(code, h, n_heads, F_d, expert_ffn, k_r, ns, cf, moe_w, dense_w, fc2_bytes, ms=None):
+    """(replicated, sharded) drop of one layer's stored activations, in the units of ``_activation_elems`` (the
+    Korthikanti byte coefficients per token, replicated ones as multiples of h), under Megatron-Core's module
+    recompute ``code`` (``RECOMPUTE_MODULE_BITS``; megatron/core/transformer/transformer_layer.py, moe/experts.py,
+    moe/moe_layer.py, multi_latent_attention.py). ``moe_w``/``dense_w``: the share of the stage's layers (or hybrid
+    blocks) that are MoE / dense MLP; ``fc2_bytes``: bytes per element charged for an fc2 input (2, or the quantized
+    copy of ``low_precision_saved_inputs``); ``ms``: MLA shapes (models.mla) or None.
+      core_attn       0 here: the attention scores 5 a s / h are what ``recompute`` = selective already drops
+                      (nothing more with fused attention: the checkpoint keeps its inputs Q, K, V).
+      moe_act         CheckpointWithoutOutput around the routed experts' activation function: its output, the fc2
+                      input (Korthikanti's 8 s b h GeLU output of a 4h MLP), k_r expert_ffn elements at
+                      ``fc2_bytes`` (with FP8/FP4 fc2 saves the original input, which is discarded with it).
+      layernorm       CheckpointWithoutOutput around pre_mlp_layernorm: the MoE layers' MLP input 2h (Korthikanti's
+                      2 s b h MLP-input term; the layer specs give MoE layers a separate pre-MLP norm). The input norm
+                      is separate only in some specs (fused into the QKV GEMM in others): not counted.
+      mla_up_proj     CheckpointWithoutOutput around the MLA up-projections and RoPE, freed after the core
+                      attention: Q and K (2 a d_qk each) and V (2 a d_v), Korthikanti's 4 s b h (Q, K) + 2 s b h (V).
+      mlp             tensor_parallel.checkpoint of a dense (non-MoE) layer's MLP: everything inside it, c_f F
+                      (Korthikanti's 8 s b h + 8 s b h GeLU input and output), the fc2 input at ``fc2_bytes``.
+      moe             checkpoint of the whole MoE layer: the experts' c_f F_experts and the 2h k_r dispatched copies.
+      shared_experts  checkpoint of the shared experts: c_f ns expert_ffn (not with ``moe``, which holds them)."""
+    moe, act, sh = _bit(code, "moe"), _bit(code, "moe_act"), _bit(code, "shared_experts")
+    dfc2 = fc2_bytes - 2.0  # the fc2 input's charge against Korthikanti's 2 bytes
+    routed = k_r * expert_ffn
+    whole = (cf + dfc2) * (routed + ns * expert_ffn) + 2.0 * h * k_r
+    parts = act * fc2_bytes * routed + sh * (cf + dfc2) * ns * expert_ffn
+    sharded = moe_w * np.where(moe, whole, parts) + _bit(code, "mlp") * dense_w * (cf + dfc2) * F_d
+    if ms is not None:
+        qkv = 2.0 * n_heads * (2.0 * ms["qk_head"] + ms["v_head_dim"])
+        sharded = sharded + (_bit(code, "mla_up_proj") & ms["mla"]) * np.nan_to_num(qkv)
+    rep = 2.0 * moe_w * (_bit(code, "layernorm") & ~moe)
+    return rep, sharded
+
+
+def _module_recompute_elems(code, rc, arch, shapes, act_args, lp, any_moe, k_r, cf, saved_bytes, lp_frac):
+    """Stored elements (units of ``_activation_elems``) one layer no longer keeps under ``recompute_modules``
+    (``module_recompute_savings``), on selective-recompute rows with a module list; 0.0 where no row has one."""
+    if code is None or not np.any(on := (np.nan_to_num(_f(code)) > 0) & (rc == 1)):
+        return 0.0
+    code = np.where(on, np.nan_to_num(_f(code)), 0.0)
+    moe_w = lp["moe_frac"] if any_moe else 0.0
+    dense_w = 1.0 - moe_w
+    fc2 = 2.0 if saved_bytes is None else 2.0 + lp_frac * (saved_bytes < 2.0) * (saved_bytes - 2.0)
+    if (hy := arch.get("hybrid")) is not None:  # hybrid rows: shares of MoE / MLP blocks, no quantized saves
+        from models import mamba
+
+        L = sum(hy[c] for c in mamba.COUNT_COLUMNS)
+        L = np.where(L > 0, L, 1.0)
+        moe_w = np.where(hy["hybrid"], hy["n_moe_layers"] / L, moe_w)
+        dense_w = np.where(hy["hybrid"], hy["n_mlp_layers"] / L, dense_w)
+        fc2 = np.where(hy["hybrid"], 2.0, fc2)
+    rep, sharded = module_recompute_savings(code, act_args[2], arch["n_heads"], arch["ffn_dim"],
+                                            arch["expert_ffn_dim"], k_r, arch["n_shared_experts"], cf, moe_w,
+                                            dense_w, fc2, arch.get("mla"))
+    return on * _activation_elems(*act_args, sharded, rep, 0.0)[0]
+
+
 def _local_params(arch, shapes, Ls, t, p, e, any_moe, etp=None) -> dict:
     """Parameters on one GPU of the stage: ``dense`` (attention, norms, dense MLPs, shared experts, routers,
     embeddings of a first/last stage), ``expert`` (its routed experts), and the per-layer counts the prefetch
@@ -360,7 +432,7 @@ def _grads_optimizer(S, shard, fp32, m, params, grad_bytes, trainable_frac, fsdp
 
 def _activations(arch, shapes, lp, s, b, t, p, c, v, m, rc, sp, wb, Ls, any_moe, params, selective_policy,
                  logits_bytes, logits_chunks, act_offload_frac, moe_rho=None, saved_bytes=None,
-                 lp_frac=None) -> tuple[np.ndarray, np.ndarray]:
+                 lp_frac=None, recompute_modules=None) -> tuple[np.ndarray, np.ndarray]:
     """(activation bytes of the most loaded stage, in-flight micro-batches): stored per layer and micro-batch,
     one layer's working set (full recompute; recomputed save-list tensors), logits on the last stage, MTP.
     ``moe_rho``: the most loaded EP rank stores rho x the mean routed copies (models.moe; None = 1).
@@ -419,12 +491,16 @@ def _activations(arch, shapes, lp, s, b, t, p, c, v, m, rc, sp, wb, Ls, any_moe,
     else:
         working = 0.0
     working = working + recomputed
+    mod_saved = _module_recompute_elems(recompute_modules, rc, arch, shapes, act_args, lp, any_moe, k_r, cf,
+                                        saved_bytes, lp_frac)
     if hy is not None:
         h_stored, h_working = hybrid_activation_bytes(
             hy, act_args, shapes["q_dim"], shapes["kv_dim"], cf * F_d,
             cf * ((k_r + ns) * arch["expert_ffn_dim"]) + 2.0 * h * k_r, rc, ass, params.dropout_mask_elems)
         stored = np.where(hy["hybrid"], h_stored, stored)
         working = np.where(hy["hybrid"], scale * h_working, working)
+    if np.any(mod_saved):  # module recompute: not stored; one layer's recomputed tensors live in its backward
+        stored, working = stored - mod_saved, working + scale * mod_saved
     stage_acts = scale * stored * Ls
     if act_offload_frac is not None:
         stage_acts = stage_acts * (1.0 - _f(act_offload_frac))
@@ -544,7 +620,7 @@ def memory_per_gpu(
     quantized_saves=None,
     dtype_code=None,
     layers_16bit=None,
-    fp8_param_gather=None, non_tn_fp8=None,
+    fp8_param_gather=None, non_tn_fp8=None, recompute_modules=None,
 ) -> dict[str, np.ndarray]:
     """Bytes per GPU on the most loaded stage: weights, grads, optimizer, activations, overhead.
 
@@ -577,9 +653,9 @@ def memory_per_gpu(
                          data-parallel group tp*cp*dp / (etp ep); None = tp.
     ``moe_rho``          the most loaded EP rank's routed tokens / the mean (models.moe.effective_imbalance):
                          scales its routed activations; None = 1.
-    ``quantized_saves``, ``dtype_code``, ``layers_16bit``: low-precision GEMMs keep quantized inputs (TE; presets),
-                         per dtype code, except in BF16-kept layers (``low_precision_saved_inputs``).
+    ``quantized_saves``, ``dtype_code``, ``layers_16bit``: quantized GEMM inputs (``low_precision_saved_inputs``).
     ``fp8_param_gather``, ``non_tn_fp8``: quantized weights, no 16-bit copy (``quantized_weights``).
+    ``recompute_modules`` Megatron-Core module recompute bits of selective rows (``module_recompute_savings``).
 
     Implementation note: few numpy calls per row block (the step-time model's hot path): block-level branches skip
     terms of absent rows (MoE, sharding modes, full recompute); categories are compared as integer codes.
@@ -589,8 +665,7 @@ def memory_per_gpu(
     ``_activations``, ``_overhead``.
     """
     args = dict(locals())  # for the stage without the MTP modules (below)
-    t, p, d, c, e, v = (_f(x) for x in (tp, pp, dp, cp, ep, vpp))
-    m = _f(n_micro)
+    t, p, d, c, e, v, m = (_f(x) for x in (tp, pp, dp, cp, ep, vpp, n_micro))
     shard = _sharding_codes(sharding)
     rc = np.asarray(recompute)
     fp32 = np.asarray(is_fp32, dtype=bool)
@@ -608,7 +683,8 @@ def memory_per_gpu(
     activations, inflight = _activations(
         arch, shapes, lp, _f(seq_len), _f(micro_batch), t, p, c, v, m, rc,
         np.asarray(sequence_parallel, dtype=bool), wb, Ls, any_moe, params, selective_policy, logits_bytes,
-        logits_chunks, act_offload_frac, moe_rho, *_saved_input_bytes(quantized_saves, dtype_code, layers_16bit, arch))
+        logits_chunks, act_offload_frac, moe_rho, *_saved_input_bytes(quantized_saves, dtype_code, layers_16bit, arch),
+        recompute_modules)
     modelled = weights + grads + optimizer + activations
     overhead = _overhead(modelled, params, capacity_gb, overhead_frac_of_capacity)
     total = modelled + overhead

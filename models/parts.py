@@ -100,6 +100,7 @@ class Inputs:
     moe_cf: np.ndarray  # capacity factor (NaN: dropless)
     rho: np.ndarray | float  # the most loaded EP rank's routed tokens / the mean (1.0: balanced)
     a2a: np.ndarray | float  # passes run merged with another micro-batch's by the EP A2A overlap (0: no overlap)
+    rc_modules: np.ndarray | None = None  # Megatron-Core recompute_modules bits (models.memory); None: no row has them
 
 
 @dataclass(slots=True)
@@ -366,6 +367,42 @@ def compute(x: Inputs, r: Rates, P: PhysParams, casts: bool = True) -> Compute:
         P.ops_per_layer_fwd * (1.0 + P.elementwise_bwd_factor) + ops_rc)
     return Compute(compute_mb=compute_mb, bwd_mb=bwd_mb, host_mb=host_mb, t_core=t_core, Ls_attn=Ls_attn,
                    Ls_moe=Ls_moe, tp_per_stage=tp_per_stage)
+
+def module_recompute(x: Inputs, r: Rates, cm: Compute) -> Compute:
+    """``cm`` plus the forward work Megatron-Core's ``recompute_modules`` (selective rows; bits of
+    models.memory.RECOMPUTE_MODULE_BITS) repeat during backward, per micro-batch: ``mlp`` the dense layers' MLP
+    GEMMs and activation, ``moe`` the MoE layers' expert GEMMs and activation, ``shared_experts`` the shared
+    experts' FLOP share of those, ``moe_act`` the routed experts' activation function (n_mats elements of the
+    routed width through HBM), ``layernorm`` the MoE layers' pre-MLP norm (read and write h), ``mla_up_proj`` the
+    MLA query and key/value up-projection GEMMs (RoPE's element-wise work not counted). The token exchange around a
+    recomputed MoE layer is not repeated here. ``cm`` itself where no row has a module list."""
+    from models.memory import RECOMPUTE_MODULE_BITS as BITS
+
+    if x.rc_modules is None or not np.any(on := (np.nan_to_num(x.rc_modules) > 0) & (x.rc == 1)):
+        return cm
+    code = np.where(on, np.nan_to_num(x.rc_modules), 0.0).astype(np.int64)
+    bit = {k: (code & v) > 0 for k, v in BITS.items()}
+    Ls_dense = r.Ls_dense
+    if (hy := x.hy) is not None:
+        L = sum(hy[c] for c in mamba.COUNT_COLUMNS)
+        Ls_dense = np.where(hy["hybrid"], x.Ls * hy["n_mlp_layers"] / np.where(L > 0, L, 1.0), Ls_dense)
+    act_hbm = r.aTt * r.n_mats * r.inv_hbm  # an activation function reads its n_mats - 1 inputs, writes 1
+    extra = bit["mlp"] * Ls_dense * (dense_mlp_gemms(x, r) + act_hbm * x.arch["ffn_dim"])
+    if r.any_moe:
+        t_mlp_m, F_moe = moe_mlp_gemms(x, r)
+        whole = t_mlp_m + act_hbm * F_moe
+        kns = moe.routed_tokens_factor(x.k, x.ns, x.rho)
+        norm = r.aT * r.h2 * r.inv_hbm * np.where(x.sp, r.inv_t, 1.0)
+        per = np.where(bit["moe"], whole, bit["shared_experts"] * whole * x.ns / np.where(kns > 0, kns, 1.0)
+                       + bit["moe_act"] * act_hbm * (kns - x.ns) * x.arch["expert_ffn_dim"]
+                       + bit["layernorm"] * norm)
+        extra = extra + cm.Ls_moe * per
+    if (ms := x.arch.get("mla")) is not None:
+        up = [g for g in mla.attn_gemms(ms, x.h, x.heads, x.t, x.sp) if g[0] in ("q_up", "kv_up")]
+        t_up = mla.attn_gemm_time(up, r.T, r.inv_rate, r.inv_hbm, r.w_read_b, r.act_b, r.wh, 2.0)
+        extra = extra + (bit["mla_up_proj"] & ms["mla"]) * cm.Ls_attn * t_up
+    return replace(cm, compute_mb=cm.compute_mb + extra)
+
 
 def layers_kept_in_16bit(x: Inputs, r: Rates, cm: Compute, P: PhysParams) -> Compute:
     """A low-precision recipe that keeps its last ``n_layers_16bit`` layers (blocks, for hybrids) in 16 bits

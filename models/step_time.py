@@ -159,8 +159,9 @@ def _code(a: Mapping[str, np.ndarray], key: str, n: int) -> np.ndarray:
 
 #: per-row memory options a run's recipe may set (models.frameworks.recipe_memory, recipe_fp8_params), with the value
 #: used where neither the row nor its preset gives one: the share of layer activations offloaded to host memory, logits
-#: bytes, weights kept as quantized parameters (1.0; models.memory.quantized_weights)
-ROW_MEMORY_OPTIONS = {"act_offload_frac": 0.0, "logits_bytes": 4.0, "fp8_param_gather": 0.0}
+#: bytes, weights kept as quantized parameters (1.0; models.memory.quantized_weights), Megatron-Core recompute_modules
+#: bits (models.memory.RECOMPUTE_MODULE_BITS; 0: none)
+ROW_MEMORY_OPTIONS = {"act_offload_frac": 0.0, "logits_bytes": 4.0, "fp8_param_gather": 0.0, "recompute_modules": 0.0}
 
 
 def _memory_options(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> dict:
@@ -361,6 +362,7 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
         tier_bad=tier_bad, bw_up=bw_up,
         bw_out=g("inter_node_bw_gbps") * 1e9 * P.scaleout_eff, a_up=a_up, a_out=P.alpha_scaleout_s,
         et=et, moe_cf=cap_f, rho=rho, a2a=a2a,
+        rc_modules=g("recompute_modules") if a.get("recompute_modules") is not None else None,
     )
 
 
@@ -426,7 +428,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     invalid = err != 0
     sh, pc = _SHAPES_MEMO.get(x.arch, n, lambda: _shapes_and_counts(x.arch))
     r = parts.rates(x, P, sh, pc)
-    cm = parts.layers_kept_in_16bit(x, r, parts.compute(x, r, P), P)
+    cm = parts.module_recompute(x, r, parts.layers_kept_in_16bit(x, r, parts.compute(x, r, P), P))
     cp_mb, hidden_cp = parts.cp_comm(x, r, cm)
     ov = parts.overlap(cm, cp_mb, hidden_cp, parts.tp_comm(x, r, cm), parts.ep_comm(x, r, cm), parts.pp_comm(x, r), P,
                        x.a2a)
