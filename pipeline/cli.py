@@ -266,7 +266,8 @@ def predict(
 
     With `--runs`, every distinct run_id gets one row, with the measured throughput and the error beside the
     prediction when the file carries a measurement; unstated fields are inferred by documented rules (listed
-    in `assumptions`); a run the memory model calls too big is still predicted (`memory_fits` false). Only
+    in `assumptions`); a run the memory model calls too big is still predicted (`memory_fits` false, with
+    `memory_gb_per_gpu` beside `memory_capacity_gb`: the stated capacity's binary GB in decimal GB). Only
     file-level problems exit non-zero. An invalid layout (e.g. tp x pp x cp x dp != N) exits 2 with the reason.
     """
     from pipeline.output import render
