@@ -267,11 +267,10 @@ class _Memo:
         return value
 
 
-#: every input `_decode` builds the architecture from
-_ARCH_INPUTS = tuple(dict.fromkeys(("n_layers", "d_model", "n_heads", "ffn_dim", "vocab", "n_kv_heads", "head_dim",
-                                    "n_experts", "top_k", "expert_ffn_dim", "n_shared_experts", "n_dense_layers",
-                                    "tied_embeddings", "activation", *mamba.HYBRID_COLUMNS, *mla.ARCH_COLUMNS)))
-_ARCH_MEMO = _Memo(_ARCH_INPUTS)
+#: every architecture input the step-time model reads (``_decode``): the transformer shape, the hybrid block counts
+#: and Mamba shape (models.mamba), the MLA shape and MTP depth (models.mla)
+ARCH_INPUTS = (*ARCH_COLUMNS, *mamba.HYBRID_COLUMNS, *mla.ARCH_COLUMNS)
+_ARCH_MEMO = _Memo(ARCH_INPUTS)  # keyed by every input `_decode` builds the architecture from
 _SHAPES_MEMO = _Memo(None)  # keyed by the normalized architecture (the object _ARCH_MEMO returns)
 
 
@@ -572,11 +571,6 @@ def encode_configs(configs: pl.DataFrame) -> dict[str, np.ndarray]:
 
         out["memory_preset"] = preset_codes(configs["memory_preset"].cast(pl.Utf8).fill_null("default").to_numpy())
     return out
-
-
-#: every architecture input the step-time model reads (``_decode``): the transformer shape, the hybrid block counts
-#: and Mamba shape (models.mamba), the MLA shape and MTP depth (models.mla)
-ARCH_INPUTS = (*ARCH_COLUMNS, *mamba.HYBRID_COLUMNS, *mla.ARCH_COLUMNS)
 
 
 def arch_config(arch: Mapping) -> dict:
