@@ -31,7 +31,6 @@ import numpy as np
 import polars as pl
 
 from models.domains import Domain
-from models.memory import capacity_bytes
 from models.params import DEFAULT, PhysParams, is_low_precision
 from models.step_time import OUTPUT_COLUMNS, encode_configs
 from models.step_time import predict_arrays as physics_arrays
@@ -463,16 +462,14 @@ def predict(configs: pl.DataFrame, model: Model = None) -> pl.DataFrame:
     """Polars front-end: one row per input row with the physics columns (`models.step_time.predict`'s, the
     error text included), EXTRA_COLUMNS and the provenance columns `fit_version`, `assumptions`,
     `calibration_domain`."""
-    from models.step_time import _error_strings
+    from models.step_time import with_error_strings
 
     arrays = encode(configs)
     res = predict_arrays(arrays, model)
     cols = list(OUTPUT_COLUMNS) + list(EXTRA_COLUMNS)
     df = pl.DataFrame({k: res[k] for k in cols})
     df = df.with_columns([pl.col(c).fill_nan(None) for c in cols if df.schema[c] == pl.Float64])
-    df = df.with_columns(pl.Series("__memory_cap", capacity_bytes(np.asarray(arrays["memory_gb"], float)) / 1e9),
-                         pl.Series("__memory_stated", np.asarray(arrays["memory_gb"], dtype=np.float64)))
-    df = df.with_columns(_error_strings(df)).drop("__memory_cap", "__memory_stated")
+    df = with_error_strings(df, arrays["memory_gb"])
     p = as_predictor(model)
     version = None if isinstance(p, PhysParams) else p.fit_version
     assumptions = "analytical" if isinstance(p, PhysParams) else p.assumptions

@@ -607,6 +607,15 @@ def _encode_arch_row(items: tuple) -> dict[str, np.ndarray]:
     return {k: v for k, v in enc.items() if k in ARCH_INPUTS}
 
 
+def with_error_strings(pred: pl.DataFrame, memory_gb) -> pl.DataFrame:
+    """``pred`` with its ``error`` column (every reason of ``error_code``; a memory error names the modelled bytes
+    against the capacity, ``memory_gb`` as stated and in binary bytes, models.memory.capacity_bytes)."""
+    stated = np.asarray(memory_gb, dtype=np.float64)
+    pred = pred.with_columns(pl.Series("__memory_cap", capacity_bytes(stated) / GB),
+                             pl.Series("__memory_stated", stated))
+    return pred.with_columns(_error_strings(pred)).drop("__memory_cap", "__memory_stated")
+
+
 def _error_strings(pred: pl.DataFrame) -> pl.Expr:
     parts = [
         pl.when((pl.col("error_code") & bit) != 0).then(pl.lit(msg))
@@ -640,7 +649,5 @@ def predict(configs: pl.DataFrame, params: PhysParams = DEFAULT) -> pl.DataFrame
     df = df.with_columns(
         [pl.col(c_).fill_nan(None) for c_ in OUTPUT_COLUMNS if df.schema[c_] == pl.Float64]
     )
-    df = df.with_columns(pl.Series("__memory_cap", capacity_bytes(arrays["memory_gb"]) / GB),
-                         pl.Series("__memory_stated", np.asarray(arrays["memory_gb"], dtype=np.float64)))
-    df = df.with_columns(_error_strings(df)).drop("__memory_cap", "__memory_stated")
+    df = with_error_strings(df, arrays["memory_gb"])
     return df.select(["feasible", "error", *[c_ for c_ in OUTPUT_COLUMNS if c_ != "feasible"]])
