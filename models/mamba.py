@@ -284,3 +284,12 @@ def hybrid_params_b(frame: pl.DataFrame) -> np.ndarray:
                           else pl.lit(None, dtype=pl.Float64).alias(c) for c in SHAPE_COLUMNS])
     arr.update({c: enc[c].fill_null(np.nan).to_numpy() for c in enc.columns})
     return param_counts(arr)["params"] / 1e9
+
+
+def block_shares(hy) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(Mamba, attention, MLP, MoE) blocks of a hybrid row as shares of all its blocks (``COUNT_COLUMNS`` order;
+    rows without blocks count as one block, so their shares are 0)."""
+    L = sum(hy[c] for c in COUNT_COLUMNS)
+    L = np.where(L > 0, L, 1.0)
+    return tuple(hy[c] / L for c in COUNT_COLUMNS)
+

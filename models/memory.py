@@ -185,9 +185,7 @@ def hybrid_activation_bytes(hy, act_args, q_dim, kv_dim, mlp_width, moe_width, r
     2h and the working set of its heaviest block."""
     from models import mamba
 
-    L = sum(hy[c] for c in mamba.COUNT_COLUMNS)
-    L = np.where(L > 0, L, 1.0)
-    nM, nA, nF, nE = (hy[c] / L for c in mamba.COUNT_COLUMNS)
+    nM, nA, nF, nE = mamba.block_shares(hy)
     rep, m_sh = mamba.activation_bytes_per_token(act_args[2], hy["d_inner"], hy["bc"], hy["mamba_n_heads"],
                                                  dropout_mask_elems)
     if np.any(m1 := hy["mamba1"]):  # Mamba-1 mixers (Jamba): what the unfused ops save
@@ -289,10 +287,9 @@ def _module_recompute_elems(code, rc, arch, shapes, act_args, lp, any_moe, k_r, 
     if (hy := arch.get("hybrid")) is not None:  # hybrid rows: shares of MoE / MLP blocks, no quantized saves
         from models import mamba
 
-        L = sum(hy[c] for c in mamba.COUNT_COLUMNS)
-        L = np.where(L > 0, L, 1.0)
-        moe_w = np.where(hy["hybrid"], hy["n_moe_layers"] / L, moe_w)
-        dense_w = np.where(hy["hybrid"], hy["n_mlp_layers"] / L, dense_w)
+        _, _, mlp_share, moe_share = mamba.block_shares(hy)
+        moe_w = np.where(hy["hybrid"], moe_share, moe_w)
+        dense_w = np.where(hy["hybrid"], mlp_share, dense_w)
         fc2 = np.where(hy["hybrid"], 2.0, fc2)
     rep, sharded = module_recompute_savings(code, act_args[2], arch["n_heads"], arch["ffn_dim"],
                                             arch["expert_ffn_dim"], k_r, arch["n_shared_experts"], cf, moe_w,

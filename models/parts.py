@@ -384,8 +384,7 @@ def module_recompute(x: Inputs, r: Rates, cm: Compute) -> Compute:
     bit = {k: (code & v) > 0 for k, v in BITS.items()}
     Ls_dense = r.Ls_dense
     if (hy := x.hy) is not None:
-        L = sum(hy[c] for c in mamba.COUNT_COLUMNS)
-        Ls_dense = np.where(hy["hybrid"], x.Ls * hy["n_mlp_layers"] / np.where(L > 0, L, 1.0), Ls_dense)
+        Ls_dense = np.where(hy["hybrid"], x.Ls * mamba.block_shares(hy)[2], Ls_dense)
     act_hbm = r.aTt * r.n_mats * r.inv_hbm  # an activation function reads its n_mats - 1 inputs, writes 1
     extra = bit["mlp"] * Ls_dense * (dense_mlp_gemms(x, r) + act_hbm * x.arch["ffn_dim"])
     if r.any_moe:
