@@ -241,6 +241,16 @@ def _bit(code, name) -> np.ndarray:
     return (np.asarray(code).astype(np.int64) & RECOMPUTE_MODULE_BITS[name]) > 0
 
 
+def active_module_code(code, rc):
+    """The ``recompute_modules`` bits of the selective-recompute rows that have a module list (0 elsewhere), or None
+    where no row has one (the module-recompute terms are then skipped)."""
+    if code is None:
+        return None
+    code = np.nan_to_num(_f(code))
+    on = (code > 0) & (np.asarray(rc) == 1)
+    return np.where(on, code, 0.0).astype(np.int64) if np.any(on) else None
+
+
 def module_recompute_savings(code, h, n_heads, F_d, expert_ffn, k_r, ns, cf, moe_w, dense_w, fc2_bytes, ms=None):
     """(replicated, sharded) drop of one layer's stored activations, in the units of ``_activation_elems`` (the
     Korthikanti byte coefficients per token, replicated ones as multiples of h), under Megatron-Core's module
@@ -278,9 +288,9 @@ def module_recompute_savings(code, h, n_heads, F_d, expert_ffn, k_r, ns, cf, moe
 def _module_recompute_elems(code, rc, arch, shapes, act_args, lp, any_moe, k_r, cf, saved_bytes, lp_frac):
     """Stored elements (units of ``_activation_elems``) one layer no longer keeps under ``recompute_modules``
     (``module_recompute_savings``), on selective-recompute rows with a module list; 0.0 where no row has one."""
-    if code is None or not np.any(on := (np.nan_to_num(_f(code)) > 0) & (rc == 1)):
+    if (code := active_module_code(code, rc)) is None:
         return 0.0
-    code = np.where(on, np.nan_to_num(_f(code)), 0.0)
+    on = code > 0
     moe_w = lp["moe_frac"] if any_moe else 0.0
     dense_w = 1.0 - moe_w
     fc2 = 2.0 if saved_bytes is None else 2.0 + lp_frac * (saved_bytes < 2.0) * (saved_bytes - 2.0)
@@ -521,6 +531,13 @@ def _activations(arch, shapes, lp, s, b, t, p, c, v, m, rc, sp, wb, Ls, any_moe,
     return activations, inflight
 
 
+def low_precision_layer_share(layers_16bit, arch) -> np.ndarray:
+    """The share of a row's layers its low-precision recipe runs in low precision: all but the ``layers_16bit`` it
+    keeps in BF16 (models.precision; None or NaN: none kept)."""
+    l16 = 0.0 if layers_16bit is None else np.nan_to_num(_f(layers_16bit), nan=0.0)
+    return clip(1.0 - l16 / np.maximum(arch["n_layers"], 1.0), 0.0, 1.0)
+
+
 def quantized_weights(lp, shard, wb, fp8_param_gather, dtype_code, non_tn_fp8, layers_16bit, arch):
     """(change of the weight bytes, {``quantized_dense_params_local``, ``quantized_expert_params_local``}) of rows
     whose recipe keeps its GEMM weights as Transformer Engine quantized parameters (Megatron-Core
@@ -540,8 +557,7 @@ def quantized_weights(lp, shard, wb, fp8_param_gather, dtype_code, non_tn_fp8, l
 
     qb = quantized_param_bytes(dtype_code, False if non_tn_fp8 is None else non_tn_fp8)
     on = (_f(fp8_param_gather) > 0) & (np.asarray(shard) < 3) & ~np.isnan(qb)
-    l16 = 0.0 if layers_16bit is None else np.nan_to_num(_f(layers_16bit), nan=0.0)
-    frac = on * clip(1.0 - l16 / np.maximum(arch["n_layers"], 1.0), 0.0, 1.0)
+    frac = on * low_precision_layer_share(layers_16bit, arch)
     q_dense = frac * np.maximum(lp["dense"] - lp["embed"], 0.0)
     q_expert = frac * lp["expert"]
     dw = np.where(on, qb - wb, 0.0) * (q_dense + q_expert)
@@ -556,8 +572,7 @@ def _saved_input_bytes(quantized_saves, dtype_code, layers_16bit, arch):
     from models.precision import saved_gemm_input_bytes
 
     b = np.where(np.asarray(quantized_saves, dtype=bool), saved_gemm_input_bytes(dtype_code), 2.0)
-    l16 = 0.0 if layers_16bit is None else np.nan_to_num(_f(layers_16bit), nan=0.0)
-    return b, clip(1.0 - l16 / np.maximum(arch["n_layers"], 1.0), 0.0, 1.0)
+    return b, low_precision_layer_share(layers_16bit, arch)
 
 
 def _sharding_codes(sharding) -> np.ndarray:

@@ -376,11 +376,10 @@ def module_recompute(x: Inputs, r: Rates, cm: Compute) -> Compute:
     routed width through HBM), ``layernorm`` the MoE layers' pre-MLP norm (read and write h), ``mla_up_proj`` the
     MLA query and key/value up-projection GEMMs (RoPE's element-wise work not counted). The token exchange around a
     recomputed MoE layer is not repeated here. ``cm`` itself where no row has a module list."""
-    from models.memory import RECOMPUTE_MODULE_BITS as BITS
+    from models.memory import RECOMPUTE_MODULE_BITS as BITS, active_module_code
 
-    if x.rc_modules is None or not np.any(on := (np.nan_to_num(x.rc_modules) > 0) & (x.rc == 1)):
+    if (code := active_module_code(x.rc_modules, x.rc)) is None:
         return cm
-    code = np.where(on, np.nan_to_num(x.rc_modules), 0.0).astype(np.int64)
     bit = {k: (code & v) > 0 for k, v in BITS.items()}
     Ls_dense = r.Ls_dense
     if (hy := x.hy) is not None:
