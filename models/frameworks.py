@@ -394,6 +394,11 @@ TE_INPLACE_CROSS_ENTROPY_CONTAINERS = ("25.11", "26.02", "26.04", "26.06")
 TE_INPLACE_LOGITS_BYTES = 2.0
 
 
+def recipe_container() -> pl.Expr:
+    """The NeMo container release a run's `framework` names ("NeMo 26.04" -> "26.04"; null when it names none)."""
+    return pl.col("framework").cast(pl.Utf8).fill_null("").str.extract(r"NeMo (\d\d\.\d\d)", 1)
+
+
 def recipe_task(model_name) -> pl.Expr:
     """'lora', 'sft' or 'pretrain' from a run's model name (e.g. "LLAMA3_70B SFT")."""
     name = (pl.col(model_name) if isinstance(model_name, str) else model_name).fill_null("").str.to_lowercase()
@@ -421,8 +426,7 @@ def recipe_memory(frame: pl.DataFrame) -> pl.DataFrame:
     rc = key.replace_strict({k: v[0] for k, v in table.items()}, default=None, return_dtype=pl.Utf8)
     off = key.replace_strict({k: float(v[1]) for k, v in table.items()}, default=None, return_dtype=pl.Float64)
     src = key.replace_strict({k: v[2] for k, v in table.items()}, default=None, return_dtype=pl.Utf8)
-    container = pl.col("framework").cast(pl.Utf8).fill_null("").str.extract(r"NeMo (\d\d\.\d\d)", 1) \
-        if "framework" in frame.columns else pl.lit(None, dtype=pl.Utf8)
+    container = recipe_container() if "framework" in frame.columns else pl.lit(None, dtype=pl.Utf8)
     inplace_ce = (pl.col("memory_preset") == "megatron_bridge") & container.is_in(TE_INPLACE_CROSS_ENTROPY_CONTAINERS)
     from models.memory import recompute_modules_code
 
@@ -496,7 +500,7 @@ def recipe_fp8_params(frame: pl.DataFrame) -> pl.DataFrame:
     off = pl.lit(False)
     for a, d in FP8_PARAM_GATHER_OFF:
         off = off | ((arch == a) & (dt == d)).fill_null(False)
-    container = pl.col("framework").cast(pl.Utf8).fill_null("").str.extract(r"NeMo (\d\d\.\d\d)", 1)
+    container = recipe_container()
     on = ((pl.col("memory_preset") == "megatron_bridge") & dt.is_in(FP8_PARAM_GATHER_DTYPES)
           & container.is_in(FP8_PARAM_GATHER_CONTAINERS) & recipe_task("model_name").is_in(["pretrain", "sft"])
           & ~off).fill_null(False)
