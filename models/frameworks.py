@@ -17,7 +17,7 @@ one it states for the same model and stage split elsewhere).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import polars as pl
@@ -44,22 +44,25 @@ class MemoryPreset:
     quantized_saves: bool = False
 
 
+#: Megatron-LM / Megatron-Core / NeMo / Megatron-Bridge.
+_MEGATRON = MemoryPreset(
+    selective_policy=SELECTIVE_ATTENTION_CORE,
+    grad_bytes=4.0, logits_bytes=6.0, logits_chunks=1.0, act_offload_frac=0.0,
+    sequence_parallel_with_tp=True, unsharded_weights_with_pp=False, default_sharding="zero1",
+    quantized_saves=True,
+    source="--recompute-granularity selective checkpoints the core attention only (Korthikanti et al. 2022, "
+           "section 5; Megatron-Core TransformerConfig recompute_granularity='selective' -> core_attention). "
+           "Gradients: megatron/training/arguments.py, 'bfloat16 requires gradient accumulation and all-reduce "
+           "to be done in fp32' (accumulate_allreduce_grads_in_fp32 forced on for --bf16; NeMo 2 bf16_mixed "
+           "grad_reduce_in_fp32=True) -> 4-byte main_grad buffers. Loss: vocab_parallel_cross_entropy works in "
+           "place on an fp32 copy of the vocab-parallel logits (calculate_logits_max: .float()), next to the bf16 "
+           "logits (forward) or the bf16 cast of its gradient (backward): 6 B/element, V/t per GPU. Distributed "
+           "optimizer = zero1 (data card); sequence parallelism with TP (Korthikanti et al. 2022).",
+)
+
+
 PRESETS: dict[str, MemoryPreset] = {
-    # Megatron-LM / Megatron-Core / NeMo / Megatron-Bridge.
-    "megatron": MemoryPreset(
-        selective_policy=SELECTIVE_ATTENTION_CORE,
-        grad_bytes=4.0, logits_bytes=6.0, logits_chunks=1.0, act_offload_frac=0.0,
-        sequence_parallel_with_tp=True, unsharded_weights_with_pp=False, default_sharding="zero1",
-        quantized_saves=True,
-        source="--recompute-granularity selective checkpoints the core attention only (Korthikanti et al. 2022, "
-               "section 5; Megatron-Core TransformerConfig recompute_granularity='selective' -> core_attention). "
-               "Gradients: megatron/training/arguments.py, 'bfloat16 requires gradient accumulation and all-reduce "
-               "to be done in fp32' (accumulate_allreduce_grads_in_fp32 forced on for --bf16; NeMo 2 bf16_mixed "
-               "grad_reduce_in_fp32=True) -> 4-byte main_grad buffers. Loss: vocab_parallel_cross_entropy works in "
-               "place on an fp32 copy of the vocab-parallel logits (calculate_logits_max: .float()), next to the bf16 "
-               "logits (forward) or the bf16 cast of its gradient (backward): 6 B/element, V/t per GPU. Distributed "
-               "optimizer = zero1 (data card); sequence parallelism with TP (Korthikanti et al. 2022).",
-    ),
+    "megatron": _MEGATRON,
     # Megatron-DeepSpeed (BLOOM, vTrain, Habana MLPerf GPT-3): Megatron 2021/2022 layer code under DeepSpeed.
     "megatron_deepspeed": MemoryPreset(
         selective_policy=SELECTIVE_ATTENTION_CORE,
@@ -129,11 +132,8 @@ PRESETS: dict[str, MemoryPreset] = {
     ),
     # Megatron-Bridge's performance recipes (the runs of its performance summary): Megatron-Core with 16-bit
     # gradient buffers.
-    "megatron_bridge": MemoryPreset(
-        selective_policy=SELECTIVE_ATTENTION_CORE,
-        grad_bytes=2.0, logits_bytes=6.0, logits_chunks=1.0, act_offload_frac=0.0,
-        sequence_parallel_with_tp=True, unsharded_weights_with_pp=False, default_sharding="zero1",
-        quantized_saves=True,
+    "megatron_bridge": replace(
+        _MEGATRON, grad_bytes=2.0,
         source="Megatron-Bridge performance scripts set cfg.mixed_precision.grad_reduce_in_fp32 = False and "
                "cfg.ddp.grad_reduce_in_fp32 = False for every model they benchmark (25.11-26.06: "
                "scripts/performance/configs/<model>/*_llm_pretrain.py and llama3_llm_finetune.py; 26.08: "
