@@ -68,12 +68,7 @@ def saved_gemm_input_bytes(dtype_code):
     activation bytes are handled by ``act_bytes``)."""
     import numpy as np
 
-    from models.params import DTYPE_CODES
-
-    lut = np.full(max(DTYPE_CODES.values()) + 1, 2.0)
-    for name, b in SAVED_GEMM_INPUT_BYTES.items():
-        lut[DTYPE_CODES[name]] = b
-    return np.take(lut, np.asarray(dtype_code, dtype=np.int64), mode="clip")
+    return np.take(_dtype_lut(SAVED_GEMM_INPUT_BYTES, 2.0), np.asarray(dtype_code, dtype=np.int64), mode="clip")
 
 
 # ---- bytes of a weight kept as a quantized parameter (Megatron-Core fp8_param_gather) -----------------------------
