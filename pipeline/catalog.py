@@ -177,6 +177,11 @@ def fill_from_architectures(runs: pl.DataFrame, measurements: Path) -> pl.DataFr
     applies)."""
     arch = architectures(measurements)
     out = arch_ids(pl.col("model_name"), arch, runs.drop("arch_id", strict=False))
+    if "arch" in out.columns:  # an architecture's id or alias written in `arch` (a family word there otherwise)
+        out = arch_ids(pl.col("arch"), arch, out, "_arch_as_id")
+        named = pl.col("_arch_as_id").is_not_null()  # the family then comes from the table
+        out = out.with_columns(pl.coalesce("arch_id", "_arch_as_id").alias("arch_id"),
+                               pl.when(named).then(None).otherwise(pl.col("arch")).alias("arch")).drop("_arch_as_id")
     return _fill_by_arch_id(out, arch, ("arch", *ARCH_MODEL_COLUMNS, *ARCH_HYBRID_COLUMNS,
                                                           *ARCH_MLA_COLUMNS))
 

@@ -91,16 +91,21 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
     measured_ids = frame.filter(pl.col("value").str.strip_chars().replace("", None).is_not_null())["run_id"] \
         if "value" in frame.columns else pl.Series([], dtype=pl.Utf8)
     ok = resolve_recompute(ok, physics, measured=ok["run_id"].is_in(measured_ids.unique().to_list()))
-    pred = predict(ok, model)
-    pred = pred.with_columns(
-        pl.concat_str([pl.col("assumptions"), pl.Series(ok["assumptions"])], separator="; ", ignore_nulls=True)
-        .alias("assumptions"),
-        pl.Series("memory_gb", ok["memory_gb"]).cast(pl.Float64),
-    ).with_columns(  # the capacity in the model's decimal GB: a vendor's "80 GB" are binary (models.memory)
-        (pl.col("memory_gb") * CAPACITY_BYTES_PER_GB / 1e9).alias("memory_capacity_gb"),
-    ).with_columns((pl.col("memory_gb_per_gpu") <= pl.col("memory_capacity_gb")).alias("memory_fits"))
-    good = ok.select([c for c in RUN_COLUMNS if c in ok.columns] + ["peak_bf16_tflops"]).hstack(
-        pred.select(OUT_COLUMNS + ["model_flops_per_token", "hardware_flops_per_token"]))
+    text = {"error", "fit_version", "assumptions", "calibration_domain"}
+    good = pl.DataFrame(schema={c: pl.Boolean if c in ("feasible", "memory_fits") else pl.Utf8 if c in text
+                                else pl.Float64 for c in [*OUT_COLUMNS, "peak_bf16_tflops", "model_flops_per_token",
+                                                          "hardware_flops_per_token"]})  # no row to predict
+    if ok.height:
+        pred = predict(ok, model)
+        pred = pred.with_columns(
+            pl.concat_str([pl.col("assumptions"), pl.Series(ok["assumptions"])], separator="; ", ignore_nulls=True)
+            .alias("assumptions"),
+            pl.Series("memory_gb", ok["memory_gb"]).cast(pl.Float64),
+        ).with_columns(  # the capacity in the model's decimal GB: a vendor's "80 GB" are binary (models.memory)
+            (pl.col("memory_gb") * CAPACITY_BYTES_PER_GB / 1e9).alias("memory_capacity_gb"),
+        ).with_columns((pl.col("memory_gb_per_gpu") <= pl.col("memory_capacity_gb")).alias("memory_fits"))
+        good = ok.select([c for c in RUN_COLUMNS if c in ok.columns] + ["peak_bf16_tflops"]).hstack(
+            pred.select(OUT_COLUMNS + ["model_flops_per_token", "hardware_flops_per_token"]))
     bad = cfg.filter(pl.col("config_error").is_not_null()).select(
         *[c for c in RUN_COLUMNS if c in cfg.columns and c not in ("recompute",)],
         pl.lit(False).alias("feasible"), pl.col("config_error").alias("error"))
@@ -108,7 +113,8 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
     # the measurement, where the file has one (the same target rules as the calibration)
     target = measured_throughput(_metrics_of(frame))
     if target.height:
-        out = derive_flop_targets(out.join(target, on="run_id", how="left"))
+        out = out.join(target, on="run_id", how="left")
+        out = derive_flop_targets(out)
         out = out.with_columns(
             (100.0 * (pl.col("tokens_per_s_per_gpu") / pl.col("measured_tokens_per_s_per_gpu") - 1.0)).alias("error_pct"))
     out = out.drop([c for c in ("peak_bf16_tflops", "model_flops_per_token", "hardware_flops_per_token",

@@ -80,6 +80,28 @@ def test_predict_frame_takes_typed_columns():
     assert out["feasible"].to_list() == [True, True] and out["step_time_s"].is_not_null().all()
 
 
+def test_an_architecture_id_in_the_arch_column_is_the_model_it_names():
+    """A user who writes the architecture's id or alias where the schema wants its family gets that model (its
+    family filled from the table), not an "architecture without expert shapes" refusal."""
+    runs = pl.DataFrame({"run_id": ["by-arch", "by-name"], "arch": ["llama3-405b", "dense"],
+                         "model_name": [None, "Llama 3.1 405B"], "gpu": ["h100-sxm5-80gb"] * 2,
+                         "n_gpus": [2048, 2048], "tp": [8, 8], "pp": [16, 16], "global_batch_seqs": [512, 512],
+                         "seq_len": [8192, 8192]})
+    out = stepcast.predict_frame(runs)
+    assert out["error"].is_null().all() or out["feasible"].is_not_null().all()
+    assert out["step_time_s"].is_not_null().all()
+    assert out["step_time_s"][0] == out["step_time_s"][1]
+
+
+def test_a_file_of_only_unusable_rows_says_why_per_row_instead_of_failing():
+    runs = pl.DataFrame({"run_id": ["r1", "r2"], "model_name": ["no-such-model", "llama3-8b"], "gpu": ["H100", "H100"],
+                         "n_gpus": ["8", None], "metric": ["tokens_per_s_per_gpu"] * 2, "value": ["100", "200"]})
+    out = stepcast.predict_frame(runs)
+    assert out["run_id"].to_list() == ["r1", "r2"] and out["step_time_s"].is_null().all()
+    assert "architecture shape unknown" in out["error"][0] and "n_gpus not stated" in out["error"][1]
+    assert out["measured_tokens_per_s_per_gpu"].to_list() == [100.0, 200.0]
+
+
 def test_search_equals_the_cli(built_store):
     expected = cli_json(built_store, "search", "--model", "gpt3-175b", "--gpu", "a100-sxm4-80gb", "--gpus", "1024",
                         "--global-batch", "1536", "--seq-len", "2048", "--top", "5")
