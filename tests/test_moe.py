@@ -279,3 +279,52 @@ def test_recipe_etp_states_the_megatron_bridge_presets_expert_tp():
     assert "etp=1 (Megatron-Bridge r0.4.0" in a and "does not fold" not in a and a.startswith("dropless; ")
     assert out["assumptions"][2] == "etp=tp (x)"
 
+
+def test_cross_node_all_to_all_uses_each_ranks_own_nic():
+    from models import collectives as coll
+
+    B, up, nic, a_up, a_out = 64e6, 450e9 * 0.95, 50e9 * coll.A2A_RDMA_EFF, 2e-6, 10e-6
+    # inside one domain: the plain all-to-all over the scale-up link, bit for bit
+    for n in (2.0, 8.0):
+        assert coll.ep_all_to_all_time(B, n, 8.0, up, nic, a_up, a_out) == coll.all_to_all_time(B, n, up, a_up)
+    # EP 32 over 4 nodes of 8: 24/32 of the buffer leaves the node through the rank's own NIC (not 8 NICs)
+    t = coll.ep_all_to_all_time(B, 32.0, 8.0, up, nic, a_up, a_out)
+    assert t == pytest.approx(7 * a_up + 24 * a_out + 0.75 * B / nic, rel=1e-12)
+    assert coll.A2A_RDMA_EFF == pytest.approx(43.0 / 50.0)
+
+
+def test_cross_node_all_to_all_never_beats_one_domain_and_more_nic_never_slows_it():
+    from models import collectives as coll
+
+    rng = np.random.default_rng(7)
+    n = rng.choice([2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0], 400)
+    g = np.minimum(rng.choice([1.0, 2.0, 4.0, 8.0], 400), n)
+    B = rng.uniform(1e5, 1e9, 400)
+    up = rng.uniform(20e9, 900e9, 400)
+    nic = rng.uniform(5e9, 900e9, 400)
+    a_up = rng.uniform(0.0, 5e-6, 400)
+    a_out = a_up + rng.uniform(0.0, 20e-6, 400)
+    cross = coll.ep_all_to_all_time(B, n, g, up, nic, a_up, a_out)
+    one_domain = coll.all_to_all_time(B, n, up, a_up)
+    assert np.all(cross >= one_domain)
+    assert np.all(coll.ep_all_to_all_time(B, n, g, up, 2.0 * nic, a_up, a_out) <= cross)
+    # more of the group inside one node never slows it
+    assert np.all(coll.ep_all_to_all_time(B, n, np.minimum(2.0 * g, n), up, nic, a_up, a_out) <= cross + 1e-15)
+    # a 3:1 oversubscribed pod tier the group crosses divides the NIC bandwidth
+    tiers = (np.full(400, 16.0), np.full(400, 3.0))
+    over = coll.ep_all_to_all_time(B, n, g, up, nic, a_up, a_out, 1.0, tiers)
+    assert np.all(over >= cross) and np.any(over[n > 16] > cross[n > 16])
+
+
+def test_ep_comm_across_nodes_is_nic_bound(hw):
+    # Qwen3-30B-A3B, ep 16 over two 8-GPU H100 nodes vs the same ep 8 inside one: the node-crossing all-to-all
+    # is slower per micro-batch, and with the ring's g NICs it would have been about as fast as NVLink
+    a = layouts("qwen3-30b-a3b", hw, n=1)
+    one = a | {k: np.array([v]) for k, v in dict(tp=1.0, pp=1.0, dp=16.0, ep=8.0, n_gpus=16.0,
+                                                 global_batch_seqs=128.0, sequence_parallel=0.0).items()}
+    two = one | {"ep": np.array([16.0])}
+    r1, r2 = predict_arrays(one), predict_arrays(two)
+    assert ((r1["error_code"] | r2["error_code"]) & INVALID_MASK)[0] == 0
+    # same bytes per rank; 8/16 of them over one 50 GB/s NIC against 7/8 over NVLink
+    assert r2["ep_comm_s"][0] > 3.0 * r1["ep_comm_s"][0]
+
