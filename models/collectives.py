@@ -105,7 +105,8 @@ def all_to_all_time(nbytes, n, bw, alpha):
 A2A_RDMA_EFF = 43.0 / 50.0
 
 
-def ep_all_to_all_time(nbytes, n, g, bw_intra, bw_nic, alpha_intra, alpha_inter, stride=1.0, tiers=None):
+def ep_all_to_all_time(nbytes, n, g, bw_intra, bw_nic, alpha_intra, alpha_inter, stride=1.0, tiers=None,
+                       remote_share=None):
     """All-to-all of ``nbytes`` per rank over ``n`` ranks of which ``g`` share a scale-up domain (the EP dispatch or
     combine; ``bw_nic`` the per-GPU NIC bandwidth, efficiency applied: ``A2A_RDMA_EFF``).
 
@@ -117,7 +118,9 @@ def ep_all_to_all_time(nbytes, n, g, bw_intra, bw_nic, alpha_intra, alpha_inter,
     remote peers' on their way to or from the NIC on the destination's rail (NCCL's PXN; DeepEP/HybridEP's NVLink
     forwarding behind RDMA), so that leg costs what the all-to-all costs inside one domain. The two legs stream
     concurrently: time = the slower of them, plus one latency per peer (g - 1 over the scale-up link, n - g over the
-    network). A group spanning pods (``tiers``, ``stride``) divides the NIC bandwidth by the oversubscription."""
+    network). A group spanning pods (``tiers``, ``stride``) divides the NIC bandwidth by the oversubscription.
+    ``remote_share`` (None: (n - g)/n) replaces the share of the buffer that crosses the network: a hierarchical
+    dispatcher sends one copy per remote node (``models.moe.flex_remote_share``)."""
     n = _f(n)
     g = np.minimum(np.maximum(_f(g), 1.0), np.maximum(n, 1.0))
     inside = all_to_all_time(nbytes, n, bw_intra, alpha_intra)
@@ -125,7 +128,8 @@ def ep_all_to_all_time(nbytes, n, g, bw_intra, bw_nic, alpha_intra, alpha_inter,
     if not np.any(spans):
         return inside
     nic = _f(bw_nic) / pod_ratio(n, stride, tiers)
-    remote_s = (n - g) / n * _f(nbytes) / nic
+    share = (n - g) / n if remote_share is None else _f(remote_share)
+    remote_s = share * _f(nbytes) / nic
     local_s = all_to_all_bytes(nbytes, n) / _f(bw_intra)
     cross = (g - 1.0) * _f(alpha_intra) + (n - g) * _f(alpha_inter) + np.maximum(local_s, remote_s)
     return np.where(spans, cross, inside)

@@ -101,6 +101,7 @@ class Inputs:
     moe_cf: np.ndarray  # capacity factor (NaN: dropless)
     rho: np.ndarray | float  # the most loaded EP rank's routed tokens / the mean (1.0: balanced)
     a2a: np.ndarray | float  # passes run merged with another micro-batch's by the EP A2A overlap (0: no overlap)
+    flex: np.ndarray | bool  # the flex dispatcher (DeepEP/HybridEP; models.moe.DISPATCHER_FLEX); False: all-to-all
 
 
 @dataclass(slots=True)
@@ -538,7 +539,11 @@ def ep_comm(x: Inputs, r: Rates, cm: Compute) -> np.ndarray:
     stride = moe.ep_stride(x.t, x.c, x.et)
     ep_rpn = clip(np.floor(x.node / stride), 1.0, x.e)
     ep_bytes = r.aTt * (x.k * x.h) * x.rho
-    ep_one = coll.ep_all_to_all_time(ep_bytes, x.e, ep_rpn, x.bw_up, x.bw_a2a, x.a_up, x.a_out, stride, x.tiers)
+    share = None  # the flex dispatcher (DeepEP/HybridEP) sends one copy per remote node (models.moe)
+    if np.any(x.flex):
+        share = np.where(x.flex, moe.flex_remote_share(x.k, x.E, x.e, ep_rpn), (x.e - ep_rpn) / x.e)
+    ep_one = coll.ep_all_to_all_time(ep_bytes, x.e, ep_rpn, x.bw_up, x.bw_a2a, x.a_up, x.a_out, stride, x.tiers,
+                                     share)
     return cm.Ls_moe * (2.0 * r.n_fwd_passes + 2.0) * ep_one
 
 

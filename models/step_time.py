@@ -310,6 +310,7 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
         bw_out=g("inter_node_bw_gbps") * 1e9 * P.scaleout_eff, a_up=a_up, a_out=P.alpha_scaleout_s,
         bw_a2a=g("inter_node_bw_gbps") * 1e9 * coll.A2A_RDMA_EFF,
         et=et, moe_cf=cap_f, rho=rho, a2a=a2a,
+        flex=(g("moe_dispatcher", 0.0) == moe.DISPATCHER_FLEX) if "moe_dispatcher" in a else False,
     )
 
 

@@ -328,3 +328,38 @@ def test_ep_comm_across_nodes_is_nic_bound(hw):
     # same bytes per rank; 8/16 of them over one 50 GB/s NIC against 7/8 over NVLink
     assert r2["ep_comm_s"][0] > 3.0 * r1["ep_comm_s"][0]
 
+
+def test_flex_dispatcher_sends_one_copy_per_remote_node():
+    # Qwen3-30B-A3B (top-8 of 128) on EP 16 over two 8-GPU nodes: a token's experts miss the other node with
+    # probability C(64, 8)/C(128, 8), so HybridEP sends 1 - that of a copy where the all-to-all dispatcher sends 4
+    from math import comb
+
+    got = moe.flex_remote_share(8, 128, 16, 8)
+    assert got == pytest.approx((1.0 - comb(64, 8) / comb(128, 8)) / 8.0, rel=1e-12)
+    rng = np.random.default_rng(3)
+    k = rng.choice([1.0, 2.0, 4.0, 8.0, 22.0], 300)
+    E = k * rng.choice([1.0, 4.0, 16.0, 64.0], 300)
+    ep = rng.choice([8.0, 16.0, 32.0, 64.0, 128.0], 300)
+    g = np.minimum(rng.choice([1.0, 4.0, 8.0], 300), ep)
+    share = moe.flex_remote_share(k, E, ep, g)
+    flat = (ep - g) / ep
+    assert np.all(share <= flat + 1e-15) and np.all(share >= 0.0)  # never more than the all-to-all dispatcher
+    assert np.all(share[g == ep] == 0.0)
+    # one expert per token: every copy goes to one node, the same share as the all-to-all dispatcher
+    assert moe.flex_remote_share(1, 64, 32, 8) == pytest.approx(24 / 32, rel=1e-12)
+
+
+def test_recipe_dispatcher_names_the_flex_runs_only():
+    from models import moe_recipes as mr
+
+    frame = pl.DataFrame({
+        "run_id": ["mb2604-pre-training-qwen3-30b-a3b-h100-16gpu-fp8-gbs1024",
+                   "mb2602-pre-training-qwen3-235b-a22b-h100-256gpu-fp8-gbs8192", "other"],
+        "arch_id": ["qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-30b-a3b"],
+        "gpu": ["h100-sxm5-80gb"] * 3, "dtype": ["fp8"] * 3, "assumptions": [None, "x", None]})
+    out = mr.resolve_recipe_dispatcher(frame)
+    assert out["moe_dispatcher"].to_list() == [1.0, None, None]
+    assert "moe_dispatcher=flex (Megatron-Bridge r0.4.0" in out["assumptions"][0]
+    assert out["assumptions"][1] == "x"
+    # 26.02's Qwen3-235B H100 preset names deepep, but its recipe ran the all-to-all dispatcher
+    assert mr.RECIPE_DISPATCHER[("26.02", "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8")] is None
