@@ -28,8 +28,9 @@ is True (balanced routing: ``PhysParams.moe_imbalance`` 1.0 already), and the to
 (``moe_flex_dispatcher_backend`` "hybridep" on GB200/most Blackwell presets, "deepep" on some H100/B200 presets, the
 all-to-all dispatcher otherwise; a preset's backend takes effect only where the recipe selects the flex dispatcher:
 ``apply_flex_dispatcher_backend`` from r0.4.0's ``set_workload_base_configs``, or the model's recipe function) is
-recorded in ``RECIPE_DISPATCHER`` for the overlapped entries but not given a cost
-of its own: no source states its bandwidth relative to NCCL all-to-all on the corpus's fabrics.
+recorded in ``RECIPE_DISPATCHER`` for the overlapped entries. Its cost differs from the all-to-all dispatcher's
+only where the EP group spans nodes (one copy per remote node: ``models.moe.flex_remote_share``); ``RECIPE_FLEX``
+names the corpus's node-spanning runs that ran it.
 """
 
 from __future__ import annotations
@@ -172,8 +173,7 @@ def resolve_a2a_overlap(frame: pl.DataFrame) -> pl.DataFrame:
     release (`RECIPE_A2A_OVERLAP`), recorded in `assumptions` where on; 0 for the release's other runs; null (no
     overlap) for every other row. Needs run_id, arch_id, gpu, dtype (else the frame is returned unchanged).
 
-    Not applied by `models.runs_adapter.configs_from_runs` (docs/model.md, "EP all-to-all overlap": with it the
-    held-out-precision and held-out-generation protocols regress); a caller opts in."""
+    Applied by `models.runs_adapter.configs_from_runs` (docs/model.md, "EP all-to-all overlap")."""
     need = ("run_id", "arch_id", "gpu", "dtype")
     if not frame.height or any(c not in frame.columns for c in need):
         return frame
