@@ -16,7 +16,8 @@ Per-rank bytes sent (closed forms, tested in tests/test_step_time.py):
 Hierarchical all-reduce (intra-node reduce-scatter over g ranks, inter-node all-reduce of
 B/g over n/g nodes, intra-node all-gather) is provided in a sequential and a pipelined
 (slower-tier) form; the step-time model uses ``group_link`` - the pipelined form expressed
-as an effective bandwidth - see docs/model.md.
+as an effective bandwidth - see docs/model.md. The expert-parallel all-to-all across scale-up domains is
+``ep_all_to_all_time``: its network share leaves through each rank's own NIC, not the ring's g NICs.
 """
 
 from __future__ import annotations
@@ -92,6 +93,46 @@ all_gather_time = reduce_scatter_time
 def all_to_all_time(nbytes, n, bw, alpha):
     n = _f(n)
     return np.where(n > 1, (n - 1.0) * _f(alpha) + all_to_all_bytes(nbytes, n) / _f(bw), 0.0)
+
+
+#: measured: the EP all-to-all's fraction of the per-GPU NIC line rate. DeepEP's normal kernels (NVLink + RDMA
+#: forwarding) move 43 GB/s per GPU over RDMA in an internode EP16 dispatch and in its combine, on H800s with one
+#: ConnectX-7 InfiniBand 400 Gb/s NIC per GPU, "~50 GB/s maximum bandwidth" (deepseek-ai/DeepEP docs/legacy.md,
+#: "Normal kernels with NVLink and RDMA forwarding"): 43 / 50. Its EP32 and EP64 rows (57-58, 50-51 GB/s) reach or
+#: pass the line rate because they count logical bytes (DeepEP V2's README: "the results are logical bandwidth"),
+#: so the two-node row is the physical figure. Applied to ``inter_node_bw_gbps`` (per GPU) in place of the fitted
+#: ``scaleout_eff`` of the ring collectives.
+A2A_RDMA_EFF = 43.0 / 50.0
+
+
+def ep_all_to_all_time(nbytes, n, g, bw_intra, bw_nic, alpha_intra, alpha_inter, stride=1.0, tiers=None,
+                       remote_share=None):
+    """All-to-all of ``nbytes`` per rank over ``n`` ranks of which ``g`` share a scale-up domain (the EP dispatch or
+    combine; ``bw_nic`` the per-GPU NIC bandwidth, efficiency applied: ``A2A_RDMA_EFF``).
+
+    Inside one domain (n <= g): ``all_to_all_time`` over the scale-up link, bit for bit. Spanning domains, each rank
+    sends (n - g) / n of its buffer to the ranks of other domains, through its own NIC: every GPU of a node has its
+    NIC (one per GPU in the hardware table) and every GPU of the node runs an all-to-all of its own EP group at the
+    same time, so, unlike a ring (``group_link``: the g ranks of a node drive g NICs for one ring), a rank cannot
+    borrow its neighbours' NICs. Every byte also crosses the scale-up link once: the local peers' directly, the
+    remote peers' on their way to or from the NIC on the destination's rail (NCCL's PXN; DeepEP/HybridEP's NVLink
+    forwarding behind RDMA), so that leg costs what the all-to-all costs inside one domain. The two legs stream
+    concurrently: time = the slower of them, plus one latency per peer (g - 1 over the scale-up link, n - g over the
+    network). A group spanning pods (``tiers``, ``stride``) divides the NIC bandwidth by the oversubscription.
+    ``remote_share`` (None: (n - g)/n) replaces the share of the buffer that crosses the network: a hierarchical
+    dispatcher sends one copy per remote node (``models.moe.flex_remote_share``)."""
+    n = _f(n)
+    g = np.minimum(np.maximum(_f(g), 1.0), np.maximum(n, 1.0))
+    inside = all_to_all_time(nbytes, n, bw_intra, alpha_intra)
+    spans = n > g
+    if not np.any(spans):
+        return inside
+    nic = _f(bw_nic) / pod_ratio(n, stride, tiers)
+    share = (n - g) / n if remote_share is None else _f(remote_share)
+    remote_s = share * _f(nbytes) / nic
+    local_s = all_to_all_bytes(nbytes, n) / _f(bw_intra)
+    cross = (g - 1.0) * _f(alpha_intra) + (n - g) * _f(alpha_inter) + np.maximum(local_s, remote_s)
+    return np.where(spans, cross, inside)
 
 
 def p2p_time(nbytes, bw, alpha):

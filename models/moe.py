@@ -56,8 +56,13 @@ from __future__ import annotations
 import numpy as np
 
 #: optional config columns of the MoE options (null/NaN = the default: etp = tp, dropless, not padded, no EP
-#: all-to-all overlap; ``moe_a2a_overlap`` 1 = Megatron-Core ``--overlap-moe-expert-parallel-comm``)
-COLUMNS = ("etp", "moe_capacity_factor", "moe_pad_to_capacity", "moe_a2a_overlap")
+#: all-to-all overlap, the all-to-all dispatcher; ``moe_a2a_overlap`` 1 = Megatron-Core
+#: ``--overlap-moe-expert-parallel-comm``; ``moe_dispatcher`` 1 = the flex dispatcher, DeepEP or HybridEP)
+COLUMNS = ("etp", "moe_capacity_factor", "moe_pad_to_capacity", "moe_a2a_overlap", "moe_dispatcher")
+
+#: ``moe_dispatcher`` codes: the all-to-all dispatcher (null/0, Megatron-Core's ``alltoall``: every token copy to
+#: its expert's rank over NCCL) and the flex dispatcher with DeepEP or HybridEP (1: ``flex``)
+DISPATCHER_FLEX = 1.0
 
 
 def _f(x) -> np.ndarray:
@@ -187,3 +192,31 @@ def a2a_merged_fraction(a2a_overlap, n_micro, pp, vpp, n_experts, ep, recompute_
     interleaved = np.maximum(chunks - warm, 0.0) / np.maximum(chunks, 1.0)
     frac = np.where(p > 1, np.where(v > 1, interleaved, 0.0), no_pp)
     return np.where(on, np.clip(frac, 0.0, 1.0), 0.0)
+
+
+def flex_remote_share(top_k, n_experts, ep, ep_per_node) -> np.ndarray:
+    """Share of a token's k dispatched copies that a hierarchical dispatcher (DeepEP, HybridEP: Megatron-Core's flex
+    dispatcher) sends over the network when the EP group spans nodes: one copy per remote node the token's experts
+    sit on, not one per expert. DeepEP's internode layout counts ``num_tokens_per_rdma_rank`` (tokens per destination
+    node) and sends each token once to the same-index GPU of a node, which forwards it over NVLink
+    (deepseek-ai/DeepEP ``get_dispatch_layout``, "Normal kernels with NVLink and RDMA forwarding"); HybridEP sizes its
+    ``rdma_token_buffer`` as tokens x (nodes - 1) x hidden: one copy per remote node (DeepEP hybrid-ep branch,
+    docs/Hybrid-EP_Implementation.md). With balanced routing (the recipes force it: each token's k distinct experts
+    uniform over the E experts, E/N of them on each of the N = ep / ep_per_node nodes) a given node holds none of a
+    token's experts with probability P0 = C(E - E/N, k) / C(E, k), so a token goes to (N - 1)(1 - P0) remote nodes
+    on average: the share is that over k (at most (N - 1)/N, the all-to-all dispatcher's share, by the union bound).
+    Rows whose group does not span nodes (or without experts) get (ep - ep_per_node)/ep, 0 inside one node."""
+    k, E = _f(top_k), _f(n_experts)
+    ep, g = _f(ep), np.maximum(_f(ep_per_node), 1.0)
+    N = np.maximum(ep / g, 1.0)
+    flat = np.maximum(ep - g, 0.0) / np.maximum(ep, 1.0)
+    En = E / N
+    p0 = np.ones(np.broadcast(k, E, N).shape)
+    for i in range(int(np.nanmax(np.where(np.isfinite(k), k, 0.0), initial=0.0))):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            term = np.clip((E - En - i) / (E - i), 0.0, 1.0)
+        p0 = p0 * np.where(i < k, np.nan_to_num(term), 1.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = (N - 1.0) * (1.0 - p0) / k
+    ok = (N > 1.0) & (k > 0) & (E >= k) & np.isfinite(share)
+    return np.where(ok, np.minimum(share, flat), flat)

@@ -28,8 +28,9 @@ is True (balanced routing: ``PhysParams.moe_imbalance`` 1.0 already), and the to
 (``moe_flex_dispatcher_backend`` "hybridep" on GB200/most Blackwell presets, "deepep" on some H100/B200 presets, the
 all-to-all dispatcher otherwise; a preset's backend takes effect only where the recipe selects the flex dispatcher:
 ``apply_flex_dispatcher_backend`` from r0.4.0's ``set_workload_base_configs``, or the model's recipe function) is
-recorded in ``RECIPE_DISPATCHER`` for the overlapped entries but not given a cost
-of its own: no source states its bandwidth relative to NCCL all-to-all on the corpus's fabrics.
+recorded in ``RECIPE_DISPATCHER`` for the overlapped entries. Its cost differs from the all-to-all dispatcher's
+only where the EP group spans nodes (one copy per remote node: ``models.moe.flex_remote_share``); ``RECIPE_FLEX``
+names the corpus's node-spanning runs that ran it.
 """
 
 from __future__ import annotations
@@ -125,6 +126,30 @@ RECIPE_ETP: dict[str, tuple[int, str]] = {
 _INFERRED_ETP_NOTE = r"etp=(\d+|tp) \([^)]*\)(; )?"
 
 
+#: (release, arch id, gpu id, dtype) of the corpus's runs whose EP group spans nodes and whose recipe ran Megatron-Core's
+#: flex dispatcher (DeepEP or HybridEP; ``moe_dispatcher`` = 1, cost: ``models.moe.flex_remote_share``). From r0.4.0
+#: on, ``scripts/performance/utils/overrides.py set_workload_base_configs`` calls ``apply_flex_dispatcher_backend``
+#: (moe_token_dispatcher_type "flex") for a preset that names a backend, else sets "alltoall". The node-spanning runs
+#: not listed ran the all-to-all dispatcher: Qwen3-235B on H100 (25.11, 26.02, 26.04: the H100 recipe function sets
+#: "alltoall"; 26.02's preset names "deepep", which r0.3.0 does not apply) and GPT-OSS 120B BF16 on B200 (26.02: the
+#: r0.3.0 recipe's default "alltoall"). Runs inside one scale-up domain are not listed: there the model costs both
+#: dispatchers alike.
+RECIPE_FLEX: dict[tuple[str, str, str, str], str] = {
+    ("26.04", "nemotron-3-super", "b200", "mxfp8"):
+        f"{_B} r0.4.0 scripts/performance/configs/nemotronh/nemotron_3_workload_base_configs.py "
+        "NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B200_FP8_MX_V1 (hybridep)",
+    ("26.04", "nemotron-3-super", "b200", "nvfp4"):
+        f"{_B} r0.4.0 scripts/performance/configs/nemotronh/nemotron_3_workload_base_configs.py "
+        "NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B200_NVFP4_V1 (hybridep)",
+    ("26.04", "qwen3-30b-a3b", "h100-sxm5-80gb", "fp8"):
+        f"{_B} r0.4.0 scripts/performance/configs/qwen/qwen3_workload_base_configs.py "
+        "QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 (hybridep; qwen3_llm_pretrain.py sets flex)",
+    ("26.06", "qwen3-30b-a3b", "h100-sxm5-80gb", "fp8"):
+        f"{_B} r0.5.0 scripts/performance/configs/qwen/qwen3_workload_base_configs.py "
+        "QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 (hybridep; qwen3_llm_pretrain.py sets flex)",
+}
+
+
 def run_release(run_id: str | None) -> str | None:
     """The NeMo container release of a Megatron-Bridge performance run id ("mb2606-..." -> "26.06"), else None."""
     m = _RUN_RELEASE.match(str(run_id or ""))
@@ -160,8 +185,7 @@ def resolve_a2a_overlap(frame: pl.DataFrame) -> pl.DataFrame:
     release (`RECIPE_A2A_OVERLAP`), recorded in `assumptions` where on; 0 for the release's other runs; null (no
     overlap) for every other row. Needs run_id, arch_id, gpu, dtype (else the frame is returned unchanged).
 
-    Not applied by `models.runs_adapter.configs_from_runs` (docs/model.md, "EP all-to-all overlap": with it the
-    held-out-precision and held-out-generation protocols regress); a caller opts in."""
+    Applied by `models.runs_adapter.configs_from_runs` (docs/model.md, "EP all-to-all overlap")."""
     need = ("run_id", "arch_id", "gpu", "dtype")
     if not frame.height or any(c not in frame.columns for c in need):
         return frame
@@ -208,3 +232,30 @@ def resolve_recipe_etp(frame: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.col("assumptions")).alias("assumptions"),
     )
 
+
+def resolve_recipe_dispatcher(frame: pl.DataFrame) -> pl.DataFrame:
+    """`moe_dispatcher` (1: the flex dispatcher, DeepEP/HybridEP) of the Megatron-Bridge performance runs `RECIPE_FLEX`
+    lists that do not state it, recorded in `assumptions`; other rows keep theirs (null: the all-to-all dispatcher).
+    Needs run_id, arch_id, gpu, dtype (else the frame is returned unchanged)."""
+    need = ("run_id", "arch_id", "gpu", "dtype")
+    if not frame.height or any(c not in frame.columns for c in need):
+        return frame
+    if "moe_dispatcher" not in frame.columns:
+        frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("moe_dispatcher"))
+    if "assumptions" not in frame.columns:
+        frame = frame.with_columns(pl.lit(None, dtype=pl.Utf8).alias("assumptions"))
+    rid = pl.col("run_id").cast(pl.Utf8)
+    rel = pl.concat_str([rid.str.extract(RUN_RELEASE_PATTERN, 1), rid.str.extract(RUN_RELEASE_PATTERN, 2)],
+                        separator=".")
+    key = pl.concat_str([rel, pl.col("arch_id").cast(pl.Utf8).str.to_lowercase(),
+                         pl.col("gpu").cast(pl.Utf8).str.to_lowercase(),
+                         pl.col("dtype").cast(pl.Utf8).str.to_lowercase()], separator="|")
+    src = key.replace_strict({"|".join(k): v for k, v in RECIPE_FLEX.items()}, default=None, return_dtype=pl.Utf8)
+    fill = pl.col("moe_dispatcher").is_null() & src.is_not_null()
+    return frame.with_columns(
+        pl.when(fill).then(pl.lit(1.0)).otherwise(pl.col("moe_dispatcher").cast(pl.Float64, strict=False))
+        .alias("moe_dispatcher"),
+        pl.when(fill).then(pl.concat_str([pl.col("assumptions"), pl.format("moe_dispatcher=flex ({})", src)],
+                                         separator="; ", ignore_nulls=True))
+        .otherwise(pl.col("assumptions")).alias("assumptions"),
+    )

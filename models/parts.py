@@ -93,6 +93,7 @@ class Inputs:
     tier_bad: np.ndarray
     bw_up: np.ndarray  # scale-up bytes/s (PCIe/host tier rows: pcie_eff, else scaleup_eff)
     bw_out: np.ndarray  # scale-out bytes/s
+    bw_a2a: np.ndarray  # per-GPU NIC bytes/s of the EP all-to-all (models.collectives.A2A_RDMA_EFF applied)
     a_up: np.ndarray | float  # scale-up latency per step, s (an array when the block has PCIe/host tier rows)
     a_out: float  # scale-out latency, s
     # MoE options (models.moe)
@@ -100,6 +101,7 @@ class Inputs:
     moe_cf: np.ndarray  # capacity factor (NaN: dropless)
     rho: np.ndarray | float  # the most loaded EP rank's routed tokens / the mean (1.0: balanced)
     a2a: np.ndarray | float  # passes run merged with another micro-batch's by the EP A2A overlap (0: no overlap)
+    flex: np.ndarray | bool  # the flex dispatcher (DeepEP/HybridEP; models.moe.DISPATCHER_FLEX); False: all-to-all
     rc_modules: np.ndarray | None = None  # Megatron-Core recompute_modules bits (models.memory); None: no row has them
 
 
@@ -564,14 +566,19 @@ def cp_comm(x: Inputs, r: Rates, cm: Compute) -> tuple[np.ndarray, np.ndarray]:
 def ep_comm(x: Inputs, r: Rates, cm: Compute) -> np.ndarray:
     """Expert parallel, per micro-batch (s, before overlap): dispatch + combine all-to-all per MoE layer fwd,
     2 more in bwd. The most loaded rank receives (dispatch) and sends (combine) rho x the mean; the group is ep
-    ranks ``models.moe.ep_stride`` apart (etp on Megatron-Core's expert grid, tp*cp at etp = tp)."""
+    ranks ``models.moe.ep_stride`` apart (etp on Megatron-Core's expert grid, tp*cp at etp = tp), ``ep_rpn`` of
+    them in one scale-up domain; across domains the share that leaves the node goes through the rank's own NIC
+    (``models.collectives.ep_all_to_all_time``)."""
     if not r.any_ep:
         return np.zeros(x.n)
     stride = moe.ep_stride(x.t, x.c, x.et)
     ep_rpn = clip(np.floor(x.node / stride), 1.0, x.e)
-    ep_bw, ep_a = coll.group_link(x.e, ep_rpn, x.bw_up, x.bw_out, x.a_up, x.a_out, stride, x.tiers)
     ep_bytes = r.aTt * (x.k * x.h) * x.rho
-    ep_one = coll.all_to_all_time(ep_bytes, x.e, ep_bw, ep_a)
+    share = None  # the flex dispatcher (DeepEP/HybridEP) sends one copy per remote node (models.moe)
+    if np.any(x.flex):
+        share = np.where(x.flex, moe.flex_remote_share(x.k, x.E, x.e, ep_rpn), (x.e - ep_rpn) / x.e)
+    ep_one = coll.ep_all_to_all_time(ep_bytes, x.e, ep_rpn, x.bw_up, x.bw_a2a, x.a_up, x.a_out, stride, x.tiers,
+                                     share)
     return cm.Ls_moe * (2.0 * r.n_fwd_passes + 2.0) * ep_one
 
 

@@ -216,10 +216,11 @@ def infer_layout(frame: pl.DataFrame) -> pl.DataFrame:
 
 def _recipe_moe_options(frame: pl.DataFrame) -> pl.DataFrame:
     """MoE options a Megatron-Bridge performance run's recipe sets and the schema has no column for
-    (`models.moe_recipes`): the expert tensor-parallel size."""
+    (`models.moe_recipes`): the expert tensor-parallel size, the token dispatcher of a node-spanning EP group and the
+    EP all-to-all overlap."""
     from models import moe_recipes as mr
 
-    return mr.resolve_recipe_etp(frame)
+    return mr.resolve_a2a_overlap(mr.resolve_recipe_dispatcher(mr.resolve_recipe_etp(frame)))
 
 
 def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFrame:

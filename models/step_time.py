@@ -360,7 +360,9 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
         attn_peak_tf=np.where(is_fp32, peak_tf, peaks[0]), node=np.maximum(np.minimum(node, N), 1.0), tiers=tiers,
         tier_bad=tier_bad, bw_up=bw_up,
         bw_out=g("inter_node_bw_gbps") * 1e9 * P.scaleout_eff, a_up=a_up, a_out=P.alpha_scaleout_s,
+        bw_a2a=g("inter_node_bw_gbps") * 1e9 * coll.A2A_RDMA_EFF,
         et=et, moe_cf=cap_f, rho=rho, a2a=a2a,
+        flex=(g("moe_dispatcher", 0.0) == moe.DISPATCHER_FLEX) if "moe_dispatcher" in a else False,
         rc_modules=g("recompute_modules") if a.get("recompute_modules") is not None else None,
     )
 

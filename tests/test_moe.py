@@ -279,3 +279,87 @@ def test_recipe_etp_states_the_megatron_bridge_presets_expert_tp():
     assert "etp=1 (Megatron-Bridge r0.4.0" in a and "does not fold" not in a and a.startswith("dropless; ")
     assert out["assumptions"][2] == "etp=tp (x)"
 
+
+def test_cross_node_all_to_all_uses_each_ranks_own_nic():
+    from models import collectives as coll
+
+    B, up, nic, a_up, a_out = 64e6, 450e9 * 0.95, 50e9 * coll.A2A_RDMA_EFF, 2e-6, 10e-6
+    # inside one domain: the plain all-to-all over the scale-up link, bit for bit
+    for n in (2.0, 8.0):
+        assert coll.ep_all_to_all_time(B, n, 8.0, up, nic, a_up, a_out) == coll.all_to_all_time(B, n, up, a_up)
+    # EP 32 over 4 nodes of 8: 24/32 of the buffer leaves the node through the rank's own NIC (not 8 NICs)
+    t = coll.ep_all_to_all_time(B, 32.0, 8.0, up, nic, a_up, a_out)
+    assert t == pytest.approx(7 * a_up + 24 * a_out + 0.75 * B / nic, rel=1e-12)
+    assert coll.A2A_RDMA_EFF == pytest.approx(43.0 / 50.0)
+
+
+def test_cross_node_all_to_all_never_beats_one_domain_and_more_nic_never_slows_it():
+    from models import collectives as coll
+
+    rng = np.random.default_rng(7)
+    n = rng.choice([2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0], 400)
+    g = np.minimum(rng.choice([1.0, 2.0, 4.0, 8.0], 400), n)
+    B = rng.uniform(1e5, 1e9, 400)
+    up = rng.uniform(20e9, 900e9, 400)
+    nic = rng.uniform(5e9, 900e9, 400)
+    a_up = rng.uniform(0.0, 5e-6, 400)
+    a_out = a_up + rng.uniform(0.0, 20e-6, 400)
+    cross = coll.ep_all_to_all_time(B, n, g, up, nic, a_up, a_out)
+    one_domain = coll.all_to_all_time(B, n, up, a_up)
+    assert np.all(cross >= one_domain)
+    assert np.all(coll.ep_all_to_all_time(B, n, g, up, 2.0 * nic, a_up, a_out) <= cross)
+    # more of the group inside one node never slows it
+    assert np.all(coll.ep_all_to_all_time(B, n, np.minimum(2.0 * g, n), up, nic, a_up, a_out) <= cross + 1e-15)
+    # a 3:1 oversubscribed pod tier the group crosses divides the NIC bandwidth
+    tiers = (np.full(400, 16.0), np.full(400, 3.0))
+    over = coll.ep_all_to_all_time(B, n, g, up, nic, a_up, a_out, 1.0, tiers)
+    assert np.all(over >= cross) and np.any(over[n > 16] > cross[n > 16])
+
+
+def test_ep_comm_across_nodes_is_nic_bound(hw):
+    # Qwen3-30B-A3B, ep 16 over two 8-GPU H100 nodes vs the same ep 8 inside one: the node-crossing all-to-all
+    # is slower per micro-batch, and with the ring's g NICs it would have been about as fast as NVLink
+    a = layouts("qwen3-30b-a3b", hw, n=1)
+    one = a | {k: np.array([v]) for k, v in dict(tp=1.0, pp=1.0, dp=16.0, ep=8.0, n_gpus=16.0,
+                                                 global_batch_seqs=128.0, sequence_parallel=0.0).items()}
+    two = one | {"ep": np.array([16.0])}
+    r1, r2 = predict_arrays(one), predict_arrays(two)
+    assert ((r1["error_code"] | r2["error_code"]) & INVALID_MASK)[0] == 0
+    # same bytes per rank; 8/16 of them over one 50 GB/s NIC against 7/8 over NVLink
+    assert r2["ep_comm_s"][0] > 3.0 * r1["ep_comm_s"][0]
+
+
+def test_flex_dispatcher_sends_one_copy_per_remote_node():
+    # Qwen3-30B-A3B (top-8 of 128) on EP 16 over two 8-GPU nodes: a token's experts miss the other node with
+    # probability C(64, 8)/C(128, 8), so HybridEP sends 1 - that of a copy where the all-to-all dispatcher sends 4
+    from math import comb
+
+    got = moe.flex_remote_share(8, 128, 16, 8)
+    assert got == pytest.approx((1.0 - comb(64, 8) / comb(128, 8)) / 8.0, rel=1e-12)
+    rng = np.random.default_rng(3)
+    k = rng.choice([1.0, 2.0, 4.0, 8.0, 22.0], 300)
+    E = k * rng.choice([1.0, 4.0, 16.0, 64.0], 300)
+    ep = rng.choice([8.0, 16.0, 32.0, 64.0, 128.0], 300)
+    g = np.minimum(rng.choice([1.0, 4.0, 8.0], 300), ep)
+    share = moe.flex_remote_share(k, E, ep, g)
+    flat = (ep - g) / ep
+    assert np.all(share <= flat + 1e-15) and np.all(share >= 0.0)  # never more than the all-to-all dispatcher
+    assert np.all(share[g == ep] == 0.0)
+    # one expert per token: every copy goes to one node, the same share as the all-to-all dispatcher
+    assert moe.flex_remote_share(1, 64, 32, 8) == pytest.approx(24 / 32, rel=1e-12)
+
+
+def test_recipe_dispatcher_names_the_flex_runs_only():
+    from models import moe_recipes as mr
+
+    frame = pl.DataFrame({
+        "run_id": ["mb2604-pre-training-qwen3-30b-a3b-h100-16gpu-fp8-gbs1024",
+                   "mb2602-pre-training-qwen3-235b-a22b-h100-256gpu-fp8-gbs8192", "other"],
+        "arch_id": ["qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-30b-a3b"],
+        "gpu": ["h100-sxm5-80gb"] * 3, "dtype": ["fp8"] * 3, "assumptions": [None, "x", None]})
+    out = mr.resolve_recipe_dispatcher(frame)
+    assert out["moe_dispatcher"].to_list() == [1.0, None, None]
+    assert "moe_dispatcher=flex (Megatron-Bridge r0.4.0" in out["assumptions"][0]
+    assert out["assumptions"][1] == "x"
+    # 26.02's Qwen3-235B H100 preset names deepep, but its recipe ran the all-to-all dispatcher
+    assert mr.RECIPE_DISPATCHER[("26.02", "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8")] is None
