@@ -8,6 +8,7 @@ never silently rests on a guess:
 |---|---|---|
 | vpp empty with pp > 1, stated by the same source for the same architecture, stack and tp x pp | that vpp (the most frequent) | an interleave belongs to the stage split, not the cluster size (MLPerf GPT-3: vpp 12 at tp 4 x pp 8 stated in v3.0, unstated in v3.1) |
 | vpp empty with pp > 1 otherwise, on a FlashAttention-era Megatron-class or unnamed stack whose micro-batches are a multiple of pp | interleaved in chunks of 2 layers: vpp = floor(layers per stage / 2) (`TYPICAL_LAYERS_PER_CHUNK`) | the median chunk of the corpus's pipelined runs that state one (NeMo, Megatron-Bridge, MLPerf: 1-4 layers); Llama 3 405B used the interleaved schedule (Dubey et al. 2024) |
+| model_name names no architecture but does once its size token is dropped (`stepcast predict --runs`) | that architecture, when its params_b is within 15% of the size (`pipeline.catalog.arch_ids_without_size`; else refused, saying so) | nominal sizes are rounded; a size that far off is another model |
 | tp, pp, cp, ep, vpp empty | 1 | the sources state every degree they use |
 | tp, pp empty but dp stated (dp < n_gpus) | model-parallel size n_gpus/(dp*cp): tp = min(that, scale-up domain), pp = the rest | Megatron-LM's layout: tensor parallel inside the node, pipeline across (Narayanan et al. 2021, section 3.3) |
 | tp, pp, dp all empty and tp=pp=1 impossible | the smallest tp*pp (tp <= scale-up domain first, then pp) that divides n_gpus, leaves a dp dividing the batch and fits in memory with the run's recompute, else selective (`resolve_layout`) | the framework default of a model-parallel stack: as little model parallelism as fits |
@@ -251,6 +252,8 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     def note(cond: pl.Expr, text: str) -> None:
         notes.append(pl.when(cond).then(pl.lit(text)))
 
+    if "model_name_note" in r.columns:  # a name read without its size token (pipeline.catalog)
+        notes.append(pl.col("model_name_note"))
     megatron = _has_any("framework", MEGATRON_STACKS)
     r = r.with_columns(fw.framework_preset("framework", "year"))  # memory_preset: the stack's memory behaviour
     ratio = pl.col("ffn_dim").cast(pl.Float64) / pl.col("d_model").cast(pl.Float64)
@@ -315,7 +318,10 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     problems = [
         pl.when(pl.col("n_gpus").is_null()).then(pl.lit("n_gpus not stated (whole-run totals cannot be predicted)")),
         pl.when(pl.col("n_layers").is_null() | pl.col("d_model").is_null() | pl.col("n_heads").is_null())
-        .then(pl.lit("architecture shape unknown (no n_layers/d_model/n_heads and no architectures alias)")),
+        .then(pl.concat_str([pl.lit("architecture shape unknown (no n_layers/d_model/n_heads and no architectures "
+                                    "alias)"),
+                             pl.col("model_name_error") if "model_name_error" in out.columns else pl.lit(None)],
+                            separator=": ", ignore_nulls=True)),
         pl.when((pl.col("arch") != "dense") & ~pl.col("arch").str.contains("hybrid") & (pl.col("n_experts") == 0))
         .then(pl.format("{} architecture without expert shapes", pl.col("arch"))),
         hybrid,
