@@ -138,14 +138,44 @@ def _candidates() -> dict[str, np.ndarray]:
 _CAND = _candidates()
 
 
+def dense_shapes_for_params(params: np.ndarray, vocab: np.ndarray | None = None, n_layers: np.ndarray | None = None,
+                            d_model: np.ndarray | None = None, n_heads: np.ndarray | None = None
+                            ) -> dict[str, np.ndarray]:
+    """Per element of ``params`` (parameters), the shape of the rule (module docstring, step 2) whose parameter
+    count (models.accounting) is closest in log to it: columns of ``_shape`` (n_layers, d_model, n_heads, ...) and
+    ``params``, the count. The stated ``vocab``, ``n_layers``, ``d_model``, ``n_heads`` of an element (NaN: not
+    stated; vocab then ``VOCAB``) replace the rule's in every shape before counting, so they are kept and the rule
+    chooses the rest."""
+    t = np.atleast_1d(np.asarray(params, dtype=np.float64))
+
+    def stated(x) -> np.ndarray:
+        return np.full(t.size, np.nan) if x is None else np.broadcast_to(np.asarray(x, dtype=np.float64), t.shape)
+
+    given = np.column_stack([t, stated(vocab), stated(n_layers), stated(d_model), stated(n_heads)])
+    rows, back = np.unique(given, axis=0, return_inverse=True)  # one search per distinct request
+    back = np.ravel(back)
+
+    def grid(col: int, key: str) -> np.ndarray:  # (requests, shapes): the stated value, else the rule's
+        x = rows[:, col][:, None]
+        return np.where(np.isnan(x), _CAND[key][None, :], x).ravel()
+
+    shp = _shape(grid(3, "d_model"), grid(2, "n_layers"), grid(4, "n_heads"))
+    shp["vocab"] = np.repeat(np.nan_to_num(rows[:, 1], nan=float(VOCAB)), _CAND["d_model"].size)
+    shp["params"] = param_counts(shp)["params"]
+    counted = shp["params"].reshape(len(rows), -1)
+    i = np.argmin(np.abs(np.log(counted) - np.log(np.maximum(rows[:, 0], 1.0))[:, None]), axis=1)
+    pick = np.arange(len(rows)) * counted.shape[1] + i
+    return {k: a[pick][back] for k, a in shp.items()}
+
+
 def dense_arch_for_params(target_params: float) -> dict[str, Any]:
     """The dense GPT-style architecture (module docstring, step 2) closest to ``target_params``."""
-    i = int(np.argmin(np.abs(np.log(_CAND["params"]) - math.log(max(target_params, 1.0)))))
-    d, L, h = int(_CAND["d_model"][i]), int(_CAND["n_layers"][i]), int(_CAND["n_heads"][i])
+    shp = dense_shapes_for_params(np.array([target_params]))
+    d, L, h = int(shp["d_model"][0]), int(shp["n_layers"][0]), int(shp["n_heads"][0])
     return {"id": f"dense-{d}x{L}", "n_layers": L, "d_model": d, "n_heads": h, "n_kv_heads": h,
             "head_dim": d // h, "ffn_dim": 4 * d, "vocab": VOCAB, "activation": "gelu", "n_experts": 0, "top_k": 0,
             "expert_ffn_dim": 4 * d, "n_shared_experts": 0, "n_dense_layers": 0, "tied_embeddings": True,
-            "params": float(_CAND["params"][i])}
+            "params": float(shp["params"][0])}
 
 
 def flop_grid(start: float = FLOP_GRID_START, stop: float = FLOP_GRID_MAX,

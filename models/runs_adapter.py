@@ -8,6 +8,7 @@ never silently rests on a guess:
 |---|---|---|
 | vpp empty with pp > 1, stated by the same source for the same architecture, stack and tp x pp | that vpp (the most frequent) | an interleave belongs to the stage split, not the cluster size (MLPerf GPT-3: vpp 12 at tp 4 x pp 8 stated in v3.0, unstated in v3.1) |
 | vpp empty with pp > 1 otherwise, on a FlashAttention-era Megatron-class or unnamed stack whose micro-batches are a multiple of pp | interleaved in chunks of 2 layers: vpp = floor(layers per stage / 2) (`TYPICAL_LAYERS_PER_CHUNK`) | the median chunk of the corpus's pipelined runs that state one (NeMo, Megatron-Bridge, MLPerf: 1-4 layers); Llama 3 405B used the interleaved schedule (Dubey et al. 2024) |
+| model_name names no architecture but does once its size token is dropped (`stepcast predict --runs`) | that architecture, when its params_b is within 15% of the size (`pipeline.catalog.arch_ids_without_size`; else refused, saying so) | nominal sizes are rounded; a size that far off is another model |
 | tp, pp, cp, ep, vpp empty | 1 | the sources state every degree they use |
 | tp, pp empty but dp stated (dp < n_gpus) | model-parallel size n_gpus/(dp*cp): tp = min(that, scale-up domain), pp = the rest | Megatron-LM's layout: tensor parallel inside the node, pipeline across (Narayanan et al. 2021, section 3.3) |
 | tp, pp, dp all empty and tp=pp=1 impossible | the smallest tp*pp (tp <= scale-up domain first, then pp) that divides n_gpus, leaves a dp dividing the batch and fits in memory with the run's recompute, else selective (`resolve_layout`) | the framework default of a model-parallel stack: as little model parallelism as fits |
@@ -25,8 +26,10 @@ never silently rests on a guess:
 | recompute empty/unknown otherwise | the cheapest mode that fits in memory: none, else selective; for a measured run never full (selective when neither fits), for a row without a measurement full when nothing cheaper fits | a run that was measured did fit; full recompute costs a third more compute, and the memory model's error is larger than the margin that would force it: where it forced full, the corpus's runs ran 15% faster than predicted (in-sample), and every held-out protocol improves without the rule (docs/calibration.md) |
 | sequence_parallel | true for Megatron/NeMo stacks with tp > 1 | Megatron-Core's default with TP (Korthikanti et al. 2022) |
 | dtype empty | bf16 (fp32 on fp32-only parts) | the corpus' dominant precision |
+| dtype written as a common spelling (`stepcast predict --runs` only; a measurement file must use the vocabulary) | the schema's dtype by `pipeline.measurements.DTYPE_SPELLINGS` (bfloat16 -> bf16, float16/half -> fp16, float8/fp8 delayed scaling/e4m3 -> fp8, fp8 current scaling/tensorwise -> fp8-cs, fp4 -> nvfp4); "mixed"/"amp": bf16, fp16 on an accelerator without a BF16 peak (NVIDIA before Ampere) | PyTorch and Lightning dtype names; TransformerEngine's FP8 recipes (DelayedScaling is its default); PyTorch AMP autocasts to FP16 on Volta |
 | gpus_per_node empty | the hardware's scale-up domain, capped at n_gpus | typical deployment |
 | inter_node_bw_gbps empty | the hardware's scale-out bandwidth per accelerator | typical deployment (a run that states its cluster's network uses it) |
+| n_layers, d_model or n_heads empty with params_b stated, for a dense or unnamed model (no experts, no hybrid pattern; `infer_dense_shape`) | `models.frontier`'s GPT-style shape (`dense_shapes_for_params`) whose parameter count with the row's stated fields and vocab is closest to params_b: d_model/n_layers 108-152, heads the power of two nearest d_model/128, GeLU MLP of 4 d_model, tied embeddings (stated fields kept) | GPT-3's aspect ratio (Brown et al. 2020) within Kaplan et al. 2020's flat optimum (Fig. 5); an MoE model's size does not fix its experts, so it stays refused |
 | activation unknown | swiglu when ffn_dim/d_model < 3.9, else gelu | gated MLPs use ~8/3·d (Llama) or 3.5·d; GELU MLPs use 4·d |
 | ffn_dim empty | 4·d_model | GPT convention (Brown et al. 2020) |
 | n_kv_heads empty | n_heads | multi-head attention |
@@ -223,6 +226,59 @@ def _recipe_moe_options(frame: pl.DataFrame) -> pl.DataFrame:
     return mr.resolve_a2a_overlap(mr.resolve_recipe_dispatcher(mr.resolve_recipe_etp(frame)))
 
 
+def infer_dense_shape(frame: pl.DataFrame) -> pl.DataFrame:
+    """Rows of a dense (or unnamed) model whose size `params_b` is stated but whose shape (n_layers, d_model,
+    n_heads) is not, nor expert or hybrid columns: the shape of `models.frontier`'s compute-optimal GPT-style rule
+    (`dense_shapes_for_params`: d_model/n_layers 108-152 around GPT-3's 128, the head count the power of two nearest
+    d_model/128, GeLU MLP of 4 d_model, tied embeddings; Brown et al. 2020, Kaplan et al. 2020) whose parameter
+    count with the row's vocab (51,200 when unstated, the rule's and this module's default) is closest to
+    params_b, keeping the shape fields the row states where a shape of the rule has them. The stated fields win;
+    ffn_dim, activation and tied_embeddings are filled only where empty. `assumptions` names the shape and its
+    counted size (models.accounting); `arch` becomes dense."""
+    need = ("params_b", "n_layers", "d_model", "n_heads")
+    if not frame.height or not all(c in frame.columns for c in need):
+        return frame
+    from models.accounting import param_counts
+    from models.frontier import dense_shapes_for_params
+
+    shape_cols = ("n_layers", "d_model", "n_heads")
+    moe = pl.col("n_experts").cast(pl.Float64, strict=False).fill_null(0.0) > 0 if "n_experts" in frame.columns \
+        else pl.lit(False)
+    hybrid = pl.col("layer_pattern").is_not_null() if "layer_pattern" in frame.columns else pl.lit(False)
+    dense = pl.col("arch").is_null() | (pl.col("arch") == "dense") if "arch" in frame.columns else pl.lit(True)
+    todo = frame.select((pl.any_horizontal([pl.col(c).is_null() for c in shape_cols])
+                         & (pl.col("params_b").cast(pl.Float64, strict=False) > 0) & dense & ~moe & ~hybrid)
+                        .fill_null(False)).to_series().to_numpy()
+    if not todo.any():
+        return frame
+    sub = frame.filter(pl.Series(todo))
+    g = lambda c: sub[c].cast(pl.Float64, strict=False).to_numpy() if c in sub.columns \
+        else np.full(sub.height, np.nan)  # noqa: E731
+    shp = dense_shapes_for_params(g("params_b") * 1e9, g("vocab"), g("n_layers"), g("d_model"), g("n_heads"))
+    L, d, h = (np.where(np.isnan(g(c)), shp[c], g(c)) for c in shape_cols)
+    ffn = np.where(np.isnan(g("ffn_dim")), 4.0 * d, g("ffn_dim"))
+    act = sub["activation"].fill_null("gelu") if "activation" in sub.columns else pl.Series([ "gelu"] * sub.height)
+    tied = (sub["tied_embeddings"].cast(pl.Float64, strict=False).fill_null(1.0).to_numpy()
+            if "tied_embeddings" in sub.columns else np.ones(sub.height))
+    counted = param_counts({"n_layers": L, "d_model": d, "n_heads": h, "n_kv_heads": g("n_kv_heads"),
+                            "ffn_dim": ffn, "vocab": shp["vocab"], "activation": (act == "swiglu").cast(pl.Float64)
+                            .to_numpy(), "tied_embeddings": tied})["params"]
+    why = [f"shape from params_b={p:g}: n_layers={a:.0f}, d_model={b:.0f}, n_heads={c:.0f}, ffn_dim={e:.0f} "
+           f"({n / 1e9:.2f} B counted; models.frontier's GPT-style rule: d_model/n_layers 108-152, heads the power of "
+           f"two nearest d_model/128, GeLU MLP of 4 d_model and tied embeddings where not stated)"
+           for p, a, b, c, e, n in zip(g("params_b"), L, d, h, ffn, counted)]
+    filled = sub.with_columns(
+        pl.Series("n_layers", L).cast(frame.schema["n_layers"]), pl.Series("d_model", d).cast(frame.schema["d_model"]),
+        pl.Series("n_heads", h).cast(frame.schema["n_heads"]),
+        pl.Series("ffn_dim", ffn).cast(frame.schema.get("ffn_dim", pl.Int64)),
+        act.alias("activation"), pl.Series("tied_embeddings", tied > 0),
+        pl.lit("dense").alias("arch"), pl.Series("_shape_note", why))
+    idx = frame.with_row_index("_row")
+    out = pl.concat([idx.filter(~pl.Series(todo)), filled.with_columns(
+        pl.Series("_row", np.flatnonzero(todo)).cast(pl.UInt32))], how="diagonal_relaxed").sort("_row").drop("_row")
+    return out
+
+
 def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFrame:
     """`runs` rows (the store's runs table) + resolved hardware -> model input columns.
 
@@ -231,7 +287,7 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     `assumptions` and `config_error`. Recompute is not resolved here (see `resolve_recompute`), nor a wholly
     unstated layout (see `resolve_layout`).
     """
-    r = runs
+    r = infer_dense_shape(runs)
     for c, dtype in (("activation", pl.Utf8), ("n_experts", pl.Int64), ("top_k", pl.Int64),
                      ("expert_ffn_dim", pl.Int64), ("n_shared_experts", pl.Int64), ("n_dense_layers", pl.Int64),
                      ("tied_embeddings", pl.Boolean), ("head_dim", pl.Int64), ("framework", pl.Utf8),
@@ -251,6 +307,10 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     def note(cond: pl.Expr, text: str) -> None:
         notes.append(pl.when(cond).then(pl.lit(text)))
 
+    if "model_name_note" in r.columns:  # a name read without its size token (pipeline.catalog)
+        notes.append(pl.col("model_name_note"))
+    if "_shape_note" in r.columns:  # a shape from the stated size (infer_dense_shape)
+        notes.append(pl.col("_shape_note"))
     megatron = _has_any("framework", MEGATRON_STACKS)
     r = r.with_columns(fw.framework_preset("framework", "year"))  # memory_preset: the stack's memory behaviour
     ratio = pl.col("ffn_dim").cast(pl.Float64) / pl.col("d_model").cast(pl.Float64)
@@ -315,7 +375,10 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     problems = [
         pl.when(pl.col("n_gpus").is_null()).then(pl.lit("n_gpus not stated (whole-run totals cannot be predicted)")),
         pl.when(pl.col("n_layers").is_null() | pl.col("d_model").is_null() | pl.col("n_heads").is_null())
-        .then(pl.lit("architecture shape unknown (no n_layers/d_model/n_heads and no architectures alias)")),
+        .then(pl.concat_str([pl.lit("architecture shape unknown (no n_layers/d_model/n_heads and no architectures "
+                                    "alias)"),
+                             pl.col("model_name_error") if "model_name_error" in out.columns else pl.lit(None)],
+                            separator=": ", ignore_nulls=True)),
         pl.when((pl.col("arch") != "dense") & ~pl.col("arch").str.contains("hybrid") & (pl.col("n_experts") == 0))
         .then(pl.format("{} architecture without expert shapes", pl.col("arch"))),
         hybrid,

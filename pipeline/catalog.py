@@ -8,6 +8,10 @@ and `DeepSeekV3` are one name, as are `LLAMA3_70B`, `Llama 3 70B` and `llama3-70
   (`GPT-3 13B` and `GPT-3 1.3B` differ only by one; `Llama-3.1-70B` matches `Llama 3.1 70B`), then with them
   dropped. A key that two rows share at the first level is ambiguous and resolves to neither (the shipped table
   has none; tests/test_names.py checks); one they share only without dots is left to the first level.
+* A run's model_name that names none (`stepcast predict --runs`) is tried again without its parameter-size token
+  (`DeepSeek V3 671B` -> deepseek-v3), only when the rest names one architecture whose params_b is within 15% of
+  that size (`arch_ids_without_size`; `8x7B` and `A22B` are not size tokens); the reading is stated in the run's
+  assumptions.
 * Hardware is found by its id or name; failing that, by words: every word of the query must start a word of
   the row's id or name (`H100 SXM` -> h100-sxm5-80gb, `A100 40GB` -> a100-sxm4-40gb). When several rows fit
   and they differ only in form factor or memory size (`A100` fits a100-sxm4-40gb, a100-sxm4-80gb and
@@ -171,12 +175,53 @@ def with_architecture_extras(runs: pl.DataFrame, arch: pl.DataFrame) -> pl.DataF
     return _fill_by_arch_id(runs, arch, (*ARCH_HYBRID_COLUMNS, *ARCH_MLA_COLUMNS))
 
 
+#: a parameter-size token of a model name, a word of its own ("671B", "7b", "2.7B", "125M", "1T"): the "7B" of
+#: "8x7B" (Mixtral) or "A22B" (Qwen3's active size) is not one, so those stay part of the name
+SIZE_TOKEN = r"\b(\d+(?:\.\d+)?)\s*([bmt])\b"
+#: the token's unit in billions of parameters
+SIZE_UNIT_B = {"b": 1.0, "m": 1e-3, "t": 1e3}
+#: how far a name's size token may be from the architecture's `params_b` for the name without it to mean that
+#: architecture (nominal sizes are rounded: Llama 3 "8B" is 8.03 B, Nemotron 3 Nano "30B" 31.6 B)
+NAME_SIZE_TOLERANCE = 0.15
+
+
+def arch_ids_without_size(frame: pl.DataFrame, arch: pl.DataFrame, names: str = "model_name",
+                          out: str = "arch_id") -> pl.DataFrame:
+    """`frame` where `out` is empty: the architecture `names` resolves to once its parameter-size token
+    (`SIZE_TOKEN`) is dropped, when the rest names exactly one architecture (`arch_ids`) whose `params_b` is within
+    NAME_SIZE_TOLERANCE of the dropped size ("DeepSeek V3 671B" -> deepseek-v3), with `model_name_note` saying so;
+    where the rest names one whose size differs more, `out` stays empty and `model_name_error` says why."""
+    low = pl.col(names).cast(pl.Utf8).str.to_lowercase()
+    size_b = (low.str.extract(SIZE_TOKEN, 1).cast(pl.Float64, strict=False)
+              * low.str.extract(SIZE_TOKEN, 2).replace_strict(SIZE_UNIT_B, default=None, return_dtype=pl.Float64))
+    sizes = arch.select(pl.col("id").alias("_wo_id"), pl.col("params_b").cast(pl.Float64, strict=False)
+                        .alias("_wo_params_b"))
+    res = arch_ids(low.str.replace(SIZE_TOKEN, " "), arch, frame.with_columns(size_b.alias("_size_b")), "_wo_id")
+    res = res.join(sizes, on="_wo_id", how="left")
+    todo = pl.col(out).is_null() & pl.col("_size_b").is_not_null() & pl.col("_wo_id").is_not_null()
+    close = (pl.col("_wo_params_b") / pl.col("_size_b") - 1.0).abs() <= NAME_SIZE_TOLERANCE
+    size_text = pl.col("_size_b").round(3).cast(pl.Utf8).str.replace(r"\.0$", "")
+    arch_text = pl.col("_wo_params_b").round(3).cast(pl.Utf8).str.replace(r"\.0$", "")
+    return res.with_columns(
+        pl.when(todo & close).then(pl.col("_wo_id")).otherwise(pl.col(out)).alias(out),
+        pl.when(todo & close).then(pl.format("model '{}' read as {} (the name without its size, {} B; the "
+                                             "architecture table states {} B)", pl.col(names), pl.col("_wo_id"),
+                                             size_text, arch_text)).alias("model_name_note"),
+        pl.when(todo & ~close.fill_null(False)).then(pl.format(
+            "'{}' without its size names {}, whose {} B parameters are not within {}% of {} B", pl.col(names),
+            pl.col("_wo_id"), arch_text, pl.lit(round(100 * NAME_SIZE_TOLERANCE)), size_text))
+        .alias("model_name_error"),
+    ).drop("_size_b", "_wo_id", "_wo_params_b")
+
+
 def fill_from_architectures(runs: pl.DataFrame, measurements: Path) -> pl.DataFrame:
     """Fill empty architecture columns (and an empty `arch`) of run rows from the architecture the run's
     model_name names (id, name or alias, compared by `normalize_name`; the rule the store's `runs` table
-    applies)."""
+    applies), else the one it names without its parameter-size token when that architecture has about that size
+    (`arch_ids_without_size`: the lenient predict path only; the store's table keeps the exact rule)."""
     arch = architectures(measurements)
     out = arch_ids(pl.col("model_name"), arch, runs.drop("arch_id", strict=False))
+    out = arch_ids_without_size(out, arch)
     if "arch" in out.columns:  # an architecture's id or alias written in `arch` (a family word there otherwise)
         out = arch_ids(pl.col("arch"), arch, out, "_arch_as_id")
         named = pl.col("_arch_as_id").is_not_null()  # the family then comes from the table

@@ -65,6 +65,49 @@ ENUMS: dict[str, tuple[str, ...]] = {
     "recompute": ("none", "selective", "full", "unknown"),
     "derived": ("yes", "no"),
 }
+#: common spellings of a training precision -> the schema's `dtype` vocabulary (ENUMS["dtype"]), for the lenient
+#: `stepcast predict --runs` path only (`canonical_dtype`); a measurement file must still use the vocabulary itself.
+#: Keys are compared by `dtype_key` (lower case, without spaces, '_', '-', '.', '(' and ')'). Sources: PyTorch's
+#: dtype names (torch.bfloat16, torch.float16 / half, torch.float32); Lightning's precision flags ("bf16-mixed",
+#: "16-mixed", "32-true"); TransformerEngine's FP8 recipes (DelayedScaling, the default, with E4M3 or HYBRID
+#: E4M3/E5M2 formats -> fp8; Float8CurrentScaling and torchao's "tensorwise" float8 -> fp8-cs; MXFP8BlockScaling ->
+#: mxfp8; NVFP4BlockScaling, E2M1 data -> nvfp4). "mixed"/"amp" name no format: `MIXED_PRECISION`, resolved by the
+#: accelerator (`pipeline.predict_runs.resolve_dtype_spellings`).
+MIXED_PRECISION = "mixed"
+DTYPE_SPELLINGS: dict[str, str] = {
+    **{k: "fp32" for k in ("fp32", "float32", "float", "single", "32", "32-true", "torch.float32", "full")},
+    **{k: "tf32" for k in ("tf32", "tensorfloat32", "tensorfloat-32")},
+    **{k: "bf16" for k in ("bf16", "bfloat16", "torch.bfloat16", "bf16-mixed", "bf16 mixed", "bf16 amp", "amp bf16",
+                           "brainfloat16", "bf16-true")},
+    **{k: "fp16" for k in ("fp16", "float16", "half", "torch.float16", "16", "16-mixed", "fp16 mixed", "fp16 amp",
+                           "amp fp16", "16-true")},
+    **{k: "fp8" for k in ("fp8", "float8", "fp8 delayed", "fp8 delayed scaling", "fp8 (delayed scaling)",
+                          "delayed scaling", "fp8 e4m3", "e4m3", "fp8 hybrid", "fp8 (hybrid)", "te fp8",
+                          "transformer engine fp8", "fp8 te")},
+    **{k: "fp8-cs" for k in ("fp8-cs", "fp8 current scaling", "fp8 (current scaling)", "current scaling",
+                             "fp8 tensorwise", "float8 tensorwise", "tensorwise", "fp8 per-tensor current scaling")},
+    **{k: "mxfp8" for k in ("mxfp8", "mx fp8", "mxfp8 block scaling", "fp8 mx")},
+    **{k: "nvfp4" for k in ("nvfp4", "fp4", "float4", "nv fp4", "e2m1", "fp4 e2m1")},
+    **{k: MIXED_PRECISION for k in ("mixed", "mixed precision", "amp", "automatic mixed precision", "autocast",
+                                    "torch.amp", "mp")},
+}
+_DTYPE_KEY_IGNORED = r"[\s_.()\-]"
+
+
+def dtype_key(expr: pl.Expr) -> pl.Expr:
+    """A dtype spelling as `DTYPE_SPELLINGS` compares it: lower case, without spaces, '_', '-', '.', '(' and ')'."""
+    return expr.cast(pl.Utf8).str.strip_chars().str.to_lowercase().str.replace_all(_DTYPE_KEY_IGNORED, "")
+
+
+def canonical_dtype(expr: pl.Expr) -> pl.Expr:
+    """The schema's dtype for a spelling (`DTYPE_SPELLINGS`; `MIXED_PRECISION` for "mixed"/"amp"), null for one the
+    table does not know (and for null)."""
+    import re
+
+    table = {re.sub(_DTYPE_KEY_IGNORED, "", k.lower()): v for k, v in DTYPE_SPELLINGS.items()}
+    return dtype_key(expr).replace_strict(table, default=None, return_dtype=pl.Utf8)
+
+
 #: metric -> (accepted units, lower bound (exclusive), upper bound (inclusive))
 METRICS: dict[str, tuple[tuple[str, ...], float, float]] = {
     "step_time_s": (("s",), 0.0, 86_400.0),

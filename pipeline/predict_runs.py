@@ -9,7 +9,7 @@ import polars as pl
 
 from models.memory import CAPACITY_BYTES_PER_GB
 from pipeline import catalog
-from pipeline.measurements import COLUMNS, SCHEMA
+from pipeline.measurements import COLUMNS, ENUMS, MIXED_PRECISION, SCHEMA, canonical_dtype
 from pipeline.readers import FileRejected, read_measurement_file
 
 BREAKDOWN = ["compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
@@ -37,6 +37,34 @@ def _metrics_of(frame: pl.DataFrame) -> pl.DataFrame:
         *[pl.col(c).str.strip_chars().cast(pl.Int64, strict=False) if c in frame.columns
           else pl.lit(None, dtype=pl.Int64).alias(c) for c in ("n_gpus", "seq_len", "global_batch_seqs")],
     ).filter(pl.col("run_id").is_not_null() & pl.col("value").is_not_null())
+
+
+def resolve_dtype_spellings(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFrame:
+    """`runs` (with `gpu` as hardware ids) with `dtype` in the schema's vocabulary: a common spelling mapped by
+    `pipeline.measurements.DTYPE_SPELLINGS` ("bfloat16" -> bf16, "fp8 (delayed scaling)" -> fp8, "fp4" -> nvfp4),
+    and "mixed"/"amp" (mixed precision, no format named) as bf16 on an accelerator with a BF16 peak and fp16 on one
+    without (`peak_bf16_tflops` empty: NVIDIA before Ampere, e.g. V100, whose AMP autocasts to FP16; bf16 when
+    the accelerator is not known). `_dtype_note` says what was read (null when the value was the schema's own,
+    up to case); `_dtype_error` names a spelling the table does not know (the value is kept)."""
+    raw = pl.col("dtype").cast(pl.Utf8).str.strip_chars()
+    mapped = canonical_dtype(raw)
+    peak = hardware.select(pl.col("id").alias("gpu"), pl.col("peak_bf16_tflops").cast(pl.Float64, strict=False)
+                           .alias("_bf16_peak")).unique("gpu", keep="first")
+    out = runs.join(peak, on="gpu", how="left") if "gpu" in runs.columns else runs.with_columns(
+        pl.lit(None, dtype=pl.Float64).alias("_bf16_peak"))
+    no_bf16 = pl.col("gpu").is_in(peak["gpu"].to_list()) & pl.col("_bf16_peak").is_null()
+    mixed = mapped == MIXED_PRECISION
+    value = pl.when(mixed & no_bf16).then(pl.lit("fp16")).when(mixed).then(pl.lit("bf16")).otherwise(mapped)
+    note = (pl.when(mixed & no_bf16).then(pl.format("dtype '{}' read as fp16 (mixed precision on an accelerator "
+                                                    "without BF16: FP16 autocast)", raw))
+            .when(mixed).then(pl.format("dtype '{}' read as bf16 (mixed precision on an accelerator with BF16)", raw))
+            .when(mapped.is_not_null() & (raw.str.to_lowercase() != mapped))
+            .then(pl.format("dtype '{}' read as {}", raw, mapped)))
+    error = pl.when(raw.is_not_null() & mapped.is_null()).then(pl.format(
+        "unknown dtype '{}' (expected one of {} or a common spelling such as bfloat16, float16, fp8 delayed "
+        "scaling, fp8 current scaling, fp4, mixed)", raw, pl.lit(", ".join(ENUMS["dtype"]))))
+    return out.with_columns(pl.coalesce(value, pl.col("dtype")).alias("dtype"), note.alias("_dtype_note"),
+                            error.alias("_dtype_error")).drop("_bf16_peak")
 
 
 def predict_file(path: Path, measurements: Path, model=None) -> pl.DataFrame:
@@ -77,14 +105,17 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
     # `gpu` by id, name or a short name (`H100`: a documented default, recorded in assumptions; catalog.resolve_gpu)
     gpu_ids, gpu_notes = catalog.resolve_gpu_column(runs["gpu"], catalog.hardware(measurements))
     runs = runs.with_columns(gpu_ids, gpu_notes.alias("_gpu_note"))
+    # `dtype` by a common spelling ("bfloat16", "fp8 delayed scaling", "amp"; recorded in assumptions)
+    runs = resolve_dtype_spellings(runs, catalog.hardware(measurements))
     hw = resolve_hardware(catalog.hardware(measurements), strict=False)
     cfg = configs_from_runs(runs, hw)
-    cfg = cfg.with_columns(pl.concat_str(["assumptions", "_gpu_note"], separator="; ", ignore_nulls=True)
-                           .replace("", None).alias("assumptions")).drop("_gpu_note")
+    cfg = cfg.with_columns(pl.concat_str(["assumptions", "_dtype_note", "_gpu_note"], separator="; ",
+                                         ignore_nulls=True).replace("", None).alias("assumptions")
+                           ).drop("_gpu_note", "_dtype_note")
     unknown_gpu = ~cfg["gpu"].is_in(hw["id"].to_list())
     cfg = cfg.with_columns(
         pl.when(pl.Series(unknown_gpu)).then(pl.format("unknown hardware id '{}'", pl.col("gpu")))
-        .otherwise(pl.col("config_error")).alias("config_error"))
+        .otherwise(pl.coalesce("_dtype_error", "config_error")).alias("config_error")).drop("_dtype_error")
     ok = cfg.filter(pl.col("config_error").is_null())
     ok = resolve_layout(ok, physics)
     # a row with a measurement ran, so it fitted (models.runs_adapter: full recompute is never assumed for it)

@@ -67,6 +67,36 @@ def test_run_model_names_fill_architecture_like_the_store():
     assert out["n_experts"].to_list()[:2] == [256, 256]
 
 
+@pytest.mark.parametrize("name, arch_id", [
+    ("DeepSeek V3 671B", "deepseek-v3"), ("deepseek-v3-671b", "deepseek-v3"), ("Mixtral 8x7B 47B", "mixtral-8x7b"),
+    ("DeepSeek V3 7B", None), ("Mixtral 8x7B 7B", None), ("Phi-3 14B", None),
+    ("Mixtral 8x22B", "mixtral-8x22b"), ("Qwen3 235B A22B", "qwen3-235b-a22b")])  # exact names: no size is dropped
+def test_a_name_with_a_size_token_resolves_only_to_an_architecture_of_that_size(name, arch_id):
+    arch = catalog.architectures(MEASUREMENTS)
+    got = catalog.fill_from_architectures(pl.DataFrame({"model_name": [name]}), MEASUREMENTS)
+    assert got["arch_id"][0] == arch_id
+    if arch_id is not None and catalog.arch_ids(pl.col("model_name"), arch, pl.DataFrame({"model_name": [name]}))[
+            "arch_id"][0] is None:  # read without its size: said so
+        assert got["model_name_note"][0].startswith(f"model '{name}' read as {arch_id}")
+        assert got["n_layers"][0] == arch.filter(pl.col("id") == arch_id)["n_layers"][0]
+
+
+def test_a_size_that_does_not_match_the_named_architecture_is_refused_saying_why():
+    import stepcast
+
+    runs = pl.DataFrame({"run_id": ["ok", "off"], "model_name": ["DeepSeek V3 671B", "DeepSeek V3 7B"],
+                         "gpu": ["h100-sxm5-80gb"] * 2, "n_gpus": [1024, 1024], "tp": [2, 2], "pp": [16, 16],
+                         "ep": [64, 64], "global_batch_seqs": [4096, 4096], "seq_len": [4096, 4096],
+                         "dtype": ["fp8", "fp8"]})
+    out = stepcast.predict_frame(runs)
+    ok, off = out.row(0, named=True), out.row(1, named=True)
+    assert ok["step_time_s"] is not None and "model 'DeepSeek V3 671B' read as deepseek-v3" in ok["assumptions"]
+    same = stepcast.predict_frame(runs.head(1).with_columns(pl.lit("DeepSeek-V3").alias("model_name")))
+    assert ok["step_time_s"] == same["step_time_s"][0]
+    assert off["step_time_s"] is None and "architecture shape unknown" in off["error"]
+    assert "without its size names deepseek-v3, whose 671 B parameters are not within 15% of 7 B" in off["error"]
+
+
 def test_store_alias_sql_matches_the_catalog_keys():
     """The store's `runs` table and `predict --runs` map names with one rule (SQL and polars)."""
     con = duckdb.connect()

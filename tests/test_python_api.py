@@ -265,3 +265,44 @@ def test_the_docstring_examples_run(built_store, monkeypatch):
     for module in (stepcast, stepcast.api):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0, module.__name__
+
+
+@pytest.mark.parametrize("spelling, dtype", [
+    ("bfloat16", "bf16"), ("BF16", "bf16"), ("torch.bfloat16", "bf16"), ("float16", "fp16"), ("half", "fp16"),
+    ("float32", "fp32"), ("float8", "fp8"), ("fp8 (delayed scaling)", "fp8"), ("FP8 delayed", "fp8"),
+    ("e4m3", "fp8"), ("fp8 current scaling", "fp8-cs"), ("tensorwise", "fp8-cs"), ("FP8-CS", "fp8-cs"),
+    ("MXFP8", "mxfp8"), ("fp4", "nvfp4"), ("NVFP4", "nvfp4"), ("tf32", "tf32")])
+def test_a_common_dtype_spelling_reads_as_the_schemas_dtype(spelling, dtype):
+    from pipeline.measurements import canonical_dtype
+
+    assert pl.select(canonical_dtype(pl.lit(spelling))).item() == dtype
+
+
+def test_dtype_spellings_are_predicted_as_their_dtype_and_say_so():
+    """"bfloat16" and "fp8 (delayed scaling)" predict exactly as bf16 and fp8; "mixed"/"amp" are bf16 on an H100 and
+    fp16 on a V100 (no BF16); each reading is in the row's assumptions; an unknown spelling is refused by name."""
+    spell = ["bf16", "bfloat16", "fp8", "fp8 (delayed scaling)", "mixed", "amp", "AMP", "fp16", "fp9"]
+    gpus = ["h100-sxm5-80gb"] * 6 + ["v100-sxm2-32gb"] * 2 + ["h100-sxm5-80gb"]
+    runs = pl.DataFrame({"run_id": [f"r{i}" for i in range(len(spell))], "model_name": ["llama3-8b"] * len(spell),
+                         "gpu": gpus, "n_gpus": [8] * len(spell), "tp": [1] * len(spell),
+                         "pp": [1] * len(spell), "global_batch_seqs": [64] * len(spell),
+                         "seq_len": [2048] * len(spell), "sharding": ["zero1"] * len(spell),
+                         "recompute": ["full"] * len(spell), "dtype": spell})
+    out = stepcast.predict_frame(runs)
+    t = dict(zip(out["run_id"], out["step_time_s"]))
+    a = dict(zip(out["run_id"], out["assumptions"].fill_null("")))
+    assert t["r1"] == t["r0"] and t["r3"] == t["r2"] and t["r4"] == t["r0"] and t["r5"] == t["r0"]
+    assert t["r2"] < t["r0"]
+    assert out["dtype"].to_list()[:8] == ["bf16", "bf16", "fp8", "fp8", "bf16", "bf16", "fp16", "fp16"]
+    assert "dtype 'bfloat16' read as bf16" in a["r1"] and "dtype 'fp8 (delayed scaling)' read as fp8" in a["r3"]
+    assert "dtype 'mixed' read as bf16" in a["r4"] and "dtype 'AMP' read as fp16" in a["r6"]
+    assert "dtype" not in a["r0"] and "dtype" not in a["r7"]  # the schema's own value is not an assumption
+    assert t["r6"] == t["r7"] and t["r6"] is not None  # on the V100, AMP is its fp16
+    assert t["r8"] is None and "unknown dtype 'fp9'" in out.filter(pl.col("run_id") == "r8")["error"][0]
+
+
+def test_the_ingest_still_rejects_a_dtype_spelling():
+    """The spelling table is the lenient predict path's: a measurement file must use the vocabulary itself."""
+    from pipeline.measurements import ENUMS
+
+    assert "bfloat16" not in ENUMS["dtype"] and "mixed" not in ENUMS["dtype"]

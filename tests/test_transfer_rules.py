@@ -140,3 +140,43 @@ def test_a_precisions_gemm_fraction_is_fitted_only_where_its_runs_are(n16, n8, f
     assert ("matmul_eff_16bit" in shared) == free16
     assert ("matmul_eff_8bit" in shared) == free8
     assert "attn_eff" in shared
+
+
+@pytest.mark.parametrize("params_b, stated", [
+    (7.0, {}), (1.3, {}), (70.0, {}), (0.125, {}), (7.0, {"n_layers": 32}), (13.0, {"vocab": 128256}),
+    (30.0, {"n_layers": 48, "n_heads": 56})])
+def test_a_dense_model_known_only_by_its_size_gets_a_shape_of_that_size(params_b, stated):
+    """A row with params_b and no shape: models.frontier's GPT-style shape whose parameters, counted by
+    models.accounting with the row's own stated fields, are within 10% of params_b; the stated fields are kept and
+    the shape is in the assumptions."""
+    import stepcast
+    from models.accounting import param_counts
+    from models.runs_adapter import infer_dense_shape
+
+    row = {"run_id": "r", "model_name": "my model", "params_b": params_b, "n_layers": None, "d_model": None,
+           "n_heads": None, "ffn_dim": None, "vocab": None, "arch": None, **stated}
+    frame = pl.DataFrame([row], schema_overrides={c: pl.Int64 for c in ("n_layers", "d_model", "n_heads", "ffn_dim",
+                                                                       "vocab")} | {"arch": pl.Utf8})
+    got = infer_dense_shape(frame).row(0, named=True)
+    for k, v in stated.items():
+        assert got[k] == v
+    arr = {k: np.array([float(got[k] if got[k] is not None else 51200)]) for k in
+           ("n_layers", "d_model", "n_heads", "ffn_dim", "vocab")}
+    counted = param_counts({**arr, "activation": np.array([0.0]), "tied_embeddings": np.array([1.0])})["params"][0]
+    assert abs(counted / (params_b * 1e9) - 1.0) < 0.10
+    assert got["arch"] == "dense" and got["_shape_note"].startswith(f"shape from params_b={params_b:g}: ")
+    runs = pl.DataFrame({"run_id": ["r"], "model_name": ["custom model"], "params_b": [str(params_b)],
+                         "gpu": ["H100"], "n_gpus": ["64"], "global_batch_seqs": ["512"], "seq_len": ["2048"],
+                         **{k: [str(v)] for k, v in stated.items()}})
+    out = stepcast.predict_frame(runs).row(0, named=True)
+    assert out["step_time_s"] is not None and f"shape from params_b={params_b:g}: " in out["assumptions"]
+
+
+def test_a_size_without_a_shape_stays_refused_for_an_moe_model():
+    import stepcast
+
+    runs = pl.DataFrame({"run_id": ["moe", "dense"], "model_name": ["my moe", "my dense"], "arch": ["moe", "dense"],
+                         "params_b": ["100", "7"], "gpu": ["H100"] * 2, "n_gpus": ["64"] * 2})
+    out = stepcast.predict_frame(runs)
+    assert out["step_time_s"][0] is None and "architecture shape unknown" in out["error"][0]
+    assert out["step_time_s"][1] is not None
