@@ -46,7 +46,7 @@ from models.predictor import (FEATURE_NAMES, GEN_KEY, NATIVE_GEN_KEY, WIDTH_FEAT
 from models.predictor import predict_arrays as serve_arrays
 from models.step_time import OUTPUT_COLUMNS, encode_configs, predict_arrays
 
-FIT_CODE_VERSION = "stepcast-calibration/7"  # 7: the EP all-to-all across nodes on each rank's own NIC
+FIT_CODE_VERSION = "stepcast-calibration/8"  # 7: the EP all-to-all across nodes on each rank's own NIC; 8: native kernel efficiency per generation, never applied to an earlier one
 FIT_FIELDS = ("matmul_eff_16bit", "matmul_eff_8bit", "attn_eff", "gemm_ramp_flops_per_sm", "host_overhead_s_per_op",
               "scaleup_eff", "scaleout_eff", "alpha_scaleup_s", "tp_overlap", "dp_overlap", "fsdp_gather_overlap")
 PRESET_FIELDS = {"megatron_2022": ("host_overhead_s_per_op",), "pytorch_native": ("kernel_eff",)}
@@ -285,11 +285,17 @@ def _slots(configs: pl.DataFrame) -> list[tuple[str | None, str]]:
                 continue  # too few 16-bit runs on the reference kernels to tell its own 16-bit efficiency
             slots.append((GEN_KEY + str(g), f))
     nat = pre == NATIVE
-    if nat.any():  # the largest generation of PyTorch-native runs defines the shared kernel_eff
+    if nat.any():
+        # the PyTorch-native kernel efficiency of each generation with enough native runs is its own (the
+        # predictor carries it to later NVIDIA generations without one, models.predictor.native_kernel_effs); an
+        # earlier generation never takes a later one's (Hopper's native kernels reach 0.66 of what the reference
+        # kernels do, Ampere's 0.96): without its own or an earlier one, a generation keeps the prior. Only when no
+        # generation has enough runs is one shared value fitted from all of them.
         ng, nc = np.unique(g_all[nat], return_counts=True)
-        for g, c in sorted(zip(ng, nc), key=lambda x: -x[1])[1:]:
-            if c >= MIN_GENERATION_RUNS and g != "unknown":
-                slots.append((NATIVE_GEN_KEY + str(g), "kernel_eff"))
+        own = [g for g, c in sorted(zip(ng, nc), key=lambda x: -x[1]) if c >= MIN_GENERATION_RUNS and g != "unknown"]
+        if own:
+            slots = [sl for sl in slots if sl != (NATIVE, "kernel_eff")]
+            slots += [(NATIVE_GEN_KEY + str(g), "kernel_eff") for g in own]
     return slots
 
 

@@ -152,7 +152,8 @@ _NVIDIA_ORDER = ("pre-Ampere", "Ampere", "Ada", "Hopper", "Blackwell")
 def native_kernel_effs(overrides: dict | None) -> dict[str, float]:
     """{generation group: kernel_eff} for PyTorch-native rows: the values a fit made for one generation
     (`NATIVE_GEN_KEY` + group), and for a later NVIDIA generation without its own the latest earlier one's.
-    Other groups take the preset's shared value."""
+    Other groups take the preset's value (the prior, or one fitted from all native runs when no generation has
+    enough of them: models.calibration._slots)."""
     own = {k[len(NATIVE_GEN_KEY):]: v["kernel_eff"] for k, v in (overrides or {}).items()
            if k.startswith(NATIVE_GEN_KEY) and "kernel_eff" in (v or {})}
     out, carry = dict(own), None

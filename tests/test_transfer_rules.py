@@ -60,6 +60,24 @@ def test_a_later_generation_without_its_own_native_kernel_efficiency_takes_the_l
     assert native_kernel_effs(None) == {} and native_kernel_effs({"pytorch_native": {"kernel_eff": 0.9}}) == {}
 
 
+@pytest.mark.parametrize("n_ampere, n_hopper, own, shared", [
+    (40, 40, {"Ampere", "Hopper"}, False),  # each generation its own value, no shared one
+    (0, 40, {"Hopper"}, False),  # Ampere rows then keep the prior: a later generation's value never goes back
+    (10, 10, set(), True),  # no generation with enough runs: one value from all of them
+])
+def test_native_kernel_efficiency_is_fitted_per_generation(n_ampere, n_hopper, own, shared):
+    from models.calibration import NATIVE, _slots
+
+    n = n_ampere + n_hopper
+    configs = pl.DataFrame({"software_preset": [NATIVE] * n, "dtype": ["bf16"] * n,
+                            "gpu": ["a100-sxm4-80gb"] * n_ampere + ["h100-sxm5-80gb"] * n_hopper})
+    slots = _slots(configs)
+    assert {p[len(NATIVE_GEN_KEY):] for p, f in slots if p and p.startswith(NATIVE_GEN_KEY)} == own
+    assert ((NATIVE, "kernel_eff") in slots) == shared
+    effs = native_kernel_effs({NATIVE_GEN_KEY + g: {"kernel_eff": 0.5} for g in own})
+    assert "Ampere" not in effs or "Ampere" in own
+
+
 @pytest.fixture(scope="module")
 def served(built_store) -> Calibration:
     con = duckdb.connect(str(built_store), read_only=True)
