@@ -36,6 +36,17 @@ def counts(a: dict) -> tuple[float, float]:
     ("DeepSeek-V2-Lite", "deepseek-v2-lite"), ("Falcon-40B", "falcon-40b"), ("tiiuae/falcon-7b", "falcon-7b"),
     ("BLOOM", "bloom-176b"), ("Yi-34B", "yi-34b"),
     ("GPT-3 1.3B", "gpt3-1.3b"), ("GPT-3 XL", "gpt3-1.3b"), ("GPT-3 125M", "gpt3-125m"), ("GPT-3 13.0B", "gpt3-13b"), ("GPT-3 13B", "gpt3-13b"), ("gpt3_13b", "gpt3-13b"),
+    # 2025 open models and the spellings of their checkpoints
+    ("GLM-4.5", "glm-4.5"), ("zai-org/GLM-4.5-Air", "glm-4.5-air"), ("GLM 4.5 Air", "glm-4.5-air"),
+    ("MiniMax-M2", "minimax-m2"), ("MiniMaxAI/MiniMax-M2", "minimax-m2"),
+    ("Qwen/Qwen3-Coder-480B-A35B-Instruct", "qwen3-coder-480b-a35b"), ("Qwen3-Coder-480B-A35B", "qwen3-coder-480b-a35b"),
+    ("Mistral-Small-24B-Instruct-2501", "mistral-small-24b"), ("mistralai/Mistral-Small-24B-Base-2501", "mistral-small-24b"),
+    ("DeepSeek-V3.1", "deepseek-v3"), ("deepseek-ai/DeepSeek-V3-0324", "deepseek-v3"), ("DeepSeek-R1", "deepseek-v3"),
+    ("deepseek-ai/DeepSeek-R1-0528", "deepseek-v3"), ("moonshotai/Kimi-K2-Instruct", "kimi-k2"),
+    ("Kimi-K2-Base", "kimi-k2"), ("Qwen3-30B-A3B-Base", "qwen3-30b-a3b"), ("Qwen/Qwen3-235B-A22B", "qwen3-235b-a22b"),
+    ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mixtral-8x7b"), ("Mixtral-8x22B-v0.1", "mixtral-8x22b"),
+    ("Phi-3 14B", "phi-3-medium"), ("Phi-3 3.8B", "phi-3-mini"), ("meta-llama/Llama-3.1-8B-Instruct", "llama3-8b"),
+    ("Llama-3.3-70B-Instruct", "llama3-70b"), ("Meta-Llama-3.1-405B-Instruct", "llama3-405b"),
 ])
 def test_real_model_names_resolve(name, arch_id):
     assert catalog.find_architecture(MEASUREMENTS, name)["id"] == arch_id
@@ -57,15 +68,18 @@ NEW_ROWS = ("llama3.2-1b", "llama3.2-3b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2
             "qwen2.5-32b", "qwen2.5-72b", "qwen2-72b", "mistral-7b", "mistral-nemo-12b", "mistral-large-2", "dbrx",
             "gemma2-2b", "gemma2-9b", "gemma2-27b", "gemma3-1b", "gemma3-4b", "gemma3-12b", "gemma3-27b", "olmo2-7b",
             "olmo2-13b", "olmo2-32b", "phi-3-mini", "phi-3-medium", "phi-4", "yi-34b", "deepseek-v2-lite", "falcon-7b",
-            "falcon-40b", "gpt3-125m", "gpt3-350m", "gpt3-760m", "gpt3-1.3b", "gpt3-2.7b", "gpt3-6.7b", "gpt3-13b")
+            "falcon-40b", "gpt3-125m", "gpt3-350m", "gpt3-760m", "gpt3-1.3b", "gpt3-2.7b", "gpt3-6.7b", "gpt3-13b",
+            "mistral-small-24b")
+#: 2025 MoE rows (GLM-4.5, GLM-4.5-Air, MiniMax-M2, Qwen3-Coder-480B-A35B): sizes checked below
+MOE_2025 = ("glm-4.5", "glm-4.5-air", "minimax-m2", "qwen3-coder-480b-a35b")
 
 
 def test_every_name_of_the_new_rows_reaches_its_row():
     """Each id, name and alias of the added rows resolves to that row (none is shadowed or ambiguous)."""
     arch = catalog.architectures(MEASUREMENTS)
     assert catalog.ambiguous_arch_keys(arch) == {}
-    added = arch.filter(arch["id"].is_in(NEW_ROWS))
-    assert added.height == len(NEW_ROWS)
+    added = arch.filter(arch["id"].is_in(NEW_ROWS + MOE_2025))
+    assert added.height == len(NEW_ROWS + MOE_2025)
     for r in added.iter_rows(named=True):
         for name in [r["id"], r["name"], *(r["aliases"] or "").split("|")]:
             if name:
@@ -88,6 +102,34 @@ def test_counted_parameters_match_the_stated_size(arch_id):
     rel = 0.06 if arch_id in NOMINAL else 0.02
     assert total == pytest.approx(a["params_b"], rel=rel), (arch_id, total, a["source"])
     assert active == pytest.approx(a["active_params_b"], rel=rel), (arch_id, active, a["source"])
+
+
+#: published active counts that leave out the input embedding and the output head (the accounting counts both):
+#: GLM-4.5 / -Air 32B / 12B and MiniMax-M2 10B come out without them (33.6B / 13.4B / 11.0B with them); Qwen3-Coder's
+#: 35B, like the Qwen3 rows, with them
+ACTIVE_WITHOUT_EMBEDDINGS = {"glm-4.5", "glm-4.5-air", "minimax-m2"}
+
+
+@pytest.mark.parametrize("arch_id", MOE_2025)
+def test_2025_moe_rows_reproduce_their_published_sizes(arch_id):
+    """Total within 2% of the card's (GLM-4.5: 352.8B main model against 355B; its one MTP layer, mtp_layers 1, is not
+    in the count, as for deepseek-v3); active within 2% after leaving out the embedding and output head where the
+    card does."""
+    a = row(arch_id)
+    total, active = counts(a)
+    assert total == pytest.approx(a["params_b"], rel=0.02), (arch_id, total)
+    if arch_id in ACTIVE_WITHOUT_EMBEDDINGS:
+        assert not a["tied_embeddings"]
+        active -= 2 * a["vocab"] * a["d_model"] / 1e9
+    assert active == pytest.approx(a["active_params_b"], rel=0.02), (arch_id, active)
+
+
+def test_2025_moe_layouts():
+    """Dense leading layers and shared experts as the configs give them; MTP only where its weights are published."""
+    shape = {i: tuple(row(i)[c] for c in ("n_dense_layers", "n_shared_experts", "expert_ffn_dim", "top_k", "mtp_layers"))
+             for i in MOE_2025}
+    assert shape == {"glm-4.5": (3, 1, 1536, 8, 1), "glm-4.5-air": (1, 1, 1408, 8, 1),
+                     "minimax-m2": (0, 0, 1536, 8, None), "qwen3-coder-480b-a35b": (0, 0, 2560, 8, None)}
 
 
 def test_dbrx_is_fine_grained_moe():

@@ -69,7 +69,7 @@ def test_run_model_names_fill_architecture_like_the_store():
 
 @pytest.mark.parametrize("name, arch_id", [
     ("DeepSeek V3 671B", "deepseek-v3"), ("deepseek-v3-671b", "deepseek-v3"), ("Mixtral 8x7B 47B", "mixtral-8x7b"),
-    ("DeepSeek V3 7B", None), ("Mixtral 8x7B 7B", None), ("Phi-3 14B", None),
+    ("DeepSeek V3 7B", None), ("Mixtral 8x7B 7B", None), ("Phi-3 7B", None), ("Phi-3 14B", "phi-3-medium"),
     ("Mixtral 8x22B", "mixtral-8x22b"), ("Qwen3 235B A22B", "qwen3-235b-a22b")])  # exact names: no size is dropped
 def test_a_name_with_a_size_token_resolves_only_to_an_architecture_of_that_size(name, arch_id):
     arch = catalog.architectures(MEASUREMENTS)
