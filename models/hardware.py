@@ -287,7 +287,7 @@ def peak_table(hw: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], list[np.
     p_bf16, f_bf16 = first(bf16, fp16)
     p_fp16, f_fp16 = first(fp16, bf16)
     p_fp8, f_fp8 = first(fp8, bf16, fp16)
-    # NVFP4 runs at the dense FP4 peak; a part without one cannot run it (NaN -> ERR_HARDWARE), no fallback
+    # NVFP4 runs at the dense FP4 peak; a part without one cannot run it (NaN -> ERR_DTYPE_PEAK), no fallback
     p_fp4, f_fp4 = np.broadcast_to(fp4, shape), no_fb
     p_fp32, f_fp32 = first(fp32)
     p_tf32, f_tf32 = first(tf32, fp32)

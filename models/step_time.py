@@ -83,6 +83,7 @@ ERR_HARDWARE = 1 << 9
 ERR_MEMORY = 1 << 10
 ERR_HYBRID = 1 << 11
 ERR_TP2D = 1 << 12
+ERR_DTYPE_PEAK = 1 << 13
 ERROR_MESSAGES = {
     ERR_BAD_VALUE: "a required numeric input is missing, non-finite or not positive",
     ERR_GPU_PRODUCT: "tp*pp*cp*dp != n_gpus",
@@ -97,8 +98,10 @@ ERROR_MESSAGES = {
                 "tp rank neither a multiple nor a divisor of cp, or cp > 1 with Mamba-1 mixers such as Jamba's: no "
                 "context-parallel selective scan is modelled)",
     ERR_CATEGORY: "unknown activation/sharding/recompute/dtype/tp_mode value",
-    ERR_HARDWARE: "hardware has no peak for this dtype or lacks a required bandwidth/memory value (or an "
-                  "oversubscription < 1, or a pod_size below the scale-up domain)",
+    ERR_HARDWARE: "hardware lacks a required bandwidth/memory value (or an oversubscription < 1, or a pod_size "
+                  "below the scale-up domain)",
+    ERR_DTYPE_PEAK: "the accelerator's spec sheet gives no peak for this dtype (NVFP4 needs FP4 tensor cores: "
+                    "Blackwell or later; `stepcast list gpus` shows each part's peaks)",
     ERR_HYBRID: "hybrid layer_pattern without a complete Mamba shape (Mamba-2: mamba_n_heads, mamba_head_dim, "
                 "mamba_n_groups, mamba_state_dim; Mamba-1: mamba_dt_rank, mamba_state_dim, not mamba_n_heads) or "
                 "whose blocks do not add up to n_layers",
@@ -106,7 +109,7 @@ ERROR_MESSAGES = {
               "shapes: d_model must be divisible by r, ffn_dim (and expert_ffn_dim) by tp, micro_batch*seq_len/cp "
               "by c; hybrid Mamba, MLA and MTP rows have no 2-D model (models.tp2d)",
 }
-INVALID_MASK = ((ERR_TP2D << 1) - 1) & ~ERR_MEMORY  # every bit except memory
+INVALID_MASK = ((ERR_DTYPE_PEAK << 1) - 1) & ~ERR_MEMORY  # every bit except memory
 
 OUTPUT_COLUMNS = (
     "feasible",
@@ -404,7 +407,8 @@ def _validity(x: Inputs) -> np.ndarray:
     cat_bad |= (x.tp_mode < 0) | (x.tp_mode > 1)
     _flag(err, cat_bad, ERR_CATEGORY)
     peak_tf, hbm_bw, bw_up, bw_out = x.peak_tf, x.hbm_bw, x.bw_up, x.bw_out
-    hw_bad = ~(np.isfinite(peak_tf) & (peak_tf > 0) & np.isfinite(hbm_bw) & (hbm_bw > 0) & np.isfinite(x.mem_cap))
+    _flag(err, ~(np.isfinite(peak_tf) & (peak_tf > 0)), ERR_DTYPE_PEAK)
+    hw_bad = ~(np.isfinite(hbm_bw) & (hbm_bw > 0) & np.isfinite(x.mem_cap))
     hw_bad |= ~(np.isfinite(bw_up) & (bw_up > 0) & np.isfinite(bw_out) & (bw_out > 0) & np.isfinite(x.attn_peak_tf))
     hw_bad |= x.tier_bad
     _flag(err, hw_bad, ERR_HARDWARE)

@@ -102,6 +102,15 @@ def test_a_file_of_only_unusable_rows_says_why_per_row_instead_of_failing():
     assert out["measured_tokens_per_s_per_gpu"].to_list() == [100.0, 200.0]
 
 
+def test_a_run_in_a_precision_its_accelerator_lacks_says_so_by_name():
+    runs = pl.DataFrame({"run_id": ["fp4-on-h100", "fp4-on-b200"], "model_name": ["llama3-8b"] * 2,
+                         "gpu": ["h100-sxm5-80gb", "b200"], "n_gpus": [8, 8], "global_batch_seqs": [64, 64],
+                         "seq_len": [8192, 8192], "dtype": ["nvfp4", "nvfp4"]})
+    out = stepcast.predict_frame(runs)
+    assert "no peak for this dtype" in out["error"][0] and "bandwidth" not in out["error"][0]
+    assert out["step_time_s"][1] is not None and out["error"][1] is None
+
+
 def test_search_equals_the_cli(built_store):
     expected = cli_json(built_store, "search", "--model", "gpt3-175b", "--gpu", "a100-sxm4-80gb", "--gpus", "1024",
                         "--global-batch", "1536", "--seq-len", "2048", "--top", "5")
