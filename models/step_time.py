@@ -274,6 +274,35 @@ _ARCH_MEMO = _Memo(ARCH_INPUTS)  # keyed by every input `_decode` builds the arc
 _SHAPES_MEMO = _Memo(None)  # keyed by the normalized architecture (the object _ARCH_MEMO returns)
 
 
+#: the PhysParams fields the memory model reads (models.memory: bytes per value, the allowance, what attention
+#: stores); `memory_per_gpu` is given the defaults for every other field, so its result depends on these alone
+MEMORY_PARAM_FIELDS = ("grad_bytes", "optimizer_state_bytes_mixed", "optimizer_state_bytes_fp32", "mem_overhead_gb",
+                       "mem_fragmentation_frac", "attn_scores_stored", "dropout_mask_elems", "moe_imbalance")
+#: per-row efficiencies a caller may pass beside the configuration (a calibration's fitted values): read by the
+#: rates, never by the memory model
+EFFICIENCY_INPUTS = frozenset(("kernel_eff", "matmul_eff_16bit", "matmul_eff_8bit"))
+_MEMORY_MEMO: list = []  # (input arrays, their names, memory params, n, result), the last few
+
+
+
+
+def _memory_memo(a: Mapping[str, np.ndarray], n: int, P: PhysParams, make):
+    """``make(memory params)``: the memory model of a block, reused when the same input arrays come again (by
+    IDENTITY, as `_Memo`; the calibration re-predicts one set of runs with new fitted efficiencies hundreds of times)
+    with the same memory params. Every input of the memory model is derived from the arrays of ``a`` other than
+    EFFICIENCY_INPUTS and from MEMORY_PARAM_FIELDS; the result is treated as read-only."""
+    names = tuple(k for k in a if k not in EFFICIENCY_INPUTS)
+    held = tuple(a[k] for k in names)
+    mp = tuple(getattr(P, f) for f in MEMORY_PARAM_FIELDS)
+    for h, nm, p, m, value in _MEMORY_MEMO:
+        if m == n and p == mp and nm == names and all(x is y for x, y in zip(h, held)):
+            return value
+    value = make(DEFAULT.with_(**dict(zip(MEMORY_PARAM_FIELDS, mp))))
+    _MEMORY_MEMO.insert(0, (held, names, mp, n, value))
+    del _MEMORY_MEMO[4:]
+    return value
+
+
 def _shapes_and_counts(arch: Mapping[str, np.ndarray]):
     sh = layer_shapes(arch)
     return sh, param_counts(arch, normalized=True, shapes=sh)
@@ -433,13 +462,13 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     cp_mb, hidden_cp = parts.cp_comm(x, r, cm)
     ov = parts.overlap(cm, cp_mb, hidden_cp, parts.tp_comm(x, r, cm), parts.ep_comm(x, r, cm), parts.pp_comm(x, r), P,
                        x.a2a)
-    mem = memory_per_gpu(
+    mem = _memory_memo(a, n, P, lambda mp: memory_per_gpu(
         arch=x.arch, shapes=sh, seq_len=x.s, micro_batch=x.b, n_micro=x.m, tp=x.t, pp=x.p, dp=x.d, cp=x.c, ep=x.e,
         vpp=x.v, sharding=x.shard, recompute=x.rc, sequence_parallel=x.sp, is_fp32=x.is_fp32, node_size=x.node,
-        params=P, layers_per_stage=x.Ls, act_bytes=r.act_b, dtype_code=x.dt, layers_16bit=x.layers_16bit,
+        params=mp, layers_per_stage=x.Ls, act_bytes=r.act_b, dtype_code=x.dt, layers_16bit=x.layers_16bit,
         **_memory_options(a, n, x.p),
         **(dict(etp=x.et, moe_rho=x.rho) if r.any_moe else {}),
-    )
+    ))
     dp_exposed, gather_exposed_mb = parts.dp_comm(x, r, mem, cm, ov, P)
     optimizer_s = parts.optimizer(x, mem, P)
     st = parts.step_time(x, cm, ov, gather_exposed_mb, dp_exposed, optimizer_s)
