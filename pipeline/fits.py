@@ -418,8 +418,9 @@ def run_fit(con: duckdb.DuckDBPyConnection, protocols=None, force: bool = False)
 
     protocols = tuple(protocols or cal.PROTOCOLS)
     runs, hw, metrics = read_inputs(con)
-    ok, _ = prepare_configs(runs, hw)
-    targets = predict_runs(runs, hw, metrics)
+    prepared = prepare_configs(runs, hw)
+    ok = prepared[0]
+    targets = predict_runs(runs, hw, metrics, prepared=prepared)
     data = cal.fit_data(ok, targets.select("run_id", "measured_tokens_per_s_per_gpu", "whole_run_average"))
     version = cal.fit_version(data)
     _ensure(con)
