@@ -673,7 +673,10 @@ def protocol_coverage(cvs: list[CVResult], kind: str, log_target: np.ndarray, ru
     """Per protocol: (covered per run, relative width per run), each fold's width model and quantiles estimated
     from every protocol's out-of-fold errors EXCEPT those of the fold's own runs (leave-one-fold-out
     conformal)."""
-    E, X, I, F, W = _oof_errors(cvs, kind, log_target, run_id, feats, weights)
+    # run ids as integer codes (equal ids, equal codes): the membership test below is then on integers
+    _, codes = np.unique(np.asarray(run_id), return_inverse=True)
+    codes = codes.ravel()
+    E, X, I, F, W = _oof_errors(cvs, kind, log_target, codes, feats, weights)
     out = {}
     for cv in cvs:
         e = np.abs(cv.log_pred[kind] - log_target)
@@ -683,7 +686,7 @@ def protocol_coverage(cvs: list[CVResult], kind: str, log_target: np.ndarray, ru
         ext = _is_extrapolated(cv.domain_code)
         for g in np.unique(cv.folds[held]):
             sel = held & (cv.folds == g)
-            keep = ~np.isin(I, run_id[sel])
+            keep = ~np.isin(I, codes[sel])
             coef = fit_width_model(F[keep], E[keep], W[keep])
             q_in, q_out = _quantiles(E[keep] / np.exp(F[keep] @ coef), X[keep], alpha)
             q = np.where(ext[sel], q_out, q_in) * np.exp(feats[sel] @ coef)

@@ -317,6 +317,9 @@ def best_layouts(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], n_value
         w_sorted = who[order]
         starts = np.flatnonzero(np.r_[True, w_sorted[1:] != w_sorted[:-1]])
         first[w_sorted[starts]] = order[starts]
+        bounds = np.searchsorted(w_sorted, np.arange(npts + 1))  # point i's rows: order[bounds[i]:bounds[i + 1]]
+        valid_rows = (err & INVALID_MASK) == 0
+        tight_rows = valid_rows & ((err & ERR_MEMORY) != 0)
     counts = np.bincount(who, minlength=npts) if total else np.zeros(npts, dtype=np.int64)
     cap = float(capacity_bytes(float(hw_row.get("memory_gb") or np.nan))) / 1e9  # decimal GB (models.memory)
     rows: list[dict[str, Any]] = []
@@ -331,13 +334,12 @@ def best_layouts(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], n_value
             row["reason"] = None
             cfg_idx.append(int(j))
         else:
-            mine = who == i
-            valid = mine & ((err & INVALID_MASK) == 0)
-            if counts[i] == 0 or not valid.any():
+            mine = order[bounds[i]:bounds[i + 1]] if total else np.zeros(0, dtype=np.int64)
+            if counts[i] == 0 or not valid_rows[mine].any():
                 row["reason"] = (f"no valid layout for {_fmt_int(n)} accelerators at a global batch of {b} sequences "
                                  f"(dp must divide the batch, tp the heads, pp ≤ layers)")
             else:
-                m = float(np.nanmin(np.where(valid & ((err & ERR_MEMORY) != 0), mem, np.inf)))
+                m = float(np.nanmin(np.where(tight_rows[mine], mem[mine], np.inf)))
                 row["reason"] = (f"no layout fits in memory: the smallest needs {m:.1f} GB per accelerator "
                                  f"> {cap:g} GB")
         for c in _DIMS:

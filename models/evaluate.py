@@ -31,12 +31,14 @@ def prepare_configs(runs: pl.DataFrame, hardware: pl.DataFrame) -> tuple[pl.Data
 
 
 def predict_runs(runs: pl.DataFrame, hardware: pl.DataFrame, run_metrics: pl.DataFrame,
-                 params: PhysParams = DEFAULT, preset_overrides: dict | None = None) -> pl.DataFrame:
+                 params: PhysParams = DEFAULT, preset_overrides: dict | None = None,
+                 prepared: tuple[pl.DataFrame, pl.DataFrame] | None = None) -> pl.DataFrame:
     """One row per run: identifiers, the configuration actually predicted (with its assumptions), the
     analytical prediction and its breakdown, the measured target (throughput; MFU/HFU/TFLOP-only runs converted,
     `target_derived`) and the relative error of throughput. `preset_overrides` ({preset: {field: value}}) are
-    fitted per-software-preset values (models.runs_adapter.preset_params)."""
-    ok, bad_cfg = prepare_configs(runs, hardware)
+    fitted per-software-preset values (models.runs_adapter.preset_params). `prepared`: `prepare_configs(runs,
+    hardware)` when the caller has it already."""
+    ok, bad_cfg = prepare_configs(runs, hardware) if prepared is None else prepared
     pred = predict_by_preset(ok, predict, params, overrides=preset_overrides)
     keep = list(KEEP_COLUMNS)
     good = ok.select(keep + ["peak_bf16_tflops"]).hstack(pred.select(PREDICTION_COLUMNS))

@@ -55,6 +55,7 @@ in full to the run (no resale value; power, hosting and network excluded) — ``
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Mapping
 
@@ -170,6 +171,12 @@ def dense_shapes_for_params(params: np.ndarray, vocab: np.ndarray | None = None,
 
 def dense_arch_for_params(target_params: float) -> dict[str, Any]:
     """The dense GPT-style architecture (module docstring, step 2) closest to ``target_params``."""
+    return dict(_dense_arch_for_params(float(target_params)))  # a new dict: the caller may change it
+
+
+@functools.lru_cache(maxsize=4096)
+def _dense_arch_for_params(target_params: float) -> dict[str, Any]:
+    """`dense_arch_for_params`, once per size (every frontier sweep asks for the same grid of sizes)."""
     shp = dense_shapes_for_params(np.array([target_params]))
     d, L, h = int(shp["d_model"][0]), int(shp["n_layers"][0]), int(shp["n_heads"][0])
     return {"id": f"dense-{d}x{L}", "n_layers": L, "d_model": d, "n_heads": h, "n_kv_heads": h,
@@ -274,7 +281,10 @@ def _finish(rows: dict[str, np.ndarray], res: dict[str, np.ndarray], seq_len: in
     return out | {"feasible": np.asarray(res["feasible"], bool), "mem": res["memory_gb_per_gpu"],
                   "error": np.asarray(res["error_code"]), "step": step, "step_model": res["step_time_s"],
                   "floor": floor, "mfu": res["mfu"] * res["step_time_s"] / step, "time_s": time_s,
-                  "in_time": time_s <= limit_s, "res": res}
+                  "in_time": time_s <= limit_s, "res": {k: res[k] for k in _RECORD_RES}}
+
+
+_RECORD_RES = ("tokens_per_s_per_gpu", *BREAKDOWN)  # the model outputs `_record` reads (all a level carries on)
 
 
 def _evaluate_levels(pieces: list[tuple[np.ndarray, "_Level"]], hw_row: Mapping[str, Any], seq_len: int, dtype: str,

@@ -277,15 +277,57 @@ _ARCH_MEMO = _Memo(ARCH_INPUTS)  # keyed by every input `_decode` builds the arc
 _SHAPES_MEMO = _Memo(None)  # keyed by the normalized architecture (the object _ARCH_MEMO returns)
 
 
+#: the PhysParams fields the memory model reads (models.memory: bytes per value, the allowance, what attention
+#: stores); `memory_per_gpu` is given the defaults for every other field, so its result depends on these alone
+MEMORY_PARAM_FIELDS = ("grad_bytes", "optimizer_state_bytes_mixed", "optimizer_state_bytes_fp32", "mem_overhead_gb",
+                       "mem_fragmentation_frac", "attn_scores_stored", "dropout_mask_elems", "moe_imbalance")
+#: per-row efficiencies a caller may pass beside the configuration (a calibration's fitted values): read by the
+#: rates, never by the memory model
+EFFICIENCY_INPUTS = frozenset(("kernel_eff", "matmul_eff_16bit", "matmul_eff_8bit"))
+
+
+class _InputsMemo:
+    """The last few results of a function of a block's inputs other than EFFICIENCY_INPUTS (and of the `extra`
+    values given, compared by equality), found by the IDENTITY of those input arrays as `_Memo` does: the
+    calibration re-predicts one set of runs with new fitted efficiencies hundreds of times per fold, on the same
+    arrays. The results are treated as read-only."""
+
+    def __init__(self, size: int = 4):
+        self.size, self.entries = size, []
+
+    def get(self, a: Mapping[str, np.ndarray], n: int, extra: tuple, make):
+        names = tuple(k for k in a if k not in EFFICIENCY_INPUTS)
+        held = tuple(a[k] for k in names)
+        for h, nm, ex, m, value in self.entries:
+            if m == n and ex == extra and nm == names and all(x is y for x, y in zip(h, held)):
+                return value
+        value = make()
+        self.entries.insert(0, (held, names, extra, n, value))
+        del self.entries[self.size:]
+        return value
+
+
+_MEMORY_MEMO = _InputsMemo()  # models.memory.memory_per_gpu of a block
+_DECODE_MEMO = _InputsMemo()  # `_decode_static` of a block
+_VALIDITY_MEMO = _InputsMemo()  # `_validity_static` of a block
+
+
+def _memory_memo(a: Mapping[str, np.ndarray], n: int, P: PhysParams, make):
+    """``make(memory params)``: the memory model of a block, reused when the same input arrays come again with the
+    same memory params (`_InputsMemo`). Every input of the memory model is derived from the arrays of ``a`` other
+    than EFFICIENCY_INPUTS and from MEMORY_PARAM_FIELDS (it is given DEFAULT's value of every other field)."""
+    mp = tuple(getattr(P, f) for f in MEMORY_PARAM_FIELDS)
+    return _MEMORY_MEMO.get(a, n, mp, lambda: make(DEFAULT.with_(**dict(zip(MEMORY_PARAM_FIELDS, mp)))))
+
+
 def _shapes_and_counts(arch: Mapping[str, np.ndarray]):
     sh = layer_shapes(arch)
     return sh, param_counts(arch, normalized=True, shapes=sh)
 
 
-def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
-    """The block's inputs as arrays: architecture (normalized), layout (documented defaults filled), hardware
-    rates with the efficiencies of ``P`` (or per row: ``kernel_eff``, ``matmul_eff_16bit``, ``matmul_eff_8bit``)
-    and the network tiers."""
+def _decode_static(a: Mapping[str, np.ndarray], n: int) -> dict:
+    """The part of `_decode` that reads neither PhysParams nor EFFICIENCY_INPUTS: architecture (normalized), layout
+    (documented defaults filled), hardware peaks and bandwidths as given, the network tiers, the MoE options."""
     g = lambda k, d=np.nan: _f(a[k], n) if k in a and a[k] is not None else np.full(n, d)  # noqa: E731
     arch = _ARCH_MEMO.get(a, n, lambda: normalize_arch(
         {k: g(k) for k in ("n_layers", "d_model", "n_heads", "ffn_dim", "vocab")} | {
@@ -301,29 +343,14 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
     tp2d_rows = tpm == 1
     tp2d_rows = tp2d_rows if tp2d_rows.any() else None
     sp = g("sequence_parallel", 0.0) > 0  # NaN -> False
-    # kernel efficiency of the software stack: the params' value, or per row (a calibration's value for the
-    # row's stack and hardware generation; NaN: the params')
-    ke = P.kernel_eff
-    if "kernel_eff" in a:
-        ke_row = g("kernel_eff")
-        ke = np.where(np.isnan(ke_row), P.kernel_eff, ke_row)
     # low-precision rows: GEMMs at the 8-bit efficiency; their LM head runs in 16 bits (models.parts.lm_head)
     low = is_low_precision(dt)
-    # GEMM efficiency by dtype (codes: models.params.DTYPE_CODES; invalid codes clipped, flagged by _validity)
-    e16, e8, e32 = P.matmul_eff_16bit, P.matmul_eff_8bit, P.matmul_eff_32bit
-    if "matmul_eff_16bit" in a or "matmul_eff_8bit" in a:
-        # per-row GEMM efficiencies (a calibration's values for each row's hardware generation)
-        e16 = np.where(np.isnan(g("matmul_eff_16bit", e16)), e16, g("matmul_eff_16bit", e16))  # NaN: the params'
-        e8 = np.where(np.isnan(g("matmul_eff_8bit", e8)), e8, g("matmul_eff_8bit", e8))
-        eff = np.where(low, e8, np.where((dt == 6) | (dt == 7), e32, e16))
-    else:
-        eff = np.take(np.array([e16, e16, e8, e8, e8, e8, e32, e32]), dt, mode="clip")
     # MoE options (models.moe): expert tensor parallelism (NaN: tp, or the largest etp that folds; dense rows: tp),
-    # the capacity factor (NaN: dropless) and the slowest EP rank's factor of the mean routed tokens
+    # the capacity factor (NaN: dropless)
     t = g("tp")
     cap_f = g("moe_capacity_factor")
     et = np.where(arch["n_experts"] > 0, moe.resolve_etp(g("etp"), t, c, d, e)[0], t)
-    rho = moe.effective_imbalance(P.moe_imbalance, cap_f, g("moe_pad_to_capacity", 0.0) > 0)
+    pad = g("moe_pad_to_capacity", 0.0) > 0
     a2a = 0.0  # the recipe's EP A2A overlap (models.moe_recipes): merged share of the passes
     if "moe_a2a_overlap" in a:
         a2a = moe.a2a_merged_fraction(g("moe_a2a_overlap", 0.0), B / (d * b), p, v, arch["n_experts"], e,
@@ -340,38 +367,87 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
     # layers a low-precision recipe keeps in 16 bits (models.precision; NaN: none)
     l16 = g("n_layers_16bit", 0.0)
     l16 = np.where(low & (l16 > 0), l16, 0.0)  # NaN > 0 is False
-    e16_rows = np.broadcast_to(e16, (n,)) if np.ndim(e16) == 0 else e16
     sm = g("sm_count")
     if np.isnan(sm).any():  # no SM count given: A100-equivalent SMs of the 16-bit peak (models.hardware)
         sm = np.where(np.isnan(sm), peaks[0] / A100_TFLOPS_PER_SM, sm)
-    # scale-up tier: NVLink-class (scaleup_eff, alpha_scaleup_s), or the PCIe/host tier where the part's
-    # accelerators talk over PCIe (models.hardware `scaleup_link_code`; pcie_eff, alpha_pcie_s)
-    bw_up, a_up = g("intra_node_bw_gbps") * 1e9 * P.scaleup_eff, P.alpha_scaleup_s
-    if "scaleup_link_code" in a and (pcie := is_pcie(g("scaleup_link_code"))).any():
-        bw_up = np.where(pcie, g("intra_node_bw_gbps") * 1e9 * P.pcie_eff, bw_up)
-        a_up = np.where(pcie, P.alpha_pcie_s, a_up)
-    return Inputs(
+    # the PCIe/host scale-up tier where the part's accelerators talk over PCIe (models.hardware `scaleup_link_code`)
+    pcie = is_pcie(g("scaleup_link_code")) if "scaleup_link_code" in a else None
+    fields = dict(
         n=n, arch=arch, hy=arch.get("hybrid"), L=L, h=arch["d_model"], heads=arch["n_heads"], kvh=arch["n_kv_heads"],
         V=arch["vocab"], E=arch["n_experts"], k=arch["top_k"], ns=arch["n_shared_experts"], act=arch["activation"],
         s=g("seq_len"), B=B, b=b, N=N, t=t, p=p, d=d, c=c, e=e, v=v, m=B / (d * b), Ls=np.ceil(L / p),
         shard=_code(a, "sharding", n), rc=_code(a, "recompute", n), dt=dt,
         sp=sp if tp2d_rows is None else sp | tp2d_rows, tp_mode=tpm, tp2d=tp2d_rows,
         grid2d=None if tp2d_rows is None else tp2d.grid(t),  # once per block: every 2-D term uses it
-        is_fp32=is_fp32, mem_cap=g("memory_gb"), ke=ke, gemm_eff=eff, head_16bit=low, gemm_eff_16=e16_rows,
-        layers_16bit=l16,
-        hbm_bw=g("memory_bw_gbps") * 1e9 * (P.hbm_eff * ke), sm=sm, peaks=peaks, peak_tf=peak_tf, peak_fb=peak_fb,
+        is_fp32=is_fp32, mem_cap=g("memory_gb"), head_16bit=low, layers_16bit=l16,
+        sm=sm, peaks=peaks, peak_tf=peak_tf, peak_fb=peak_fb,
         attn_peak_tf=np.where(is_fp32, peak_tf, peaks[0]), node=np.maximum(np.minimum(node, N), 1.0), tiers=tiers,
-        tier_bad=tier_bad, bw_up=bw_up,
-        bw_out=g("inter_node_bw_gbps") * 1e9 * P.scaleout_eff, a_up=a_up, a_out=P.alpha_scaleout_s,
-        bw_a2a=g("inter_node_bw_gbps") * 1e9 * coll.A2A_RDMA_EFF,
-        et=et, moe_cf=cap_f, rho=rho, a2a=a2a,
+        tier_bad=tier_bad, bw_a2a=g("inter_node_bw_gbps") * 1e9 * coll.A2A_RDMA_EFF,
+        et=et, moe_cf=cap_f, a2a=a2a,
         flex=(g("moe_dispatcher", 0.0) == moe.DISPATCHER_FLEX) if "moe_dispatcher" in a else False,
         rc_modules=g("recompute_modules") if a.get("recompute_modules") is not None else None,
     )
+    given = dict(low=low, pad=pad, pcie=pcie, intra=g("intra_node_bw_gbps"), inter=g("inter_node_bw_gbps"),
+                 mbw=g("memory_bw_gbps"))
+    return {"fields": fields, "given": given}
 
 
-def _validity(x: Inputs) -> np.ndarray:
-    """Error bits (ERR_*) of every row except ERR_MEMORY."""
+def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
+    """The block's inputs as arrays: architecture (normalized), layout (documented defaults filled), hardware
+    rates with the efficiencies of ``P`` (or per row: ``kernel_eff``, ``matmul_eff_16bit``, ``matmul_eff_8bit``)
+    and the network tiers. The part that depends on neither (`_decode_static`) is computed once per set of input
+    arrays (`_InputsMemo`)."""
+    st = _DECODE_MEMO.get(a, n, (), lambda: _decode_static(a, n))
+    fx, gv = st["fields"], st["given"]
+    g = lambda k, d=np.nan: _f(a[k], n) if k in a and a[k] is not None else np.full(n, d)  # noqa: E731
+    dt, low = fx["dt"], gv["low"]
+    # kernel efficiency of the software stack: the params' value, or per row (a calibration's value for the
+    # row's stack and hardware generation; NaN: the params')
+    ke = P.kernel_eff
+    if "kernel_eff" in a:
+        ke_row = g("kernel_eff")
+        ke = np.where(np.isnan(ke_row), P.kernel_eff, ke_row)
+    # GEMM efficiency by dtype (codes: models.params.DTYPE_CODES; invalid codes clipped, flagged by _validity)
+    e16, e8, e32 = P.matmul_eff_16bit, P.matmul_eff_8bit, P.matmul_eff_32bit
+    if "matmul_eff_16bit" in a or "matmul_eff_8bit" in a:
+        # per-row GEMM efficiencies (a calibration's values for each row's hardware generation)
+        e16 = np.where(np.isnan(g("matmul_eff_16bit", e16)), e16, g("matmul_eff_16bit", e16))  # NaN: the params'
+        e8 = np.where(np.isnan(g("matmul_eff_8bit", e8)), e8, g("matmul_eff_8bit", e8))
+        eff = np.where(low, e8, np.where((dt == 6) | (dt == 7), e32, e16))
+    else:
+        eff = np.take(np.array([e16, e16, e8, e8, e8, e8, e32, e32]), dt, mode="clip")
+    # the slowest EP rank's factor of the mean routed tokens (models.moe)
+    rho = moe.effective_imbalance(P.moe_imbalance, fx["moe_cf"], gv["pad"])
+    e16_rows = np.broadcast_to(e16, (n,)) if np.ndim(e16) == 0 else e16
+    # scale-up tier: NVLink-class (scaleup_eff, alpha_scaleup_s), or the PCIe/host tier where the part's
+    # accelerators talk over PCIe (models.hardware `scaleup_link_code`; pcie_eff, alpha_pcie_s)
+    bw_up, a_up = gv["intra"] * 1e9 * P.scaleup_eff, P.alpha_scaleup_s
+    if (pcie := gv["pcie"]) is not None and pcie.any():
+        bw_up = np.where(pcie, gv["intra"] * 1e9 * P.pcie_eff, bw_up)
+        a_up = np.where(pcie, P.alpha_pcie_s, a_up)
+    return Inputs(
+        **fx, ke=ke, gemm_eff=eff, gemm_eff_16=e16_rows, hbm_bw=gv["mbw"] * 1e9 * (P.hbm_eff * ke), bw_up=bw_up,
+        bw_out=gv["inter"] * 1e9 * P.scaleout_eff, a_up=a_up, a_out=P.alpha_scaleout_s, rho=rho,
+    )
+
+
+def _validity(x: Inputs, a: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+    """Error bits (ERR_*) of every row except ERR_MEMORY. With ``a`` (the block's input arrays), the bits that do
+    not depend on the efficiencies (`_validity_static`) are computed once per set of input arrays (`_InputsMemo`)."""
+    static = _validity_static(x) if a is None else _VALIDITY_MEMO.get(a, x.n, (), lambda: _validity_static(x))
+    err = static.copy()
+    peak_tf, hbm_bw, bw_up, bw_out = x.peak_tf, x.hbm_bw, x.bw_up, x.bw_out
+    _flag(err, ~(np.isfinite(peak_tf) & (peak_tf > 0)), ERR_DTYPE_PEAK)
+    hw_bad = ~(np.isfinite(hbm_bw) & (hbm_bw > 0) & np.isfinite(x.mem_cap))
+    hw_bad |= ~(np.isfinite(bw_up) & (bw_up > 0) & np.isfinite(bw_out) & (bw_out > 0) & np.isfinite(x.attn_peak_tf))
+    hw_bad |= x.tier_bad
+    _flag(err, hw_bad, ERR_HARDWARE)
+    return err
+
+
+def _validity_static(x: Inputs) -> np.ndarray:
+    """The error bits of `_validity` that read only `_decode_static`'s fields (every bit but ERR_HARDWARE, which
+    reads the bandwidths with their efficiencies, and ERR_DTYPE_PEAK beside it)."""
     n, L, E, k, t, c, e, v, p, d = x.n, x.L, x.E, x.k, x.t, x.c, x.e, x.v, x.p, x.d
     err = np.zeros(n, dtype=np.int64)
     # integer-valued inputs >= 1, with few passes: the sum of (x - floor(x)) is 0 only when every
@@ -406,12 +482,6 @@ def _validity(x: Inputs) -> np.ndarray:
     cat_bad = (act < 0) | (act > 1) | (shard < 0) | (shard > 5) | (rc < 0) | (rc > 2) | (dt < 0) | (dt > 7)
     cat_bad |= (x.tp_mode < 0) | (x.tp_mode > 1)
     _flag(err, cat_bad, ERR_CATEGORY)
-    peak_tf, hbm_bw, bw_up, bw_out = x.peak_tf, x.hbm_bw, x.bw_up, x.bw_out
-    _flag(err, ~(np.isfinite(peak_tf) & (peak_tf > 0)), ERR_DTYPE_PEAK)
-    hw_bad = ~(np.isfinite(hbm_bw) & (hbm_bw > 0) & np.isfinite(x.mem_cap))
-    hw_bad |= ~(np.isfinite(bw_up) & (bw_up > 0) & np.isfinite(bw_out) & (bw_out > 0) & np.isfinite(x.attn_peak_tf))
-    hw_bad |= x.tier_bad
-    _flag(err, hw_bad, ERR_HARDWARE)
     if x.hy is not None:
         _hybrid_validity(err, x.hy, t, c)
     if x.tp2d is not None:  # the 2-D grid must split the shapes; rows it has no model for are refused (models.tp2d)
@@ -429,7 +499,7 @@ def _validity(x: Inputs) -> np.ndarray:
 def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[str, np.ndarray]:
     """One block: decode, validity, then one function per part (models.parts), assembled into OUTPUT_COLUMNS."""
     x = _decode(a, n, P)
-    err = _validity(x)
+    err = _validity(x, a)
     invalid = err != 0
     sh, pc = _SHAPES_MEMO.get(x.arch, n, lambda: _shapes_and_counts(x.arch))
     r = parts.rates(x, P, sh, pc)
@@ -437,13 +507,13 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     cp_mb, hidden_cp = parts.cp_comm(x, r, cm)
     ov = parts.overlap(cm, cp_mb, hidden_cp, parts.tp_comm(x, r, cm), parts.ep_comm(x, r, cm), parts.pp_comm(x, r), P,
                        x.a2a)
-    mem = memory_per_gpu(
+    mem = _memory_memo(a, n, P, lambda mp: memory_per_gpu(
         arch=x.arch, shapes=sh, seq_len=x.s, micro_batch=x.b, n_micro=x.m, tp=x.t, pp=x.p, dp=x.d, cp=x.c, ep=x.e,
         vpp=x.v, sharding=x.shard, recompute=x.rc, sequence_parallel=x.sp, is_fp32=x.is_fp32, node_size=x.node,
-        params=P, layers_per_stage=x.Ls, act_bytes=r.act_b, dtype_code=x.dt, layers_16bit=x.layers_16bit,
+        params=mp, layers_per_stage=x.Ls, act_bytes=r.act_b, dtype_code=x.dt, layers_16bit=x.layers_16bit,
         **_memory_options(a, n, x.p),
         **(dict(etp=x.et, moe_rho=x.rho) if r.any_moe else {}),
-    )
+    ))
     dp_exposed, gather_exposed_mb = parts.dp_comm(x, r, mem, cm, ov, P)
     optimizer_s = parts.optimizer(x, mem, P)
     st = parts.step_time(x, cm, ov, gather_exposed_mb, dp_exposed, optimizer_s)

@@ -156,14 +156,14 @@ def new_runs_surprise(served_on_new: pl.DataFrame | None, alpha: float) -> dict 
     """How the served fit did on the runs new since it: of `n_new` runs with a prediction, `n_outside` lie
     outside its (1 - alpha) interval; `p_value` = P(X >= n_outside) for X ~ Binomial(n_new, alpha), the
     chance of that many misses if the interval is as good as the served fit states."""
-    from scipy.stats import binom
-
     if served_on_new is None or served_on_new.height == 0:
         return None
     judged = served_on_new.filter(pl.col("covered").is_not_null())
     n, k = judged.height, int((~judged["covered"]).sum())
     if n == 0:
         return None
+    from scipy.stats import binom  # ~0.9 s to import: only when there are new runs to judge (not in a first fit)
+
     rel = judged.select((pl.col("tokens_per_s_per_gpu") / pl.col("measured_tokens_per_s_per_gpu") - 1).abs().median())
     p = float(binom.sf(k - 1, n, alpha)) if k else 1.0
     return {"n_new": n, "n_outside": k, "alpha": alpha, "p_value": p, "served_mdape_new": float(rel.item()),
@@ -418,8 +418,9 @@ def run_fit(con: duckdb.DuckDBPyConnection, protocols=None, force: bool = False)
 
     protocols = tuple(protocols or cal.PROTOCOLS)
     runs, hw, metrics = read_inputs(con)
-    ok, _ = prepare_configs(runs, hw)
-    targets = predict_runs(runs, hw, metrics)
+    prepared = prepare_configs(runs, hw)
+    ok = prepared[0]
+    targets = predict_runs(runs, hw, metrics, prepared=prepared)
     data = cal.fit_data(ok, targets.select("run_id", "measured_tokens_per_s_per_gpu", "whole_run_average"))
     version = cal.fit_version(data)
     _ensure(con)

@@ -62,7 +62,7 @@ def map_jobs(fn, jobs: list[tuple[tuple, dict]], n_workers: int) -> list:
         pool = shared_executor()
         futures = [pool.submit(fn, *a, **k) for a, k in jobs]
         return [f.result() for f in futures]
-    with _pool(min(n_workers, len(jobs))) as pool:
+    with _pool(min(n_workers, len(jobs)), single_thread_blas) as pool:
         futures = [pool.submit(fn, *a, **k) for a, k in jobs]
         return [f.result() for f in futures]
 
@@ -74,18 +74,17 @@ def _pool(n: int, initializer=None):
     return ProcessPoolExecutor(max_workers=n, mp_context=get_context("spawn"), initializer=initializer)
 
 
-_SHARED: dict = {}  # the pools `shared_pools` holds open: "blas1" (pool_map's), "jobs" (map_jobs')
+_SHARED: dict = {}  # the pool `shared_pools` holds open: "blas1" (pool_map's and map_jobs')
 _SHARED_N = 0
 
 
 def shared_executor():
-    """The build's pool for `map_jobs` (a ``concurrent.futures`` executor; spawned on first use) while
-    `shared_pools` is open, else None."""
+    """The build's pool for `map_jobs` (a ``concurrent.futures`` executor) while `shared_pools` is open, else None:
+    the fit's pool, whose workers are already started and run their BLAS on one thread (with a BLAS thread pool per
+    worker, the plan's searches took ~13 s instead of ~10 s on two cores)."""
     if not _SHARED_N:
         return None
-    if "jobs" not in _SHARED:
-        _SHARED["jobs"] = _pool(_SHARED_N)
-    return _SHARED["jobs"]
+    return _SHARED["blas1"]
 
 
 #: what the fit's workers import before their first task (the modules of its fold tasks), while ingest runs
@@ -101,11 +100,11 @@ def _warm(modules: tuple[str, ...]) -> None:
 
 @contextlib.contextmanager
 def shared_pools():
-    """Keep `pool_map`'s and `map_jobs`' worker pools open while the block runs (`stepcast build`): each is spawned
+    """Keep one worker pool open for `pool_map` and `map_jobs` while the block runs (`stepcast build`): it is spawned
     once and every later call reuses it instead of spawning and importing again (2-3 s per pool on two cores).
-    The fit's pool starts at once and its workers import their modules while the first, serial steps (ingest)
-    leave a core free; `map_jobs`' starts at its first use (the frontier, in the build's order). Workers hold no
-    state between tasks besides imported modules and their caches."""
+    It starts at once and its workers import the fit's modules while the first, serial steps (ingest) leave a core
+    free; each worker runs its BLAS on one thread (`single_thread_blas`). Workers hold no state between tasks
+    besides imported modules and their caches."""
     global _SHARED_N
     n = workers()
     if n <= 1 or _SHARED_N:  # one CPU, or already inside shared_pools
