@@ -257,7 +257,7 @@ def infer_dense_shape(frame: pl.DataFrame) -> pl.DataFrame:
     shp = dense_shapes_for_params(g("params_b") * 1e9, g("vocab"), g("n_layers"), g("d_model"), g("n_heads"))
     L, d, h = (np.where(np.isnan(g(c)), shp[c], g(c)) for c in shape_cols)
     ffn = np.where(np.isnan(g("ffn_dim")), 4.0 * d, g("ffn_dim"))
-    act = sub["activation"].fill_null("gelu") if "activation" in sub.columns else pl.Series([ "gelu"] * sub.height)
+    act = sub["activation"].fill_null("gelu") if "activation" in sub.columns else pl.Series(["gelu"] * sub.height)
     tied = (sub["tied_embeddings"].cast(pl.Float64, strict=False).fill_null(1.0).to_numpy()
             if "tied_embeddings" in sub.columns else np.ones(sub.height))
     counted = param_counts({"n_layers": L, "d_model": d, "n_heads": h, "n_kv_heads": g("n_kv_heads"),
