@@ -33,6 +33,7 @@ from models import collectives as coll
 from models import mamba, mla, moe, tp2d
 from models.accounting import hybrid_flops_per_token
 from models.fastops import clip
+from models.memo import IdentityMemo
 from models.params import PhysParams
 
 
@@ -563,22 +564,16 @@ def cp_comm(x: Inputs, r: Rates, cm: Compute) -> tuple[np.ndarray, np.ndarray]:
     return cp_mb, hidden_cp
 
 
-_FLEX_MEMO: list = []  # (inputs, share): the last few `_flex_share` results
+_FLEX_MEMO = IdentityMemo(4)  # the last few `_flex_share` results
 
 
 def _flex_share(x: Inputs, ep_rpn: np.ndarray) -> np.ndarray:
     """The share of the EP all-to-all that leaves the node (models.moe.flex_remote_share on flex-dispatcher rows,
     (ep - ep_rpn)/ep on the others). It reads only layout and architecture arrays (``ep_rpn`` is derived from
-    node, tp, cp and etp), so it is reused when the same arrays come again (by identity: the calibration's
-    re-predictions of the same runs decode them once, models.step_time._InputsMemo); read-only."""
-    held = (x.k, x.E, x.e, x.node, x.t, x.c, x.et, x.flex)
-    for key, value in _FLEX_MEMO:
-        if all(a is b for a, b in zip(key, held)):
-            return value
-    value = np.where(x.flex, moe.flex_remote_share(x.k, x.E, x.e, ep_rpn), (x.e - ep_rpn) / x.e)
-    _FLEX_MEMO.insert(0, (held, value))
-    del _FLEX_MEMO[4:]
-    return value
+    node, tp, cp and etp), so it is reused when the same arrays come again (`models.memo`: the calibration's
+    re-predictions of the same runs decode them once); read-only."""
+    return _FLEX_MEMO.get((x.k, x.E, x.e, x.node, x.t, x.c, x.et, x.flex), (), lambda: np.where(
+        x.flex, moe.flex_remote_share(x.k, x.E, x.e, ep_rpn), (x.e - ep_rpn) / x.e))
 
 
 def ep_comm(x: Inputs, r: Rates, cm: Compute) -> np.ndarray:

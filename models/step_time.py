@@ -20,6 +20,7 @@ from models.accounting import ARCH_COLUMNS, layer_shapes, normalize_arch, param_
 from models.fastops import divisible
 from models.hardware import A100_TFLOPS_PER_SM, choose_peak, is_pcie, peak_table
 from models.memory import GB, capacity_bytes, memory_per_gpu
+from models.memo import IdentityMemo
 from models.params import (
     ACTIVATION_CODES,
     DEFAULT,
@@ -249,32 +250,11 @@ def _hybrid_validity(err: np.ndarray, hy: Mapping[str, np.ndarray], t: np.ndarra
     _flag(err, m & (c > 1) & ~cp_ok, ERR_CP_SEQ)
 
 
-class _Memo:
-    """The last few results of a function of the architecture inputs only, found by the IDENTITY of those inputs
-    (the same arrays again, e.g. the calibration predicting one set of runs with ever new parameters: its
-    finite-difference Jacobian calls the model ~20 times per iteration on the same rows). The inputs are held, so
-    an id cannot be reused while an entry lives; the results are treated as read-only (normalize_arch's rule).
-    Arrays changed in place between two calls would be missed: the model's callers build new arrays."""
-
-    def __init__(self, keys: tuple[str, ...] | None, size: int = 8):
-        self.keys, self.size, self.entries = keys, size, []
-
-    def get(self, src, n: int, make):
-        held = tuple(src.get(k) for k in self.keys) if self.keys is not None else (src,)
-        for key, m, value in self.entries:
-            if m == n and all(x is y for x, y in zip(key, held)):
-                return value
-        value = make()
-        self.entries.insert(0, (held, n, value))
-        del self.entries[self.size:]
-        return value
-
-
 #: every architecture input the step-time model reads (``_decode``): the transformer shape, the hybrid block counts
 #: and Mamba shape (models.mamba), the MLA shape and MTP depth (models.mla)
 ARCH_INPUTS = (*ARCH_COLUMNS, *mamba.HYBRID_COLUMNS, *mla.ARCH_COLUMNS)
-_ARCH_MEMO = _Memo(ARCH_INPUTS)  # keyed by every input `_decode` builds the architecture from
-_SHAPES_MEMO = _Memo(None)  # keyed by the normalized architecture (the object _ARCH_MEMO returns)
+_ARCH_MEMO = IdentityMemo()  # keyed by every input `_decode` builds the architecture from (ARCH_INPUTS)
+_SHAPES_MEMO = IdentityMemo()  # keyed by the normalized architecture (the object _ARCH_MEMO returns)
 
 
 #: the PhysParams fields the memory model reads (models.memory: bytes per value, the allowance, what attention
@@ -286,38 +266,24 @@ MEMORY_PARAM_FIELDS = ("grad_bytes", "optimizer_state_bytes_mixed", "optimizer_s
 EFFICIENCY_INPUTS = frozenset(("kernel_eff", "matmul_eff_16bit", "matmul_eff_8bit"))
 
 
-class _InputsMemo:
-    """The last few results of a function of a block's inputs other than EFFICIENCY_INPUTS (and of the `extra`
-    values given, compared by equality), found by the IDENTITY of those input arrays as `_Memo` does: the
-    calibration re-predicts one set of runs with new fitted efficiencies hundreds of times per fold, on the same
-    arrays. The results are treated as read-only."""
-
-    def __init__(self, size: int = 4):
-        self.size, self.entries = size, []
-
-    def get(self, a: Mapping[str, np.ndarray], n: int, extra: tuple, make):
-        names = tuple(k for k in a if k not in EFFICIENCY_INPUTS)
-        held = tuple(a[k] for k in names)
-        for h, nm, ex, m, value in self.entries:
-            if m == n and ex == extra and nm == names and all(x is y for x, y in zip(h, held)):
-                return value
-        value = make()
-        self.entries.insert(0, (held, names, extra, n, value))
-        del self.entries[self.size:]
-        return value
+def _inputs_memo(memo: IdentityMemo, a: Mapping[str, np.ndarray], n: int, extra: tuple, make):
+    """``memo``'s result for a block's inputs other than EFFICIENCY_INPUTS (by identity) and ``extra`` (by
+    equality): the calibration re-predicts one set of runs with new fitted efficiencies on the same arrays."""
+    names = tuple(k for k in a if k not in EFFICIENCY_INPUTS)
+    return memo.get(tuple(a[k] for k in names), (n, names, extra), make)
 
 
-_MEMORY_MEMO = _InputsMemo()  # models.memory.memory_per_gpu of a block
-_DECODE_MEMO = _InputsMemo()  # `_decode_static` of a block
-_VALIDITY_MEMO = _InputsMemo()  # `_validity_static` of a block
+_MEMORY_MEMO = IdentityMemo(4)  # models.memory.memory_per_gpu of a block
+_DECODE_MEMO = IdentityMemo(4)  # `_decode_static` of a block
+_VALIDITY_MEMO = IdentityMemo(4)  # `_validity_static` of a block
 
 
 def _memory_memo(a: Mapping[str, np.ndarray], n: int, P: PhysParams, make):
     """``make(memory params)``: the memory model of a block, reused when the same input arrays come again with the
-    same memory params (`_InputsMemo`). Every input of the memory model is derived from the arrays of ``a`` other
+    same memory params (`_inputs_memo`). Every input of the memory model is derived from the arrays of ``a`` other
     than EFFICIENCY_INPUTS and from MEMORY_PARAM_FIELDS (it is given DEFAULT's value of every other field)."""
     mp = tuple(getattr(P, f) for f in MEMORY_PARAM_FIELDS)
-    return _MEMORY_MEMO.get(a, n, mp, lambda: make(DEFAULT.with_(**dict(zip(MEMORY_PARAM_FIELDS, mp)))))
+    return _inputs_memo(_MEMORY_MEMO, a, n, mp, lambda: make(DEFAULT.with_(**dict(zip(MEMORY_PARAM_FIELDS, mp)))))
 
 
 def _shapes_and_counts(arch: Mapping[str, np.ndarray]):
@@ -329,7 +295,7 @@ def _decode_static(a: Mapping[str, np.ndarray], n: int) -> dict:
     """The part of `_decode` that reads neither PhysParams nor EFFICIENCY_INPUTS: architecture (normalized), layout
     (documented defaults filled), hardware peaks and bandwidths as given, the network tiers, the MoE options."""
     g = lambda k, d=np.nan: _f(a[k], n) if k in a and a[k] is not None else np.full(n, d)  # noqa: E731
-    arch = _ARCH_MEMO.get(a, n, lambda: normalize_arch(
+    arch = _ARCH_MEMO.get(tuple(a.get(k) for k in ARCH_INPUTS), n, lambda: normalize_arch(
         {k: g(k) for k in ("n_layers", "d_model", "n_heads", "ffn_dim", "vocab")} | {
             k: g(k) for k in ("n_kv_heads", "head_dim", "n_experts", "top_k", "expert_ffn_dim",
                               "n_shared_experts", "n_dense_layers", "tied_embeddings", "activation")
@@ -396,8 +362,8 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
     """The block's inputs as arrays: architecture (normalized), layout (documented defaults filled), hardware
     rates with the efficiencies of ``P`` (or per row: ``kernel_eff``, ``matmul_eff_16bit``, ``matmul_eff_8bit``)
     and the network tiers. The part that depends on neither (`_decode_static`) is computed once per set of input
-    arrays (`_InputsMemo`)."""
-    st = _DECODE_MEMO.get(a, n, (), lambda: _decode_static(a, n))
+    arrays (`_inputs_memo`)."""
+    st = _inputs_memo(_DECODE_MEMO, a, n, (), lambda: _decode_static(a, n))
     fx, gv = st["fields"], st["given"]
     g = lambda k, d=np.nan: _f(a[k], n) if k in a and a[k] is not None else np.full(n, d)  # noqa: E731
     dt, low = fx["dt"], gv["low"]
@@ -433,8 +399,9 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
 
 def _validity(x: Inputs, a: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
     """Error bits (ERR_*) of every row except ERR_MEMORY. With ``a`` (the block's input arrays), the bits that do
-    not depend on the efficiencies (`_validity_static`) are computed once per set of input arrays (`_InputsMemo`)."""
-    static = _validity_static(x) if a is None else _VALIDITY_MEMO.get(a, x.n, (), lambda: _validity_static(x))
+    not depend on the efficiencies (`_validity_static`) are computed once per set of input arrays (`_inputs_memo`)."""
+    static = _validity_static(x) if a is None else _inputs_memo(_VALIDITY_MEMO, a, x.n, (),
+                                                                lambda: _validity_static(x))
     err = static.copy()
     peak_tf, hbm_bw, bw_up, bw_out = x.peak_tf, x.hbm_bw, x.bw_up, x.bw_out
     _flag(err, ~(np.isfinite(peak_tf) & (peak_tf > 0)), ERR_DTYPE_PEAK)
@@ -501,7 +468,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     x = _decode(a, n, P)
     err = _validity(x, a)
     invalid = err != 0
-    sh, pc = _SHAPES_MEMO.get(x.arch, n, lambda: _shapes_and_counts(x.arch))
+    sh, pc = _SHAPES_MEMO.get((x.arch,), n, lambda: _shapes_and_counts(x.arch))
     r = parts.rates(x, P, sh, pc)
     cm = parts.module_recompute(x, r, parts.layers_kept_in_16bit(x, r, parts.compute(x, r, P), P))
     cp_mb, hidden_cp = parts.cp_comm(x, r, cm)
