@@ -15,6 +15,7 @@ be validated at once (a `_file` column).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import polars as pl
@@ -99,13 +100,14 @@ def dtype_key(expr: pl.Expr) -> pl.Expr:
     return expr.cast(pl.Utf8).str.strip_chars().str.to_lowercase().str.replace_all(_DTYPE_KEY_IGNORED, "")
 
 
+#: DTYPE_SPELLINGS by `dtype_key`
+_DTYPE_BY_KEY = {re.sub(_DTYPE_KEY_IGNORED, "", k.lower()): v for k, v in DTYPE_SPELLINGS.items()}
+
+
 def canonical_dtype(expr: pl.Expr) -> pl.Expr:
     """The schema's dtype for a spelling (`DTYPE_SPELLINGS`; `MIXED_PRECISION` for "mixed"/"amp"), null for one the
     table does not know (and for null)."""
-    import re
-
-    table = {re.sub(_DTYPE_KEY_IGNORED, "", k.lower()): v for k, v in DTYPE_SPELLINGS.items()}
-    return dtype_key(expr).replace_strict(table, default=None, return_dtype=pl.Utf8)
+    return dtype_key(expr).replace_strict(_DTYPE_BY_KEY, default=None, return_dtype=pl.Utf8)
 
 
 #: metric -> (accepted units, lower bound (exclusive), upper bound (inclusive))

@@ -144,8 +144,7 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
     # the measurement, where the file has one (the same target rules as the calibration)
     target = measured_throughput(_metrics_of(frame))
     if target.height:
-        out = out.join(target, on="run_id", how="left")
-        out = derive_flop_targets(out)
+        out = derive_flop_targets(out.join(target, on="run_id", how="left"))
         out = out.with_columns(
             (100.0 * (pl.col("tokens_per_s_per_gpu") / pl.col("measured_tokens_per_s_per_gpu") - 1.0)).alias("error_pct"))
     out = out.drop([c for c in ("peak_bf16_tflops", "model_flops_per_token", "hardware_flops_per_token",
