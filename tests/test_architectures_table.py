@@ -167,3 +167,53 @@ def test_explicit_head_dim_and_sliding_window(arch_id, head_dim, window):
     assert a["head_dim"] == head_dim and a["sliding_window"] == window
     if head_dim:
         assert a["d_model"] != a["n_heads"] * head_dim
+
+
+# ---------------------------------------------------------------- Pythia, OPT, BLOOM, TinyLlama, OLMo 1
+
+#: rows of the models that published training-throughput and scaling studies use most (Pythia suite, OPT and BLOOM
+#: smaller sizes, TinyLlama, OLMo 1)
+STUDY_ROWS = ("pythia-70m", "pythia-160m", "pythia-410m", "pythia-1b", "pythia-1.4b", "pythia-2.8b", "pythia-6.9b",
+              "pythia-12b", "opt-125m", "opt-350m", "opt-1.3b", "opt-2.7b", "opt-6.7b", "opt-13b", "opt-30b", "opt-66b",
+              "bloom-560m", "bloom-1b1", "bloom-1b7", "bloom-3b", "bloom-7b1", "tinyllama-1.1b", "olmo-1b", "olmo-7b")
+
+
+@pytest.mark.parametrize("name, arch_id", [
+    ("EleutherAI/pythia-6.9b", "pythia-6.9b"), ("pythia-6.9b", "pythia-6.9b"), ("Pythia-6.9B-deduped", "pythia-6.9b"),
+    ("Pythia-6.7B", "pythia-6.9b"), ("pythia-1.4b", "pythia-1.4b"), ("Pythia-13B", "pythia-12b"),
+    ("Pythia-1.3B", "pythia-1.4b"), ("EleutherAI/pythia-70m", "pythia-70m"),
+    ("OPT-6.7B", "opt-6.7b"), ("facebook/opt-6.7b", "opt-6.7b"), ("OPT-1.3B", "opt-1.3b"), ("OPT-13B", "opt-13b"),
+    ("OPT-175B", "opt-175b"), ("facebook/opt-66b", "opt-66b"),
+    ("bloom-7b1", "bloom-7b1"), ("bigscience/bloom-560m", "bloom-560m"), ("BLOOM-1.7B", "bloom-1b7"),
+    ("BLOOM", "bloom-176b"), ("bigscience/bloom", "bloom-176b"),
+    ("TinyLlama/TinyLlama-1.1B-Chat-v1.0", "tinyllama-1.1b"), ("OLMo-7B", "olmo-7b"), ("allenai/OLMo-1B-hf", "olmo-1b"),
+    ("OLMo-2-1124-7B", "olmo2-7b"), ("GPT-NeoX-20B", "gpt-neox-20b"),
+])
+def test_study_model_names_resolve(name, arch_id):
+    """Common spellings of the added rows reach them; the spellings of neighbouring rows (OPT-175B, BLOOM 176B,
+    OLMo 2, GPT-NeoX-20B) still reach theirs. A decimal point tells OPT-1.3B from OPT-13B and Pythia's old 1.3B name
+    from its old 13B name (names are compared with dots first)."""
+    assert catalog.find_architecture(MEASUREMENTS, name)["id"] == arch_id
+
+
+def test_every_name_of_the_study_rows_reaches_its_row():
+    arch = catalog.architectures(MEASUREMENTS)
+    assert catalog.ambiguous_arch_keys(arch) == {}
+    added = arch.filter(arch["id"].is_in(STUDY_ROWS))
+    assert added.height == len(STUDY_ROWS)
+    for r in added.iter_rows(named=True):
+        for name in [r["id"], r["name"], *(r["aliases"] or "").split("|")]:
+            if name:
+                assert catalog.find_architecture(MEASUREMENTS, name)["id"] == r["id"], name
+
+
+@pytest.mark.parametrize("arch_id", STUDY_ROWS)
+def test_study_rows_count_their_stated_size(arch_id):
+    """Pythia and BLOOM state the released checkpoints' exact counts (within 0.1%); OPT states the paper's nominal
+    sizes, and its learned positional embeddings (2050 x d_model) are not in the count (within 2.5%); TinyLlama and
+    OLMo 1 state the count of their configs."""
+    a = row(arch_id)
+    total, active = counts(a)
+    rel = 0.025 if arch_id.startswith("opt-") else 0.003
+    assert total == pytest.approx(a["params_b"], rel=rel), (arch_id, total)
+    assert active == pytest.approx(a["active_params_b"], rel=rel), (arch_id, active)
