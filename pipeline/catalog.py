@@ -51,11 +51,11 @@ _WORD_RE = re.compile(r"[a-z0-9]+")
 #: words that only tell variants of one chip apart: form factor and memory size (`nvl` alone: the H100 NVL card)
 VARIANT_WORD_RE = re.compile(r"^(sxm\d*|pcie|oam|\d+gb|hbm\w*|nvl\d*)$")
 #: words that name a vendor, a system or a memory technology rather than the chip: `nvidia-smi` prints
-#: "NVIDIA H100 80GB HBM3", ROCm "AMD Instinct MI300X", clouds "HGX H100" or "DGX A100"; a name whose words do not
+#: "NVIDIA H100 80GB HBM3", ROCm "AMD Instinct MI300X", clouds "HGX H100", "DGX A100" or "AWS Trainium2"; a name whose words do not
 #: all fit a row is tried again without them
 NOISE_WORDS = frozenset({"nvidia", "amd", "instinct", "intel", "habana", "google", "cloud", "tesla", "geforce",
                          "dgx", "hgx", "gpu", "gpus", "accelerator", "hbm", "hbm2", "hbm2e", "hbm3", "hbm3e",
-                         "gddr5", "gddr6", "gddr6x", "board", "module"})
+                         "gddr5", "gddr6", "gddr6x", "board", "module", "aws", "amazon"})
 
 
 class UnknownName(ValueError):

@@ -133,7 +133,7 @@ def test_store_alias_sql_matches_the_catalog_keys():
     ("H100 PCIe", "h100-pcie-80gb", None),
     ("A100", "a100-sxm4-80gb", "a100-sxm4-40gb, a100-sxm4-80gb, a100-pcie-80gb"),
     ("A100 80GB", "a100-sxm4-80gb", "a100-pcie-80gb"),
-    ("A100 40GB", "a100-sxm4-40gb", None),
+    ("A100 40GB", "a100-sxm4-40gb", "a100-pcie-40gb"),
     ("gb200", "gb200", None),
     ("GB200", "gb200", None),
     ("MI300", "mi300x", None),
@@ -162,6 +162,16 @@ def test_store_alias_sql_matches_the_catalog_keys():
     ("NVIDIA GH200 96GB HBM3", "gh200", None),
     ("NVIDIA H100 NVL", "h100-nvl-94gb", None),
     ("NVIDIA A800-SXM4-80GB", "a800-sxm4-80gb", None),
+    # accelerators of published training measurements beyond the flagship parts; each keeps its neighbours' names
+    ("Trainium2", "trn2", None), ("trn2", "trn2", None), ("AWS Trainium2", "trn2", None),
+    ("Trainium", "trn1", None), ("trn1", "trn1", None), ("AWS Trainium", "trn1", None),
+    ("L4", "l4", None), ("NVIDIA L4", "l4", None), ("L40S", "l40s", None), ("NVIDIA L40S", "l40s", None),
+    ("T4", "t4", None), ("Tesla T4", "t4", None), ("NVIDIA T4", "t4", None),
+    ("NVIDIA A100-PCIE-40GB", "a100-pcie-40gb", None), ("A100 PCIe 40GB", "a100-pcie-40gb", None),
+    ("A100 PCIe", "a100-pcie-80gb", "a100-pcie-40gb"),
+    ("MI250", "mi250", None), ("AMD Instinct MI250", "mi250", None), ("MI250X", "mi250x", None),
+    ("AMD Instinct MI250X", "mi250x", None), ("MI210", "mi210", None), ("AMD Instinct MI210", "mi210", None),
+    ("V100", "v100-sxm2-32gb", "v100-sxm2-16gb"),
 ])
 def test_gpu_names_resolve(name, hw_id, note_names):
     row, note = catalog.resolve_gpu(catalog.hardware(MEASUREMENTS), name)
@@ -254,14 +264,15 @@ def test_list_models_csv_and_bad_format():
 
 def test_hardware_copy_extends_the_upstream_table():
     """measurements/hardware_specs.csv extends ../shared/data/hardware_specs.csv: more rows (gtx-580-3gb, GH200 in its
-    HBM3 and HBM3e versions, H100 NVL, A800), three more columns, sources appended; every upstream value otherwise
+    HBM3 and HBM3e versions, H100 NVL, A800; A100 PCIe 40GB, T4, L4, MI250, MI210, Trainium, Trainium2), three more columns, sources appended; every upstream value otherwise
     unchanged."""
     upstream = MEASUREMENTS.parent.parent / "shared" / "data" / "hardware_specs.csv"
     if not upstream.exists():
         pytest.skip("no upstream copy on this machine")
     up = pl.read_csv(upstream, infer_schema_length=0)
     ours = pl.read_csv(MEASUREMENTS / "hardware_specs.csv", infer_schema_length=0)
-    assert set(ours["id"]) - set(up["id"]) == {"gtx-580-3gb", "gh200", "gh200-144gb", "h100-nvl-94gb", "a800-sxm4-80gb"}
+    assert set(ours["id"]) - set(up["id"]) == {"gtx-580-3gb", "gh200", "gh200-144gb", "h100-nvl-94gb", "a800-sxm4-80gb",
+                                              "a100-pcie-40gb", "t4", "l4", "mi250", "mi210", "trn1", "trn2"}
     assert set(ours.columns) - set(up.columns) == {"generation", "sm_count", "peak_fp4_tflops"}
     same = [c for c in up.columns if c not in ("source_ref", "notes")]
     assert ours.filter(pl.col("id").is_in(up["id"])).select(same).sort("id").equals(up.select(same).sort("id"))

@@ -108,6 +108,24 @@ def test_added_accelerators_resolve_as_their_generation_and_deployment(hw):
     assert r["h100-nvl-94gb"]["generation_code"] == hopper and r["a800-sxm4-80gb"]["generation_code"] == ampere
     assert r["gh200"]["scaleup_size"] == 4 and r["gh200"]["inter_node_bw_gbps"] == 25
     assert not r["gh200"]["scaleup_size_fallback"] and not r["gh200"]["inter_node_bw_fallback"]
+
+
+def test_widened_catalog_rows_resolve_as_their_generation(hw):
+    """A100 PCIe 40GB, T4, L4, MI250 and MI210 are usable rows of their vendor generation (Ampere, Turing = pre-Ampere,
+    Ada, CDNA2 = AMD); the Trainium rows carry their own generation (outside every fit: 'unknown', so extrapolated)
+    and, with no sourced NeuronLink bandwidth, are refused by the model until a hardware file gives one."""
+    from models.domains import GENERATION_GROUPS
+
+    r = {d["id"]: d for d in hw.to_dicts()}
+    group = {hid: GENERATION_GROUPS[int(r[hid]["generation_code"])] for hid in r}
+    assert {h: group[h] for h in ("a100-pcie-40gb", "t4", "l4", "mi250", "mi210", "trn1", "trn2")} == {
+        "a100-pcie-40gb": "Ampere", "t4": "pre-Ampere", "l4": "Ada", "mi250": "AMD", "mi210": "AMD",
+        "trn1": "unknown", "trn2": "unknown"}
+    for hid in ("a100-pcie-40gb", "t4", "l4", "mi250", "mi210"):
+        assert r[hid]["hardware_error"] is None, hid
+    for hid in ("trn1", "trn2"):
+        assert "intra_node_bw_gbps" in r[hid]["hardware_error"], hid
+    assert r["l4"]["peak_bf16_tflops"] == 121 and r["trn2"]["peak_bf16_tflops"] == 667  # dense, not sparse
     assert r["h100-nvl-94gb"]["inter_node_bw_fallback"] and r["h100-nvl-94gb"]["inter_node_bw_gbps"] == 12.5
     assert r["a800-sxm4-80gb"]["scaleup_size_fallback"] and r["a800-sxm4-80gb"]["intra_node_bw_gbps"] == 200
 
