@@ -37,8 +37,8 @@ never silently rests on a guess:
 | tied_embeddings empty | false | |
 | n_layers_16bit (layers a low-precision recipe keeps in BF16) | the model's published recipe for the run's dtype (`models.precision.RECIPE_LAYERS_16BIT`: Nemotron 3 Super NVFP4 keeps its last 14 blocks), else none | Megatron-Bridge's generic recipes keep none (`num_layers_at_end_in_bf16 = 0`); a model-specific recipe names its own |
 | mtp_layers (multi-token prediction modules, models.mla) | 0 when model_name says "w/o MTP" (or "without MTP"); the architecture table's mtp_layers when it says "w/ MTP" or nothing | the corpus names DeepSeek-V3 runs "DeepSeekV3 (w/o MTP)" / "(w/ MTP)"; DeepSeek-V3 was trained with one MTP module (arXiv:2412.19437 section 2.2) |
-| software era | `megatron_2022` (attention scores materialised, full-square softmax, no DP overlap: `models.params.MEGATRON_2022`) for DeepSpeed-based stacks and for Megatron stacks reported up to 2022; `default` (FlashAttention-era) otherwise | FlashAttention (Dao 2022) became the default attention in Megatron-Core/TE, PyTorch SDPA, llm-foundry and torchtitan after 2022 |
-| software stack | `pytorch_native` for stacks built on PyTorch-native kernels (torchtitan, FSDP, llm-foundry/Composer, fms-fsdp) that are not Megatron-based: the reference physics with its own fitted `kernel_eff` | TransformerEngine fuses norm, RoPE and softmax into the GEMMs and uses cuDNN/FlashAttention-3 attention on Hopper; PyTorch SDPA uses FlashAttention-2 |
+| software era | `megatron_2022` (attention scores materialised, full-square softmax, no DP overlap: `models.params.MEGATRON_2022`) for DeepSpeed-based stacks (plain DeepSpeed up to 2023) and for Megatron stacks reported up to 2022; `default` (FlashAttention-era) otherwise | FlashAttention (Dao 2022) became the default attention in Megatron-Core/TE, PyTorch SDPA, llm-foundry and torchtitan after 2022; Hugging Face Transformers v4.36 (Dec 2023) made SDPA the default attention of the models DeepSpeed runs |
+| software stack | `pytorch_native` for stacks built on PyTorch-native kernels that are not Megatron-based (`NATIVE_KERNEL_STACKS`: torchtitan, FSDP, llm-foundry/Composer, fms-fsdp, Hugging Face Transformers/Accelerate, nanotron, Colossal-AI, Lightning/LitGPT, OLMo, OpenLM; plain DeepSpeed from 2024): the reference physics with its own fitted `kernel_eff` | TransformerEngine fuses norm, RoPE and softmax into the GEMMs and uses cuDNN/FlashAttention-3 attention on Hopper; PyTorch SDPA uses FlashAttention-2 |
 
 A run that cannot be predicted at all (no n_gpus, no architecture shape, an accelerator that is not known)
 keeps its row with the reason in `config_error`. Memory never refuses a measured run: its time is predicted
@@ -54,6 +54,14 @@ import polars as pl
 
 FSDP_STACKS = ("fsdp", "llm-foundry", "torchtitan", "composer", "fms")
 MEGATRON_STACKS = ("megatron", "nemo", "bigscience", "deepspeed")
+#: stacks whose kernels are PyTorch's own (SDPA's FlashAttention-2, unfused norm/RoPE/elementwise kernels) rather
+#: than TransformerEngine's: the FSDP stacks, and trainers built on Hugging Face models or plain PyTorch modules
+#: (Hugging Face Transformers/Accelerate and nanotron, Colossal-AI, Lightning/LitGPT, AI2's OLMo trainer, OpenLM)
+NATIVE_KERNEL_STACKS = FSDP_STACKS + ("nanotron", "accelerate", "transformers", "hugging", "colossal", "lightning",
+                                      "litgpt", "olmo", "open_lm", "openlm")
+#: from this year on a DeepSpeed run that is not Megatron-DeepSpeed runs Hugging Face models with SDPA attention
+#: (FlashAttention-2 kernels): Transformers v4.36 (Dec 2023) made ``attn_implementation="sdpa"`` the default
+DEEPSPEED_SDPA_YEAR = 2024
 
 
 def _has_any(col: str, words: tuple[str, ...]) -> pl.Expr:
@@ -340,10 +348,11 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
         pl.col("n_dense_layers").fill_null(0).alias("n_dense_layers"),
         pl.col("tied_embeddings").fill_null(False).alias("tied_embeddings"),
         pl.concat_str(notes, separator="; ", ignore_nulls=True).alias("assumptions"),
-        pl.when(_has_any("framework", ("deepspeed",)) |
-                (megatron & (pl.col("year").fill_null(2100) <= 2022)))
+        pl.when(_has_any("framework", ("deepspeed",)) & ~_has_any("framework", ("megatron",))
+                & (pl.col("year").fill_null(0) >= DEEPSPEED_SDPA_YEAR)).then(pl.lit("pytorch_native"))
+        .when(_has_any("framework", ("deepspeed",)) | (megatron & (pl.col("year").fill_null(2100) <= 2022)))
         .then(pl.lit("megatron_2022"))
-        .when(_has_any("framework", FSDP_STACKS) & ~megatron).then(pl.lit("pytorch_native"))
+        .when(_has_any("framework", NATIVE_KERNEL_STACKS) & ~megatron).then(pl.lit("pytorch_native"))
         .otherwise(pl.lit("default")).alias("software_preset"),
     )
     hw = hardware.rename({"id": "gpu"}) if "id" in hardware.columns else hardware

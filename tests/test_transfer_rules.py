@@ -198,3 +198,27 @@ def test_a_size_without_a_shape_stays_refused_for_an_moe_model():
     out = stepcast.predict_frame(runs)
     assert out["step_time_s"][0] is None and "architecture shape unknown" in out["error"][0]
     assert out["step_time_s"][1] is not None
+
+
+# ---------------------------------------------------------------- the software stack a framework name implies
+
+@pytest.mark.parametrize("framework, year, preset", [
+    ("torchtitan (FSDP2)", 2025, "pytorch_native"),
+    ("nanotron", 2025, "pytorch_native"),
+    ("Hugging Face Accelerate", 2024, "pytorch_native"),
+    ("Colossal-AI", 2024, "pytorch_native"),
+    ("DeepSpeed ZeRO-3", 2024, "pytorch_native"),      # Hugging Face models with SDPA attention (Transformers 4.36)
+    ("DeepSpeed ZeRO-3", 2023, "megatron_2022"),       # before SDPA became the default: attention materialised
+    ("Megatron-DeepSpeed", 2024, "megatron_2022"),     # Megatron 2021/22 layer code, whatever the year
+    ("NeMo 24.07 (Megatron-Core)", 2024, "default"),   # TransformerEngine kernels
+    ("MaxText", 2024, "default"),
+])
+def test_a_framework_name_picks_its_kernel_stack(framework, year, preset):
+    from pipeline.predict_runs import predict_frame
+
+    frame = pl.DataFrame({"run_id": ["r"], "model_name": ["llama3-8b"], "gpu": ["H100"], "n_gpus": [64],
+                          "framework": [framework], "year": [year], "seq_len": [4096], "global_batch_seqs": [256],
+                          "metric": ["tokens_per_s_per_gpu"], "value": [5000.0]})
+    out = predict_frame(frame, Settings.load().measurements).row(0, named=True)
+    assert out["software_preset"] == preset
+    assert out["tokens_per_s_per_gpu"] > 0
