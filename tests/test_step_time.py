@@ -135,6 +135,23 @@ def test_widened_catalog_rows_resolve_as_their_generation(hw):
     assert r["a800-sxm4-80gb"]["scaleup_size_fallback"] and r["a800-sxm4-80gb"]["intra_node_bw_gbps"] == 200
 
 
+def test_second_widening_rows_are_usable_with_their_datasheet_peaks(hw):
+    """V100 PCIe 16/32GB (Volta), RTX A6000, RTX 3090 and A10 (Ampere) resolve without error, on the PCIe tier, with
+    dense tensor peaks: the RTX 3090's is the GeForce FP32-accumulate rate (71, half of the FP16-accumulate 142)."""
+    from models.domains import GENERATION_GROUPS
+
+    r = {d["id"]: d for d in hw.to_dicts()}
+    new = ("v100-pcie-16gb", "v100-pcie-32gb", "rtx-a6000", "rtx-3090", "a10")
+    for hid in new:
+        assert r[hid]["hardware_error"] is None and r[hid]["scaleup_link"] == "pcie", hid
+    assert {h: GENERATION_GROUPS[int(r[h]["generation_code"])] for h in new} == {
+        "v100-pcie-16gb": "pre-Ampere", "v100-pcie-32gb": "pre-Ampere", "rtx-a6000": "Ampere", "rtx-3090": "Ampere",
+        "a10": "Ampere"}
+    assert r["v100-pcie-16gb"]["peak_fp16_tflops"] == 112 and r["v100-pcie-32gb"]["memory_gb"] == 32
+    assert r["rtx-3090"]["peak_bf16_tflops"] == r["rtx-3090"]["peak_fp16_tflops"] == 71
+    assert r["rtx-a6000"]["peak_bf16_tflops"] == 154.8 and r["a10"]["peak_fp16_tflops"] == 125
+
+
 def _small_dense(hw, hid, tp, dp):
     """A 24-layer, d_model 2048 dense model (BF16, ZeRO-1, selective recompute) on `hid`, node = its scale-up domain."""
     d = dict(n_layers=24, d_model=2048, n_heads=16, n_kv_heads=16, ffn_dim=8192, vocab=32000, activation=0, n_experts=0,
