@@ -217,3 +217,31 @@ def test_study_rows_count_their_stated_size(arch_id):
     rel = 0.025 if arch_id.startswith("opt-") else 0.003
     assert total == pytest.approx(a["params_b"], rel=rel), (arch_id, total)
     assert active == pytest.approx(a["active_params_b"], rel=rel), (arch_id, active)
+
+
+# ---------------------------------------------------------------- Code Llama; Llama 3.1 / 3.3 spellings
+
+@pytest.mark.parametrize("name, arch_id", [
+    ("codellama/CodeLlama-7b-hf", "codellama-7b"), ("Code Llama 7B", "codellama-7b"),
+    ("CodeLlama-7b-Instruct-hf", "codellama-7b"), ("codellama/CodeLlama-13b-hf", "codellama-13b"),
+    ("Code Llama 13B", "codellama-13b"),
+    # Code Llama 34B has the Llama 2 34B shape (vocab 32000), so it is an alias of that row
+    ("codellama/CodeLlama-34b-hf", "llama2-34b"), ("Code Llama 34B", "llama2-34b"), ("Llama 2 34B", "llama2-34b"),
+    ("Llama 2 7B", "llama2-7b"), ("Llama 2 13B", "llama2-13b"),
+    ("Llama-3.1-8B", "llama3-8b"), ("meta-llama/Llama-3.1-8B", "llama3-8b"), ("Meta-Llama-3.1-8B-Instruct", "llama3-8b"),
+    ("meta-llama/Llama-3.1-405B", "llama3-405b"), ("Llama-3.1-405B-Instruct", "llama3-405b"),
+    ("Llama 3.3 70B", "llama3-70b"), ("Llama-3.3-70B-Instruct", "llama3-70b"),
+    ("Meta-Llama-3.1-70B-Instruct", "llama3-70b"), ("meta-llama/Llama-3.1-70B", "llama3-70b"),
+])
+def test_code_llama_and_llama3_point_release_names_resolve(name, arch_id):
+    assert catalog.find_architecture(MEASUREMENTS, name)["id"] == arch_id
+
+
+@pytest.mark.parametrize("arch_id", ["codellama-7b", "codellama-13b"])
+def test_code_llama_rows_count_their_stated_size(arch_id):
+    """Code Llama 7B/13B: the Llama 2 shapes with 16 more vocabulary rows (32016); 34B (the llama2-34b row) keeps
+    32000."""
+    a = row(arch_id)
+    assert a["vocab"] == 32016 and row("llama2-34b")["vocab"] == 32000
+    total, _ = counts(a)
+    assert total == pytest.approx(a["params_b"], rel=0.003), (arch_id, total)

@@ -172,6 +172,15 @@ def test_store_alias_sql_matches_the_catalog_keys():
     ("MI250", "mi250", None), ("AMD Instinct MI250", "mi250", None), ("MI250X", "mi250x", None),
     ("AMD Instinct MI250X", "mi250x", None), ("MI210", "mi210", None), ("AMD Instinct MI210", "mi210", None),
     ("V100", "v100-sxm2-32gb", "v100-sxm2-16gb"),
+    # PCIe V100s, RTX A6000, RTX 3090, A10: new rows that leave V100, A100 and RTX 4090 where they were
+    ("V100", "v100-sxm2-32gb", "v100-pcie-16gb"), ("Tesla V100-PCIE-16GB", "v100-pcie-16gb", None),
+    ("Tesla V100-PCIE-32GB", "v100-pcie-32gb", None), ("V100 PCIe 16GB", "v100-pcie-16gb", None),
+    ("V100 PCIe", "v100-pcie-32gb", "v100-pcie-16gb"), ("Tesla V100-SXM2-16GB", "v100-sxm2-16gb", None),
+    ("A100", "a100-sxm4-80gb", "a100-pcie-40gb"), ("RTX 4090", "rtx-4090", None),
+    ("NVIDIA GeForce RTX 4090", "rtx-4090", None),
+    ("RTX A6000", "rtx-a6000", None), ("NVIDIA RTX A6000", "rtx-a6000", None), ("A6000", "rtx-a6000", None),
+    ("RTX 3090", "rtx-3090", None), ("NVIDIA GeForce RTX 3090", "rtx-3090", None),
+    ("A10", "a10", None), ("NVIDIA A10", "a10", None),
 ])
 def test_gpu_names_resolve(name, hw_id, note_names):
     row, note = catalog.resolve_gpu(catalog.hardware(MEASUREMENTS), name)
@@ -186,6 +195,7 @@ def test_gpu_names_resolve(name, hw_id, note_names):
     ("TPU", "tpu-v3, tpu-v4, tpu-v5e, tpu-v5p, tpu-v6e"),
     ("Blackwell", "gb200, b300, gb300"),
     ("MI3", "mi300x, mi325x, mi355x"),
+    ("RTX", "rtx-4090, rtx-a6000, rtx-3090"),
 ])
 def test_gpu_name_fitting_different_chips_is_an_error_listing_them(name, candidates):
     with pytest.raises(catalog.UnknownName, match=f"'{name}' is ambiguous: it fits {candidates}; give one"):
@@ -264,7 +274,8 @@ def test_list_models_csv_and_bad_format():
 
 def test_hardware_copy_extends_the_upstream_table():
     """measurements/hardware_specs.csv extends ../shared/data/hardware_specs.csv: more rows (gtx-580-3gb, GH200 in its
-    HBM3 and HBM3e versions, H100 NVL, A800; A100 PCIe 40GB, T4, L4, MI250, MI210, Trainium, Trainium2), three more columns, sources appended; every upstream value otherwise
+    HBM3 and HBM3e versions, H100 NVL, A800; A100 PCIe 40GB, T4, L4, MI250, MI210, Trainium, Trainium2,
+    V100 PCIe 16/32GB, RTX A6000, RTX 3090, A10), three more columns, sources appended; every upstream value otherwise
     unchanged."""
     upstream = MEASUREMENTS.parent.parent / "shared" / "data" / "hardware_specs.csv"
     if not upstream.exists():
@@ -272,7 +283,15 @@ def test_hardware_copy_extends_the_upstream_table():
     up = pl.read_csv(upstream, infer_schema_length=0)
     ours = pl.read_csv(MEASUREMENTS / "hardware_specs.csv", infer_schema_length=0)
     assert set(ours["id"]) - set(up["id"]) == {"gtx-580-3gb", "gh200", "gh200-144gb", "h100-nvl-94gb", "a800-sxm4-80gb",
-                                              "a100-pcie-40gb", "t4", "l4", "mi250", "mi210", "trn1", "trn2"}
+                                              "a100-pcie-40gb", "t4", "l4", "mi250", "mi210", "trn1", "trn2",
+                                              "v100-pcie-16gb", "v100-pcie-32gb", "rtx-a6000", "rtx-3090", "a10"}
     assert set(ours.columns) - set(up.columns) == {"generation", "sm_count", "peak_fp4_tflops"}
     same = [c for c in up.columns if c not in ("source_ref", "notes")]
     assert ours.filter(pl.col("id").is_in(up["id"])).select(same).sort("id").equals(up.select(same).sort("id"))
+
+
+def test_a10g_is_not_read_as_the_a10():
+    """AWS's A10G (G5) has no sourced tensor peak and is reported to differ from the A10's: it names no row."""
+    for name in ("A10G", "NVIDIA A10G"):
+        with pytest.raises(catalog.UnknownName, match="unknown hardware"):
+            catalog.resolve_gpu(catalog.hardware(MEASUREMENTS), name)

@@ -36,7 +36,8 @@ def layouts(h, arch="llama3-8b", n=32, batch=128, seq=4096):
 def test_link_kind_from_the_table(hw):
     kinds = dict(zip(hw["id"].to_list(), hw["scaleup_link"].to_list()))
     for hid in ("gtx-580", "gtx-580-3gb", "gtx-1080-ti", "k80", "a100-pcie-80gb", "h100-pcie-80gb", "h100-nvl-94gb",
-                "l40s", "rtx-4090", "a100-pcie-40gb", "t4", "l4", "mi210"):
+                "l40s", "rtx-4090", "a100-pcie-40gb", "t4", "l4", "mi210", "v100-pcie-16gb", "v100-pcie-32gb",
+                "rtx-a6000", "rtx-3090", "a10"):
         assert kinds[hid] == "pcie", hid
     assert kinds["h100-sxm5-80gb"] == kinds["gb200"] == kinds["p100-sxm2-16gb"] == kinds["gh200"] == "nvlink"
     assert kinds["mi300x"] == kinds["mi250x"] == kinds["mi250"] == "xgmi"
@@ -48,7 +49,7 @@ def test_link_kind_from_the_table(hw):
     assert link_kind("PCIe Gen5 x16 (optional NVLink bridge pairs: 600 GB/s bidirectional)") == "pcie"
     assert link_kind("") is None and link_kind(None) is None and link_kind("a custom fabric") is None
     codes = hardware_arrays(hw)["scaleup_link_code"]
-    assert is_pcie(codes).sum() == 13 and not is_pcie(np.nan)
+    assert is_pcie(codes).sum() == 18 and not is_pcie(np.nan)
     assert LINK_CODES["pcie"] == PCIE_LINK_CODE and "scaleup_link_code" in HARDWARE_COLUMNS
 
 

@@ -113,7 +113,8 @@ def test_added_accelerators_resolve_as_their_generation_and_deployment(hw):
 def test_widened_catalog_rows_resolve_as_their_generation(hw):
     """A100 PCIe 40GB, T4, L4, MI250 and MI210 are usable rows of their vendor generation (Ampere, Turing = pre-Ampere,
     Ada, CDNA2 = AMD); the Trainium rows carry their own generation (outside every fit: 'unknown', so extrapolated)
-    and, with no sourced NeuronLink bandwidth, are refused by the model until a hardware file gives one."""
+    and, with the NeuronLink bandwidth AWS's Neuron docs give (halved to per direction), are usable: a 16-chip instance
+    is their scale-up domain, EFA per chip their scale-out."""
     from models.domains import GENERATION_GROUPS
 
     r = {d["id"]: d for d in hw.to_dicts()}
@@ -121,13 +122,34 @@ def test_widened_catalog_rows_resolve_as_their_generation(hw):
     assert {h: group[h] for h in ("a100-pcie-40gb", "t4", "l4", "mi250", "mi210", "trn1", "trn2")} == {
         "a100-pcie-40gb": "Ampere", "t4": "pre-Ampere", "l4": "Ada", "mi250": "AMD", "mi210": "AMD",
         "trn1": "unknown", "trn2": "unknown"}
-    for hid in ("a100-pcie-40gb", "t4", "l4", "mi250", "mi210"):
+    for hid in ("a100-pcie-40gb", "t4", "l4", "mi250", "mi210", "trn1", "trn2"):
         assert r[hid]["hardware_error"] is None, hid
-    for hid in ("trn1", "trn2"):
-        assert "intra_node_bw_gbps" in r[hid]["hardware_error"], hid
+    # AWS: 384 GiB/s per Trainium device, 1,024 GB/s intra-instance per Trainium2 chip (halved: per direction);
+    # 16 chips per trn1.32xlarge / trn2.48xlarge; EFA 800 / 3,200 Gbps per instance over 16 chips
+    assert r["trn1"]["intra_node_bw_gbps"] == 192 and r["trn2"]["intra_node_bw_gbps"] == 512
+    assert r["trn1"]["scaleup_size"] == r["trn2"]["scaleup_size"] == 16
+    assert r["trn1"]["inter_node_bw_gbps"] == 6.25 and r["trn2"]["inter_node_bw_gbps"] == 25
+    assert not r["trn2"]["scaleup_size_fallback"] and not r["trn2"]["inter_node_bw_fallback"]
     assert r["l4"]["peak_bf16_tflops"] == 121 and r["trn2"]["peak_bf16_tflops"] == 667  # dense, not sparse
     assert r["h100-nvl-94gb"]["inter_node_bw_fallback"] and r["h100-nvl-94gb"]["inter_node_bw_gbps"] == 12.5
     assert r["a800-sxm4-80gb"]["scaleup_size_fallback"] and r["a800-sxm4-80gb"]["intra_node_bw_gbps"] == 200
+
+
+def test_second_widening_rows_are_usable_with_their_datasheet_peaks(hw):
+    """V100 PCIe 16/32GB (Volta), RTX A6000, RTX 3090 and A10 (Ampere) resolve without error, on the PCIe tier, with
+    dense tensor peaks: the RTX 3090's is the GeForce FP32-accumulate rate (71, half of the FP16-accumulate 142)."""
+    from models.domains import GENERATION_GROUPS
+
+    r = {d["id"]: d for d in hw.to_dicts()}
+    new = ("v100-pcie-16gb", "v100-pcie-32gb", "rtx-a6000", "rtx-3090", "a10")
+    for hid in new:
+        assert r[hid]["hardware_error"] is None and r[hid]["scaleup_link"] == "pcie", hid
+    assert {h: GENERATION_GROUPS[int(r[h]["generation_code"])] for h in new} == {
+        "v100-pcie-16gb": "pre-Ampere", "v100-pcie-32gb": "pre-Ampere", "rtx-a6000": "Ampere", "rtx-3090": "Ampere",
+        "a10": "Ampere"}
+    assert r["v100-pcie-16gb"]["peak_fp16_tflops"] == 112 and r["v100-pcie-32gb"]["memory_gb"] == 32
+    assert r["rtx-3090"]["peak_bf16_tflops"] == r["rtx-3090"]["peak_fp16_tflops"] == 71
+    assert r["rtx-a6000"]["peak_bf16_tflops"] == 154.8 and r["a10"]["peak_fp16_tflops"] == 125
 
 
 def _small_dense(hw, hid, tp, dp):
