@@ -144,6 +144,11 @@ def find_architecture(measurements: Path, name: str) -> dict:
         hit = arch_name_keys(arch, keep_dots).filter(pl.col("key") == key)
         if hit.height == 1:
             break
+    if hit.height != 1 and (base := checkpoint_base_name(name)) != name.strip() and base:
+        try:  # a checkpoint's name: its architecture without the hub organisation and format suffixes
+            return find_architecture(measurements, base)
+        except UnknownName:
+            pass
     if hit.height != 1:
         raise UnknownName(f"unknown model '{name}': expected an id, name or alias from measurements/architectures.csv "
                           f"(e.g. gpt3-175b, llama3-70b, DeepSeek-V3; `stepcast list models` prints them all)."
@@ -214,6 +219,42 @@ def arch_ids_without_size(frame: pl.DataFrame, arch: pl.DataFrame, names: str = 
     ).drop("_size_b", "_wo_id", "_wo_params_b")
 
 
+#: what a checkpoint's name adds to its architecture's: the hub organisation ("meta-llama/", "EleutherAI/") and
+#: trailing words naming a format or a fine-tune of the same shape ("-hf" conversions, "-base", "-instruct",
+#: "-chat", "-it", "-sft"); dropped (`checkpoint_base_name`) when the full name resolves to no architecture
+CHECKPOINT_PREFIX = r"^.*/"
+CHECKPOINT_SUFFIX = r"(?i)([-_ .](hf|base|instruct|chat|it|sft))+$"
+
+
+def checkpoint_base_name(name: pl.Expr | str) -> pl.Expr | str:
+    """A model name without its hub organisation and its checkpoint suffixes ("meta-llama/Llama-2-13b-chat-hf" ->
+    "Llama-2-13b"); a string or a polars expression."""
+    if isinstance(name, str):
+        return re.sub(CHECKPOINT_SUFFIX, "", re.sub(CHECKPOINT_PREFIX, "", name.strip()))
+    return name.cast(pl.Utf8).str.strip_chars().str.replace(CHECKPOINT_PREFIX, "").str.replace(CHECKPOINT_SUFFIX, "")
+
+
+def _checkpoint_ids(frame: pl.DataFrame, arch: pl.DataFrame, names: str = "model_name",
+                    out: str = "arch_id") -> pl.DataFrame:
+    """`frame` where `out` is still empty: the architecture its checkpoint's base name (`checkpoint_base_name`)
+    names, exactly or without its size token, noted in `model_name_note`."""
+    if frame.filter(pl.col(out).is_null() & pl.col(names).is_not_null()).height == 0:
+        return frame
+    base = frame.select(pl.col(names), checkpoint_base_name(pl.col(names)).alias("_ck_name")).unique(names)
+    base = arch_ids(pl.col("_ck_name"), arch, base, "_ck_id")
+    base = arch_ids_without_size(base, arch, "_ck_name", "_ck_id").select(names, "_ck_name", "_ck_id")
+    res = frame.join(base, on=names, how="left", nulls_equal=False)
+    todo = pl.col(out).is_null() & pl.col("_ck_id").is_not_null()
+    note = pl.format("model '{}' read as {} (its checkpoint name without the hub organisation and format or "
+                     "fine-tune suffixes: '{}')", pl.col(names), pl.col("_ck_id"), pl.col("_ck_name"))
+    cols = [pl.when(todo).then(pl.col("_ck_id")).otherwise(pl.col(out)).alias(out),
+            (pl.when(todo).then(note).otherwise(pl.col("model_name_note")) if "model_name_note" in res.columns
+             else pl.when(todo).then(note)).alias("model_name_note")]
+    if "model_name_error" in res.columns:  # the checkpoint's base name answered: the size complaint is moot
+        cols.append(pl.when(todo).then(None).otherwise(pl.col("model_name_error")).alias("model_name_error"))
+    return res.with_columns(cols).drop("_ck_name", "_ck_id")
+
+
 def fill_from_architectures(runs: pl.DataFrame, measurements: Path) -> pl.DataFrame:
     """Fill empty architecture columns (and an empty `arch`) of run rows from the architecture the run's
     model_name names (id, name or alias, compared by `normalize_name`; the rule the store's `runs` table
@@ -222,6 +263,7 @@ def fill_from_architectures(runs: pl.DataFrame, measurements: Path) -> pl.DataFr
     arch = architectures(measurements)
     out = arch_ids(pl.col("model_name"), arch, runs.drop("arch_id", strict=False))
     out = arch_ids_without_size(out, arch)
+    out = _checkpoint_ids(out, arch)
     if "arch" in out.columns:  # an architecture's id or alias written in `arch` (a family word there otherwise)
         out = arch_ids(pl.col("arch"), arch, out, "_arch_as_id")
         named = pl.col("_arch_as_id").is_not_null()  # the family then comes from the table

@@ -81,6 +81,24 @@ def test_a_name_with_a_size_token_resolves_only_to_an_architecture_of_that_size(
         assert got["n_layers"][0] == arch.filter(pl.col("id") == arch_id)["n_layers"][0]
 
 
+@pytest.mark.parametrize("name, arch_id", [
+    ("meta-llama/Llama-2-13b-hf", "llama2-13b"), ("Llama-2-13b-chat-hf", "llama2-13b"),
+    ("EleutherAI/gpt-neox-20b", "gpt-neox-20b"), ("google/gemma-2-9b-it", "gemma2-9b"),
+    ("Qwen/Qwen2.5-72B-Instruct", "qwen2.5-72b"), ("someone/unknown-model-hf", None),
+    ("meta-llama/Llama-2-13b-hf-7B", None)])  # a size that contradicts the name still refuses it
+def test_a_checkpoint_name_resolves_to_its_architecture(name, arch_id):
+    got = catalog.fill_from_architectures(pl.DataFrame({"model_name": [name]}), MEASUREMENTS)
+    assert got["arch_id"][0] == arch_id
+    if arch_id is None:
+        with pytest.raises(catalog.UnknownName):
+            catalog.find_architecture(MEASUREMENTS, name)
+        return
+    assert catalog.find_architecture(MEASUREMENTS, name)["id"] == arch_id
+    if catalog.arch_ids(pl.col("model_name"), catalog.architectures(MEASUREMENTS),
+                        pl.DataFrame({"model_name": [name]}))["arch_id"][0] is None:
+        assert got["model_name_note"][0].startswith(f"model '{name}' read as {arch_id}")
+
+
 def test_a_size_that_does_not_match_the_named_architecture_is_refused_saying_why():
     import stepcast
 
