@@ -698,9 +698,15 @@ def dp_comm(x: Inputs, r: Rates, mem: Mapping[str, np.ndarray], cm: Compute, ov:
     hidden_comm = ov.hidden_comm
     hidden_gathers = np.minimum(gathers, np.maximum(P.fsdp_gather_overlap * cm.compute_mb - hidden_comm, 0.0))
     gather_exposed_mb = gathers - hidden_gathers
-    dp_hide = np.maximum(P.dp_overlap * cm.bwd_mb - hidden_gathers - hidden_comm, 0.0)
+    # a pipelined stage idles through half the bubble after its last backward (cool-down) and half before its
+    # first forward (warm-up): the gradient reduction of the chunks already done runs in the one, the next step's
+    # weight all-gather in the other (Megatron-Core overlap_grad_reduce / overlap_param_gather), as far as the
+    # era overlaps DP traffic at all (dp_overlap)
+    idle_half = 0.5 * (x.p - 1.0) / x.v * (cm.compute_mb + ov.tp_mb + ov.cp_mb + ov.ep_mb + ov.pp_mb)
+    dp_hide = np.maximum(P.dp_overlap * (cm.bwd_mb + idle_half) - hidden_gathers - hidden_comm, 0.0)
     dp_exposed = np.maximum(grad_sync - dp_hide, 0.0)
-    dp_exposed = dp_exposed + np.where((shard == 1) | (shard == 2), ag_w, 0.0)
+    ag_hide = P.dp_overlap * idle_half
+    dp_exposed = dp_exposed + np.where((shard == 1) | (shard == 2), np.maximum(ag_w - ag_hide, 0.0), 0.0)
     dp_exposed = np.where(nd > 1, dp_exposed, 0.0)
     gather_exposed_mb = np.where(nd > 1, gather_exposed_mb, 0.0)
     return dp_exposed, gather_exposed_mb
