@@ -23,6 +23,7 @@ never silently rests on a guess:
 | global_batch_seqs not divisible by dp | rounded up to the next multiple of dp*micro_batch | |
 | sharding empty | `fsdp` for FSDP stacks (llm-foundry, torchtitan, fms-fsdp), `zero1` for Megatron/NeMo (distributed optimizer is their default), else `none` | framework defaults |
 | recompute empty/unknown, activation offloading, of a Megatron-Bridge performance-summary run | what the run's recipe sets, where the memory model can represent it (`models.frameworks.RECIPE_MEMORY`: e.g. no recompute for Llama 3/3.1 and Qwen3, 40 of Llama 3 70B's 80 layers offloaded on GB200 with FP8) | the runs were measured with those recipes (Megatron-Bridge scripts/performance, per release) |
+| recompute empty, Megatron stacks (Megatron-LM, Megatron-DeepSpeed, NeMo) before 2022 | full | before selective recomputation (Korthikanti et al. 2022) these stacks recomputed every layer: Narayanan et al. 2021 count it in every result (eq. 3), the Megatron-LM scripts of the time pass `--checkpoint-activations` |
 | recompute empty/unknown otherwise | the cheapest mode that fits in memory: none, else selective; for a measured run never full (selective when neither fits), for a row without a measurement full when nothing cheaper fits | a run that was measured did fit; full recompute costs a third more compute, and the memory model's error is larger than the margin that would force it: where it forced full, the corpus's runs ran 15% faster than predicted (in-sample), and every held-out protocol improves without the rule (docs/calibration.md) |
 | sequence_parallel | true for Megatron/NeMo stacks with tp > 1 | Megatron-Core's default with TP (Korthikanti et al. 2022) |
 | dtype empty | bf16 (fp32 on fp32-only parts) | the corpus' dominant precision |
@@ -74,6 +75,11 @@ def _has_any(col: str, words: tuple[str, ...]) -> pl.Expr:
 
 #: hardware columns a run can state for its own cluster (the run's value wins over the hardware table's)
 RUN_HARDWARE_OVERRIDES = ("inter_node_bw_gbps",)
+#: Megatron stacks before this year recomputed every layer's activations unless told otherwise: Narayanan et al.
+#: 2021 (SC'21) count the recomputation in every result (eq. 3, 96 B s l h^2: four forward passes' worth) and
+#: Megatron-LM's example scripts of the time pass --checkpoint-activations; selective recomputation came with
+#: Korthikanti et al. 2022 (Megatron-LM v3.0, 2022)
+SELECTIVE_RECOMPUTE_YEAR = 2022
 # recompute modes an unstated recompute of a measured run may resolve to, cheapest first (never full: docstring)
 INFERRED_RECOMPUTE = ("none", "selective")
 
@@ -379,6 +385,13 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     out = resolve_mtp_layers(out)
     out = resolve_layers_16bit(out)
     out = fw.recipe_memory(out)  # what a named recipe sets: recompute, activation offloading (models.frameworks)
+    era_full = (pl.col("recompute").is_null() & megatron
+                & (pl.col("year").fill_null(2100) < SELECTIVE_RECOMPUTE_YEAR))
+    out = out.with_columns(
+        pl.when(era_full).then(pl.lit("full")).otherwise(pl.col("recompute")).alias("recompute"),
+        pl.when(era_full).then(pl.concat_str([pl.col("assumptions"), pl.lit(
+            "recompute=full (Megatron before selective recomputation: every layer's activations recomputed)")],
+            separator="; ", ignore_nulls=True)).otherwise(pl.col("assumptions")).alias("assumptions"))
     out = fw.recipe_fp8_params(out)  # a named recipe's FP8 weights (fp8_param_gather, models.frameworks)
     out, hybrid = hybrid_problems(out)
     problems = [

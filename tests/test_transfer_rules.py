@@ -222,3 +222,24 @@ def test_a_framework_name_picks_its_kernel_stack(framework, year, preset):
     out = predict_frame(frame, Settings.load().measurements).row(0, named=True)
     assert out["software_preset"] == preset
     assert out["tokens_per_s_per_gpu"] > 0
+
+
+def test_an_unstated_recompute_of_a_2021_megatron_run_is_full():
+    """Narayanan et al. 2021 count activation recomputation in every result (eq. 3); selective recomputation came
+    in 2022 (Korthikanti et al.): a Megatron run before 2022 that states no recompute recomputed every layer."""
+    from pipeline.predict_runs import predict_frame
+
+    def row(framework, year, recompute=None):
+        frame = pl.DataFrame({"run_id": ["r"], "model_name": ["gpt3-175b"], "gpu": ["A100 80GB"], "n_gpus": [1024],
+                              "framework": [framework], "year": [year], "seq_len": [2048],
+                              "global_batch_seqs": [1536], "tp": [8], "pp": [8], "recompute": [recompute],
+                              "metric": ["tokens_per_s_per_gpu"], "value": [1000.0]},
+                             schema_overrides={"recompute": pl.Utf8})
+        return predict_frame(frame, Settings.load().measurements).row(0, named=True)
+
+    old = row("Megatron-LM", 2021)
+    assert old["recompute"] == "full" and "Megatron before selective recomputation" in old["assumptions"]
+    assert row("Megatron-LM", 2021, "selective")["recompute"] == "selective"  # a stated recompute wins
+    assert row("Megatron-LM", 2023)["recompute"] in ("none", "selective")  # later: the cheapest that fits
+    assert row("torchtitan", 2021)["recompute"] in ("none", "selective")  # not a Megatron stack
+    assert old["step_time_s"] > row("Megatron-LM", 2021, "selective")["step_time_s"]  # the extra forward pass
