@@ -121,6 +121,72 @@ METRICS: dict[str, tuple[tuple[str, ...], float, float]] = {
     "time_to_train_min": (("min",), 0.0, 1e7),
     "gpu_hours": (("GPU-hours", "chip-hours", "GPU-hours per 1T tokens"), 0.0, 1e11),
 }
+#: header spellings of hand-written run files -> the schema's column, for the lenient `predict --runs` path (the
+#: ingest keeps the schema's own names). Keys are compared lower-case with spaces, '-' and '.' read as '_'; the
+#: right-hand names follow Megatron-LM / Hugging Face argument names and common table headers.
+COLUMN_SYNONYMS: dict[str, str] = {
+    **dict.fromkeys(("id", "run", "run_name", "name", "experiment"), "run_id"),
+    **dict.fromkeys(("model", "model_id", "model_name_or_path", "checkpoint"), "model_name"),
+    **dict.fromkeys(("gpu_type", "gpu_model", "accelerator", "accelerator_type", "hardware", "device", "device_type",
+                     "chip"), "gpu"),
+    **dict.fromkeys(("num_gpus", "n_gpu", "gpus", "gpu_count", "world_size", "num_devices", "n_devices", "devices",
+                     "num_accelerators", "n_accelerators", "num_chips", "n_chips", "chips"), "n_gpus"),
+    **dict.fromkeys(("gpus_per_host", "num_gpus_per_node", "n_gpus_per_node", "devices_per_node"), "gpus_per_node"),
+    **dict.fromkeys(("global_batch_size", "global_batch", "gbs", "batch_size", "global_batch_size_seqs"),
+                    "global_batch_seqs"),
+    **dict.fromkeys(("micro_batch_size", "mbs", "micro_batch_seqs"), "micro_batch"),
+    **dict.fromkeys(("seq_length", "sequence_length", "seqlen", "max_seq_len", "max_seq_length", "context_length",
+                     "encoder_seq_length"), "seq_len"),
+    **dict.fromkeys(("tensor_parallel", "tensor_parallel_size", "tensor_model_parallel_size", "tp_size"), "tp"),
+    **dict.fromkeys(("pipeline_parallel", "pipeline_parallel_size", "pipeline_model_parallel_size", "pp_size"), "pp"),
+    **dict.fromkeys(("data_parallel", "data_parallel_size", "dp_size"), "dp"),
+    **dict.fromkeys(("context_parallel", "context_parallel_size", "cp_size"), "cp"),
+    **dict.fromkeys(("expert_parallel", "expert_parallel_size", "expert_model_parallel_size", "ep_size"), "ep"),
+    **dict.fromkeys(("virtual_pipeline", "virtual_pipeline_model_parallel_size", "vpp_size", "interleave"), "vpp"),
+    **dict.fromkeys(("precision", "data_type", "compute_dtype"), "dtype"),
+    **dict.fromkeys(("num_layers", "layers", "n_layer", "num_hidden_layers"), "n_layers"),
+    **dict.fromkeys(("hidden_size", "d_hidden", "n_embd"), "d_model"),
+    **dict.fromkeys(("num_attention_heads", "n_head", "num_heads"), "n_heads"),
+    **dict.fromkeys(("num_key_value_heads", "num_query_groups", "n_kv_head"), "n_kv_heads"),
+    **dict.fromkeys(("intermediate_size", "ffn_hidden_size", "d_ff"), "ffn_dim"),
+    **dict.fromkeys(("vocab_size", "padded_vocab_size"), "vocab"),
+    **dict.fromkeys(("params_billion", "params_billions", "size_b"), "params_b"),
+    **dict.fromkeys(("activation_checkpointing", "recompute_granularity", "activation_recomputation"), "recompute"),
+    **dict.fromkeys(("library", "trainer", "software", "stack"), "framework"),
+}
+#: spellings of a measured quantity, as a wide column (one per metric) or a `metric` value -> (the schema's metric,
+#: factor to its unit): milliseconds to seconds, percent to a fraction
+METRIC_SYNONYMS: dict[str, tuple[str, float]] = {
+    **{k: ("tokens_per_s_per_gpu", 1.0) for k in (
+        "tokens_per_s_per_gpu", "tokens_per_second_per_gpu", "tokens_per_sec_per_gpu", "tokens_s_gpu", "tok_s_gpu",
+        "tgs", "tokens_per_gpu_per_s", "tokens_per_gpu_per_second", "throughput_tokens_per_s_per_gpu",
+        "tokens_per_s_per_device", "tokens_per_second_per_device", "tokens_per_s_per_chip")},
+    **{k: ("tokens_per_s", 1.0) for k in (
+        "tokens_per_s", "tokens_per_second", "tokens_per_sec", "tokens_s", "throughput_tokens_per_s")},
+    **{k: ("step_time_s", 1.0) for k in (
+        "step_time_s", "step_time", "step_time_sec", "iteration_time", "iteration_time_s", "iter_time", "iter_time_s",
+        "time_per_step", "time_per_step_s", "time_per_iteration", "seconds_per_step", "elapsed_time_per_iteration_s")},
+    **{k: ("step_time_s", 1e-3) for k in (
+        "step_time_ms", "iteration_time_ms", "iter_time_ms", "time_per_step_ms", "elapsed_time_per_iteration_ms")},
+    **{k: ("mfu", 1.0) for k in ("mfu",)},
+    **{k: ("mfu", 0.01) for k in ("mfu_pct", "mfu_percent")},
+    **{k: ("hfu", 1.0) for k in ("hfu",)},
+    **{k: ("hfu", 0.01) for k in ("hfu_pct", "hfu_percent")},
+    **{k: ("model_tflops_per_gpu", 1.0) for k in (
+        "model_tflops_per_gpu", "tflops_per_gpu", "tflops", "model_tflops", "tflop_s_per_gpu", "tflops_gpu",
+        "achieved_tflops_per_gpu", "tflops_per_device")},
+}
+
+
+def header_key(name: str) -> str:
+    """A header as `COLUMN_SYNONYMS` and `METRIC_SYNONYMS` compare it: lower case, '%' as 'pct', spaces, brackets,
+    '-', '.' and '/' as '_', runs of '_' collapsed ("MFU (%)" -> mfu_pct, "Step time [ms]" -> step_time_ms)."""
+    import re
+
+    key = str(name).strip().lower().replace("%", "pct")
+    return re.sub(r"_+", "_", re.sub(r"[\s\-./()\[\]]", "_", key)).strip("_")
+
+
 #: columns that describe the run; every row of one run must agree on them (source_ref may differ: one run's
 #: numbers can come from different tables of one publication)
 RUN_COLUMNS: tuple[str, ...] = tuple(

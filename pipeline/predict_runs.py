@@ -9,7 +9,8 @@ import polars as pl
 
 from models.memory import CAPACITY_BYTES_PER_GB
 from pipeline import catalog
-from pipeline.measurements import COLUMNS, ENUMS, MIXED_PRECISION, SCHEMA, canonical_dtype
+from pipeline.measurements import (COLUMN_SYNONYMS, COLUMNS, ENUMS, METRIC_SYNONYMS, MIXED_PRECISION, SCHEMA,
+                                   canonical_dtype, header_key)
 from pipeline.readers import FileRejected, read_measurement_file
 
 BREAKDOWN = ["compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
@@ -37,6 +38,71 @@ def _metrics_of(frame: pl.DataFrame) -> pl.DataFrame:
         *[pl.col(c).str.strip_chars().cast(pl.Int64, strict=False) if c in frame.columns
           else pl.lit(None, dtype=pl.Int64).alias(c) for c in ("n_gpus", "seq_len", "global_batch_seqs")],
     ).filter(pl.col("run_id").is_not_null() & pl.col("value").is_not_null())
+
+
+def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """A hand-written run file (cells as strings) in the measurement schema's shape, and what was read how:
+
+    * a header the schema knows under another spelling (`pipeline.measurements.COLUMN_SYNONYMS`: num_gpus,
+      global_batch_size, tensor_model_parallel_size, ...) is renamed, unless the schema's own column is there too;
+    * a column per measured quantity (`METRIC_SYNONYMS`: tokens_per_second_per_gpu, "Step time (ms)", "MFU (%)",
+      ...) becomes one long-form metric row per run, in the schema's unit (ms -> s, % -> fraction), beside any
+      `metric`/`value` rows the file has; a `metric` value spelled that way is read the same way;
+    * an `mfu` or `hfu` above 1 (and at most 100) is read as a percentage;
+    * without a run_id column, every row is one run, named by its line ("line 2").
+    Returns (frame, notes): one note per reading, for every row's `assumptions`."""
+    notes: list[str] = []
+    present = set(frame.columns)
+    renames, wide = {}, {}
+    for c in frame.columns:
+        if c in present & set(COLUMNS) or c == "_line":
+            continue
+        key = header_key(c)
+        target = key if key in COLUMNS else COLUMN_SYNONYMS.get(key)
+        if target is not None and target not in present and target not in renames.values():
+            renames[c] = target
+            notes.append(f"column '{c}' read as {target}")
+        elif key in METRIC_SYNONYMS and target is None:
+            wide[c] = METRIC_SYNONYMS[key]
+    frame = frame.rename(renames)
+    if "run_id" not in frame.columns:
+        line = pl.col("_line").cast(pl.Utf8) if "_line" in frame.columns else \
+            (pl.int_range(pl.len()) + 2).cast(pl.Utf8)
+        frame = frame.with_columns(pl.format("line {}", line).alias("run_id"))
+        notes.append("no run_id column: each row is one run, named by its line")
+    if wide:
+        base = frame.drop(list(wide))
+        for c in ("metric", "value"):
+            if c not in base.columns:
+                base = base.with_columns(pl.lit(None, dtype=pl.Utf8).alias(c))
+        parts = [base]
+        for c, (metric, factor) in wide.items():
+            v = pl.col(c).str.strip_chars().cast(pl.Float64, strict=False)
+            parts.append(frame.filter(v.is_not_null()).with_columns(
+                pl.lit(metric).alias("metric"), (v * factor).cast(pl.Utf8).alias("value")
+            ).select(base.columns))
+            notes.append(f"column '{c}' read as metric {metric}" + (f" (x {factor:g})" if factor != 1.0 else ""))
+        frame = pl.concat(parts, how="vertical")
+    if "metric" in frame.columns and "value" in frame.columns:
+        key = pl.col("metric").map_elements(header_key, return_dtype=pl.Utf8, skip_nulls=True)
+        known = {k: v for k, v in METRIC_SYNONYMS.items() if k != v[0] or v[1] != 1.0}
+        spelled = key.is_in(list(known))
+        name = key.replace_strict({k: v[0] for k, v in known.items()}, default=None, return_dtype=pl.Utf8)
+        factor = key.replace_strict({k: v[1] for k, v in known.items()}, default=None, return_dtype=pl.Float64)
+        value = pl.col("value").str.strip_chars().cast(pl.Float64, strict=False)
+        if frame.select(spelled.fill_null(False).any()).item():
+            renamed = frame.filter(spelled.fill_null(False))["metric"].unique().sort().to_list()
+            notes.append("metric " + ", ".join(f"'{m}'" for m in renamed) + " read in the schema's names and units")
+        frame = frame.with_columns(
+            pl.when(spelled).then(name).otherwise(pl.col("metric")).alias("metric"),
+            pl.when(spelled).then((value * factor).cast(pl.Utf8)).otherwise(pl.col("value")).alias("value"))
+        value = pl.col("value").str.strip_chars().cast(pl.Float64, strict=False)
+        pct = pl.col("metric").is_in(["mfu", "hfu"]) & (value > 1.0) & (value <= 100.0)
+        if frame.select(pct.fill_null(False).any()).item():
+            notes.append("an mfu/hfu above 1 read as a percentage")
+            frame = frame.with_columns(pl.when(pct).then((value / 100.0).cast(pl.Utf8)).otherwise(pl.col("value"))
+                                       .alias("value"))
+    return frame, notes
 
 
 def resolve_dtype_spellings(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFrame:
@@ -91,6 +157,7 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
 
     frame = frame.with_columns(pl.col(c).cast(pl.Utf8) for c, t in frame.schema.items()
                                if t != pl.Utf8 and c != "_line")
+    frame, header_notes = read_headers(frame)  # other spellings of the schema's headers and metrics
     if "run_id" not in frame.columns:
         raise FileRejected(source, "missing required column run_id", line=1)
     for c in COLUMNS:
@@ -109,7 +176,8 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
     runs = resolve_dtype_spellings(runs, catalog.hardware(measurements))
     hw = resolve_hardware(catalog.hardware(measurements), strict=False)
     cfg = configs_from_runs(runs, hw)
-    cfg = cfg.with_columns(pl.concat_str(["assumptions", "_dtype_note", "_gpu_note"], separator="; ",
+    header_note = pl.lit("; ".join(header_notes) if header_notes else None, dtype=pl.Utf8)
+    cfg = cfg.with_columns(pl.concat_str([header_note, "assumptions", "_dtype_note", "_gpu_note"], separator="; ",
                                          ignore_nulls=True).replace("", None).alias("assumptions")
                            ).drop("_gpu_note", "_dtype_note")
     unknown_gpu = ~cfg["gpu"].is_in(hw["id"].to_list())

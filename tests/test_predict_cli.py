@@ -89,6 +89,54 @@ def test_predict_runs_bad_rows_keep_their_run_id(tmp_path):
     assert rows["t-3"]["step_time_s"] is not None and "seq_len=" in rows["t-3"]["assumptions"]
 
 
+def test_predict_runs_reads_the_headers_people_write(tmp_path):
+    """Headers and metric columns under their common spellings (Megatron-LM / Hugging Face argument names, units in
+    the header) are read as the schema's, each reading stated; the same run in schema form predicts the same."""
+    wide = tmp_path / "wide.csv"
+    wide.write_text("Run,Model,GPU type,num_gpus,tensor_model_parallel_size,pipeline_model_parallel_size,"
+                    "global_batch_size,seq_length,Step time (ms),MFU (%)\n"
+                    "a,llama3-8b,h100-sxm5-80gb,64,2,1,256,8192,4000,40\n")
+    schema = tmp_path / "schema.csv"
+    schema.write_text("run_id,model_name,gpu,n_gpus,tp,pp,global_batch_seqs,seq_len,metric,value\n"
+                      "a,llama3-8b,h100-sxm5-80gb,64,2,1,256,8192,step_time_s,4.0\n"
+                      "a,llama3-8b,h100-sxm5-80gb,64,2,1,256,8192,mfu,0.4\n")
+    got = {}
+    for name, path in (("wide", wide), ("schema", schema)):
+        result = runner.invoke(app, ["predict", "--runs", str(path), "--format", "json"])
+        assert result.exit_code == 0, result.output
+        got[name] = json.loads(result.output)[0]
+    w, s = got["wide"], got["schema"]
+    assert (w["run_id"], w["n_gpus"], w["tp"], w["global_batch_seqs"], w["seq_len"]) == ("a", 64, 2, 256, 8192)
+    assert w["step_time_s"] == pytest.approx(s["step_time_s"])
+    # 4,000 ms is 4 s: 256 x 8,192 tokens / (4 s x 64 GPUs)
+    assert w["measured_tokens_per_s_per_gpu"] == pytest.approx(256 * 8192 / (4.0 * 64))
+    assert w["measured_tokens_per_s_per_gpu"] == pytest.approx(s["measured_tokens_per_s_per_gpu"])
+    for note in ("column 'num_gpus' read as n_gpus", "column 'Run' read as run_id",
+                 "column 'Step time (ms)' read as metric step_time_s (x 0.001)"):
+        assert note in w["assumptions"]
+
+
+def test_predict_runs_metric_spellings_percentages_and_files_without_run_ids(tmp_path):
+    path = tmp_path / "long.csv"
+    path.write_text("model_name,gpu,n_gpus,global_batch_seqs,seq_len,metric,value\n"
+                    "llama3-8b,h100-sxm5-80gb,64,256,8192,tokens/s/GPU,8000\n"
+                    "llama3-8b,h100-sxm5-80gb,128,256,8192,mfu,38.5\n")
+    result = runner.invoke(app, ["predict", "--runs", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["run_id"]: r for r in json.loads(result.output)}
+    assert set(rows) == {"line 2", "line 3"}  # each row one run, named by its line
+    assert rows["line 2"]["measured_tokens_per_s_per_gpu"] == pytest.approx(8000.0)
+    assert "read in the schema's names and units" in rows["line 2"]["assumptions"]
+    assert rows["line 3"]["measured_tokens_per_s_per_gpu"] is not None  # 38.5 read as 0.385 MFU
+    assert "an mfu/hfu above 1 read as a percentage" in rows["line 3"]["assumptions"]
+    # the schema's own column wins over a synonym of it
+    both = tmp_path / "both.csv"
+    both.write_text("run_id,model_name,gpu,n_gpus,num_gpus,global_batch_seqs,seq_len\n"
+                    "b,llama3-8b,h100-sxm5-80gb,64,8,256,8192\n")
+    row = json.loads(runner.invoke(app, ["predict", "--runs", str(both), "--format", "json"]).output)[0]
+    assert row["n_gpus"] == 64 and "num_gpus" not in (row["assumptions"] or "")
+
+
 def test_predict_runs_unreadable_file_exits_nonzero(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_bytes(b"")
