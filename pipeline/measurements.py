@@ -121,6 +121,51 @@ METRICS: dict[str, tuple[tuple[str, ...], float, float]] = {
     "time_to_train_min": (("min",), 0.0, 1e7),
     "gpu_hours": (("GPU-hours", "chip-hours", "GPU-hours per 1T tokens"), 0.0, 1e11),
 }
+#: common spellings of a data-parallel sharding and of an activation recomputation -> the schema's `sharding` and
+#: `recompute` vocabularies (ENUMS), for the lenient `predict --runs` path only (`canonical_word`; compared by
+#: `word_key`: lower case, letters and digits only). Sources: DeepSpeed's ZeRO stages ("zero_optimization.stage"
+#: 0-3; Rajbhandari et al. 2020), PyTorch FSDP's ShardingStrategy (FULL_SHARD = ZeRO-3, SHARD_GRAD_OP = ZeRO-2,
+#: NO_SHARD = DDP, HYBRID_SHARD = HSDP) and FSDP2's fully_shard, Megatron-LM's --use-distributed-optimizer (the
+#: optimizer state sharded: ZeRO-1); Megatron-LM's --recompute-granularity full|selective and the older
+#: --checkpoint-activations (full), Hugging Face's gradient_checkpointing (full), torchtitan's activation
+#: checkpoint modes (full, selective / op SAC), MaxText's remat policies (full, minimal, save_*: selective).
+SHARDING_SPELLINGS: dict[str, str] = {
+    **dict.fromkeys(("none", "no", "ddp", "dataparallel", "distributeddataparallel", "plaindp", "nosharding",
+                     "noshard", "zero0", "zerostage0", "stage0", "0", "false", "replicate", "replicated"), "none"),
+    **dict.fromkeys(("zero1", "zerostage1", "stage1", "1", "distributedoptimizer", "distoptimizer", "distopt",
+                     "usedistributedoptimizer", "optimizerstatesharding", "optimizersharding"), "zero1"),
+    **dict.fromkeys(("zero2", "zerostage2", "stage2", "2", "shardgradop", "gradientsharding"), "zero2"),
+    **dict.fromkeys(("zero3", "zerostage3", "stage3", "3", "zeroinfinity"), "zero3"),
+    **dict.fromkeys(("fsdp", "fsdp1", "fsdp2", "fullshard", "fullyshard", "fullysharded", "fullyshardeddataparallel",
+                     "fullyshardeddp", "torchfsdp", "pytorchfsdp"), "fsdp"),
+    **dict.fromkeys(("hsdp", "hybridshard", "hybridsharded", "hybridfsdp", "fsdphybrid", "hybridshardeddataparallel",
+                     "hybridshardzero2"), "hsdp"),
+}
+RECOMPUTE_SPELLINGS: dict[str, str] = {
+    **dict.fromkeys(("none", "no", "false", "off", "0", "disabled", "noac", "norecompute", "noremat",
+                     "noactivationcheckpointing", "nocheckpointing"), "none"),
+    **dict.fromkeys(("selective", "selectiveac", "selectiverecompute", "selectiverecomputation", "op", "opsac",
+                     "sac", "partial", "coreattention", "attention", "minimal", "savedotexceptmlpwi",
+                     "savedotexceptmlp", "saveqkvproj", "savedotwithcontextexceptmlp"), "selective"),
+    **dict.fromkeys(("full", "true", "yes", "on", "1", "fullac", "activationcheckpointing", "fullactivationcheckpointing",
+                     "fullrecompute", "fullrecomputation", "activationrecomputation", "gradientcheckpointing",
+                     "checkpointactivations", "block", "uniform", "fullremat", "remat"), "full"),
+    **dict.fromkeys(("unknown", "na", "n/a", "?"), "unknown"),
+}
+
+
+def word_key(expr: pl.Expr) -> pl.Expr:
+    """A sharding or recompute spelling as the tables compare it: lower case, letters and digits only."""
+    return expr.cast(pl.Utf8).str.strip_chars().str.to_lowercase().str.replace_all(r"[^a-z0-9]", "")
+
+
+def canonical_word(expr: pl.Expr, table: dict[str, str]) -> pl.Expr:
+    """The schema's word for a spelling in `table` (SHARDING_SPELLINGS, RECOMPUTE_SPELLINGS), null for one it does
+    not know (and for null)."""
+    keyed = {re.sub(r"[^a-z0-9]", "", k.lower()): v for k, v in table.items()}
+    return word_key(expr).replace_strict(keyed, default=None, return_dtype=pl.Utf8)
+
+
 #: header spellings of hand-written run files -> the schema's column, for the lenient `predict --runs` path (the
 #: ingest keeps the schema's own names). Keys are compared lower-case with spaces, '-' and '.' read as '_'; the
 #: right-hand names follow Megatron-LM / Hugging Face argument names and common table headers.

@@ -9,8 +9,9 @@ import polars as pl
 
 from models.memory import CAPACITY_BYTES_PER_GB
 from pipeline import catalog
-from pipeline.measurements import (COLUMN_SYNONYMS, COLUMNS, ENUMS, METRIC_SYNONYMS, MIXED_PRECISION, SCHEMA,
-                                   canonical_dtype, header_key)
+from pipeline.measurements import (COLUMN_SYNONYMS, COLUMNS, ENUMS, METRIC_SYNONYMS, MIXED_PRECISION,
+                                   RECOMPUTE_SPELLINGS, SCHEMA, SHARDING_SPELLINGS, canonical_dtype, canonical_word,
+                                   header_key)
 from pipeline.readers import FileRejected, read_measurement_file
 
 BREAKDOWN = ["compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
@@ -105,6 +106,33 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     return frame, notes
 
 
+def resolve_word_spellings(runs: pl.DataFrame) -> pl.DataFrame:
+    """`runs` with `sharding` and `recompute` in the schema's vocabulary: a common spelling ("ZeRO-3", "FULL_SHARD",
+    "distributed optimizer", "gradient checkpointing", "true") mapped by `pipeline.measurements`
+    SHARDING_SPELLINGS / RECOMPUTE_SPELLINGS; `_word_note` says what was read (null where the value was the schema's
+    own, up to case), `_word_error` names a spelling the tables do not know (the value is kept)."""
+    notes, errors, cols = [], [], []
+    for col, table in (("sharding", SHARDING_SPELLINGS), ("recompute", RECOMPUTE_SPELLINGS)):
+        if col not in runs.columns:
+            continue
+        raw = pl.col(col).cast(pl.Utf8).str.strip_chars()
+        mapped = canonical_word(raw, table)
+        cols.append(pl.coalesce(mapped, raw).alias(col))
+        notes.append(pl.when(mapped.is_not_null() & (raw.str.to_lowercase() != mapped))
+                     .then(pl.format(f"{col} '{{}}' read as {{}}", raw, mapped)))
+        errors.append(pl.when(raw.is_not_null() & mapped.is_null()).then(pl.format(
+            f"unknown {col} '{{}}' (expected one of {', '.join(ENUMS[col])} or a common spelling such as "
+            + ("ZeRO-3, FULL_SHARD, distributed optimizer, DDP" if col == "sharding" else
+               "full, selective, none, gradient checkpointing, true/false") + ")", raw)))
+    if not cols:
+        return runs.with_columns(pl.lit(None, dtype=pl.Utf8).alias("_word_note"),
+                                 pl.lit(None, dtype=pl.Utf8).alias("_word_error"))
+    return runs.with_columns(*cols, pl.concat_str(notes, separator="; ", ignore_nulls=True).replace("", None)
+                             .alias("_word_note"),
+                             pl.concat_str(errors, separator="; ", ignore_nulls=True).replace("", None)
+                             .alias("_word_error"))
+
+
 def resolve_dtype_spellings(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFrame:
     """`runs` (with `gpu` as hardware ids) with `dtype` in the schema's vocabulary: a common spelling mapped by
     `pipeline.measurements.DTYPE_SPELLINGS` ("bfloat16" -> bf16, "fp8 (delayed scaling)" -> fp8, "fp4" -> nvfp4),
@@ -174,16 +202,18 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
     runs = runs.with_columns(gpu_ids, gpu_notes.alias("_gpu_note"))
     # `dtype` by a common spelling ("bfloat16", "fp8 delayed scaling", "amp"; recorded in assumptions)
     runs = resolve_dtype_spellings(runs, catalog.hardware(measurements))
+    runs = resolve_word_spellings(runs)  # sharding and recompute by a common spelling ("ZeRO-3", "true")
     hw = resolve_hardware(catalog.hardware(measurements), strict=False)
     cfg = configs_from_runs(runs, hw)
     header_note = pl.lit("; ".join(header_notes) if header_notes else None, dtype=pl.Utf8)
-    cfg = cfg.with_columns(pl.concat_str([header_note, "assumptions", "_dtype_note", "_gpu_note"], separator="; ",
-                                         ignore_nulls=True).replace("", None).alias("assumptions")
-                           ).drop("_gpu_note", "_dtype_note")
+    cfg = cfg.with_columns(pl.concat_str([header_note, "assumptions", "_dtype_note", "_word_note", "_gpu_note"],
+                                         separator="; ", ignore_nulls=True).replace("", None).alias("assumptions")
+                           ).drop("_gpu_note", "_dtype_note", "_word_note")
     unknown_gpu = ~cfg["gpu"].is_in(hw["id"].to_list())
     cfg = cfg.with_columns(
         pl.when(pl.Series(unknown_gpu)).then(pl.format("unknown hardware id '{}'", pl.col("gpu")))
-        .otherwise(pl.coalesce("_dtype_error", "config_error")).alias("config_error")).drop("_dtype_error")
+        .otherwise(pl.coalesce("_dtype_error", "_word_error", "config_error")).alias("config_error")
+    ).drop("_dtype_error", "_word_error")
     ok = cfg.filter(pl.col("config_error").is_null())
     ok = resolve_layout(ok, physics)
     # a row with a measurement ran, so it fitted (models.runs_adapter: full recompute is never assumed for it)

@@ -137,6 +137,27 @@ def test_predict_runs_metric_spellings_percentages_and_files_without_run_ids(tmp
     assert row["n_gpus"] == 64 and "num_gpus" not in (row["assumptions"] or "")
 
 
+@pytest.mark.parametrize("sharding, recompute, want", [
+    ("ZeRO-3", "full activation checkpointing", ("zero3", "full")), ("FULL_SHARD", "true", ("fsdp", "full")),
+    ("distributed optimizer", "no", ("zero1", "none")), ("DDP", "selective", ("none", "selective")),
+    ("HYBRID_SHARD", "gradient checkpointing", ("hsdp", "full")), ("ZeRO stage 2", "False", ("zero2", "none"))])
+def test_predict_runs_reads_sharding_and_recompute_spellings(tmp_path, sharding, recompute, want):
+    path = tmp_path / "runs.csv"
+    path.write_text("run_id,model_name,gpu,n_gpus,global_batch_seqs,seq_len,sharding,recompute\n"
+                    f"a,llama3-8b,h100-sxm5-80gb,64,256,8192,{sharding},{recompute}\n")
+    row = json.loads(runner.invoke(app, ["predict", "--runs", str(path), "--format", "json"]).output)[0]
+    assert (row["sharding"], row["recompute"]) == want and row["step_time_s"] is not None
+    assert f"sharding '{sharding}' read as {want[0]}" in row["assumptions"]
+
+
+def test_predict_runs_names_an_unknown_sharding_spelling(tmp_path):
+    path = tmp_path / "runs.csv"
+    path.write_text("run_id,model_name,gpu,n_gpus,global_batch_seqs,seq_len,sharding\n"
+                    "a,llama3-8b,h100-sxm5-80gb,64,256,8192,zero-7\n")
+    row = json.loads(runner.invoke(app, ["predict", "--runs", str(path), "--format", "json"]).output)[0]
+    assert row["step_time_s"] is None and "unknown sharding 'zero-7'" in row["error"]
+
+
 def test_predict_runs_unreadable_file_exits_nonzero(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_bytes(b"")
