@@ -24,6 +24,15 @@ OUT_COLUMNS = ["feasible", "error", "step_time_s", "step_time_lo_s", "step_time_
                "fit_version", "assumptions", "calibration_domain"]
 
 
+def number_text(expr: pl.Expr) -> pl.Expr:
+    """A number cell as written by hand, ready to cast: thousands separators (',' '_' or a space between digit
+    groups: "1,024", "16_384") dropped, surrounding spaces stripped; empty -> null."""
+    t = expr.cast(pl.Utf8).str.strip_chars()
+    for _ in range(3):  # "1,024,000,000": one group per pass
+        t = t.str.replace_all(r"(\d)[,_ ](\d{3})(\D|$)", "$1$2$3")
+    return t.replace("", None)
+
+
 def _metrics_of(frame: pl.DataFrame) -> pl.DataFrame:
     """The file's metric rows in the run_metrics shape `models.targets.measured_throughput` reads."""
     need = ("run_id", "metric", "value")
@@ -33,12 +42,19 @@ def _metrics_of(frame: pl.DataFrame) -> pl.DataFrame:
                                     "global_batch_seqs": pl.Int64})
     return frame.select(
         pl.col("run_id").str.strip_chars(), pl.col("metric").str.strip_chars(),
-        pl.col("value").str.strip_chars().cast(pl.Float64, strict=False),
+        number_text(pl.col("value")).cast(pl.Float64, strict=False),
         *[pl.col(c).str.strip_chars().alias(c) if c in frame.columns else pl.lit(None, dtype=pl.Utf8).alias(c)
           for c in ("derived", "notes")],
         *[pl.col(c).str.strip_chars().cast(pl.Int64, strict=False) if c in frame.columns
           else pl.lit(None, dtype=pl.Int64).alias(c) for c in ("n_gpus", "seq_len", "global_batch_seqs")],
     ).filter(pl.col("run_id").is_not_null() & pl.col("value").is_not_null())
+
+
+def _cell_number(expr: pl.Expr) -> pl.Expr:
+    """A measured value as written: a number (`number_text`), or a percentage ("41.2%") as its fraction."""
+    t = expr.cast(pl.Utf8).str.strip_chars()
+    num = number_text(t.str.strip_suffix("%")).cast(pl.Float64, strict=False)
+    return pl.when(t.str.ends_with("%")).then(num / 100.0).otherwise(num)
 
 
 def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
@@ -78,7 +94,7 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
                 base = base.with_columns(pl.lit(None, dtype=pl.Utf8).alias(c))
         parts = [base]
         for c, (metric, factor) in wide.items():
-            v = pl.col(c).str.strip_chars().cast(pl.Float64, strict=False)
+            v = _cell_number(pl.col(c))
             parts.append(frame.filter(v.is_not_null()).with_columns(
                 pl.lit(metric).alias("metric"), (v * factor).cast(pl.Utf8).alias("value")
             ).select(base.columns))
@@ -90,14 +106,14 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
         spelled = key.is_in(list(known))
         name = key.replace_strict({k: v[0] for k, v in known.items()}, default=None, return_dtype=pl.Utf8)
         factor = key.replace_strict({k: v[1] for k, v in known.items()}, default=None, return_dtype=pl.Float64)
-        value = pl.col("value").str.strip_chars().cast(pl.Float64, strict=False)
+        value = _cell_number(pl.col("value"))
         if frame.select(spelled.fill_null(False).any()).item():
             renamed = frame.filter(spelled.fill_null(False))["metric"].unique().sort().to_list()
             notes.append("metric " + ", ".join(f"'{m}'" for m in renamed) + " read in the schema's names and units")
         frame = frame.with_columns(
             pl.when(spelled).then(name).otherwise(pl.col("metric")).alias("metric"),
-            pl.when(spelled).then((value * factor).cast(pl.Utf8)).otherwise(pl.col("value")).alias("value"))
-        value = pl.col("value").str.strip_chars().cast(pl.Float64, strict=False)
+            pl.when(spelled).then(value * factor).otherwise(value).cast(pl.Utf8).alias("value"))
+        value = _cell_number(pl.col("value"))
         pct = pl.col("metric").is_in(["mfu", "hfu"]) & (value > 1.0) & (value <= 100.0)
         if frame.select(pct.fill_null(False).any()).item():
             notes.append("an mfu/hfu above 1 read as a percentage")
@@ -192,7 +208,8 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
         if c not in frame.columns:
             frame = frame.with_columns(pl.lit(None, dtype=pl.Utf8).alias(c))
     typed = frame.select(
-        [pl.col(c).str.strip_chars().replace("", None).cast(SCHEMA[c], strict=False).alias(c)
+        [(number_text(pl.col(c)) if SCHEMA[c] != pl.Utf8 else pl.col(c).str.strip_chars().replace("", None))
+         .cast(SCHEMA[c], strict=False).alias(c)
          for c in COLUMNS if c not in ("metric", "value", "unit", "derived", "notes")]
     ).filter(pl.col("run_id").is_not_null())
     runs = typed.group_by("run_id", maintain_order=True).first()

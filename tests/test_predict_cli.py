@@ -150,6 +150,19 @@ def test_predict_runs_reads_sharding_and_recompute_spellings(tmp_path, sharding,
     assert f"sharding '{sharding}' read as {want[0]}" in row["assumptions"]
 
 
+def test_predict_runs_reads_thousands_separators_and_percent_signs(tmp_path):
+    path = tmp_path / "runs.csv"
+    path.write_text('run_id,model_name,gpu,n_gpus,global_batch_seqs,seq_len,metric,value\n'
+                    'a,llama3-8b,h100-sxm5-80gb,"1,024","2,048",8192,tokens_per_s_per_gpu,"8,000"\n'
+                    'b,llama3-8b,h100-sxm5-80gb,1024,2048,8192,mfu,41.2%\n'
+                    'c,llama3-8b,h100-sxm5-80gb,1024,2048,8192,mfu,0.412\n')
+    rows = {r["run_id"]: r for r in json.loads(runner.invoke(app, ["predict", "--runs", str(path), "--format",
+                                                                   "json"]).output)}
+    assert (rows["a"]["n_gpus"], rows["a"]["global_batch_seqs"]) == (1024, 2048)
+    assert rows["a"]["measured_tokens_per_s_per_gpu"] == pytest.approx(8000.0)
+    assert rows["b"]["measured_tokens_per_s_per_gpu"] == pytest.approx(rows["c"]["measured_tokens_per_s_per_gpu"])
+
+
 def test_predict_runs_names_an_unknown_sharding_spelling(tmp_path):
     path = tmp_path / "runs.csv"
     path.write_text("run_id,model_name,gpu,n_gpus,global_batch_seqs,seq_len,sharding\n"
