@@ -288,17 +288,31 @@ def choose_default_variant(rows: list[dict]) -> dict:
     return sorted(rows, key=rank)[0]
 
 
+def _word_fits(word: str, query: str) -> bool:
+    """A query word fits a word of an accelerator's id, name or form factor when it is that word or its start, but
+    a model number does not fit a longer one: "mi300" fits "mi300x", "80" fits "80gb" and "sxm" fits "sxm5", but
+    "h20" does not fit "h200" (the H20 is another chip) nor "l4" "l40s"."""
+    return word == query or (word.startswith(query) and (query.isalpha() or not word[len(query)].isdigit()))
+
+
 def resolve_gpu(hw: pl.DataFrame, name: str) -> tuple[dict, str | None]:
     """The hardware row a name means, and a note when a documented default chose among variants.
 
     Raises UnknownName when nothing fits, or when several different chips fit (the message lists them)."""
     rows = hw.to_dicts()
 
+    words = {r["id"]: _words(r["id"], r.get("name")) for r in rows}
+    with_form = {r["id"]: _words(r["id"], r.get("name"), r.get("form_factor")) for r in rows}
+
     def exact(key: str) -> list[dict]:
         return [r for r in rows if key in (normalize_name(r["id"]), normalize_name(r.get("name")))]
 
     def fitting(query: list[str]) -> list[dict]:
-        return [r for r in rows if all(any(w.startswith(q) for w in _words(r["id"], r.get("name"))) for q in query)]
+        for table in (words, with_form):  # the form factor ("SXM", "OAM") only where the id and name fit nothing
+            fit = [r for r in rows if all(any(_word_fits(w, q) for w in table[r["id"]]) for q in query)]
+            if fit:
+                return fit
+        return []
 
     hit = exact(normalize_name(name))
     if len(hit) == 1:
@@ -313,9 +327,22 @@ def resolve_gpu(hw: pl.DataFrame, name: str) -> tuple[dict, str | None]:
         if len(hit) == 1:
             return hit[0], None
         fits, query = fitting(core), core
+    ignored = None
+    if not fits:  # words that fit no accelerator at all (a slice size, a board or form-factor code) are dropped
+        known = [q for q in query if any(_word_fits(w, q) for ws in with_form.values() for w in ws)]
+        if known and len(known) < len(query):
+            fits = fitting(known)
+            ignored = [q for q in query if q not in known]
+            query = known
     if len(fits) == 1:
-        return fits[0], None
+        return fits[0], (None if ignored is None else
+                         f"'{name}': ignoring {', '.join(repr(w) for w in ignored)} (no accelerator's id or name has "
+                         f"them); using {fits[0]['id']}")
     if not fits:
+        loose = [r for r in rows if all(any(w.startswith(q) for w in with_form[r["id"]]) for q in query)]
+        if len(loose) > 1:  # a model number's start ("MI3"): the chips it starts, to choose from
+            raise UnknownName(f"hardware '{name}' is ambiguous: it fits {', '.join(r['id'] for r in loose)}; "
+                              f"give one of these ids")
         raise UnknownName(f"unknown hardware '{name}': expected an id or name from measurements/hardware_specs.csv "
                           f"(e.g. h100-sxm5-80gb, H100, A100 80GB, gb200; `stepcast list gpus` prints them all)."
                           f"{_suggest(name.strip().lower(), hw['id'].to_list())}")

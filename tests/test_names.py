@@ -198,6 +198,9 @@ def test_store_alias_sql_matches_the_catalog_keys():
     ("NVIDIA GeForce RTX 4090", "rtx-4090", None),
     ("RTX A6000", "rtx-a6000", None), ("NVIDIA RTX A6000", "rtx-a6000", None), ("A6000", "rtx-a6000", None),
     ("RTX 3090", "rtx-3090", None), ("NVIDIA GeForce RTX 3090", "rtx-3090", None),
+    # a TPU slice ("v5p-256": its TensorCore or chip count), a form factor the id and name do not spell
+    ("TPU v5p-256", "tpu-v5p", "ignoring '256'"), ("v5e-256", "tpu-v5e", "ignoring '256'"),
+    ("TPU v4-3072", "tpu-v4", "ignoring '3072'"), ("B200-SXM", "b200", None), ("MI300X OAM", "mi300x", None),
     ("A10", "a10", None), ("NVIDIA A10", "a10", None),
 ])
 def test_gpu_names_resolve(name, hw_id, note_names):
@@ -313,3 +316,11 @@ def test_a10g_is_not_read_as_the_a10():
     for name in ("A10G", "NVIDIA A10G"):
         with pytest.raises(catalog.UnknownName, match="unknown hardware"):
             catalog.resolve_gpu(catalog.hardware(MEASUREMENTS), name)
+
+
+@pytest.mark.parametrize("name", ["H20", "L20", "A800 80GB PCIe", "H200 NVL"])
+def test_a_model_number_is_never_read_as_a_longer_one(name):
+    """The H20 is not an H200, nor an L20 an L40S: a name whose model number only starts a known one is refused
+    (and a product the table lacks, such as the A800 PCIe card or the H200 NVL, is not read as a neighbour)."""
+    with pytest.raises(catalog.UnknownName, match=f"unknown hardware '{name}'"):
+        catalog.resolve_gpu(catalog.hardware(MEASUREMENTS), name)
