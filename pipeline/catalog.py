@@ -149,6 +149,11 @@ def find_architecture(measurements: Path, name: str) -> dict:
             return find_architecture(measurements, base)
         except UnknownName:
             pass
+    if hit.height != 1:  # the one architecture of that name, of any size ("Chinchilla")
+        one = _sizeless_ids(pl.DataFrame({"model_name": [name], "arch_id": [None]}, schema={
+            "model_name": pl.Utf8, "arch_id": pl.Utf8}), arch)["arch_id"][0]
+        if one is not None:
+            return arch.filter(pl.col("id") == one).row(0, named=True)
     if hit.height != 1:
         raise UnknownName(f"unknown model '{name}': expected an id, name or alias from measurements/architectures.csv "
                           f"(e.g. gpt3-175b, llama3-70b, DeepSeek-V3; `stepcast list models` prints them all)."
@@ -201,7 +206,8 @@ def arch_ids_without_size(frame: pl.DataFrame, arch: pl.DataFrame, names: str = 
               * low.str.extract(SIZE_TOKEN, 2).replace_strict(SIZE_UNIT_B, default=None, return_dtype=pl.Float64))
     sizes = arch.select(pl.col("id").alias("_wo_id"), pl.col("params_b").cast(pl.Float64, strict=False)
                         .alias("_wo_params_b"))
-    res = arch_ids(low.str.replace(SIZE_TOKEN, " "), arch, frame.with_columns(size_b.alias("_size_b")), "_wo_id")
+    res = arch_ids(low.str.replace(SIZE_TOKEN, " ").str.replace_all(r"\(\s*\)", " "), arch,
+                   frame.with_columns(size_b.alias("_size_b")), "_wo_id")
     res = res.join(sizes, on="_wo_id", how="left")
     todo = pl.col(out).is_null() & pl.col("_size_b").is_not_null() & pl.col("_wo_id").is_not_null()
     close = (pl.col("_wo_params_b") / pl.col("_size_b") - 1.0).abs() <= NAME_SIZE_TOLERANCE
@@ -255,6 +261,36 @@ def _checkpoint_ids(frame: pl.DataFrame, arch: pl.DataFrame, names: str = "model
     return res.with_columns(cols).drop("_ck_name", "_ck_id")
 
 
+def _sizeless_ids(frame: pl.DataFrame, arch: pl.DataFrame, names: str = "model_name",
+                  out: str = "arch_id") -> pl.DataFrame:
+    """`frame` where `out` is still empty and the name carries no size: the architecture whose name or alias reads
+    the same once its own size token is dropped ("Chinchilla" -> chinchilla-70b, "Gopher" -> gopher-280b), when
+    exactly one architecture reads so (a family of several sizes, "Llama" or "GPT-3", stays unresolved), noted in
+    `model_name_note`."""
+    todo = pl.col(out).is_null() & pl.col(names).is_not_null() & \
+        ~pl.col(names).cast(pl.Utf8).str.to_lowercase().str.contains(SIZE_TOKEN)
+    if frame.filter(todo).height == 0:
+        return frame
+    raw = pl.concat([arch.select("id", pl.col("name").cast(pl.Utf8)),
+                     arch.select("id", pl.col("aliases").cast(pl.Utf8).fill_null("").str.split("|").alias("name"))
+                     .explode("name")])
+    has_size = pl.col("name").str.to_lowercase().str.contains(SIZE_TOKEN)
+    keys = (raw.filter(has_size).select(
+        normalize_expr(pl.col("name").str.to_lowercase().str.replace(SIZE_TOKEN, " ")).alias("_key"), "id")
+        .unique().filter(pl.col("_key") != ""))
+    taken = set(_arch_names(arch)["key"].to_list())  # a key some architecture already has in full
+    keys = keys.filter(pl.col("_key").is_unique() & ~pl.col("_key").is_in(list(taken)))
+    res = frame.with_columns(normalize_expr(pl.col(names)).alias("_key")).join(
+        keys.rename({"id": "_sl_id"}), on="_key", how="left")
+    hit = todo & pl.col("_sl_id").is_not_null()
+    note = pl.format("model '{}' read as {} (the one architecture of that name, of any size)", pl.col(names),
+                     pl.col("_sl_id"))
+    return res.with_columns(
+        pl.when(hit).then(pl.col("_sl_id")).otherwise(pl.col(out)).alias(out),
+        (pl.when(hit).then(note).otherwise(pl.col("model_name_note")) if "model_name_note" in res.columns
+         else pl.when(hit).then(note)).alias("model_name_note")).drop("_key", "_sl_id")
+
+
 def fill_from_architectures(runs: pl.DataFrame, measurements: Path) -> pl.DataFrame:
     """Fill empty architecture columns (and an empty `arch`) of run rows from the architecture the run's
     model_name names (id, name or alias, compared by `normalize_name`; the rule the store's `runs` table
@@ -264,6 +300,7 @@ def fill_from_architectures(runs: pl.DataFrame, measurements: Path) -> pl.DataFr
     out = arch_ids(pl.col("model_name"), arch, runs.drop("arch_id", strict=False))
     out = arch_ids_without_size(out, arch)
     out = _checkpoint_ids(out, arch)
+    out = _sizeless_ids(out, arch)
     if "arch" in out.columns:  # an architecture's id or alias written in `arch` (a family word there otherwise)
         out = arch_ids(pl.col("arch"), arch, out, "_arch_as_id")
         named = pl.col("_arch_as_id").is_not_null()  # the family then comes from the table

@@ -85,7 +85,10 @@ def test_a_name_with_a_size_token_resolves_only_to_an_architecture_of_that_size(
     ("meta-llama/Llama-2-13b-hf", "llama2-13b"), ("Llama-2-13b-chat-hf", "llama2-13b"),
     ("EleutherAI/gpt-neox-20b", "gpt-neox-20b"), ("google/gemma-2-9b-it", "gemma2-9b"),
     ("Qwen/Qwen2.5-72B-Instruct", "qwen2.5-72b"), ("someone/unknown-model-hf", None),
-    ("meta-llama/Llama-2-13b-hf-7B", None)])  # a size that contradicts the name still refuses it
+    ("meta-llama/Llama-2-13b-hf-7B", None),  # a size that contradicts the name still refuses it
+    ("Chinchilla", "chinchilla-70b"), ("Gopher", "gopher-280b"),  # the one architecture of that name, of any size
+    ("Llama", None), ("GPT-3", None),  # a family of several sizes stays unresolved
+    ("EleutherAI/gpt-j-6b", "gpt-j-6b"), ("openai-community/gpt2-xl", "gpt2-1.5b"), ("StarCoder", "starcoderbase-15.5b")])
 def test_a_checkpoint_name_resolves_to_its_architecture(name, arch_id):
     got = catalog.fill_from_architectures(pl.DataFrame({"model_name": [name]}), MEASUREMENTS)
     assert got["arch_id"][0] == arch_id
