@@ -199,6 +199,11 @@ COLUMN_SYNONYMS: dict[str, str] = {
     **dict.fromkeys(("activation_checkpointing", "recompute_granularity", "activation_recomputation"), "recompute"),
     **dict.fromkeys(("library", "trainer", "software", "stack"), "framework"),
 }
+#: headers of quantities the schema states another way: a node count (n_gpus = nodes x GPUs per node) and a global
+#: batch in tokens (global_batch_seqs = tokens / seq_len); read by `pipeline.predict_runs.read_headers`
+NODES_HEADERS = ("nodes", "num_nodes", "n_nodes", "node_count", "nnodes", "hosts", "num_hosts")
+BATCH_TOKENS_HEADERS = ("global_batch_tokens", "batch_size_tokens", "tokens_per_batch", "batch_tokens",
+                        "global_batch_size_tokens", "tokens_per_step", "gbs_tokens")
 #: spellings of a measured quantity, as a wide column (one per metric) or a `metric` value -> (the schema's metric,
 #: factor to its unit): milliseconds to seconds, percent to a fraction
 METRIC_SYNONYMS: dict[str, tuple[str, float]] = {

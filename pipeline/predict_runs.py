@@ -9,9 +9,9 @@ import polars as pl
 
 from models.memory import CAPACITY_BYTES_PER_GB
 from pipeline import catalog
-from pipeline.measurements import (COLUMN_SYNONYMS, COLUMNS, ENUMS, METRIC_SYNONYMS, MIXED_PRECISION,
-                                   RECOMPUTE_SPELLINGS, SCHEMA, SHARDING_SPELLINGS, canonical_dtype, canonical_word,
-                                   header_key)
+from pipeline.measurements import (BATCH_TOKENS_HEADERS, COLUMN_SYNONYMS, COLUMNS, ENUMS, METRIC_SYNONYMS,
+                                   MIXED_PRECISION, NODES_HEADERS, RECOMPUTE_SPELLINGS, SCHEMA, SHARDING_SPELLINGS,
+                                   canonical_dtype, canonical_word, header_key)
 from pipeline.readers import FileRejected, read_measurement_file
 
 BREAKDOWN = ["compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
@@ -81,6 +81,10 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             notes.append(f"column '{c}' read as {target}")
         elif key in METRIC_SYNONYMS and target is None:
             wide[c] = METRIC_SYNONYMS[key]
+        elif key in NODES_HEADERS and "_nodes" not in renames.values():
+            renames[c] = "_nodes"
+        elif key in BATCH_TOKENS_HEADERS and "_batch_tokens" not in renames.values():
+            renames[c] = "_batch_tokens"
     frame = frame.rename(renames)
     if "run_id" not in frame.columns:
         line = pl.col("_line").cast(pl.Utf8) if "_line" in frame.columns else \
@@ -120,6 +124,39 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             frame = frame.with_columns(pl.when(pct).then((value / 100.0).cast(pl.Utf8)).otherwise(pl.col("value"))
                                        .alias("value"))
     return frame, notes
+
+
+#: accelerators per node (host) where it differs from the hardware table's `gpus_per_node_typical`, which is the
+#: scale-up domain there: a GB200/GB300 NVL72 rack is 18 compute trays of 4 GPUs (NVIDIA GB200 NVL72 and GB300
+#: NVL72 product pages: "72 Blackwell GPUs", 18 compute trays, 2 Grace-Blackwell superchips = 4 GPUs per tray)
+GPUS_PER_HOST = {"gb200": 4, "gb300": 4}
+
+
+def stated_otherwise(runs: pl.DataFrame, hardware: pl.DataFrame, notes: list[str]) -> tuple[pl.DataFrame, list[str]]:
+    """`runs` (gpu as hardware ids) with n_gpus from a node count (`_nodes` x gpus_per_node, else the hardware's
+    `gpus_per_node_typical`) and global_batch_seqs from a batch in tokens (`_batch_tokens` / seq_len) where the
+    schema's own column is empty; `notes` with what was read so."""
+    notes = list(notes)
+    if "_nodes" in runs.columns:
+        per = hardware.select(pl.col("id").alias("gpu"), pl.col("id").replace_strict(
+            GPUS_PER_HOST, default=None, return_dtype=pl.Float64).fill_null(
+            pl.col("gpus_per_node_typical").cast(pl.Float64, strict=False)).alias("_per_node")).unique("gpu", keep="first")
+        runs = runs.join(per, on="gpu", how="left")
+        n = (pl.col("_nodes") * pl.coalesce(pl.col("gpus_per_node").cast(pl.Float64), pl.col("_per_node")))
+        use = pl.col("n_gpus").is_null() & n.is_not_null()
+        if runs.select(use.any()).item():
+            notes.append("n_gpus = nodes x GPUs per node (the stated gpus_per_node, else the accelerator's typical "
+                         "node: 8 for HGX/DGX, 4 per GB200/GB300 compute tray, the chips of a TPU host)")
+        runs = runs.with_columns(pl.when(use).then(n.round(0).cast(pl.Int64)).otherwise(pl.col("n_gpus"))
+                                 .alias("n_gpus")).drop("_nodes", "_per_node")
+    if "_batch_tokens" in runs.columns:
+        b = (pl.col("_batch_tokens") / pl.col("seq_len").cast(pl.Float64)).round(0)
+        use = pl.col("global_batch_seqs").is_null() & b.is_not_null() & (b >= 1)
+        if runs.select(use.any()).item():
+            notes.append("global_batch_seqs = the batch in tokens / seq_len")
+        runs = runs.with_columns(pl.when(use).then(b.cast(pl.Int64)).otherwise(pl.col("global_batch_seqs"))
+                                 .alias("global_batch_seqs")).drop("_batch_tokens")
+    return runs, notes
 
 
 def resolve_word_spellings(runs: pl.DataFrame) -> pl.DataFrame:
@@ -212,6 +249,10 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
          .cast(SCHEMA[c], strict=False).alias(c)
          for c in COLUMNS if c not in ("metric", "value", "unit", "derived", "notes")]
     ).filter(pl.col("run_id").is_not_null())
+    extra = [c for c in ("_nodes", "_batch_tokens") if c in frame.columns]
+    if extra:  # a node count, a batch in tokens: kept beside the schema's columns until they can be read
+        typed = typed.hstack(frame.filter(pl.col("run_id").str.strip_chars().replace("", None).is_not_null()).select(
+            [number_text(pl.col(c)).cast(pl.Float64, strict=False).alias(c) for c in extra]))
     runs = typed.group_by("run_id", maintain_order=True).first()
     runs = catalog.fill_from_architectures(runs, measurements)
     # `gpu` by id, name or a short name (`H100`: a documented default, recorded in assumptions; catalog.resolve_gpu)
@@ -220,6 +261,7 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
     # `dtype` by a common spelling ("bfloat16", "fp8 delayed scaling", "amp"; recorded in assumptions)
     runs = resolve_dtype_spellings(runs, catalog.hardware(measurements))
     runs = resolve_word_spellings(runs)  # sharding and recompute by a common spelling ("ZeRO-3", "true")
+    runs, header_notes = stated_otherwise(runs, catalog.hardware(measurements), header_notes)
     hw = resolve_hardware(catalog.hardware(measurements), strict=False)
     cfg = configs_from_runs(runs, hw)
     header_note = pl.lit("; ".join(header_notes) if header_notes else None, dtype=pl.Utf8)

@@ -163,6 +163,21 @@ def test_predict_runs_reads_thousands_separators_and_percent_signs(tmp_path):
     assert rows["b"]["measured_tokens_per_s_per_gpu"] == pytest.approx(rows["c"]["measured_tokens_per_s_per_gpu"])
 
 
+def test_predict_runs_reads_a_node_count_and_a_batch_in_tokens(tmp_path):
+    path = tmp_path / "runs.csv"
+    path.write_text("run_id,model_name,gpu,num_nodes,gpus_per_node,tokens_per_batch,seq_len\n"
+                    "hgx,llama3-70b,h100-sxm5-80gb,32,,4194304,8192\n"
+                    "tray,llama3-8b,gb200,4,,1048576,8192\n"
+                    "stated,llama3-8b,h100-sxm5-80gb,4,4,1048576,8192\n")
+    rows = {r["run_id"]: r for r in json.loads(runner.invoke(app, ["predict", "--runs", str(path), "--format",
+                                                                   "json"]).output)}
+    # 8 per HGX/DGX node, 4 per GB200 compute tray (not the 72-GPU NVLink domain), a stated count wins
+    assert (rows["hgx"]["n_gpus"], rows["tray"]["n_gpus"], rows["stated"]["n_gpus"]) == (256, 16, 16)
+    assert (rows["hgx"]["global_batch_seqs"], rows["tray"]["global_batch_seqs"]) == (512, 128)
+    assert "n_gpus = nodes x GPUs per node" in rows["hgx"]["assumptions"]
+    assert all(r["step_time_s"] is not None for r in rows.values())
+
+
 def test_predict_runs_names_an_unknown_sharding_spelling(tmp_path):
     path = tmp_path / "runs.csv"
     path.write_text("run_id,model_name,gpu,n_gpus,global_batch_seqs,seq_len,sharding\n"
