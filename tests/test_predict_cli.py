@@ -89,6 +89,15 @@ def test_predict_runs_bad_rows_keep_their_run_id(tmp_path):
     assert rows["t-3"]["step_time_s"] is not None and "seq_len=" in rows["t-3"]["assumptions"]
 
 
+def _predict_text(tmp_path, text: str) -> dict:
+    """`predict --runs` on a file of `text`: its rows by run_id."""
+    path = tmp_path / "runs.csv"
+    path.write_text(text)
+    result = runner.invoke(app, ["predict", "--runs", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return {r["run_id"]: r for r in json.loads(result.output)}
+
+
 def test_predict_runs_reads_the_headers_people_write(tmp_path):
     """Headers and metric columns under their common spellings (Megatron-LM / Hugging Face argument names, units in
     the header) are read as the schema's, each reading stated; the same run in schema form predicts the same."""
@@ -151,26 +160,20 @@ def test_predict_runs_reads_sharding_and_recompute_spellings(tmp_path, sharding,
 
 
 def test_predict_runs_reads_thousands_separators_and_percent_signs(tmp_path):
-    path = tmp_path / "runs.csv"
-    path.write_text('run_id,model_name,gpu,n_gpus,global_batch_seqs,seq_len,metric,value\n'
-                    'a,llama3-8b,h100-sxm5-80gb,"1,024","2,048",8192,tokens_per_s_per_gpu,"8,000"\n'
-                    'b,llama3-8b,h100-sxm5-80gb,1024,2048,8192,mfu,41.2%\n'
-                    'c,llama3-8b,h100-sxm5-80gb,1024,2048,8192,mfu,0.412\n')
-    rows = {r["run_id"]: r for r in json.loads(runner.invoke(app, ["predict", "--runs", str(path), "--format",
-                                                                   "json"]).output)}
+    rows = _predict_text(tmp_path, 'run_id,model_name,gpu,n_gpus,global_batch_seqs,seq_len,metric,value\n'
+                                   'a,llama3-8b,h100-sxm5-80gb,"1,024","2,048",8192,tokens_per_s_per_gpu,"8,000"\n'
+                                   'b,llama3-8b,h100-sxm5-80gb,1024,2048,8192,mfu,41.2%\n'
+                                   'c,llama3-8b,h100-sxm5-80gb,1024,2048,8192,mfu,0.412\n')
     assert (rows["a"]["n_gpus"], rows["a"]["global_batch_seqs"]) == (1024, 2048)
     assert rows["a"]["measured_tokens_per_s_per_gpu"] == pytest.approx(8000.0)
     assert rows["b"]["measured_tokens_per_s_per_gpu"] == pytest.approx(rows["c"]["measured_tokens_per_s_per_gpu"])
 
 
 def test_predict_runs_reads_a_node_count_and_a_batch_in_tokens(tmp_path):
-    path = tmp_path / "runs.csv"
-    path.write_text("run_id,model_name,gpu,num_nodes,gpus_per_node,tokens_per_batch,seq_len\n"
-                    "hgx,llama3-70b,h100-sxm5-80gb,32,,4194304,8192\n"
-                    "tray,llama3-8b,gb200,4,,1048576,8192\n"
-                    "stated,llama3-8b,h100-sxm5-80gb,4,4,1048576,8192\n")
-    rows = {r["run_id"]: r for r in json.loads(runner.invoke(app, ["predict", "--runs", str(path), "--format",
-                                                                   "json"]).output)}
+    rows = _predict_text(tmp_path, "run_id,model_name,gpu,num_nodes,gpus_per_node,tokens_per_batch,seq_len\n"
+                                   "hgx,llama3-70b,h100-sxm5-80gb,32,,4194304,8192\n"
+                                   "tray,llama3-8b,gb200,4,,1048576,8192\n"
+                                   "stated,llama3-8b,h100-sxm5-80gb,4,4,1048576,8192\n")
     # 8 per HGX/DGX node, 4 per GB200 compute tray (not the 72-GPU NVLink domain), a stated count wins
     assert (rows["hgx"]["n_gpus"], rows["tray"]["n_gpus"], rows["stated"]["n_gpus"]) == (256, 16, 16)
     assert (rows["hgx"]["global_batch_seqs"], rows["tray"]["global_batch_seqs"]) == (512, 128)
