@@ -29,7 +29,9 @@ The nightly schedule (`nightly_refit`, 03:00 UTC, env `STEPCAST_REFIT_CRON`) run
 RUNNING in `dagster dev`. One writer: every run holds the store's writer lock for its whole duration
 (`StoreResource`, the same lock `stepcast build`, `ingest` and `fit` take); the project's `dagster.yaml`
 allows one run in progress at a time (others wait in the queue); the job runs its steps in one process
-(in-process executor), so steps never contend for the DuckDB file lock either. Blocking asset
+(in-process executor), so steps never contend for the DuckDB file lock either. `stepcast build` runs the same
+graph as the `build` job with the multiprocess executor: its steps run under the lock the build holds and take
+turns on the DuckDB file (`StoreResource.get_connection` waits while another step has it open). Blocking asset
 checks stop everything downstream of a failed check, including the snapshot: readers keep the last good one.
 """
 

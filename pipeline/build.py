@@ -190,8 +190,9 @@ class _StepWatcher(threading.Thread):
             self.running.remove(step)
         if kind != "STEP_START":
             self.done += 1
-        steps = ", ".join(self.running) or "…"
-        self.progress.update(self.task, completed=min(self.done, self.n_steps), description=f"building [bold]{steps}[/bold]")
+        self.progress.update(self.task, completed=min(self.done, self.n_steps))
+        if self.running:  # between two steps the last description stays
+            self.progress.update(self.task, description=f"building [bold]{', '.join(self.running)}[/bold]")
 
 
 def run_build(cfg: Settings, console: Console, quiet: bool = False) -> bool:
@@ -259,7 +260,9 @@ def _run_build(cfg: Settings, console: Console, quiet: bool) -> bool:
             err = ev.step_failure_data.error
             while err is not None and err.cause is not None and "DagsterExecutionStepExecutionError" in err.cls_name:
                 err = err.cause  # the user code's own error, not Dagster's wrapper
-            failures.append((ev.step_key or "?", f"{err.cls_name}: {err.message.strip()}" if err else "unknown"))
+            msg = err.message.strip() if err else "unknown"
+            failures.append((ev.step_key or "?", msg if err is None or msg.startswith(err.cls_name)
+                             else f"{err.cls_name}: {msg}"))
             table.add_row(ev.step_key or "?", "[red]failed[/red]", "see below")
     console.print(table)
     for step, message in failures:

@@ -886,7 +886,7 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def publish_snapshot(store: Path, snapshot: Path, holder_pid: int | None = None) -> Path:
-    """Copy the (checkpointed, closed) store beside the snapshot, check the copy, then rename it into place.
+    """Copy the checkpointed store beside the snapshot, check the copy, then rename it into place.
 
     Crash safety: the copy is written to `.<name>.<pid>.tmp` in the snapshot's folder and fsynced; it is
     opened read-only and must hold every main table before `os.replace` swaps it in (atomic on POSIX), and
