@@ -13,6 +13,7 @@ class SnapshotConfig(dg.ConfigurableResource):
     store: str
     snapshot: str
     reports: str = ""
+    holder_pid: int = 0  # the process holding the store's writer lock for this run (`store.writer_lock`)
 
 
 def make_snapshot_asset(upstream: list) -> dg.AssetsDefinition:
@@ -22,7 +23,7 @@ def make_snapshot_asset(upstream: list) -> dg.AssetsDefinition:
               description="Read-only copy of the store for readers (DuckDB CLI, notebooks, BI). Written beside, "
                           "then renamed into place, so a reader sees the old or the new store, never a mix.")
     def store_snapshot(paths: SnapshotConfig) -> dg.MaterializeResult:
-        target = store.publish_snapshot(Path(paths.store), Path(paths.snapshot))
+        target = store.publish_snapshot(Path(paths.store), Path(paths.snapshot), holder_pid=paths.holder_pid or None)
         con = store.connect(target, read_only=True)
         try:
             counts = store.row_counts(con)

@@ -29,7 +29,9 @@ The nightly schedule (`nightly_refit`, 03:00 UTC, env `STEPCAST_REFIT_CRON`) run
 RUNNING in `dagster dev`. One writer: every run holds the store's writer lock for its whole duration
 (`StoreResource`, the same lock `stepcast build`, `ingest` and `fit` take); the project's `dagster.yaml`
 allows one run in progress at a time (others wait in the queue); the job runs its steps in one process
-(in-process executor), so steps never contend for the DuckDB file lock either. Blocking asset
+(in-process executor), so steps never contend for the DuckDB file lock either. `stepcast build` runs the same
+graph as the `build` job with the multiprocess executor: its steps run under the lock the build holds and take
+turns on the DuckDB file (`StoreResource.get_connection` waits while another step has it open). Blocking asset
 checks stop everything downstream of a failed check, including the snapshot: readers keep the last good one.
 """
 
@@ -39,7 +41,7 @@ import datetime as dt
 import json
 import os
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -243,20 +245,52 @@ def _ingest_new(con, incoming: Path, new: list[Path], result: IncomingResult) ->
 
 class StoreResource(DuckDBResource):
     """The store as the assets see it (a DuckDBResource) that also holds the store's writer lock
-    (`store.writer_lock`) for the whole run: Dagster sets a resource up once per run under the in-process
-    executor and tears it down when the run ends, so every daemon run (sensor, schedule, a launch from the
-    UI) is one writer like `stepcast build`, `ingest` and `fit`. A run that cannot get the lock within the
-    bound fails with StoreBusy (the sensor retries its files, see `make_incoming_sensor`)."""
+    (`store.writer_lock`) while Dagster has it set up.
+
+    - In-process executor (the `refit` job: every daemon run, sensor, schedule or a launch from the UI): the
+      resource is set up once per run and torn down when the run ends, so the run is one writer for its whole
+      duration like `stepcast build`, `ingest` and `fit`. A run that cannot get the lock within the bound
+      fails with StoreBusy (the sensor retries its files, see `make_incoming_sensor`).
+    - `stepcast build` (multiprocess executor): the build holds the lock for the whole run and names its pid
+      in `holder_pid`; the step processes run under that hold (`writer_lock(holder_pid=...)`) instead of
+      waiting for it.
+    - Another executor with steps in processes (the `build` job launched from the UI): each step holds the
+      lock while it runs; a step that finds it held by a step of its own run waits for it (up to
+      `store.store_wait_s()`), not only the usual bound.
+
+    Either way steps of one run may run at the same time in different processes: `get_connection` waits while
+    another process has the DuckDB file open, and the assets keep the store open only to read their inputs and
+    write their rows."""
+
+    holder_pid: int = 0  # the process holding the writer lock for this run's steps (0: none, take it)
 
     def yield_for_execution(self, context):  # noqa: D401 - Dagster's hook
         return _holding_lock(self, context)
+
+    @contextmanager
+    def get_connection(self):
+        con = store.connect_waiting(self.database, config={"custom_user_agent": "dagster", **self.connection_config})
+        try:
+            yield con
+        finally:
+            con.close()
 
 
 @contextmanager
 def _holding_lock(resource: "StoreResource", context):
     run = getattr(context, "dagster_run", None)
     command = f"dagster run {run.run_id} (job {run.job_name})" if run is not None else "dagster run"
-    with store.writer_lock(resource.database, command=command):
+    deadline = time.monotonic() + store.store_wait_s()
+    with ExitStack() as stack:
+        while True:
+            try:
+                stack.enter_context(store.writer_lock(resource.database, command=command,
+                                                      holder_pid=resource.holder_pid or None))
+                break
+            except store.StoreBusy:  # held by a step of this same run (steps in processes): wait for it
+                holder = store.lock_holder(str(resource.database) + ".lock")
+                if run is None or run.run_id not in holder or time.monotonic() >= deadline:
+                    raise
         yield resource
 
 

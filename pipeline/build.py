@@ -1,4 +1,5 @@
-"""`stepcast build`: materialize the whole asset graph in-process, with a progress display, then summarize.
+"""`stepcast build`: materialize the whole asset graph (Dagster's multiprocess executor), with a progress display,
+then summarize.
 
 The run is recorded in the project's Dagster instance, so `dagster dev` shows its materializations, check
 results, metadata and run history: `$DAGSTER_HOME` when set, else `.dagster/` in the project root. The project's
@@ -9,8 +10,8 @@ layout inside that home, which is the same layout.
 
 from __future__ import annotations
 
-import logging
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -71,27 +72,132 @@ def project_instance():
     return dg.DagsterInstance.from_config(str(ensure_dagster_home(dagster_home())))
 
 
-class _StepListener(logging.Handler):
-    """Advances a rich progress bar as Dagster reports steps finishing."""
+#: the modules every step process needs, imported once by the multiprocess executor's fork server (each step is
+#: forked from it instead of starting Python and importing Dagster and the assets again: ~3 s a step); with the
+#: modules of the instance's storage (`run_config`). pipeline.api, typer: a step re-runs the command's main module.
+PRELOAD = ("pipeline.build", "pipeline.definitions", "pipeline.api", "typer", "upath", "numpy.ma")
+#: a line Dagster's console logger writes from each step process before the step's own logging starts (the
+#: event log has the same event); the step processes' other output reaches stderr
+_DAGSTER_DEBUG_LINE = b" - dagster - DEBUG - "
+BUILD_TAG = "stepcast/build"  # a token naming one `stepcast build` run (the progress display finds it by it)
+STEP_EVENTS = ("STEP_START", "STEP_SUCCESS", "STEP_FAILURE", "STEP_SKIPPED")
 
-    def __init__(self, progress: Progress, task, n_steps: int):
-        super().__init__(level=logging.DEBUG)
-        self.progress, self.task, self.n_steps, self.done = progress, task, n_steps, 0
 
-    def emit(self, record: logging.LogRecord) -> None:
-        meta = getattr(record, "dagster_meta", None) or {}
-        event = meta.get("dagster_event")
-        kind = getattr(event, "event_type_value", None)
-        step = getattr(event, "step_key", None) or meta.get("step_key")
+def build_job(store: str, snapshot: str, reports: str, measurements: str, incoming: str, holder_pid: int = 0):
+    """The build job as `stepcast build` runs it: its step processes reconstruct it from these arguments (the paths
+    chosen on the command line, and the pid of the `stepcast build` that holds the store's writer lock for them)."""
+    from pipeline.definitions import make_definitions
+
+    cfg = Settings(store=Path(store), snapshot=Path(snapshot), reports=Path(reports), measurements=Path(measurements),
+                   incoming=Path(incoming))
+    return make_definitions(cfg, holder_pid=holder_pid).resolve_job_def("build")
+
+
+def run_config(n_workers: int, instance=None) -> dict:
+    """Dagster's multiprocess executor, at most `n_workers` steps at a time, steps forked from a server that has
+    imported `PRELOAD` and the modules of `instance`'s storage (each step opens the instance: ~1.5 s of imports);
+    Dagster's console log quiet (the progress display and the summary say what happened)."""
+    preload = list(PRELOAD)
+    if instance is not None:
+        ref = instance.get_ref()
+        preload += sorted({v.module_name for v in ref._asdict().values() if hasattr(v, "module_name")} - set(preload))
+    return {
+        "execution": {"config": {"multiprocess": {
+            "max_concurrent": n_workers,
+            "start_method": {"forkserver": {"preload_modules": preload}},
+        }}},
+        "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
+    }
+
+
+def start_step_server(preload: list[str]) -> None:
+    """Start the fork server Dagster's multiprocess executor forks the steps from (unless this process has one),
+    preloading `preload`, with its stderr (and so the steps') piped through a filter that drops Dagster's
+    per-step debug lines and passes everything else on to this process's stderr."""
+    import multiprocessing
+    import sys
+    from multiprocessing import forkserver
+
+    from pipeline import parallel
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(list(preload))
+    read_end, write_end = os.pipe()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(write_end, 2)
+    # the steps' pools take turns on the CPUs (pipeline.parallel.cpu_slot); the server and so every step inherit this
+    os.environ[parallel.SLOTS_ENV] = str(parallel.slots_dir())
+    try:
+        forkserver.ensure_running()  # a server already running keeps its stderr; the pipe then just closes
+    finally:
+        os.environ.pop(parallel.SLOTS_ENV, None)
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(write_end)
+    threading.Thread(target=_pass_stderr, args=(read_end,), daemon=True, name="stepcast-step-stderr").start()
+
+
+def _pass_stderr(fd: int) -> None:
+    with os.fdopen(fd, "rb") as lines:
+        for line in lines:
+            if _DAGSTER_DEBUG_LINE not in line:
+                try:
+                    os.write(2, line)
+                except OSError:
+                    pass
+
+
+class _StepWatcher(threading.Thread):
+    """Advances a rich progress bar as the run's steps start and finish: reads the run's step events from the
+    instance's event log (the steps run in other processes and write them there)."""
+
+    def __init__(self, progress: Progress, task, n_steps: int, token: str, interval_s: float = 0.25):
+        super().__init__(daemon=True, name="stepcast-build-progress")
+        self.progress, self.task, self.n_steps, self.token = progress, task, n_steps, token
+        self.interval_s, self.stop, self.done, self.running = interval_s, threading.Event(), 0, []
+
+    def run(self) -> None:
+        import dagster as dg
+
+        try:
+            instance = dg.DagsterInstance.from_config(str(dagster_home()))
+        except Exception:  # noqa: BLE001 - no progress display, the build goes on
+            return
+        kinds = {dg.DagsterEventType(k) for k in STEP_EVENTS}
+        run_id, cursor = None, None
+        try:
+            while not self.stop.wait(self.interval_s):
+                try:
+                    if run_id is None:
+                        runs = instance.get_runs(dg.RunsFilter(tags={BUILD_TAG: self.token}), limit=1)
+                        run_id = runs[0].run_id if runs else None
+                        if run_id is None:
+                            continue
+                    page = instance.get_records_for_run(run_id, cursor=cursor, of_type=kinds)
+                except Exception:  # noqa: BLE001 - the event log busy for a moment: next time
+                    continue
+                cursor = page.cursor
+                for rec in page.records:
+                    self._seen(rec.event_log_entry.dagster_event)
+        finally:
+            instance.dispose()
+
+    def _seen(self, event) -> None:
+        kind, step = event.event_type_value, event.step_key
         if kind == "STEP_START":
-            self.progress.update(self.task, description=f"building [bold]{step}[/bold]")
-        elif kind in ("STEP_SUCCESS", "STEP_FAILURE", "STEP_SKIPPED"):
+            self.running.append(step)
+        elif step in self.running:
+            self.running.remove(step)
+        if kind != "STEP_START":
             self.done += 1
-            self.progress.update(self.task, completed=min(self.done, self.n_steps))
+        self.progress.update(self.task, completed=min(self.done, self.n_steps))
+        if self.running:  # between two steps the last description stays
+            self.progress.update(self.task, description=f"building [bold]{', '.join(self.running)}[/bold]")
 
 
 def run_build(cfg: Settings, console: Console, quiet: bool = False) -> bool:
-    """The build job in-process, holding the store's one-writer lock (as `stepcast ingest` does)."""
+    """The build job, its steps in processes, while this process holds the store's one-writer lock (as
+    `stepcast ingest` does) for them."""
     from pipeline import store
 
     cfg.store.parent.mkdir(parents=True, exist_ok=True)
@@ -104,30 +210,36 @@ def run_build(cfg: Settings, console: Console, quiet: bool = False) -> bool:
 
 
 def _run_build(cfg: Settings, console: Console, quiet: bool) -> bool:
+    import uuid
+
     import dagster as dg
 
-    from pipeline.definitions import make_definitions
-    from pipeline.parallel import shared_pools
+    from pipeline.parallel import workers
 
-    defs = make_definitions(cfg)
-    job = defs.resolve_job_def("build")
-    n_steps = len(list(job.graph.node_defs)) if hasattr(job, "graph") else 1
     instance = project_instance()
-    dagster_logger = logging.getLogger("dagster")
+    config = run_config(workers(), instance)
+    # the server imports the steps' modules while this process builds the job (both take seconds)
+    start_step_server(config["execution"]["config"]["multiprocess"]["start_method"]["forkserver"]["preload_modules"])
+    recon = dg.build_reconstructable_job("pipeline.build", "build_job", reconstructable_kwargs=dict(
+        store=str(cfg.store), snapshot=str(cfg.snapshot), reports=str(cfg.reports),
+        measurements=str(cfg.measurements), incoming=str(cfg.incoming), holder_pid=os.getpid()))
+    job = recon.get_definition()
+    n_steps = len(list(job.graph.node_defs)) if hasattr(job, "graph") else 1
+    token = uuid.uuid4().hex
     start = time.perf_counter()
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
                   TimeElapsedColumn(), console=console, transient=quiet, disable=quiet) as progress:
         task = progress.add_task("starting", total=n_steps)
-        listener = _StepListener(progress, task, n_steps)
-        dagster_logger.addHandler(listener)
+        watcher = _StepWatcher(progress, task, n_steps, token)
+        if not quiet:
+            watcher.start()
         try:
-            with shared_pools():  # worker processes spawned once for the whole build (pipeline.parallel)
-                result = job.execute_in_process(
-                    instance=instance, raise_on_error=False,
-                    run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
-                )
+            result = dg.execute_job(recon, instance=instance, run_config=config,
+                                    tags={BUILD_TAG: token}, raise_on_error=False)
         finally:
-            dagster_logger.removeHandler(listener)
+            watcher.stop.set()
+            if watcher.is_alive():
+                watcher.join()
             instance.dispose()
         progress.update(task, completed=n_steps, description="done" if result.success else "failed")
     elapsed = time.perf_counter() - start
@@ -148,7 +260,9 @@ def _run_build(cfg: Settings, console: Console, quiet: bool) -> bool:
             err = ev.step_failure_data.error
             while err is not None and err.cause is not None and "DagsterExecutionStepExecutionError" in err.cls_name:
                 err = err.cause  # the user code's own error, not Dagster's wrapper
-            failures.append((ev.step_key or "?", f"{err.cls_name}: {err.message.strip()}" if err else "unknown"))
+            msg = err.message.strip() if err else "unknown"
+            failures.append((ev.step_key or "?", msg if err is None or msg.startswith(err.cls_name)
+                             else f"{err.cls_name}: {msg}"))
             table.add_row(ev.step_key or "?", "[red]failed[/red]", "see below")
     console.print(table)
     for step, message in failures:

@@ -32,7 +32,9 @@ build_job = dg.define_asset_job(
 )
 
 
-def make_definitions(settings: Settings | None = None) -> dg.Definitions:
+def make_definitions(settings: Settings | None = None, holder_pid: int = 0) -> dg.Definitions:
+    """`holder_pid`: a process that holds the store's writer lock for the runs of these definitions (`stepcast
+    build` for its step processes, see `pipeline.automation.StoreResource`); 0: each run takes it."""
     settings = settings or Settings.load()
     return dg.Definitions(
         assets=ALL_ASSETS,
@@ -41,10 +43,10 @@ def make_definitions(settings: Settings | None = None) -> dg.Definitions:
         schedules=[automation.nightly_refit],
         sensors=[automation.make_incoming_sensor(settings.incoming)],
         resources={
-            "duckdb": automation.StoreResource(database=str(settings.store)),
+            "duckdb": automation.StoreResource(database=str(settings.store), holder_pid=holder_pid),
             "measurements": MeasurementsResource(root=str(settings.measurements), incoming=str(settings.incoming)),
             "paths": publish.SnapshotConfig(store=str(settings.store), snapshot=str(settings.snapshot),
-                                            reports=str(settings.reports)),
+                                            reports=str(settings.reports), holder_pid=holder_pid),
         },
     )
 

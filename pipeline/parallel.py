@@ -4,12 +4,16 @@ hardware-choice searches, one accelerator per job).
 Workers are started with `spawn` (polars and DuckDB run threads: a forked child could inherit a held lock).
 `STEPCAST_WORKERS` caps the number of processes (default: the CPUs this process may use); 1 runs in-process.
 A worker runs its BLAS on one thread: the workers already fill the CPUs, and a second BLAS thread per worker
-only waits for a core (an SVD of the fit's small Jacobian took up to 0.5 s instead of 1 ms on a busy machine)."""
+only waits for a core (an SVD of the fit's small Jacobian took up to 0.5 s instead of 1 ms on a busy machine).
+`stepcast build` runs its steps in processes of their own (Dagster's multiprocess executor), each step with its
+own pool; their workers take turns on `workers()` CPU slots (`cpu_slot`), so two steps sweeping at the same time
+run no more jobs at once than there are CPUs."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
 
 
 def workers() -> int:
@@ -39,6 +43,66 @@ def single_thread_blas() -> None:
     _BLAS_LIMIT = threadpool_limits(limits=1)
 
 
+#: a folder of CPU slot files shared by the processes of one `stepcast build` (its steps run in processes of their
+#: own, each with its pool): a pool worker holds a slot (an flock) while it runs a job, so the pools of steps
+#: running at the same time never run more jobs at once than there are slots (`workers()`)
+SLOTS_ENV = "STEPCAST_CPU_SLOTS"
+
+
+@contextlib.contextmanager
+def cpu_slot():
+    """Hold one of the build's CPU slots (see SLOTS_ENV) while the block runs; no-op outside such a build."""
+    folder = os.environ.get(SLOTS_ENV)
+    if not folder or not os.path.isdir(folder):
+        yield
+        return
+    import fcntl
+
+    n = workers()
+    held = None
+    while held is None:
+        for i in range(n):
+            fh = open(os.path.join(folder, f"slot{i}"), "a")
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                fh.close()
+                continue
+            held = fh
+            break
+        else:
+            time.sleep(0.02)
+    try:
+        yield
+    finally:
+        held.close()
+
+
+class _InSlot:
+    """``fn`` run while holding a CPU slot (picklable: the pool's workers get it by reference)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, *args, **kwargs):
+        with cpu_slot():
+            return self.fn(*args, **kwargs)
+
+
+def slots_dir():
+    """The slot files' folder (one per user: builds running at the same time share the CPUs too)."""
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(tempfile.gettempdir()) / f"stepcast-cpu-slots-{os.getuid()}"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def _slotted(fn):
+    return _InSlot(fn) if os.environ.get(SLOTS_ENV) else fn
+
+
 def pool_map(fn, jobs) -> list:
     """`list(map(fn, jobs))`, in a pool of `workers()` processes when there is more than one job and CPU (the
     build's pool when `shared_pools` holds one)."""
@@ -49,7 +113,7 @@ def pool_map(fn, jobs) -> list:
     if "blas1" in _SHARED:
         return list(_SHARED["blas1"].map(fn, jobs))
     with _pool(n, single_thread_blas) as ex:
-        return list(ex.map(fn, jobs))
+        return list(ex.map(_slotted(fn), jobs))
 
 
 def map_jobs(fn, jobs: list[tuple[tuple, dict]], n_workers: int) -> list:
@@ -63,6 +127,7 @@ def map_jobs(fn, jobs: list[tuple[tuple, dict]], n_workers: int) -> list:
         futures = [pool.submit(fn, *a, **k) for a, k in jobs]
         return [f.result() for f in futures]
     with _pool(min(n_workers, len(jobs)), single_thread_blas) as pool:
+        fn = _slotted(fn)
         futures = [pool.submit(fn, *a, **k) for a, k in jobs]
         return [f.result() for f in futures]
 
@@ -100,7 +165,8 @@ def _warm(modules: tuple[str, ...]) -> None:
 
 @contextlib.contextmanager
 def shared_pools():
-    """Keep one worker pool open for `pool_map` and `map_jobs` while the block runs (`stepcast build`): it is spawned
+    """Keep one worker pool open for `pool_map` and `map_jobs` while the block runs (a run of several assets in one
+    process; `stepcast build` runs each step in a process of its own, so its steps do not share one): it is spawned
     once and every later call reuses it instead of spawning and importing again (2-3 s per pool on two cores).
     It starts at once and its workers import the fit's modules while the first, serial steps (ingest) leave a core
     free; each worker runs its BLAS on one thread (`single_thread_blas`). Workers hold no state between tasks

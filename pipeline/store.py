@@ -65,6 +65,44 @@ def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnect
     return duckdb.connect(str(path), read_only=read_only)
 
 
+#: how long a process waits for DuckDB's own file lock, held by another process of the same writer (a step of
+#: `stepcast build` while another step uses the store), before giving up (env STEPCAST_STORE_WAIT_S). The
+#: longest hold in the build is the calibration fit's (its asset keeps the store open while it fits).
+STORE_WAIT_S = 600.0
+
+
+def store_wait_s() -> float:
+    try:
+        return float(os.environ.get("STEPCAST_STORE_WAIT_S", STORE_WAIT_S))
+    except ValueError:
+        return STORE_WAIT_S
+
+
+def _file_lock_conflict(err: BaseException) -> bool:
+    return isinstance(err, duckdb.IOException) and "Could not set lock on file" in str(err)
+
+
+def connect_waiting(path: str | Path, timeout_s: float | None = None, config: dict | None = None
+                    ) -> duckdb.DuckDBPyConnection:
+    """A read-write connection to the store, waiting while another process has the file open (DuckDB lets one
+    process at a time open a database file read-write: "Could not set lock on file"). The steps of a
+    multiprocess run share the one-writer lock their run holds (`writer_lock(holder_pid=...)`) and take turns
+    on the file this way, each holding it only while it reads its inputs or writes its rows. Gives up after
+    `timeout_s` (default `store_wait_s()`) with DuckDB's error, which names the process holding the file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + (store_wait_s() if timeout_s is None else timeout_s)
+    delay = 0.05
+    while True:
+        try:
+            return duckdb.connect(str(path), config=config or {})
+        except duckdb.IOException as err:
+            if not _file_lock_conflict(err) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+
+
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     cols = ",\n  ".join(f"{c} {_SQL_TYPES[SCHEMA[c]]}" for c in COLUMNS)
     con.execute(f"""
@@ -847,31 +885,34 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def publish_snapshot(store: Path, snapshot: Path) -> Path:
-    """Copy the (checkpointed, closed) store beside the snapshot, check the copy, then rename it into place.
+def publish_snapshot(store: Path, snapshot: Path, holder_pid: int | None = None) -> Path:
+    """Copy the checkpointed store beside the snapshot, check the copy, then rename it into place.
 
     Crash safety: the copy is written to `.<name>.<pid>.tmp` in the snapshot's folder and fsynced; it is
     opened read-only and must hold every main table before `os.replace` swaps it in (atomic on POSIX), and
     the folder is fsynced after. A publisher killed at any point leaves the previous snapshot whole; its
     leftover temp file is removed by the next publish. A reader that has the old snapshot open keeps
-    reading the old file (its inode); new readers see the new one."""
+    reading the old file (its inode); new readers see the new one. `holder_pid`: see `writer_lock`."""
     store, snapshot = Path(store), Path(snapshot)
     snapshot.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_tmp(snapshot)
-    with writer_lock(store):  # the checkpoint writes the store, and no writer may change it during the copy
+    # the checkpoint writes the store, and no writer may change it during the copy
+    with writer_lock(store, holder_pid=holder_pid):
         _checkpoint_and_copy(store, snapshot)
     return snapshot
 
 
 def _checkpoint_and_copy(store: Path, snapshot: Path) -> None:
     tmp = snapshot.with_name(f".{snapshot.name}.{os.getpid()}.tmp")
-    con = duckdb.connect(str(store))
+    # the connection stays open during the copy: no other process (a check step of the same run still reading
+    # the store) can open the file and change it meanwhile
     try:
-        con.execute("CHECKPOINT")
-    finally:
-        con.close()
-    try:
-        shutil.copyfile(store, tmp)
+        con = connect_waiting(store)
+        try:
+            con.execute("CHECKPOINT")
+            shutil.copyfile(store, tmp)
+        finally:
+            con.close()
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         check = duckdb.connect(str(tmp), read_only=True)
@@ -923,6 +964,21 @@ def lock_holder(lock_path: str | Path) -> str:
     return f"pid {fields['pid']}, command {fields.get('command', '?')!r}, since {fields.get('since', '?')}"
 
 
+def _holder_pid(lock_path: str | Path) -> int | None:
+    """The pid the lock file names (None when it names none)."""
+    try:
+        text = Path(lock_path).read_text(encoding="utf-8")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("pid="):
+            try:
+                return int(line[4:])
+            except ValueError:
+                return None
+    return None
+
+
 def _describe_self() -> str:
     import sys
 
@@ -931,13 +987,16 @@ def _describe_self() -> str:
 
 
 @contextmanager
-def writer_lock(store: str | Path, timeout_s: float | None = None, command: str | None = None):
+def writer_lock(store: str | Path, timeout_s: float | None = None, command: str | None = None,
+                holder_pid: int | None = None):
     """Hold the one-writer lock of a store (`<store>.lock`, an flock released by the OS when the holder
     dies, so a killed writer never leaves a stale lock). Every writer takes it: `stepcast build`, `ingest`,
     `fit`, the snapshot publish and every Dagster run (pipeline.resources.StoreResource). The holder writes
     its pid, command and start time into the lock file; a waiter that gives up after `timeout_s` (default
     `lock_wait_s()`) raises StoreBusy("another process is writing <store> (pid, command, since)").
-    Re-entrant within a process."""
+    Re-entrant within a process. `holder_pid`: the process that started this one holds the lock for it (the
+    step processes of `stepcast build`, whose parent holds it for the whole run): when the lock is held and
+    its file names that pid, the block runs under that hold instead of waiting for it."""
     import fcntl
 
     lock_path = Path(str(store) + ".lock")
@@ -957,17 +1016,25 @@ def writer_lock(store: str | Path, timeout_s: float | None = None, command: str 
     timeout_s = lock_wait_s() if timeout_s is None else timeout_s
     fh = open(lock_path, "a+")
     deadline = time.monotonic() + timeout_s
+    inherited = False
     try:
         while True:
             try:
                 fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                if holder_pid and _holder_pid(lock_path) == holder_pid:  # held for this process by its parent
+                    inherited = True
+                    break
                 if time.monotonic() >= deadline:
                     raise StoreBusy(f"another process is writing {store} ({lock_holder(lock_path)}); waited "
                                     f"{timeout_s:g} s (env STEPCAST_LOCK_WAIT_S), try again when it has "
                                     f"finished") from None
                 time.sleep(0.2)
+        if inherited:
+            fh.close()
+            yield lock_path
+            return
         fh.seek(0)
         fh.truncate()
         fh.write(f"pid={os.getpid()}\ncommand={command or _describe_self()}\n"
