@@ -119,6 +119,9 @@ def forget_data() -> None:
     _BY_CONTENT.clear()
 POLICY_DASH = alt.Scale(domain=["strong", "weak", "critical"], range=[[1, 0], [6, 3], [2, 2]])
 PALETTE = "tableau20"  # Vega's 20 distinguishable categorical colours
+#: one legend entry per accelerator, however many a vendor has (Vega-Lite shows 30 and folds the rest into
+#: "…n entries", whose accelerators then cannot be picked from the legend)
+ACCEL_LEGEND = alt.Legend(columns=1, symbolLimit=0)
 # on a log axis, label only the ticks whose leading digit is 1, 2 or 5 (Vega labels every tick of a decade)
 _MANTISSA = "round(100 * datum.value / pow(10, floor(log(datum.value) / LN10 + 1e-9))) / 100"
 _LEAD_125 = f"indexof([1, 2, 5], {_MANTISSA}) >= 0"
@@ -349,7 +352,7 @@ def frontier_chart(fr: pl.DataFrame, title: str) -> dict:
         x=alt.X("training_flop:Q", title="training compute, 6·params·tokens (FLOP, log)", scale=alt.Scale(type="log"),
                 axis=alt.Axis(format=".0e")),
         y=alt.Y("utilization:Q", title="utilization (MFU) of the best layout", axis=alt.Axis(format=".0%")),
-        color=alt.Color("gpu:N", title="accelerator", scale=alt.Scale(scheme=PALETTE), legend=alt.Legend(columns=1)),
+        color=alt.Color("gpu:N", title="accelerator", scale=alt.Scale(scheme=PALETTE), legend=ACCEL_LEGEND),
         opacity=alt.condition(sel, alt.value(0.9), alt.value(0.1)), tooltip=tip)
     line = base.mark_line().add_params(sel)
     top = base.transform_filter(alt.datum.is_frontier).mark_point(size=120, filled=True, stroke="black")
@@ -370,7 +373,7 @@ def choice_chart(df: pl.DataFrame, title: str) -> dict:
                 axis=alt.Axis(labelExpr=log_labels("format(datum.value, ',~r')"))),
         y=alt.Y("cost_usd:Q", title="cost at on-demand cloud prices (log)", scale=alt.Scale(type="log"),
                 axis=alt.Axis(labelExpr=USD_AXIS)),
-        color=alt.Color("gpu:N", title="accelerator", scale=alt.Scale(scheme=PALETTE), legend=alt.Legend(columns=1)),
+        color=alt.Color("gpu:N", title="accelerator", scale=alt.Scale(scheme=PALETTE), legend=ACCEL_LEGEND),
         tooltip=[alt.Tooltip("gpu:N", title="accelerator"), *CURVE_TOOLTIP,
                  alt.Tooltip("price:N", title="price per GPU-hour")])
     pts = base.mark_circle(size=45, opacity=0.75)
