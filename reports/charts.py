@@ -120,8 +120,9 @@ def forget_data() -> None:
 POLICY_DASH = alt.Scale(domain=["strong", "weak", "critical"], range=[[1, 0], [6, 3], [2, 2]])
 PALETTE = "tableau20"  # Vega's 20 distinguishable categorical colours
 #: one legend entry per accelerator, however many a vendor has (Vega-Lite shows 30 and folds the rest into
-#: "…n entries", whose accelerators then cannot be picked from the legend)
-ACCEL_LEGEND = alt.Legend(columns=1, symbolLimit=0)
+#: "…n entries", whose accelerators then cannot be picked from the legend); two columns, so that NVIDIA's ~35 entries
+#: stay within a panel's height (every row of the vendor grid is as tall as its tallest legend)
+ACCEL_LEGEND = alt.Legend(columns=2, symbolLimit=0)
 # on a log axis, label only the ticks whose leading digit is 1, 2 or 5 (Vega labels every tick of a decade)
 _MANTISSA = "round(100 * datum.value / pow(10, floor(log(datum.value) / LN10 + 1e-9))) / 100"
 _LEAD_125 = f"indexof([1, 2, 5], {_MANTISSA}) >= 0"
