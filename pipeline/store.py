@@ -72,10 +72,15 @@ STORE_WAIT_S = 600.0
 
 
 def store_wait_s() -> float:
+    return _env_seconds("STEPCAST_STORE_WAIT_S", STORE_WAIT_S)
+
+
+def _env_seconds(name: str, default: float) -> float:
+    """A wait bound in seconds from the environment variable `name`, else (unset or not a number) `default`."""
     try:
-        return float(os.environ.get("STEPCAST_STORE_WAIT_S", STORE_WAIT_S))
+        return float(os.environ.get(name, default))
     except ValueError:
-        return STORE_WAIT_S
+        return default
 
 
 def _file_lock_conflict(err: BaseException) -> bool:
@@ -946,19 +951,21 @@ _HELD_MUTEX = threading.Lock()
 
 
 def lock_wait_s() -> float:
+    return _env_seconds("STEPCAST_LOCK_WAIT_S", LOCK_WAIT_S)
+
+
+def _lock_fields(lock_path: str | Path) -> dict[str, str]:
+    """The `key=value` lines the holder wrote into the lock file (pid, command, since); empty if unreadable."""
     try:
-        return float(os.environ.get("STEPCAST_LOCK_WAIT_S", LOCK_WAIT_S))
-    except ValueError:
-        return LOCK_WAIT_S
+        text = Path(lock_path).read_text(encoding="utf-8").strip()
+    except OSError:
+        return {}
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
 def lock_holder(lock_path: str | Path) -> str:
     """'pid N, command C, since T' as written by the holder into the lock file ('unknown holder' if unreadable)."""
-    try:
-        text = Path(lock_path).read_text(encoding="utf-8").strip()
-    except OSError:
-        text = ""
-    fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    fields = _lock_fields(lock_path)
     if not fields.get("pid"):
         return "unknown holder"
     return f"pid {fields['pid']}, command {fields.get('command', '?')!r}, since {fields.get('since', '?')}"
@@ -967,16 +974,9 @@ def lock_holder(lock_path: str | Path) -> str:
 def _holder_pid(lock_path: str | Path) -> int | None:
     """The pid the lock file names (None when it names none)."""
     try:
-        text = Path(lock_path).read_text(encoding="utf-8")
-    except OSError:
+        return int(_lock_fields(lock_path)["pid"])
+    except (KeyError, ValueError):
         return None
-    for line in text.splitlines():
-        if line.startswith("pid="):
-            try:
-                return int(line[4:])
-            except ValueError:
-                return None
-    return None
 
 
 def _describe_self() -> str:
