@@ -154,16 +154,23 @@ RECOMPUTE_SPELLINGS: dict[str, str] = {
 }
 
 
+_WORD_KEY_IGNORED = r"[^a-z0-9]"
+
+
 def word_key(expr: pl.Expr) -> pl.Expr:
     """A sharding or recompute spelling as the tables compare it: lower case, letters and digits only."""
-    return expr.cast(pl.Utf8).str.strip_chars().str.to_lowercase().str.replace_all(r"[^a-z0-9]", "")
+    return expr.cast(pl.Utf8).str.strip_chars().str.to_lowercase().str.replace_all(_WORD_KEY_IGNORED, "")
 
 
-def canonical_word(expr: pl.Expr, table: dict[str, str]) -> pl.Expr:
-    """The schema's word for a spelling in `table` (SHARDING_SPELLINGS, RECOMPUTE_SPELLINGS), null for one it does
-    not know (and for null)."""
-    keyed = {re.sub(r"[^a-z0-9]", "", k.lower()): v for k, v in table.items()}
-    return word_key(expr).replace_strict(keyed, default=None, return_dtype=pl.Utf8)
+#: SHARDING_SPELLINGS and RECOMPUTE_SPELLINGS by `word_key`, per schema column
+_WORDS_BY_KEY = {col: {re.sub(_WORD_KEY_IGNORED, "", k.lower()): v for k, v in table.items()}
+                 for col, table in (("sharding", SHARDING_SPELLINGS), ("recompute", RECOMPUTE_SPELLINGS))}
+
+
+def canonical_word(expr: pl.Expr, column: str) -> pl.Expr:
+    """The schema's word for a spelling of `column` ("sharding": SHARDING_SPELLINGS, "recompute":
+    RECOMPUTE_SPELLINGS), null for one the table does not know (and for null)."""
+    return word_key(expr).replace_strict(_WORDS_BY_KEY[column], default=None, return_dtype=pl.Utf8)
 
 
 #: header spellings of hand-written run files -> the schema's column, for the lenient `predict --runs` path (the
@@ -231,8 +238,6 @@ METRIC_SYNONYMS: dict[str, tuple[str, float]] = {
 def header_key(name: str) -> str:
     """A header as `COLUMN_SYNONYMS` and `METRIC_SYNONYMS` compare it: lower case, '%' as 'pct', spaces, brackets,
     '-', '.' and '/' as '_', runs of '_' collapsed ("MFU (%)" -> mfu_pct, "Step time [ms]" -> step_time_ms)."""
-    import re
-
     key = str(name).strip().lower().replace("%", "pct")
     return re.sub(r"_+", "_", re.sub(r"[\s\-./()\[\]]", "_", key)).strip("_")
 

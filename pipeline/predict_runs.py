@@ -10,8 +10,7 @@ import polars as pl
 from models.memory import CAPACITY_BYTES_PER_GB
 from pipeline import catalog
 from pipeline.measurements import (BATCH_TOKENS_HEADERS, COLUMN_SYNONYMS, COLUMNS, ENUMS, METRIC_SYNONYMS,
-                                   MIXED_PRECISION, NODES_HEADERS, RECOMPUTE_SPELLINGS, SCHEMA, SHARDING_SPELLINGS,
-                                   canonical_dtype, canonical_word, header_key)
+                                   MIXED_PRECISION, NODES_HEADERS, SCHEMA, canonical_dtype, canonical_word, header_key)
 from pipeline.readers import FileRejected, read_measurement_file
 
 BREAKDOWN = ["compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
@@ -105,15 +104,18 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             notes.append(f"column '{c}' read as metric {metric}" + (f" (x {factor:g})" if factor != 1.0 else ""))
         frame = pl.concat(parts, how="vertical")
     if "metric" in frame.columns and "value" in frame.columns:
-        key = pl.col("metric").map_elements(header_key, return_dtype=pl.Utf8, skip_nulls=True)
-        known = {k: v for k, v in METRIC_SYNONYMS.items() if k != v[0] or v[1] != 1.0}
-        spelled = key.is_in(list(known))
-        name = key.replace_strict({k: v[0] for k, v in known.items()}, default=None, return_dtype=pl.Utf8)
-        factor = key.replace_strict({k: v[1] for k, v in known.items()}, default=None, return_dtype=pl.Float64)
+        # the file's metric spellings that name a schema metric otherwise (by name or by unit), each looked up once
+        keys = {m: header_key(m) for m in frame["metric"].drop_nulls().unique().to_list()}
+        spellings = {m: METRIC_SYNONYMS[k] for m, k in keys.items() if METRIC_SYNONYMS.get(k, (k, 1.0)) != (k, 1.0)}
+        spelled = pl.col("metric").is_in(list(spellings))
+        name = pl.col("metric").replace_strict({k: v[0] for k, v in spellings.items()}, default=None,
+                                               return_dtype=pl.Utf8)
+        factor = pl.col("metric").replace_strict({k: v[1] for k, v in spellings.items()}, default=None,
+                                                 return_dtype=pl.Float64)
         value = _cell_number(pl.col("value"))
-        if frame.select(spelled.fill_null(False).any()).item():
-            renamed = frame.filter(spelled.fill_null(False))["metric"].unique().sort().to_list()
-            notes.append("metric " + ", ".join(f"'{m}'" for m in renamed) + " read in the schema's names and units")
+        if spellings:
+            notes.append("metric " + ", ".join(f"'{m}'" for m in sorted(spellings)) +
+                         " read in the schema's names and units")
         frame = frame.with_columns(
             pl.when(spelled).then(name).otherwise(pl.col("metric")).alias("metric"),
             pl.when(spelled).then(value * factor).otherwise(value).cast(pl.Utf8).alias("value"))
@@ -165,11 +167,11 @@ def resolve_word_spellings(runs: pl.DataFrame) -> pl.DataFrame:
     SHARDING_SPELLINGS / RECOMPUTE_SPELLINGS; `_word_note` says what was read (null where the value was the schema's
     own, up to case), `_word_error` names a spelling the tables do not know (the value is kept)."""
     notes, errors, cols = [], [], []
-    for col, table in (("sharding", SHARDING_SPELLINGS), ("recompute", RECOMPUTE_SPELLINGS)):
+    for col in ("sharding", "recompute"):
         if col not in runs.columns:
             continue
         raw = pl.col(col).cast(pl.Utf8).str.strip_chars()
-        mapped = canonical_word(raw, table)
+        mapped = canonical_word(raw, col)
         cols.append(pl.coalesce(mapped, raw).alias(col))
         notes.append(pl.when(mapped.is_not_null() & (raw.str.to_lowercase() != mapped))
                      .then(pl.format(f"{col} '{{}}' read as {{}}", raw, mapped)))
@@ -244,15 +246,14 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
     for c in COLUMNS:
         if c not in frame.columns:
             frame = frame.with_columns(pl.lit(None, dtype=pl.Utf8).alias(c))
+    # a node count, a batch in tokens (`read_headers`): kept beside the schema's columns until they can be read
+    extra = {c: pl.Float64 for c in ("_nodes", "_batch_tokens") if c in frame.columns}
     typed = frame.select(
-        [(number_text(pl.col(c)) if SCHEMA[c] != pl.Utf8 else pl.col(c).str.strip_chars().replace("", None))
-         .cast(SCHEMA[c], strict=False).alias(c)
-         for c in COLUMNS if c not in ("metric", "value", "unit", "derived", "notes")]
+        [(number_text(pl.col(c)) if dtype != pl.Utf8 else pl.col(c).str.strip_chars().replace("", None))
+         .cast(dtype, strict=False).alias(c)
+         for c, dtype in [(c, SCHEMA[c]) for c in COLUMNS if c not in ("metric", "value", "unit", "derived", "notes")]
+         + list(extra.items())]
     ).filter(pl.col("run_id").is_not_null())
-    extra = [c for c in ("_nodes", "_batch_tokens") if c in frame.columns]
-    if extra:  # a node count, a batch in tokens: kept beside the schema's columns until they can be read
-        typed = typed.hstack(frame.filter(pl.col("run_id").str.strip_chars().replace("", None).is_not_null()).select(
-            [number_text(pl.col(c)).cast(pl.Float64, strict=False).alias(c) for c in extra]))
     runs = typed.group_by("run_id", maintain_order=True).first()
     runs = catalog.fill_from_architectures(runs, measurements)
     # `gpu` by id, name or a short name (`H100`: a documented default, recorded in assumptions; catalog.resolve_gpu)
