@@ -91,15 +91,28 @@ def _suggest(name: str, options: list[str]) -> str:
 
 # ---------------------------------------------------------------- architectures
 
-def _arch_names(arch: pl.DataFrame, keep_dots: bool = False) -> pl.DataFrame:
-    """Every (normalized name `key`, `id`) pair of the table: ids, names and aliases."""
-    names = pl.concat([
-        arch.select("id", pl.col("id").alias("name")),
+def _raw_arch_names(arch: pl.DataFrame, ids: bool = True) -> pl.DataFrame:
+    """Every (`id`, `name`) pair of the table as written: (ids,) names and aliases."""
+    return pl.concat([
+        *([arch.select("id", pl.col("id").alias("name"))] if ids else []),
         arch.select("id", pl.col("name").cast(pl.Utf8)),
         arch.select("id", pl.col("aliases").cast(pl.Utf8).fill_null("").str.split("|").alias("name"))
         .explode("name"),
     ])
-    return names.select(normalize_expr("name", keep_dots).alias("key"), "id").filter(pl.col("key") != "").unique()
+
+
+def _arch_names(arch: pl.DataFrame, keep_dots: bool = False) -> pl.DataFrame:
+    """Every (normalized name `key`, `id`) pair of the table: ids, names and aliases."""
+    return _raw_arch_names(arch).select(normalize_expr("name", keep_dots).alias("key"), "id").filter(
+        pl.col("key") != "").unique()
+
+
+def _read_as(res: pl.DataFrame, hit: pl.Expr, found: str, note: pl.Expr, out: str) -> pl.DataFrame:
+    """`res` with `out` set to column `found` and `model_name_note` to `note` where `hit` (a fallback reading of a
+    model name; the other rows keep theirs)."""
+    old_note = pl.col("model_name_note") if "model_name_note" in res.columns else pl.lit(None, dtype=pl.Utf8)
+    return res.with_columns(pl.when(hit).then(pl.col(found)).otherwise(pl.col(out)).alias(out),
+                            pl.when(hit).then(note).otherwise(old_note).alias("model_name_note"))
 
 
 def arch_name_keys(arch: pl.DataFrame, keep_dots: bool = False) -> pl.DataFrame:
@@ -253,12 +266,9 @@ def _checkpoint_ids(frame: pl.DataFrame, arch: pl.DataFrame, names: str = "model
     todo = pl.col(out).is_null() & pl.col("_ck_id").is_not_null()
     note = pl.format("model '{}' read as {} (its checkpoint name without the hub organisation and format or "
                      "fine-tune suffixes: '{}')", pl.col(names), pl.col("_ck_id"), pl.col("_ck_name"))
-    cols = [pl.when(todo).then(pl.col("_ck_id")).otherwise(pl.col(out)).alias(out),
-            (pl.when(todo).then(note).otherwise(pl.col("model_name_note")) if "model_name_note" in res.columns
-             else pl.when(todo).then(note)).alias("model_name_note")]
     if "model_name_error" in res.columns:  # the checkpoint's base name answered: the size complaint is moot
-        cols.append(pl.when(todo).then(None).otherwise(pl.col("model_name_error")).alias("model_name_error"))
-    return res.with_columns(cols).drop("_ck_name", "_ck_id")
+        res = res.with_columns(pl.when(todo).then(None).otherwise(pl.col("model_name_error")).alias("model_name_error"))
+    return _read_as(res, todo, "_ck_id", note, out).drop("_ck_name", "_ck_id")
 
 
 def _sizeless_ids(frame: pl.DataFrame, arch: pl.DataFrame, names: str = "model_name",
@@ -271,9 +281,7 @@ def _sizeless_ids(frame: pl.DataFrame, arch: pl.DataFrame, names: str = "model_n
         ~pl.col(names).cast(pl.Utf8).str.to_lowercase().str.contains(SIZE_TOKEN)
     if frame.filter(todo).height == 0:
         return frame
-    raw = pl.concat([arch.select("id", pl.col("name").cast(pl.Utf8)),
-                     arch.select("id", pl.col("aliases").cast(pl.Utf8).fill_null("").str.split("|").alias("name"))
-                     .explode("name")])
+    raw = _raw_arch_names(arch, ids=False)
     has_size = pl.col("name").str.to_lowercase().str.contains(SIZE_TOKEN)
     keys = (raw.filter(has_size).select(
         normalize_expr(pl.col("name").str.to_lowercase().str.replace(SIZE_TOKEN, " ")).alias("_key"), "id")
@@ -285,10 +293,7 @@ def _sizeless_ids(frame: pl.DataFrame, arch: pl.DataFrame, names: str = "model_n
     hit = todo & pl.col("_sl_id").is_not_null()
     note = pl.format("model '{}' read as {} (the one architecture of that name, of any size)", pl.col(names),
                      pl.col("_sl_id"))
-    return res.with_columns(
-        pl.when(hit).then(pl.col("_sl_id")).otherwise(pl.col(out)).alias(out),
-        (pl.when(hit).then(note).otherwise(pl.col("model_name_note")) if "model_name_note" in res.columns
-         else pl.when(hit).then(note)).alias("model_name_note")).drop("_key", "_sl_id")
+    return _read_as(res, hit, "_sl_id", note, out).drop("_key", "_sl_id")
 
 
 def fill_from_architectures(runs: pl.DataFrame, measurements: Path) -> pl.DataFrame:
