@@ -1,8 +1,8 @@
 """Named architectures and hardware for the CLI, read straight from measurements/ (no store needed).
 
 Names resolve the same way everywhere (`--model`, `--gpu`, a measurement file's `model_name` and `gpu`, the
-store's `runs` table): `normalize_name` drops case, spaces, `-`, `_` and `.`, so `DeepSeek-V3`, `deepseekv3`
-and `DeepSeekV3` are one name, as are `LLAMA3_70B`, `Llama 3 70B` and `llama3-70b`.
+store's `runs` table): `normalize_name` drops case, spaces, `-`, `_`, `.` and brackets, so `DeepSeek-V3`,
+`deepseekv3` and `DeepSeekV3` are one name, as are `LLAMA3_70B`, `Llama 3 70B`, `Llama 3 (70B)` and `llama3-70b`.
 
 * An architecture is found by its id, its name or one of its `aliases` (`|`-separated), first with the dots kept
   (`GPT-3 13B` and `GPT-3 1.3B` differ only by one; `Llama-3.1-70B` matches `Llama 3.1 70B`), then with them
@@ -41,11 +41,13 @@ ARCH_HYBRID_COLUMNS = ("layer_pattern", "mamba_state_dim", "mamba_n_heads", "mam
 #: not MLA, no MTP)
 ARCH_MLA_COLUMNS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "mtp_layers")
 
-#: characters a name comparison ignores (the same class is used in the store's SQL, pipeline/store.py)
-NAME_IGNORED = "[ \t\r\n._-]"
+#: characters a name comparison ignores: spaces, '.', '_', '-' and brackets ("GPT-3 (175B)" is "GPT-3 175B"). The
+#: same class is used by Python's re, polars and the store's SQL (DuckDB's RE2, pipeline/store.py `_norm_sql`), which
+#: all read `\[` and `\]` in a class alike; tests/test_names.py checks the three agree
+NAME_IGNORED = r"[ \t\r\n._()\[\]-]"
 _IGNORED_RE = re.compile(NAME_IGNORED)
 #: the first level of a model-name comparison keeps dots (a decimal point tells 1.3B from 13B)
-NAME_IGNORED_KEEP_DOTS = "[ \t\r\n_-]"
+NAME_IGNORED_KEEP_DOTS = r"[ \t\r\n_()\[\]-]"
 _IGNORED_KEEP_DOTS_RE = re.compile(NAME_IGNORED_KEEP_DOTS)
 _WORD_RE = re.compile(r"[a-z0-9]+")
 #: words that only tell variants of one chip apart: form factor and memory size (`nvl` alone: the H100 NVL card)
@@ -63,7 +65,7 @@ class UnknownName(ValueError):
 
 
 def normalize_name(name: str | None, keep_dots: bool = False) -> str:
-    """A name as compared: lower case, without spaces, '-', '_' and (unless `keep_dots`) '.'."""
+    """A name as compared: lower case, without spaces, '-', '_', '(', ')', '[', ']' and (unless `keep_dots`) '.'."""
     return (_IGNORED_KEEP_DOTS_RE if keep_dots else _IGNORED_RE).sub("", str(name or "").strip().lower())
 
 

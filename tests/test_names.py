@@ -36,6 +36,23 @@ def test_model_names_resolve_ignoring_case_spaces_and_separators(name, arch_id):
     assert catalog.find_architecture(MEASUREMENTS, name)["id"] == arch_id
 
 
+@pytest.mark.parametrize("name, arch_id", [
+    ("GPT-3 (175B)", "gpt3-175b"), ("Llama 2 (70B)", "llama2-70b"), ("Mixtral (8x7B)", "mixtral-8x7b"),
+    ("GPT-3 [175B]", "gpt3-175b"), ("Llama-2 (70B)", "llama2-70b"), ("GPT-3 175B (MLPerf)", "gpt3-175b")])
+def test_model_names_with_the_size_in_parentheses_or_brackets_resolve(name, arch_id):
+    """Parentheses and brackets separate words like spaces do (`normalize_name`, and the store's SQL with it)."""
+    assert catalog.find_architecture(MEASUREMENTS, name)["id"] == arch_id
+    got = catalog.fill_from_architectures(pl.DataFrame({"model_name": [name]}), MEASUREMENTS)
+    assert got["arch_id"][0] == arch_id
+
+
+def test_an_unknown_model_with_its_size_in_parentheses_is_still_refused():
+    with pytest.raises(catalog.UnknownName, match=r"unknown model 'Foo \(7B\)': expected an id, name or alias"):
+        catalog.find_architecture(MEASUREMENTS, "Foo (7B)")
+    assert catalog.fill_from_architectures(pl.DataFrame({"model_name": ["Foo (7B)"]}), MEASUREMENTS)[
+        "arch_id"][0] is None
+
+
 def test_shipped_architecture_names_are_unambiguous():
     # two rows whose id, name or alias normalize alike would make a name resolve to neither
     assert catalog.ambiguous_arch_keys(catalog.architectures(MEASUREMENTS)) == {}
@@ -129,19 +146,26 @@ def test_store_alias_sql_matches_the_catalog_keys():
     assert sql == py and ("deepseekv3", "deepseek-v3") in sql
     sql1 = set(con.sql(store._aliases_sql(True)).pl().select("alias", "id").rows())
     assert sql1 == set(catalog.arch_name_keys(arch, keep_dots=True).select("key", "id").rows())
-    base = pl.DataFrame({"model_name": ["DeepSeek-V3", "Llama 3.1 405B", "GPT-3 13B", "GPT3-1.3B"],
-                         "run_id": ["a", "b", "c", "d"]})
+    base = pl.DataFrame({"model_name": ["DeepSeek-V3", "Llama 3.1 405B", "GPT-3 13B", "GPT3-1.3B", "Llama 2 (70B)",
+                                        "GPT-3 [1.3B]"], "run_id": ["a", "b", "c", "d", "e", "f"]})
     base = base.with_columns(*[pl.lit(None, dtype=pl.Int64).alias(c) for c in store.ARCH_FILL])
     rows = store.runs_rows(base, store.arch_aliases(con))
-    assert rows["arch_id"].to_list() == ["deepseek-v3", "llama3-405b", "gpt3-13b", "gpt3-1.3b"]
-    assert rows["n_layers"].to_list() == [61, 126, 40, 24] and rows["arch_filled"].all()
+    want = ["deepseek-v3", "llama3-405b", "gpt3-13b", "gpt3-1.3b", "llama2-70b", "gpt3-1.3b"]
+    assert rows["arch_id"].to_list() == want
+    assert rows["n_layers"].to_list() == [61, 126, 40, 24, 80, 24] and rows["arch_filled"].all()
     # the writer's SQL derivation of `runs` gives the same ids (first with dots kept, then without)
     con.register("_b", base.to_arrow())
     sql_ids = con.sql(f"""with base as (select * from _b), alias1 as ({store._aliases_sql(True)}),
         alias2 as ({store._ALIASES_SQL}) select b.run_id, {store._ARCH_ID_SQL} as arch_id from base b
         left join alias1 al1 on al1.alias = {store._norm_sql('b.model_name', True)}
         left join alias2 al2 on al2.alias = {store._norm_sql('b.model_name')} order by b.run_id""").pl()
-    assert sql_ids["arch_id"].to_list() == ["deepseek-v3", "llama3-405b", "gpt3-13b", "gpt3-1.3b"]
+    assert sql_ids["arch_id"].to_list() == want
+    # one normalization on both sides (catalog.NAME_IGNORED in the SQL): names with brackets compare alike
+    odd = ["GPT-3 (175B)", "Mixtral [8x7B]", " Llama_2.70B\t", "a(b)[c]-d.e_f g"]
+    for keep_dots in (False, True):
+        sql_keys = [con.execute(f"select {store._norm_sql('?', keep_dots)}", [n]).fetchone()[0] for n in odd]
+        assert sql_keys == [catalog.normalize_name(n, keep_dots) for n in odd]
+        assert pl.DataFrame({"n": odd}).select(catalog.normalize_expr("n", keep_dots))["n"].to_list() == sql_keys
 
 
 # ---------------------------------------------------------------- hardware
