@@ -241,10 +241,12 @@ def arch_ids_without_size(frame: pl.DataFrame, arch: pl.DataFrame, names: str = 
 
 
 #: what a checkpoint's name adds to its architecture's: the hub organisation ("meta-llama/", "EleutherAI/") and
-#: trailing words naming a format or a fine-tune of the same shape ("-hf" conversions, "-base", "-instruct",
-#: "-chat", "-it", "-sft"); dropped (`checkpoint_base_name`) when the full name resolves to no architecture
+#: trailing words naming a format, a fine-tune or a re-release of the same shape ("-hf" conversions, "-base",
+#: "-instruct", "-chat", "-it", "-sft", a dotted release version "-v0.1" and a four-digit release date "-2507" as in
+#: Mistral-7B-Instruct-v0.1 or Qwen3-30B-A3B-Instruct-2507; an undotted "V3" names a model, not a release);
+#: dropped (`checkpoint_base_name`) when the full name resolves to no architecture
 CHECKPOINT_PREFIX = r"^.*/"
-CHECKPOINT_SUFFIX = r"(?i)([-_ .](hf|base|instruct|chat|it|sft))+$"
+CHECKPOINT_SUFFIX = r"(?i)([-_ .](hf|base|instruct|chat|it|sft|v\d+(\.\d+)+|\d{4}))+$"
 
 
 def checkpoint_base_name(name: pl.Expr | str) -> pl.Expr | str:
@@ -266,8 +268,8 @@ def _checkpoint_ids(frame: pl.DataFrame, arch: pl.DataFrame, names: str = "model
     base = arch_ids_without_size(base, arch, "_ck_name", "_ck_id").select(names, "_ck_name", "_ck_id")
     res = frame.join(base, on=names, how="left", nulls_equal=False)
     todo = pl.col(out).is_null() & pl.col("_ck_id").is_not_null()
-    note = pl.format("model '{}' read as {} (its checkpoint name without the hub organisation and format or "
-                     "fine-tune suffixes: '{}')", pl.col(names), pl.col("_ck_id"), pl.col("_ck_name"))
+    note = pl.format("model '{}' read as {} (its checkpoint name without the hub organisation and format, "
+                     "fine-tune or release suffixes: '{}')", pl.col(names), pl.col("_ck_id"), pl.col("_ck_name"))
     if "model_name_error" in res.columns:  # the checkpoint's base name answered: the size complaint is moot
         res = res.with_columns(pl.when(todo).then(None).otherwise(pl.col("model_name_error")).alias("model_name_error"))
     return _read_as(res, todo, "_ck_id", note, out).drop("_ck_name", "_ck_id")

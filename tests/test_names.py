@@ -351,3 +351,48 @@ def test_a_model_number_is_never_read_as_a_longer_one(name):
     (and a product the table lacks, such as the A800 PCIe card or the H200 NVL, is not read as a neighbour)."""
     with pytest.raises(catalog.UnknownName, match=f"unknown hardware '{name}'"):
         catalog.resolve_gpu(catalog.hardware(MEASUREMENTS), name)
+
+
+# ---------------------------------------------------------------- names as papers and benchmark tables write them
+
+#: model names as written in papers, model cards, hub ids and benchmark tables, and the architecture each reads as in
+#: `stepcast predict --runs` (None: not in measurements/architectures.csv, or a family of several sizes, refused)
+WRITTEN_MODEL_NAMES = [
+    ("GPT-3 175B", "gpt3-175b"), ("GPT3 175B", "gpt3-175b"), ("GPT-3 (175B)", "gpt3-175b"), ("gpt3", None),
+    ("Llama-3.1-405B", "llama3-405b"), ("Llama 3.1 405B", "llama3-405b"), ("Llama 3 405B", "llama3-405b"),
+    ("meta-llama/Meta-Llama-3.1-70B", "llama3-70b"), ("Llama3-70B-Instruct", "llama3-70b"),
+    ("Meta-Llama-3-8B-Instruct", "llama3-8b"), ("Llama 3.1 8B Instruct", "llama3-8b"),
+    ("Llama-3.3-70B-Instruct", "llama3-70b"), ("Llama-2-7b-chat-hf", "llama2-7b"), ("Llama 2 (70B)", "llama2-70b"),
+    ("LLaMA-65B", "llama-65b"), ("LLaMA 2 13B", "llama2-13b"), ("Mixtral 8x22B", "mixtral-8x22b"),
+    ("Mixtral-8x7B-v0.1", "mixtral-8x7b"), ("Mixtral (8x7B)", "mixtral-8x7b"), ("Mixtral-8x7B (47B)", "mixtral-8x7b"),
+    ("DeepSeek-V3-Base", "deepseek-v3"), ("deepseek-ai/DeepSeek-V3", "deepseek-v3"), ("DeepSeek-V3 (671B)", "deepseek-v3"),
+    ("DeepSeek-V2-Lite", "deepseek-v2-lite"), ("DeepSeek-V2.5", None), ("Qwen2.5-72B-Instruct", "qwen2.5-72b"),
+    ("Qwen3-235B-A22B", "qwen3-235b-a22b"), ("Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b"),
+    ("Qwen3-235B-A22B-Instruct-2507", "qwen3-235b-a22b"), ("Qwen3-8B-Base", "qwen3-8b"),
+    ("Nemotron-4 340B", "nemotron-4-340b"), ("Nemotron-4-340B-Base", "nemotron-4-340b"),
+    ("Megatron-Turing NLG 530B", "mt-nlg-530b"), ("MT-NLG 530B", "mt-nlg-530b"), ("MT-NLG", None),
+    ("BLOOM-176B", "bloom-176b"), ("Falcon-180B", "falcon-180b"), ("OPT-175B", "opt-175b"), ("PaLM 540B", "palm-540b"),
+    ("PaLM", "palm-540b"), ("Gemma-2-27b", "gemma2-27b"), ("Gemma-3-27B-IT", "gemma3-27b"),
+    ("gpt-oss-120b", "gpt-oss-120b"), ("GPT-OSS-120B", "gpt-oss-120b"), ("DBRX", "dbrx"), ("Grok-1", "grok-1"),
+    ("Llama 4 Maverick", "llama4-maverick"), ("Llama-4-Maverick-17B-128E-Instruct", "llama4-maverick"),
+    ("Kimi K2", "kimi-k2"), ("Kimi-K2-Instruct-0905", "kimi-k2"), ("GLM-4.5", "glm-4.5"), ("GLM 4.5", "glm-4.5"),
+    ("Mistral Large 2", "mistral-large-2"), ("Mistral-Large-Instruct-2407", "mistral-large-2"),
+    ("Mistral-7B-Instruct-v0.1", "mistral-7b"), ("Mistral-Small-24B-Instruct-2501", "mistral-small-24b"),
+    ("Mistral-Small-3.1-24B", None), ("Phi-3-mini", "phi-3-mini"), ("Phi-3-mini-4k-instruct", "phi-3-mini"),
+    ("Yi-34B", "yi-34b"), ("OLMo-2-13B", "olmo2-13b"), ("StarCoder2-15B", None), ("StarCoder", "starcoderbase-15.5b"),
+    ("CodeLlama-34b", "llama2-34b"), ("Jamba", "jamba-v0.1"), ("Nemotron-H 56B", "nemotron-h-56b"),
+    ("Chinchilla", "chinchilla-70b"), ("GPT-NeoX-20B", "gpt-neox-20b"), ("GPT-J-6B", "gpt-j-6b"),
+    ("GPT-2 XL", "gpt2-1.5b"), ("pythia-6.9b-deduped", "pythia-6.9b"), ("BloombergGPT", "bloomberggpt-50b"),
+    ("MiniMax M2", "minimax-m2"), ("Qwen3-Coder-480B-A35B-Instruct", "qwen3-coder-480b-a35b"),
+    ("GPT-3 1.3B", "gpt3-1.3b"), ("GPT-3 XL", "gpt3-1.3b"), ("Falcon-40B-Instruct", "falcon-40b"),
+]
+
+
+@pytest.mark.parametrize("name, arch_id", WRITTEN_MODEL_NAMES)
+def test_model_names_as_papers_and_tables_write_them(name, arch_id):
+    got = catalog.fill_from_architectures(pl.DataFrame({"model_name": [name]}), MEASUREMENTS)
+    assert got["arch_id"][0] == arch_id
+    if arch_id is None:
+        with pytest.raises(catalog.UnknownName, match=f"model '{name}'"):
+            catalog.find_architecture(MEASUREMENTS, name)
+
