@@ -334,17 +334,36 @@ def choose_default_variant(rows: list[dict]) -> dict:
     return sorted(rows, key=rank)[0]
 
 
+#: NVIDIA's marks of another, faster product under the same model number: an appended "S" (L40S, V100S) and the
+#: words "Ti" and "Super" (GTX 1080 Ti). A name without the mark is not read as the marked part: the L40 is not an
+#: L40S (NVIDIA's datasheets give the L40S about twice the L40's dense FP16 tensor rate)
+TIER_SUFFIX = "s"
+TIER_WORDS = frozenset({"ti", "super"})
+#: a count written with the accelerator ("8x A100", "8xA100", "8 × H100", "H100 x8"): the job's size is its n_gpus
+GPU_COUNT_RE = re.compile(r"^\s*\d+\s*[x×]\s*(?=\S)|\s+[x×]\s*\d+\s*$", re.IGNORECASE)
+
+
 def _word_fits(word: str, query: str) -> bool:
     """A query word fits a word of an accelerator's id, name or form factor when it is that word or its start, but
-    a model number does not fit a longer one: "mi300" fits "mi300x", "80" fits "80gb" and "sxm" fits "sxm5", but
-    "h20" does not fit "h200" (the H20 is another chip) nor "l4" "l40s"."""
-    return word == query or (word.startswith(query) and (query.isalpha() or not word[len(query)].isdigit()))
+    a model number does not fit a longer one nor one with NVIDIA's tier mark appended (`TIER_SUFFIX`): "mi300" fits
+    "mi300x", "80" fits "80gb" and "sxm" fits "sxm5", but "h20" does not fit "h200" (the H20 is another chip), nor
+    "l4" "l40s", nor "l40" "l40s"."""
+    if word == query:
+        return True
+    if not word.startswith(query):
+        return False
+    return query.isalpha() or not (word[len(query)].isdigit() or word[len(query):] == TIER_SUFFIX)
 
 
 def resolve_gpu(hw: pl.DataFrame, name: str) -> tuple[dict, str | None]:
     """The hardware row a name means, and a note when a documented default chose among variants.
 
     Raises UnknownName when nothing fits, or when several different chips fit (the message lists them)."""
+    bare = GPU_COUNT_RE.sub("", str(name)).strip()
+    if bare and bare != str(name).strip():  # "8x A100": the accelerator without its count
+        row, note = resolve_gpu(hw, bare)
+        said = f"'{name}': ignoring the count (the job's size is its n_gpus)"
+        return row, f"{said}; using {row['id']}" if note is None else f"{said}; {note}"
     rows = hw.to_dicts()
 
     words = {r["id"]: _words(r["id"], r.get("name")) for r in rows}
@@ -355,7 +374,8 @@ def resolve_gpu(hw: pl.DataFrame, name: str) -> tuple[dict, str | None]:
 
     def fitting(query: list[str]) -> list[dict]:
         for table in (words, with_form):  # the form factor ("SXM", "OAM") only where the id and name fit nothing
-            fit = [r for r in rows if all(any(_word_fits(w, q) for w in table[r["id"]]) for q in query)]
+            fit = [r for r in rows if all(any(_word_fits(w, q) for w in table[r["id"]]) for q in query)
+                   and not (TIER_WORDS & set(table[r["id"]])) - set(query)]  # "GTX 1080" is no 1080 Ti
             if fit:
                 return fit
         return []
@@ -376,7 +396,8 @@ def resolve_gpu(hw: pl.DataFrame, name: str) -> tuple[dict, str | None]:
     ignored = None
     if not fits:  # words that fit no accelerator at all (a slice size, a board or form-factor code) are dropped
         known = [q for q in query if any(_word_fits(w, q) for ws in with_form.values() for w in ws)]
-        if known and len(known) < len(query):
+        # ... when a model number is among the words kept ("HL-225" is no Gaudi 3 for its "HL-325L"'s "hl")
+        if known and len(known) < len(query) and any(c.isdigit() for q in known for c in q):
             fits = fitting(known)
             ignored = [q for q in query if q not in known]
             query = known

@@ -396,3 +396,39 @@ def test_model_names_as_papers_and_tables_write_them(name, arch_id):
         with pytest.raises(catalog.UnknownName, match=f"model '{name}'"):
             catalog.find_architecture(MEASUREMENTS, name)
 
+
+#: accelerator names as nvidia-smi, clouds, papers and benchmark tables write them, and the hardware row each reads as
+#: (None: refused, as unknown or ambiguous: a product the table lacks is not read as a neighbour)
+WRITTEN_GPU_NAMES = [
+    ("NVIDIA H100 80GB HBM3", "h100-sxm5-80gb"), ("H100 SXM", "h100-sxm5-80gb"), ("H100-SXM5-80GB", "h100-sxm5-80gb"),
+    ("H100 (SXM)", "h100-sxm5-80gb"), ("H100 80GB", "h100-sxm5-80gb"), ("A100-SXM4-80GB", "a100-sxm4-80gb"),
+    ("A100 80GB PCIe", "a100-pcie-80gb"), ("A100 SXM 80GB", "a100-sxm4-80gb"), ("A100 (80GB)", "a100-sxm4-80gb"),
+    ("8x A100", "a100-sxm4-80gb"), ("8xA100", "a100-sxm4-80gb"), ("8 x H100", "h100-sxm5-80gb"),
+    ("8× H100 SXM", "h100-sxm5-80gb"), ("H100 x8", "h100-sxm5-80gb"), ("NVIDIA GB200 NVL72", "gb200"),
+    ("GB200 NVL72", "gb200"), ("B200 180GB", "b200"), ("HGX B200", "b200"), ("DGX B200", "b200"),
+    ("GB300 NVL72", "gb300"), ("H200", "h200-sxm-141gb"), ("H200 141GB", "h200-sxm-141gb"), ("MI300X", "mi300x"),
+    ("AMD Instinct MI300X", "mi300x"), ("AMD Instinct MI250X", "mi250x"), ("MI325X", "mi325x"), ("TPU v5p", "tpu-v5p"),
+    ("v5p", "tpu-v5p"), ("TPU v5e", "tpu-v5e"), ("v5e", "tpu-v5e"), ("TPUv4", "tpu-v4"), ("Trillium", "tpu-v6e"),
+    ("Gaudi 2", "gaudi2"), ("Gaudi2", "gaudi2"), ("Intel Gaudi 2", "gaudi2"), ("HL-325L", "gaudi3"), ("H800", "h800-sxm5-80gb"),
+    ("L40S", "l40s"), ("Trn2", "trn2"), ("DGX A100", "a100-sxm4-80gb"), ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),
+    ("A100-PCIE-80GB", "a100-pcie-80gb"),
+    ("HL-225", None),  # Gaudi 2's OAM card: its model number is not a Gaudi 3's
+    ("L40", None), ("V100S", None),  # NVIDIA's "S" parts are other products than the L40 and V100
+    ("GTX 1080", None), ("GTX 1080 Ti", "gtx-1080-ti"),  # nor the GTX 1080 a 1080 Ti
+    ("H20", None), ("A10G", None), ("Inferentia2", None), ("TPU v5", None), ("8x", None),
+]
+
+
+@pytest.mark.parametrize("name, hw_id", WRITTEN_GPU_NAMES)
+def test_gpu_names_as_papers_and_tables_write_them(name, hw_id):
+    hw = catalog.hardware(MEASUREMENTS)
+    if hw_id is None:
+        with pytest.raises(catalog.UnknownName, match=f"hardware '{name}'"):
+            catalog.resolve_gpu(hw, name)
+        return
+    row, note = catalog.resolve_gpu(hw, name)
+    assert row["id"] == hw_id
+    if name.lower().startswith("8") or name.endswith("x8"):  # a count written with the name: said so
+        assert note.startswith(f"'{name}': ignoring the count") and f"using {hw_id}" in note
+    ids, _ = catalog.resolve_gpu_column(pl.Series("gpu", [name]), hw)
+    assert ids[0] == hw_id
