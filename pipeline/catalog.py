@@ -17,7 +17,9 @@ store's `runs` table): `normalize_name` drops case, spaces, `-`, `_`, `.` and br
   and they differ only in form factor or memory size (`A100` fits a100-sxm4-40gb, a100-sxm4-80gb and
   a100-pcie-80gb), the documented default is the SXM/OAM part before a PCIe card, then the one with the most
   memory (`choose_default_variant`), and a note names the other candidates. Rows that differ otherwise
-  (`TPU`, `MI3`, `Blackwell`) are an error listing the candidates.
+  (`TPU`, `MI3`, `Blackwell`) are an error listing the candidates. A count written with the name (`8x A100`) is
+  dropped with a note; a model number is not read as a longer one (`H20` is no H200) nor as NVIDIA's S, Ti or
+  Super part of it (`L40` is no L40S, `GTX 1080` no 1080 Ti).
 """
 
 from __future__ import annotations
