@@ -1,8 +1,8 @@
 """Named architectures and hardware for the CLI, read straight from measurements/ (no store needed).
 
 Names resolve the same way everywhere (`--model`, `--gpu`, a measurement file's `model_name` and `gpu`, the
-store's `runs` table): `normalize_name` drops case, spaces, `-`, `_` and `.`, so `DeepSeek-V3`, `deepseekv3`
-and `DeepSeekV3` are one name, as are `LLAMA3_70B`, `Llama 3 70B` and `llama3-70b`.
+store's `runs` table): `normalize_name` drops case, spaces, `-`, `_`, `.` and brackets, so `DeepSeek-V3`,
+`deepseekv3` and `DeepSeekV3` are one name, as are `LLAMA3_70B`, `Llama 3 70B`, `Llama 3 (70B)` and `llama3-70b`.
 
 * An architecture is found by its id, its name or one of its `aliases` (`|`-separated), first with the dots kept
   (`GPT-3 13B` and `GPT-3 1.3B` differ only by one; `Llama-3.1-70B` matches `Llama 3.1 70B`), then with them
@@ -17,7 +17,9 @@ and `DeepSeekV3` are one name, as are `LLAMA3_70B`, `Llama 3 70B` and `llama3-70
   and they differ only in form factor or memory size (`A100` fits a100-sxm4-40gb, a100-sxm4-80gb and
   a100-pcie-80gb), the documented default is the SXM/OAM part before a PCIe card, then the one with the most
   memory (`choose_default_variant`), and a note names the other candidates. Rows that differ otherwise
-  (`TPU`, `MI3`, `Blackwell`) are an error listing the candidates.
+  (`TPU`, `MI3`, `Blackwell`) are an error listing the candidates. A count written with the name (`8x A100`) is
+  dropped with a note; a model number is not read as a longer one (`H20` is no H200) nor as NVIDIA's S, Ti or
+  Super part of it (`L40` is no L40S, `GTX 1080` no 1080 Ti).
 """
 
 from __future__ import annotations
@@ -41,11 +43,13 @@ ARCH_HYBRID_COLUMNS = ("layer_pattern", "mamba_state_dim", "mamba_n_heads", "mam
 #: not MLA, no MTP)
 ARCH_MLA_COLUMNS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "mtp_layers")
 
-#: characters a name comparison ignores (the same class is used in the store's SQL, pipeline/store.py)
-NAME_IGNORED = "[ \t\r\n._-]"
+#: characters a name comparison ignores: spaces, '.', '_', '-' and brackets ("GPT-3 (175B)" is "GPT-3 175B"). The
+#: same class is used by Python's re, polars and the store's SQL (DuckDB's RE2, pipeline/store.py `_norm_sql`), which
+#: all read `\[` and `\]` in a class alike; tests/test_names.py checks the three agree
+NAME_IGNORED = r"[ \t\r\n._()\[\]-]"
 _IGNORED_RE = re.compile(NAME_IGNORED)
 #: the first level of a model-name comparison keeps dots (a decimal point tells 1.3B from 13B)
-NAME_IGNORED_KEEP_DOTS = "[ \t\r\n_-]"
+NAME_IGNORED_KEEP_DOTS = r"[ \t\r\n_()\[\]-]"
 _IGNORED_KEEP_DOTS_RE = re.compile(NAME_IGNORED_KEEP_DOTS)
 _WORD_RE = re.compile(r"[a-z0-9]+")
 #: words that only tell variants of one chip apart: form factor and memory size (`nvl` alone: the H100 NVL card)
@@ -63,7 +67,7 @@ class UnknownName(ValueError):
 
 
 def normalize_name(name: str | None, keep_dots: bool = False) -> str:
-    """A name as compared: lower case, without spaces, '-', '_' and (unless `keep_dots`) '.'."""
+    """A name as compared: lower case, without spaces, '-', '_', '(', ')', '[', ']' and (unless `keep_dots`) '.'."""
     return (_IGNORED_KEEP_DOTS_RE if keep_dots else _IGNORED_RE).sub("", str(name or "").strip().lower())
 
 
@@ -239,10 +243,12 @@ def arch_ids_without_size(frame: pl.DataFrame, arch: pl.DataFrame, names: str = 
 
 
 #: what a checkpoint's name adds to its architecture's: the hub organisation ("meta-llama/", "EleutherAI/") and
-#: trailing words naming a format or a fine-tune of the same shape ("-hf" conversions, "-base", "-instruct",
-#: "-chat", "-it", "-sft"); dropped (`checkpoint_base_name`) when the full name resolves to no architecture
+#: trailing words naming a format, a fine-tune or a re-release of the same shape ("-hf" conversions, "-base",
+#: "-instruct", "-chat", "-it", "-sft", a dotted release version "-v0.1" and a four-digit release date "-2507" as in
+#: Mistral-7B-Instruct-v0.1 or Qwen3-30B-A3B-Instruct-2507; an undotted "V3" names a model, not a release);
+#: dropped (`checkpoint_base_name`) when the full name resolves to no architecture
 CHECKPOINT_PREFIX = r"^.*/"
-CHECKPOINT_SUFFIX = r"(?i)([-_ .](hf|base|instruct|chat|it|sft))+$"
+CHECKPOINT_SUFFIX = r"(?i)([-_ .](hf|base|instruct|chat|it|sft|v\d+(\.\d+)+|\d{4}))+$"
 
 
 def checkpoint_base_name(name: pl.Expr | str) -> pl.Expr | str:
@@ -264,8 +270,8 @@ def _checkpoint_ids(frame: pl.DataFrame, arch: pl.DataFrame, names: str = "model
     base = arch_ids_without_size(base, arch, "_ck_name", "_ck_id").select(names, "_ck_name", "_ck_id")
     res = frame.join(base, on=names, how="left", nulls_equal=False)
     todo = pl.col(out).is_null() & pl.col("_ck_id").is_not_null()
-    note = pl.format("model '{}' read as {} (its checkpoint name without the hub organisation and format or "
-                     "fine-tune suffixes: '{}')", pl.col(names), pl.col("_ck_id"), pl.col("_ck_name"))
+    note = pl.format("model '{}' read as {} (its checkpoint name without the hub organisation and format, "
+                     "fine-tune or release suffixes: '{}')", pl.col(names), pl.col("_ck_id"), pl.col("_ck_name"))
     if "model_name_error" in res.columns:  # the checkpoint's base name answered: the size complaint is moot
         res = res.with_columns(pl.when(todo).then(None).otherwise(pl.col("model_name_error")).alias("model_name_error"))
     return _read_as(res, todo, "_ck_id", note, out).drop("_ck_name", "_ck_id")
@@ -330,17 +336,36 @@ def choose_default_variant(rows: list[dict]) -> dict:
     return sorted(rows, key=rank)[0]
 
 
+#: NVIDIA's marks of another, faster product under the same model number: an appended "S" (L40S, V100S) and the
+#: words "Ti" and "Super" (GTX 1080 Ti). A name without the mark is not read as the marked part: the L40 is not an
+#: L40S (NVIDIA's datasheets give the L40S about twice the L40's dense FP16 tensor rate)
+TIER_SUFFIX = "s"
+TIER_WORDS = frozenset({"ti", "super"})
+#: a count written with the accelerator ("8x A100", "8xA100", "8 × H100", "H100 x8"): the job's size is its n_gpus
+GPU_COUNT_RE = re.compile(r"^\s*\d+\s*[x×]\s*(?=\S)|\s+[x×]\s*\d+\s*$", re.IGNORECASE)
+
+
 def _word_fits(word: str, query: str) -> bool:
     """A query word fits a word of an accelerator's id, name or form factor when it is that word or its start, but
-    a model number does not fit a longer one: "mi300" fits "mi300x", "80" fits "80gb" and "sxm" fits "sxm5", but
-    "h20" does not fit "h200" (the H20 is another chip) nor "l4" "l40s"."""
-    return word == query or (word.startswith(query) and (query.isalpha() or not word[len(query)].isdigit()))
+    a model number does not fit a longer one nor one with NVIDIA's tier mark appended (`TIER_SUFFIX`): "mi300" fits
+    "mi300x", "80" fits "80gb" and "sxm" fits "sxm5", but "h20" does not fit "h200" (the H20 is another chip), nor
+    "l4" "l40s", nor "l40" "l40s"."""
+    if word == query:
+        return True
+    if not word.startswith(query):
+        return False
+    return query.isalpha() or not (word[len(query)].isdigit() or word[len(query):] == TIER_SUFFIX)
 
 
 def resolve_gpu(hw: pl.DataFrame, name: str) -> tuple[dict, str | None]:
     """The hardware row a name means, and a note when a documented default chose among variants.
 
     Raises UnknownName when nothing fits, or when several different chips fit (the message lists them)."""
+    bare = GPU_COUNT_RE.sub("", str(name)).strip()
+    if bare and bare != str(name).strip():  # "8x A100": the accelerator without its count
+        row, note = resolve_gpu(hw, bare)
+        said = f"'{name}': ignoring the count (the job's size is its n_gpus)"
+        return row, f"{said}; using {row['id']}" if note is None else f"{said}; {note}"
     rows = hw.to_dicts()
 
     words = {r["id"]: _words(r["id"], r.get("name")) for r in rows}
@@ -351,7 +376,8 @@ def resolve_gpu(hw: pl.DataFrame, name: str) -> tuple[dict, str | None]:
 
     def fitting(query: list[str]) -> list[dict]:
         for table in (words, with_form):  # the form factor ("SXM", "OAM") only where the id and name fit nothing
-            fit = [r for r in rows if all(any(_word_fits(w, q) for w in table[r["id"]]) for q in query)]
+            fit = [r for r in rows if all(any(_word_fits(w, q) for w in table[r["id"]]) for q in query)
+                   and not (TIER_WORDS & set(table[r["id"]])) - set(query)]  # "GTX 1080" is no 1080 Ti
             if fit:
                 return fit
         return []
@@ -372,7 +398,8 @@ def resolve_gpu(hw: pl.DataFrame, name: str) -> tuple[dict, str | None]:
     ignored = None
     if not fits:  # words that fit no accelerator at all (a slice size, a board or form-factor code) are dropped
         known = [q for q in query if any(_word_fits(w, q) for ws in with_form.values() for w in ws)]
-        if known and len(known) < len(query):
+        # ... when a model number is among the words kept ("HL-225" is no Gaudi 3 for its "HL-325L"'s "hl")
+        if known and len(known) < len(query) and any(c.isdigit() for q in known for c in q):
             fits = fitting(known)
             ignored = [q for q in query if q not in known]
             query = known

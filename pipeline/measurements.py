@@ -233,6 +233,9 @@ METRIC_SYNONYMS: dict[str, tuple[str, float]] = {
         "model_tflops_per_gpu", "tflops_per_gpu", "tflops", "model_tflops", "tflop_s_per_gpu", "tflops_gpu",
         "achieved_tflops_per_gpu", "tflops_per_device")},
 }
+#: a `metric` value's header key -> (the schema's metric, factor to its unit): `METRIC_SYNONYMS` and every schema
+#: metric under its own name, so that "MFU", "Step_Time_S" or "GPU hours" are read like mfu, step_time_s, gpu_hours
+METRIC_VALUE_KEYS: dict[str, tuple[str, float]] = {**{m: (m, 1.0) for m in METRICS}, **METRIC_SYNONYMS}
 
 
 def header_key(name: str) -> str:

@@ -10,7 +10,8 @@ import polars as pl
 from models.memory import CAPACITY_BYTES_PER_GB
 from pipeline import catalog
 from pipeline.measurements import (BATCH_TOKENS_HEADERS, COLUMN_SYNONYMS, COLUMNS, ENUMS, METRIC_SYNONYMS,
-                                   MIXED_PRECISION, NODES_HEADERS, SCHEMA, canonical_dtype, canonical_word, header_key)
+                                   METRIC_VALUE_KEYS, MIXED_PRECISION, NODES_HEADERS, SCHEMA, canonical_dtype,
+                                   canonical_word, header_key)
 from pipeline.readers import FileRejected, read_measurement_file
 
 BREAKDOWN = ["compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
@@ -63,7 +64,8 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
       global_batch_size, tensor_model_parallel_size, ...) is renamed, unless the schema's own column is there too;
     * a column per measured quantity (`METRIC_SYNONYMS`: tokens_per_second_per_gpu, "Step time (ms)", "MFU (%)",
       ...) becomes one long-form metric row per run, in the schema's unit (ms -> s, % -> fraction), beside any
-      `metric`/`value` rows the file has; a `metric` value spelled that way is read the same way;
+      `metric`/`value` rows the file has; a `metric` value spelled that way, or the schema's own
+      metric name in another case ("MFU"), is read the same way (`METRIC_VALUE_KEYS`);
     * an `mfu` or `hfu` above 1 (and at most 100) is read as a percentage;
     * without a run_id column, every row is one run, named by its line ("line 2").
     Returns (frame, notes): one note per reading, for every row's `assumptions`."""
@@ -104,9 +106,11 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             notes.append(f"column '{c}' read as metric {metric}" + (f" (x {factor:g})" if factor != 1.0 else ""))
         frame = pl.concat(parts, how="vertical")
     if "metric" in frame.columns and "value" in frame.columns:
-        # the file's metric spellings that name a schema metric otherwise (by name or by unit), each looked up once
+        # the file's metric spellings other than the schema's own name and unit, each looked up once by its header
+        # key (so the schema's names in any case, "MFU" or "Step_Time_S", are read too)
         keys = {m: header_key(m) for m in frame["metric"].drop_nulls().unique().to_list()}
-        spellings = {m: METRIC_SYNONYMS[k] for m, k in keys.items() if METRIC_SYNONYMS.get(k, (k, 1.0)) != (k, 1.0)}
+        spellings = {m: METRIC_VALUE_KEYS[k] for m, k in keys.items()
+                     if k in METRIC_VALUE_KEYS and METRIC_VALUE_KEYS[k] != (m, 1.0)}
         spelled = pl.col("metric").is_in(list(spellings))
         name = pl.col("metric").replace_strict({k: v[0] for k, v in spellings.items()}, default=None,
                                                return_dtype=pl.Utf8)

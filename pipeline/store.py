@@ -740,8 +740,8 @@ def runs_base(rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def _norm_sql(expr: str, keep_dots: bool = False) -> str:
-    """`pipeline.catalog.normalize_name` in SQL: lower case, without spaces, '-', '_' and (unless `keep_dots`)
-    '.'."""
+    """`pipeline.catalog.normalize_name` in SQL: lower case, without spaces, '-', '_', brackets and (unless
+    `keep_dots`) '.' (the regular expression is catalog's; a DuckDB string keeps its backslashes)."""
     return f"regexp_replace(lower(trim({expr})), '{NAME_IGNORED_KEEP_DOTS if keep_dots else NAME_IGNORED}', '', 'g')"
 
 

@@ -36,6 +36,23 @@ def test_model_names_resolve_ignoring_case_spaces_and_separators(name, arch_id):
     assert catalog.find_architecture(MEASUREMENTS, name)["id"] == arch_id
 
 
+@pytest.mark.parametrize("name, arch_id", [
+    ("GPT-3 (175B)", "gpt3-175b"), ("Llama 2 (70B)", "llama2-70b"), ("Mixtral (8x7B)", "mixtral-8x7b"),
+    ("GPT-3 [175B]", "gpt3-175b"), ("Llama-2 (70B)", "llama2-70b"), ("GPT-3 175B (MLPerf)", "gpt3-175b")])
+def test_model_names_with_the_size_in_parentheses_or_brackets_resolve(name, arch_id):
+    """Parentheses and brackets separate words like spaces do (`normalize_name`, and the store's SQL with it)."""
+    assert catalog.find_architecture(MEASUREMENTS, name)["id"] == arch_id
+    got = catalog.fill_from_architectures(pl.DataFrame({"model_name": [name]}), MEASUREMENTS)
+    assert got["arch_id"][0] == arch_id
+
+
+def test_an_unknown_model_with_its_size_in_parentheses_is_still_refused():
+    with pytest.raises(catalog.UnknownName, match=r"unknown model 'Foo \(7B\)': expected an id, name or alias"):
+        catalog.find_architecture(MEASUREMENTS, "Foo (7B)")
+    assert catalog.fill_from_architectures(pl.DataFrame({"model_name": ["Foo (7B)"]}), MEASUREMENTS)[
+        "arch_id"][0] is None
+
+
 def test_shipped_architecture_names_are_unambiguous():
     # two rows whose id, name or alias normalize alike would make a name resolve to neither
     assert catalog.ambiguous_arch_keys(catalog.architectures(MEASUREMENTS)) == {}
@@ -129,19 +146,26 @@ def test_store_alias_sql_matches_the_catalog_keys():
     assert sql == py and ("deepseekv3", "deepseek-v3") in sql
     sql1 = set(con.sql(store._aliases_sql(True)).pl().select("alias", "id").rows())
     assert sql1 == set(catalog.arch_name_keys(arch, keep_dots=True).select("key", "id").rows())
-    base = pl.DataFrame({"model_name": ["DeepSeek-V3", "Llama 3.1 405B", "GPT-3 13B", "GPT3-1.3B"],
-                         "run_id": ["a", "b", "c", "d"]})
+    base = pl.DataFrame({"model_name": ["DeepSeek-V3", "Llama 3.1 405B", "GPT-3 13B", "GPT3-1.3B", "Llama 2 (70B)",
+                                        "GPT-3 [1.3B]"], "run_id": ["a", "b", "c", "d", "e", "f"]})
     base = base.with_columns(*[pl.lit(None, dtype=pl.Int64).alias(c) for c in store.ARCH_FILL])
     rows = store.runs_rows(base, store.arch_aliases(con))
-    assert rows["arch_id"].to_list() == ["deepseek-v3", "llama3-405b", "gpt3-13b", "gpt3-1.3b"]
-    assert rows["n_layers"].to_list() == [61, 126, 40, 24] and rows["arch_filled"].all()
+    want = ["deepseek-v3", "llama3-405b", "gpt3-13b", "gpt3-1.3b", "llama2-70b", "gpt3-1.3b"]
+    assert rows["arch_id"].to_list() == want
+    assert rows["n_layers"].to_list() == [61, 126, 40, 24, 80, 24] and rows["arch_filled"].all()
     # the writer's SQL derivation of `runs` gives the same ids (first with dots kept, then without)
     con.register("_b", base.to_arrow())
     sql_ids = con.sql(f"""with base as (select * from _b), alias1 as ({store._aliases_sql(True)}),
         alias2 as ({store._ALIASES_SQL}) select b.run_id, {store._ARCH_ID_SQL} as arch_id from base b
         left join alias1 al1 on al1.alias = {store._norm_sql('b.model_name', True)}
         left join alias2 al2 on al2.alias = {store._norm_sql('b.model_name')} order by b.run_id""").pl()
-    assert sql_ids["arch_id"].to_list() == ["deepseek-v3", "llama3-405b", "gpt3-13b", "gpt3-1.3b"]
+    assert sql_ids["arch_id"].to_list() == want
+    # one normalization on both sides (catalog.NAME_IGNORED in the SQL): names with brackets compare alike
+    odd = ["GPT-3 (175B)", "Mixtral [8x7B]", " Llama_2.70B\t", "a(b)[c]-d.e_f g"]
+    for keep_dots in (False, True):
+        sql_keys = [con.execute(f"select {store._norm_sql('?', keep_dots)}", [n]).fetchone()[0] for n in odd]
+        assert sql_keys == [catalog.normalize_name(n, keep_dots) for n in odd]
+        assert pl.DataFrame({"n": odd}).select(catalog.normalize_expr("n", keep_dots))["n"].to_list() == sql_keys
 
 
 # ---------------------------------------------------------------- hardware
@@ -327,3 +351,84 @@ def test_a_model_number_is_never_read_as_a_longer_one(name):
     (and a product the table lacks, such as the A800 PCIe card or the H200 NVL, is not read as a neighbour)."""
     with pytest.raises(catalog.UnknownName, match=f"unknown hardware '{name}'"):
         catalog.resolve_gpu(catalog.hardware(MEASUREMENTS), name)
+
+
+# ---------------------------------------------------------------- names as papers and benchmark tables write them
+
+#: model names as written in papers, model cards, hub ids and benchmark tables, and the architecture each reads as in
+#: `stepcast predict --runs` (None: not in measurements/architectures.csv, or a family of several sizes, refused)
+WRITTEN_MODEL_NAMES = [
+    ("GPT-3 175B", "gpt3-175b"), ("GPT3 175B", "gpt3-175b"), ("GPT-3 (175B)", "gpt3-175b"), ("gpt3", None),
+    ("Llama-3.1-405B", "llama3-405b"), ("Llama 3.1 405B", "llama3-405b"), ("Llama 3 405B", "llama3-405b"),
+    ("meta-llama/Meta-Llama-3.1-70B", "llama3-70b"), ("Llama3-70B-Instruct", "llama3-70b"),
+    ("Meta-Llama-3-8B-Instruct", "llama3-8b"), ("Llama 3.1 8B Instruct", "llama3-8b"),
+    ("Llama-3.3-70B-Instruct", "llama3-70b"), ("Llama-2-7b-chat-hf", "llama2-7b"), ("Llama 2 (70B)", "llama2-70b"),
+    ("LLaMA-65B", "llama-65b"), ("LLaMA 2 13B", "llama2-13b"), ("Mixtral 8x22B", "mixtral-8x22b"),
+    ("Mixtral-8x7B-v0.1", "mixtral-8x7b"), ("Mixtral (8x7B)", "mixtral-8x7b"), ("Mixtral-8x7B (47B)", "mixtral-8x7b"),
+    ("DeepSeek-V3-Base", "deepseek-v3"), ("deepseek-ai/DeepSeek-V3", "deepseek-v3"), ("DeepSeek-V3 (671B)", "deepseek-v3"),
+    ("DeepSeek-V2-Lite", "deepseek-v2-lite"), ("DeepSeek-V2.5", None), ("Qwen2.5-72B-Instruct", "qwen2.5-72b"),
+    ("Qwen3-235B-A22B", "qwen3-235b-a22b"), ("Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b"),
+    ("Qwen3-235B-A22B-Instruct-2507", "qwen3-235b-a22b"), ("Qwen3-8B-Base", "qwen3-8b"),
+    ("Nemotron-4 340B", "nemotron-4-340b"), ("Nemotron-4-340B-Base", "nemotron-4-340b"),
+    ("Megatron-Turing NLG 530B", "mt-nlg-530b"), ("MT-NLG 530B", "mt-nlg-530b"), ("MT-NLG", None),
+    ("BLOOM-176B", "bloom-176b"), ("Falcon-180B", "falcon-180b"), ("OPT-175B", "opt-175b"), ("PaLM 540B", "palm-540b"),
+    ("PaLM", "palm-540b"), ("Gemma-2-27b", "gemma2-27b"), ("Gemma-3-27B-IT", "gemma3-27b"),
+    ("gpt-oss-120b", "gpt-oss-120b"), ("GPT-OSS-120B", "gpt-oss-120b"), ("DBRX", "dbrx"), ("Grok-1", "grok-1"),
+    ("Llama 4 Maverick", "llama4-maverick"), ("Llama-4-Maverick-17B-128E-Instruct", "llama4-maverick"),
+    ("Kimi K2", "kimi-k2"), ("Kimi-K2-Instruct-0905", "kimi-k2"), ("GLM-4.5", "glm-4.5"), ("GLM 4.5", "glm-4.5"),
+    ("Mistral Large 2", "mistral-large-2"), ("Mistral-Large-Instruct-2407", "mistral-large-2"),
+    ("Mistral-7B-Instruct-v0.1", "mistral-7b"), ("Mistral-Small-24B-Instruct-2501", "mistral-small-24b"),
+    ("Mistral-Small-3.1-24B", None), ("Phi-3-mini", "phi-3-mini"), ("Phi-3-mini-4k-instruct", "phi-3-mini"),
+    ("Yi-34B", "yi-34b"), ("OLMo-2-13B", "olmo2-13b"), ("StarCoder2-15B", None), ("StarCoder", "starcoderbase-15.5b"),
+    ("CodeLlama-34b", "llama2-34b"), ("Jamba", "jamba-v0.1"), ("Nemotron-H 56B", "nemotron-h-56b"),
+    ("Chinchilla", "chinchilla-70b"), ("GPT-NeoX-20B", "gpt-neox-20b"), ("GPT-J-6B", "gpt-j-6b"),
+    ("GPT-2 XL", "gpt2-1.5b"), ("pythia-6.9b-deduped", "pythia-6.9b"), ("BloombergGPT", "bloomberggpt-50b"),
+    ("MiniMax M2", "minimax-m2"), ("Qwen3-Coder-480B-A35B-Instruct", "qwen3-coder-480b-a35b"),
+    ("GPT-3 1.3B", "gpt3-1.3b"), ("GPT-3 XL", "gpt3-1.3b"), ("Falcon-40B-Instruct", "falcon-40b"),
+]
+
+
+@pytest.mark.parametrize("name, arch_id", WRITTEN_MODEL_NAMES)
+def test_model_names_as_papers_and_tables_write_them(name, arch_id):
+    got = catalog.fill_from_architectures(pl.DataFrame({"model_name": [name]}), MEASUREMENTS)
+    assert got["arch_id"][0] == arch_id
+    if arch_id is None:
+        with pytest.raises(catalog.UnknownName, match=f"model '{name}'"):
+            catalog.find_architecture(MEASUREMENTS, name)
+
+
+#: accelerator names as nvidia-smi, clouds, papers and benchmark tables write them, and the hardware row each reads as
+#: (None: refused, as unknown or ambiguous: a product the table lacks is not read as a neighbour)
+WRITTEN_GPU_NAMES = [
+    ("NVIDIA H100 80GB HBM3", "h100-sxm5-80gb"), ("H100 SXM", "h100-sxm5-80gb"), ("H100-SXM5-80GB", "h100-sxm5-80gb"),
+    ("H100 (SXM)", "h100-sxm5-80gb"), ("H100 80GB", "h100-sxm5-80gb"), ("A100-SXM4-80GB", "a100-sxm4-80gb"),
+    ("A100 80GB PCIe", "a100-pcie-80gb"), ("A100 SXM 80GB", "a100-sxm4-80gb"), ("A100 (80GB)", "a100-sxm4-80gb"),
+    ("8x A100", "a100-sxm4-80gb"), ("8xA100", "a100-sxm4-80gb"), ("8 x H100", "h100-sxm5-80gb"),
+    ("8× H100 SXM", "h100-sxm5-80gb"), ("H100 x8", "h100-sxm5-80gb"), ("NVIDIA GB200 NVL72", "gb200"),
+    ("GB200 NVL72", "gb200"), ("B200 180GB", "b200"), ("HGX B200", "b200"), ("DGX B200", "b200"),
+    ("GB300 NVL72", "gb300"), ("H200", "h200-sxm-141gb"), ("H200 141GB", "h200-sxm-141gb"), ("MI300X", "mi300x"),
+    ("AMD Instinct MI300X", "mi300x"), ("AMD Instinct MI250X", "mi250x"), ("MI325X", "mi325x"), ("TPU v5p", "tpu-v5p"),
+    ("v5p", "tpu-v5p"), ("TPU v5e", "tpu-v5e"), ("v5e", "tpu-v5e"), ("TPUv4", "tpu-v4"), ("Trillium", "tpu-v6e"),
+    ("Gaudi 2", "gaudi2"), ("Gaudi2", "gaudi2"), ("Intel Gaudi 2", "gaudi2"), ("HL-325L", "gaudi3"), ("H800", "h800-sxm5-80gb"),
+    ("L40S", "l40s"), ("Trn2", "trn2"), ("DGX A100", "a100-sxm4-80gb"), ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),
+    ("A100-PCIE-80GB", "a100-pcie-80gb"),
+    ("HL-225", None),  # Gaudi 2's OAM card: its model number is not a Gaudi 3's
+    ("L40", None), ("V100S", None),  # NVIDIA's "S" parts are other products than the L40 and V100
+    ("GTX 1080", None), ("GTX 1080 Ti", "gtx-1080-ti"),  # nor the GTX 1080 a 1080 Ti
+    ("H20", None), ("A10G", None), ("Inferentia2", None), ("TPU v5", None), ("8x", None),
+]
+
+
+@pytest.mark.parametrize("name, hw_id", WRITTEN_GPU_NAMES)
+def test_gpu_names_as_papers_and_tables_write_them(name, hw_id):
+    hw = catalog.hardware(MEASUREMENTS)
+    if hw_id is None:
+        with pytest.raises(catalog.UnknownName, match=f"hardware '{name}'"):
+            catalog.resolve_gpu(hw, name)
+        return
+    row, note = catalog.resolve_gpu(hw, name)
+    assert row["id"] == hw_id
+    if name.lower().startswith("8") or name.endswith("x8"):  # a count written with the name: said so
+        assert note.startswith(f"'{name}': ignoring the count") and f"using {hw_id}" in note
+    ids, _ = catalog.resolve_gpu_column(pl.Series("gpu", [name]), hw)
+    assert ids[0] == hw_id

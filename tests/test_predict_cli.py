@@ -266,3 +266,19 @@ def test_predict_takes_the_network_names_of_search_beside_the_old_ones():
     assert new["step_time_s"] == old["step_time_s"] == both["step_time_s"]
     faster = json.loads(runner.invoke(app, L70 + ["--scaleup-gbps", "900"]).output)[0]
     assert faster["tp_comm_s"] < old["tp_comm_s"]
+
+
+def test_predict_runs_reads_canonical_metric_names_in_any_case(tmp_path):
+    """A `metric` value is looked up by its header key (case and spacing aside): the schema's own names written
+    "MFU", "TOKENS_PER_S_PER_GPU" or "Step_Time_S" are read as mfu, tokens_per_s_per_gpu and step_time_s."""
+    rows = _predict_text(tmp_path, "run_id,model_name,gpu,n_gpus,global_batch_seqs,seq_len,metric,value\n"
+                                   "a,llama3-8b,h100-sxm5-80gb,64,256,8192,MFU,0.4\n"
+                                   "b,llama3-8b,h100-sxm5-80gb,64,256,8192,TOKENS_PER_S_PER_GPU,8000\n"
+                                   "c,llama3-8b,h100-sxm5-80gb,64,256,8192,Step_Time_S,4.0\n"
+                                   "d,llama3-8b,h100-sxm5-80gb,64,256,8192,mfu,0.4\n")
+    assert all(r["step_time_s"] is not None and r["error"] is None for r in rows.values()), rows
+    assert rows["a"]["measured_tokens_per_s_per_gpu"] == pytest.approx(rows["d"]["measured_tokens_per_s_per_gpu"])
+    assert rows["b"]["measured_tokens_per_s_per_gpu"] == pytest.approx(8000.0)
+    assert rows["c"]["measured_tokens_per_s_per_gpu"] == pytest.approx(256 * 8192 / (4.0 * 64))
+    assert "metric 'MFU', 'Step_Time_S', 'TOKENS_PER_S_PER_GPU' read in the schema's names and units" in \
+        rows["a"]["assumptions"]
