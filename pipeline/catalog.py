@@ -150,8 +150,10 @@ def arch_ids(names: pl.Expr, arch: pl.DataFrame, frame: pl.DataFrame, out: str =
 
 
 def find_architecture(measurements: Path, name: str) -> dict:
+    """The architecture row `name` means (`--model`): its id, name or alias (dots kept first, then dropped), else
+    the lenient readings a measurement file's `model_name` gets (`lenient_arch_ids`: without its size token, a
+    checkpoint's base name, the one architecture of that name), so one name reads alike on every path."""
     arch = architectures(measurements)
-    hit = None
     for keep_dots in (True, False):
         key = normalize_name(name, keep_dots)
         clash = ambiguous_arch_keys(arch, keep_dots).get(key)
@@ -160,22 +162,23 @@ def find_architecture(measurements: Path, name: str) -> dict:
                               f"measurements/architectures.csv; give one of these ids")
         hit = arch_name_keys(arch, keep_dots).filter(pl.col("key") == key)
         if hit.height == 1:
-            break
-    if hit.height != 1 and (base := checkpoint_base_name(name)) != name.strip() and base:
-        try:  # a checkpoint's name: its architecture without the hub organisation and format suffixes
-            return find_architecture(measurements, base)
-        except UnknownName:
-            pass
-    if hit.height != 1:  # the one architecture of that name, of any size ("Chinchilla")
-        one = _sizeless_ids(pl.DataFrame({"model_name": [name], "arch_id": [None]}, schema={
-            "model_name": pl.Utf8, "arch_id": pl.Utf8}), arch)["arch_id"][0]
-        if one is not None:
-            return arch.filter(pl.col("id") == one).row(0, named=True)
-    if hit.height != 1:
-        raise UnknownName(f"unknown model '{name}': expected an id, name or alias from measurements/architectures.csv "
-                          f"(e.g. gpt3-175b, llama3-70b, DeepSeek-V3; `stepcast list models` prints them all)."
-                          f"{_suggest(name.strip().lower(), arch['id'].to_list())}")
-    return arch.filter(pl.col("id") == hit["id"][0]).row(0, named=True)
+            return arch.filter(pl.col("id") == hit["id"][0]).row(0, named=True)
+    res = lenient_arch_ids(pl.DataFrame({"model_name": [name], "arch_id": [None]},
+                                        schema={"model_name": pl.Utf8, "arch_id": pl.Utf8}), arch)
+    if (one := res["arch_id"][0]) is not None:
+        return arch.filter(pl.col("id") == one).row(0, named=True)
+    why = res["model_name_error"][0] if "model_name_error" in res.columns else None
+    raise UnknownName(f"unknown model '{name}': " + (f"{why}. " if why else "") +
+                      "expected an id, name or alias from measurements/architectures.csv "
+                      "(e.g. gpt3-175b, llama3-70b, DeepSeek-V3; `stepcast list models` prints them all)."
+                      f"{_suggest(name.strip().lower(), arch['id'].to_list())}")
+
+
+def lenient_arch_ids(frame: pl.DataFrame, arch: pl.DataFrame) -> pl.DataFrame:
+    """`frame` (`model_name`, `arch_id`) where `arch_id` is still empty: the readings after the exact one, in
+    order: the name without its size token (`arch_ids_without_size`), its checkpoint's base name
+    (`_checkpoint_ids`), the one architecture of that name (`_sizeless_ids`); each noted in `model_name_note`."""
+    return _sizeless_ids(_checkpoint_ids(arch_ids_without_size(frame, arch), arch), arch)
 
 
 def _fill_by_arch_id(runs: pl.DataFrame, arch: pl.DataFrame, columns) -> pl.DataFrame:
@@ -210,6 +213,7 @@ SIZE_UNIT_B = {"b": 1.0, "m": 1e-3, "t": 1e3}
 #: how far a name's size token may be from the architecture's `params_b` for the name without it to mean that
 #: architecture (nominal sizes are rounded: Llama 3 "8B" is 8.03 B, Nemotron 3 Nano "30B" 31.6 B)
 NAME_SIZE_TOLERANCE = 0.15
+
 
 
 def arch_ids_without_size(frame: pl.DataFrame, arch: pl.DataFrame, names: str = "model_name",
@@ -308,10 +312,7 @@ def fill_from_architectures(runs: pl.DataFrame, measurements: Path) -> pl.DataFr
     applies), else the one it names without its parameter-size token when that architecture has about that size
     (`arch_ids_without_size`: the lenient predict path only; the store's table keeps the exact rule)."""
     arch = architectures(measurements)
-    out = arch_ids(pl.col("model_name"), arch, runs.drop("arch_id", strict=False))
-    out = arch_ids_without_size(out, arch)
-    out = _checkpoint_ids(out, arch)
-    out = _sizeless_ids(out, arch)
+    out = lenient_arch_ids(arch_ids(pl.col("model_name"), arch, runs.drop("arch_id", strict=False)), arch)
     if "arch" in out.columns:  # an architecture's id or alias written in `arch` (a family word there otherwise)
         out = arch_ids(pl.col("arch"), arch, out, "_arch_as_id")
         named = pl.col("_arch_as_id").is_not_null()  # the family then comes from the table

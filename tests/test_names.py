@@ -87,11 +87,17 @@ def test_run_model_names_fill_architecture_like_the_store():
 @pytest.mark.parametrize("name, arch_id", [
     ("DeepSeek V3 671B", "deepseek-v3"), ("deepseek-v3-671b", "deepseek-v3"), ("Mixtral 8x7B 47B", "mixtral-8x7b"),
     ("DeepSeek V3 7B", None), ("Mixtral 8x7B 7B", None), ("Phi-3 7B", None), ("Phi-3 14B", "phi-3-medium"),
-    ("Mixtral 8x22B", "mixtral-8x22b"), ("Qwen3 235B A22B", "qwen3-235b-a22b")])  # exact names: no size is dropped
+    ("Mixtral 8x22B", "mixtral-8x22b"), ("Qwen3 235B A22B", "qwen3-235b-a22b"),  # exact names: no size is dropped
+    ("DeepSeek-V3 (671B)", "deepseek-v3"), ("Mixtral-8x7B (47B)", "mixtral-8x7b")])
 def test_a_name_with_a_size_token_resolves_only_to_an_architecture_of_that_size(name, arch_id):
     arch = catalog.architectures(MEASUREMENTS)
     got = catalog.fill_from_architectures(pl.DataFrame({"model_name": [name]}), MEASUREMENTS)
     assert got["arch_id"][0] == arch_id
+    if arch_id is None:  # `--model` refuses what a runs file cannot read, saying why where a size contradicts
+        with pytest.raises(catalog.UnknownName, match="unknown model"):
+            catalog.find_architecture(MEASUREMENTS, name)
+    else:  # and reads the same architecture as a runs file does (one reading of a name on every path)
+        assert catalog.find_architecture(MEASUREMENTS, name)["id"] == arch_id
     if arch_id is not None and catalog.arch_ids(pl.col("model_name"), arch, pl.DataFrame({"model_name": [name]}))[
             "arch_id"][0] is None:  # read without its size: said so
         assert got["model_name_note"][0].startswith(f"model '{name}' read as {arch_id}")
