@@ -8,7 +8,7 @@ groupings define the transfer protocols of the calibration (leave one generation
 
 Hardware generation is the vendor's architecture name (NVIDIA, AMD, Intel and Google product pages and
 whitepapers: Fermi GF110, Kepler GK210, Pascal GP100/GP102, Volta GV100, Ampere GA100, Ada AD102, Hopper
-GH100, Blackwell GB100/GB110, CDNA 2/3/4, Gaudi 2/3, TPU v3-v6e). The groups used for domains and protocols
+GH100, Blackwell GB100/GB110, CDNA 1/2/3/4, Gaudi 2/3, TPU v2-v7). The groups used for domains and protocols
 are the issue's "hardware generations": pre-Ampere NVIDIA, Ampere, Ada, Hopper, Blackwell, AMD, Gaudi, TPU.
 A hardware table row may carry its own `generation` (a hardware file for a new part): it wins over this table.
 """
@@ -36,8 +36,9 @@ GENERATION_BY_ID = {
 GENERATION_GROUP = {
     "Fermi": "pre-Ampere", "Kepler": "pre-Ampere", "Maxwell": "pre-Ampere", "Pascal": "pre-Ampere",
     "Volta": "pre-Ampere", "Turing": "pre-Ampere", "Ampere": "Ampere", "Ada": "Ada", "Hopper": "Hopper",
-    "Blackwell": "Blackwell", "CDNA2": "AMD", "CDNA3": "AMD", "CDNA4": "AMD", "Gaudi2": "Gaudi", "Gaudi3": "Gaudi",
-    "TPUv3": "TPU", "TPUv4": "TPU", "TPUv5e": "TPU", "TPUv5p": "TPU", "TPUv6e": "TPU", "TPUv7": "TPU",
+    "Blackwell": "Blackwell", "CDNA": "AMD", "CDNA2": "AMD", "CDNA3": "AMD", "CDNA4": "AMD", "Gaudi2": "Gaudi",
+    "Gaudi3": "Gaudi", "TPUv2": "TPU", "TPUv3": "TPU", "TPUv4": "TPU", "TPUv5e": "TPU", "TPUv5p": "TPU",
+    "TPUv6e": "TPU", "TPUv7": "TPU",
 }
 GENERATION_GROUPS = ("pre-Ampere", "Ampere", "Ada", "Hopper", "Blackwell", "AMD", "Gaudi", "TPU", "unknown")
 #: precision (dtype) -> family used by the domains and the leave-one-precision-out protocol

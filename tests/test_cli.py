@@ -57,7 +57,7 @@ def test_ingest_into_fresh_store_loads_reference_tables(tmp_path):
     assert result.exit_code == 0, result.output
     con = store.connect(s, read_only=True)
     try:
-        assert store.row_counts(con)["hardware"] == 47  # measurements/hardware_specs.csv
+        assert store.row_counts(con)["hardware"] == 54  # measurements/hardware_specs.csv
         assert con.execute("select arch_id from runs").fetchall() == [("llama3-8b",)]
     finally:
         con.close()

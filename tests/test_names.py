@@ -235,6 +235,14 @@ def test_store_alias_sql_matches_the_catalog_keys():
     ("TPU v5p-256", "tpu-v5p", "ignoring '256'"), ("v5e-256", "tpu-v5e", "ignoring '256'"),
     ("TPU v4-3072", "tpu-v4", "ignoring '3072'"), ("B200-SXM", "b200", None), ("MI300X OAM", "mi300x", None),
     ("A10", "a10", None), ("NVIDIA A10", "a10", None),
+    # sourced rows for names people write in measured-run files; each keeps its neighbours' names (H20 is not the
+    # H200, L40 is not the L40S, MI100 is not an MI3xx, TPU v2 / TPU7x are not the other TPUs)
+    ("H20", "h20", None), ("NVIDIA H20", "h20", None), ("h20", "h20", None), ("H200", "h200-sxm-141gb", None),
+    ("A40", "a40", None), ("NVIDIA A40", "a40", None), ("L40", "l40", None), ("NVIDIA L40", "l40", None),
+    ("L40S", "l40s", None), ("B100", "b100", None), ("NVIDIA B100", "b100", None), ("B200", "b200", None),
+    ("MI100", "mi100", None), ("AMD Instinct MI100", "mi100", None), ("TPU v2", "tpu-v2", None),
+    ("tpu-v2", "tpu-v2", None), ("TPU v7", "tpu-v7", None), ("TPU7x", "tpu-v7", None), ("Ironwood", "tpu-v7", None),
+    ("Google TPU v7", "tpu-v7", None), ("TPU v6e", "tpu-v6e", None),
 ])
 def test_gpu_names_resolve(name, hw_id, note_names):
     row, note = catalog.resolve_gpu(catalog.hardware(MEASUREMENTS), name)
@@ -246,7 +254,7 @@ def test_gpu_names_resolve(name, hw_id, note_names):
 
 
 @pytest.mark.parametrize("name, candidates", [
-    ("TPU", "tpu-v3, tpu-v4, tpu-v5e, tpu-v5p, tpu-v6e"),
+    ("TPU", "tpu-v3, tpu-v4, tpu-v5e, tpu-v5p, tpu-v6e, tpu-v2, tpu-v7"),
     ("Blackwell", "gb200, b300, gb300"),
     ("MI3", "mi300x, mi325x, mi355x"),
     ("RTX", "rtx-4090, rtx-a6000, rtx-3090"),
@@ -329,8 +337,8 @@ def test_list_models_csv_and_bad_format():
 def test_hardware_copy_extends_the_upstream_table():
     """measurements/hardware_specs.csv extends ../shared/data/hardware_specs.csv: more rows (gtx-580-3gb, GH200 in its
     HBM3 and HBM3e versions, H100 NVL, A800; A100 PCIe 40GB, T4, L4, MI250, MI210, Trainium, Trainium2,
-    V100 PCIe 16/32GB, RTX A6000, RTX 3090, A10), three more columns, sources appended; every upstream value otherwise
-    unchanged."""
+    V100 PCIe 16/32GB, RTX A6000, RTX 3090, A10; H20, A40, L40, B100, MI100, TPU v2, TPU7x), three more columns,
+    sources appended; every upstream value otherwise unchanged."""
     upstream = MEASUREMENTS.parent.parent / "shared" / "data" / "hardware_specs.csv"
     if not upstream.exists():
         pytest.skip("no upstream copy on this machine")
@@ -338,7 +346,8 @@ def test_hardware_copy_extends_the_upstream_table():
     ours = pl.read_csv(MEASUREMENTS / "hardware_specs.csv", infer_schema_length=0)
     assert set(ours["id"]) - set(up["id"]) == {"gtx-580-3gb", "gh200", "gh200-144gb", "h100-nvl-94gb", "a800-sxm4-80gb",
                                               "a100-pcie-40gb", "t4", "l4", "mi250", "mi210", "trn1", "trn2",
-                                              "v100-pcie-16gb", "v100-pcie-32gb", "rtx-a6000", "rtx-3090", "a10"}
+                                              "v100-pcie-16gb", "v100-pcie-32gb", "rtx-a6000", "rtx-3090", "a10",
+                                              "h20", "a40", "l40", "b100", "mi100", "tpu-v2", "tpu-v7"}
     assert set(ours.columns) - set(up.columns) == {"generation", "sm_count", "peak_fp4_tflops"}
     same = [c for c in up.columns if c not in ("source_ref", "notes")]
     assert ours.filter(pl.col("id").is_in(up["id"])).select(same).sort("id").equals(up.select(same).sort("id"))
@@ -351,10 +360,11 @@ def test_a10g_is_not_read_as_the_a10():
             catalog.resolve_gpu(catalog.hardware(MEASUREMENTS), name)
 
 
-@pytest.mark.parametrize("name", ["H20", "L20", "A800 80GB PCIe", "H200 NVL"])
+@pytest.mark.parametrize("name", ["L20", "A800 80GB PCIe", "H200 NVL", "A30", "Ascend 910B", "Max 1550"])
 def test_a_model_number_is_never_read_as_a_longer_one(name):
-    """The H20 is not an H200, nor an L20 an L40S: a name whose model number only starts a known one is refused
-    (and a product the table lacks, such as the A800 PCIe card or the H200 NVL, is not read as a neighbour)."""
+    """An L20 is not an L40 or L40S: a name whose model number only starts a known one is refused (and a product the
+    table lacks, such as the A800 PCIe card, the H200 NVL, the A30, Ascend 910B or Max 1550, is not read as a
+    neighbour)."""
     with pytest.raises(catalog.UnknownName, match=f"unknown hardware '{name}'"):
         catalog.resolve_gpu(catalog.hardware(MEASUREMENTS), name)
 

@@ -37,19 +37,20 @@ def test_link_kind_from_the_table(hw):
     kinds = dict(zip(hw["id"].to_list(), hw["scaleup_link"].to_list()))
     for hid in ("gtx-580", "gtx-580-3gb", "gtx-1080-ti", "k80", "a100-pcie-80gb", "h100-pcie-80gb", "h100-nvl-94gb",
                 "l40s", "rtx-4090", "a100-pcie-40gb", "t4", "l4", "mi210", "v100-pcie-16gb", "v100-pcie-32gb",
-                "rtx-a6000", "rtx-3090", "a10"):
+                "rtx-a6000", "rtx-3090", "a10", "a40", "l40", "mi100"):
         assert kinds[hid] == "pcie", hid
     assert kinds["h100-sxm5-80gb"] == kinds["gb200"] == kinds["p100-sxm2-16gb"] == kinds["gh200"] == "nvlink"
     assert kinds["mi300x"] == kinds["mi250x"] == kinds["mi250"] == "xgmi"
     assert kinds["trn1"] is None and kinds["trn2"] is None  # NeuronLink is none of the modelled link kinds
-    assert kinds["tpu-v4"] == kinds["tpu-v5p"] == "ici"
+    assert kinds["tpu-v4"] == kinds["tpu-v5p"] == kinds["tpu-v2"] == kinds["tpu-v7"] == "ici"
+    assert kinds["h20"] == kinds["b100"] == "nvlink"
     assert kinds["gaudi2"] == "ethernet"
     # a PCIe card with an optional NVLink bridge pair talks over PCIe beyond the pair (and its bandwidth column
     # is the PCIe link)
     assert link_kind("PCIe Gen5 x16 (optional NVLink bridge pairs: 600 GB/s bidirectional)") == "pcie"
     assert link_kind("") is None and link_kind(None) is None and link_kind("a custom fabric") is None
     codes = hardware_arrays(hw)["scaleup_link_code"]
-    assert is_pcie(codes).sum() == 18 and not is_pcie(np.nan)
+    assert is_pcie(codes).sum() == 21 and not is_pcie(np.nan)
     assert LINK_CODES["pcie"] == PCIE_LINK_CODE and "scaleup_link_code" in HARDWARE_COLUMNS
 
 

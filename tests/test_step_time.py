@@ -152,6 +152,33 @@ def test_second_widening_rows_are_usable_with_their_datasheet_peaks(hw):
     assert r["rtx-a6000"]["peak_bf16_tflops"] == 154.8 and r["a10"]["peak_fp16_tflops"] == 125
 
 
+def test_third_widening_rows_resolve_as_their_generation_with_dense_peaks(hw):
+    """H20 (Hopper), A40 (Ampere), L40 (Ada), B100 (Blackwell), MI100 (CDNA = AMD), TPU v2 and TPU7x (TPU) fall in
+    their fitted generation groups with dense tensor peaks; the PCIe cards talk over PCIe, the TPUs over ICI across
+    their pod. TPU v2, like TPU v3, has no sourced per-direction ICI bandwidth: listed, but refused by the model."""
+    from models.domains import GENERATION_GROUPS
+
+    r = {d["id"]: d for d in hw.to_dicts()}
+    new = ("h20", "a40", "l40", "b100", "mi100", "tpu-v2", "tpu-v7")
+    assert {h: GENERATION_GROUPS[int(r[h]["generation_code"])] for h in new} == {
+        "h20": "Hopper", "a40": "Ampere", "l40": "Ada", "b100": "Blackwell", "mi100": "AMD", "tpu-v2": "TPU",
+        "tpu-v7": "TPU"}
+    for hid in ("h20", "a40", "l40", "b100", "mi100", "tpu-v7"):
+        assert r[hid]["hardware_error"] is None and not r[hid]["fp32_only"], hid
+    assert r["tpu-v2"]["hardware_error"] is not None and "intra_node_bw_gbps" in r["tpu-v2"]["hardware_error"]
+    assert {r[h]["scaleup_link"] for h in ("a40", "l40", "mi100")} == {"pcie"}
+    assert r["h20"]["scaleup_link"] == r["b100"]["scaleup_link"] == "nvlink" and r["h20"]["intra_node_bw_gbps"] == 450
+    assert r["tpu-v7"]["scaleup_size"] == 9216 and r["tpu-v2"]["scaleup_size"] == 256
+    # dense, not the sparse datasheet figures: H20 148 BF16 (not the H200's 989), L40 181.05, B100 1,750
+    assert r["h20"]["peak_bf16_tflops"] == 148 and r["h20"]["peak_fp8_tflops"] == 296
+    assert r["a40"]["peak_bf16_tflops"] == 149.7 and r["l40"]["peak_bf16_tflops"] == 181.05
+    assert r["b100"]["peak_bf16_tflops"] == 1750 and r["b100"]["peak_fp4_tflops"] == 7000
+    assert r["mi100"]["peak_fp16_tflops"] == 184.6 and r["mi100"]["peak_bf16_tflops"] == 92.3
+    assert r["tpu-v7"]["peak_bf16_tflops"] == 2307 and r["tpu-v7"]["peak_fp8_tflops"] == 4614
+    # no sourced SM count for the H20: the peak-based fallback; the others carry theirs
+    assert r["h20"]["sm_count_fallback"] and not any(r[h]["sm_count_fallback"] for h in ("a40", "l40", "b100", "mi100"))
+
+
 def _small_dense(hw, hid, tp, dp):
     """A 24-layer, d_model 2048 dense model (BF16, ZeRO-1, selective recompute) on `hid`, node = its scale-up domain."""
     d = dict(n_layers=24, d_model=2048, n_heads=16, n_kv_heads=16, ffn_dim=8192, vocab=32000, activation=0, n_experts=0,
