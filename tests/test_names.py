@@ -429,9 +429,9 @@ WRITTEN_GPU_NAMES = [
     ("L40S", "l40s"), ("Trn2", "trn2"), ("DGX A100", "a100-sxm4-80gb"), ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),
     ("A100-PCIE-80GB", "a100-pcie-80gb"),
     ("HL-225", None),  # Gaudi 2's OAM card: its model number is not a Gaudi 3's
-    ("L40", None), ("V100S", None),  # NVIDIA's "S" parts are other products than the L40 and V100
+    ("L40", "l40"), ("V100S", None),  # NVIDIA's "S" parts are other products than the L40 and V100
     ("GTX 1080", None), ("GTX 1080 Ti", "gtx-1080-ti"),  # nor the GTX 1080 a 1080 Ti
-    ("H20", None), ("A10G", None), ("Inferentia2", None), ("TPU v5", None), ("8x", None),
+    ("H20", "h20"), ("A10G", None), ("Inferentia2", None), ("TPU v5", None), ("8x", None),
 ]
 
 
