@@ -40,6 +40,7 @@ never silently rests on a guess:
 | mtp_layers (multi-token prediction modules, models.mla) | 0 when model_name says "w/o MTP" (or "without MTP"); the architecture table's mtp_layers when it says "w/ MTP" or nothing | the corpus names DeepSeek-V3 runs "DeepSeekV3 (w/o MTP)" / "(w/ MTP)"; DeepSeek-V3 was trained with one MTP module (arXiv:2412.19437 section 2.2) |
 | software era | `megatron_2022` (attention scores materialised, full-square softmax, no DP overlap: `models.params.MEGATRON_2022`) for DeepSpeed-based stacks (plain DeepSpeed up to 2023) and for Megatron stacks reported up to 2022; `default` (FlashAttention-era) otherwise | FlashAttention (Dao 2022) became the default attention in Megatron-Core/TE, PyTorch SDPA, llm-foundry and torchtitan after 2022; Hugging Face Transformers v4.36 (Dec 2023) made SDPA the default attention of the models DeepSpeed runs |
 | software stack | `pytorch_native` for stacks built on PyTorch-native kernels that are not Megatron-based (`NATIVE_KERNEL_STACKS`: torchtitan, FSDP, llm-foundry/Composer, fms-fsdp, Hugging Face Transformers/Accelerate, nanotron, Colossal-AI, Lightning/LitGPT, OLMo, OpenLM; plain DeepSpeed from 2024): the reference physics with its own fitted `kernel_eff` | TransformerEngine fuses norm, RoPE and softmax into the GEMMs and uses cuDNN/FlashAttention-3 attention on Hopper; PyTorch SDPA uses FlashAttention-2 |
+| software stack, no framework stated | `pytorch_native` (and PyTorch FSDP's memory preset) when the run's sharding is FSDP or HSDP | PyTorch's FullyShardedDataParallel; Megatron-Core names its own sharding the distributed optimizer |
 
 A run that cannot be predicted at all (no n_gpus, no architecture shape, an accelerator that is not known)
 keeps its row with the reason in `config_error`. Memory never refuses a measured run: its time is predicted
@@ -326,7 +327,13 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     if "_shape_note" in r.columns:  # a shape from the stated size (infer_dense_shape)
         notes.append(pl.col("_shape_note"))
     megatron = _has_any("framework", MEGATRON_STACKS)
+    # no framework named, but FSDP/HSDP sharding: PyTorch's FullyShardedDataParallel, a PyTorch-native stack
+    fsdp_unnamed = (pl.col("framework").fill_null("").str.strip_chars() == "") & \
+        pl.col("sharding").is_in(["fsdp", "hsdp"]).fill_null(False) if "sharding" in r.columns else pl.lit(False)
+    note(fsdp_unnamed, "software stack pytorch_native (no framework stated; FSDP/HSDP sharding is PyTorch's)")
     r = r.with_columns(fw.framework_preset("framework", "year"))  # memory_preset: the stack's memory behaviour
+    r = r.with_columns(pl.when(fsdp_unnamed).then(pl.lit("pytorch_fsdp")).otherwise(pl.col("memory_preset"))
+                       .alias("memory_preset"))  # and its memory behaviour is PyTorch FSDP's
     ratio = pl.col("ffn_dim").cast(pl.Float64) / pl.col("d_model").cast(pl.Float64)
     note(pl.col("vpp_from_source"), "vpp from the same source's runs of this model and tp x pp")
     note(pl.col("sharding").is_null(), "sharding from framework default")
@@ -359,6 +366,7 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
         .when(_has_any("framework", ("deepspeed",)) | (megatron & (pl.col("year").fill_null(2100) <= 2022)))
         .then(pl.lit("megatron_2022"))
         .when(_has_any("framework", NATIVE_KERNEL_STACKS) & ~megatron).then(pl.lit("pytorch_native"))
+        .when(fsdp_unnamed).then(pl.lit("pytorch_native"))
         .otherwise(pl.lit("default")).alias("software_preset"),
     )
     hw = hardware.rename({"id": "gpu"}) if "id" in hardware.columns else hardware

@@ -182,7 +182,8 @@ COLUMN_SYNONYMS: dict[str, str] = {
     **dict.fromkeys(("gpu_type", "gpu_model", "accelerator", "accelerator_type", "hardware", "device", "device_type",
                      "chip"), "gpu"),
     **dict.fromkeys(("num_gpus", "n_gpu", "gpus", "gpu_count", "world_size", "num_devices", "n_devices", "devices",
-                     "num_accelerators", "n_accelerators", "num_chips", "n_chips", "chips"), "n_gpus"),
+                     "num_accelerators", "n_accelerators", "num_chips", "n_chips", "chips", "num_gpu",
+                     "total_gpus", "accelerators", "num_accelerator", "total_accelerators"), "n_gpus"),
     **dict.fromkeys(("gpus_per_host", "num_gpus_per_node", "n_gpus_per_node", "devices_per_node"), "gpus_per_node"),
     **dict.fromkeys(("global_batch_size", "global_batch", "gbs", "batch_size", "global_batch_size_seqs"),
                     "global_batch_seqs"),
@@ -210,14 +211,28 @@ COLUMN_SYNONYMS: dict[str, str] = {
 #: batch in tokens (global_batch_seqs = tokens / seq_len); read by `pipeline.predict_runs.read_headers`
 NODES_HEADERS = ("nodes", "num_nodes", "n_nodes", "node_count", "nnodes", "hosts", "num_hosts")
 BATCH_TOKENS_HEADERS = ("global_batch_tokens", "batch_size_tokens", "tokens_per_batch", "batch_tokens",
-                        "global_batch_size_tokens", "tokens_per_step", "gbs_tokens")
+                        "global_batch_size_tokens", "tokens_per_step", "gbs_tokens", "tokens_batch",
+                        "batch_size_in_tokens", "global_batch_size_in_tokens", "global_batch_in_tokens",
+                        "tokens_per_global_batch")
+#: headers of a layout written in one cell ("TP8 PP16 DP64", "FSDP 32, TP 8", "tp=8, pp=4") and of a batch per
+#: data-parallel rank ("local batch size": torchtitan's tables; Hugging Face's per_device_train_batch_size), read by
+#: `pipeline.predict_runs.stated_otherwise`
+PARALLELISM_HEADERS = ("parallelism", "parallel_config", "parallelism_config", "layout", "parallel_layout",
+                       "parallel_strategy", "parallelization", "parallelism_strategy", "sharding_parallelism")
+LOCAL_BATCH_HEADERS = ("local_batch_size", "local_batch", "local_bs", "batch_size_per_gpu", "per_gpu_batch_size",
+                       "batch_per_gpu", "per_device_batch_size", "per_device_train_batch_size", "batch_size_per_device",
+                       "batch_size_per_rank")
 #: spellings of a measured quantity, as a wide column (one per metric) or a `metric` value -> (the schema's metric,
 #: factor to its unit): milliseconds to seconds, percent to a fraction
 METRIC_SYNONYMS: dict[str, tuple[str, float]] = {
     **{k: ("tokens_per_s_per_gpu", 1.0) for k in (
         "tokens_per_s_per_gpu", "tokens_per_second_per_gpu", "tokens_per_sec_per_gpu", "tokens_s_gpu", "tok_s_gpu",
         "tgs", "tokens_per_gpu_per_s", "tokens_per_gpu_per_second", "throughput_tokens_per_s_per_gpu",
-        "tokens_per_s_per_device", "tokens_per_second_per_device", "tokens_per_s_per_chip")},
+        "tokens_per_s_per_device", "tokens_per_second_per_device", "tokens_per_s_per_chip", "tokens_sec_gpu",
+        "tokens_second_gpu", "tok_sec_gpu", "tokens_per_sec_gpu", "tokens_s_device",
+        "tokens_sec_device", "tokens_s_chip", "tokens_per_gpu_per_sec",
+        # torchtitan's training log: "wps" (words, i.e. tokens, per second on each rank)
+        "wps")},
     **{k: ("tokens_per_s", 1.0) for k in (
         "tokens_per_s", "tokens_per_second", "tokens_per_sec", "tokens_s", "throughput_tokens_per_s")},
     **{k: ("step_time_s", 1.0) for k in (
@@ -225,13 +240,15 @@ METRIC_SYNONYMS: dict[str, tuple[str, float]] = {
         "time_per_step", "time_per_step_s", "time_per_iteration", "seconds_per_step", "elapsed_time_per_iteration_s")},
     **{k: ("step_time_s", 1e-3) for k in (
         "step_time_ms", "iteration_time_ms", "iter_time_ms", "time_per_step_ms", "elapsed_time_per_iteration_ms")},
-    **{k: ("mfu", 1.0) for k in ("mfu",)},
-    **{k: ("mfu", 0.01) for k in ("mfu_pct", "mfu_percent")},
-    **{k: ("hfu", 1.0) for k in ("hfu",)},
-    **{k: ("hfu", 0.01) for k in ("hfu_pct", "hfu_percent")},
+    **{k: ("mfu", 1.0) for k in ("mfu", "bf16_mfu", "mfu_bf16", "model_flops_utilization", "model_flop_utilization")},
+    **{k: ("mfu", 0.01) for k in ("mfu_pct", "mfu_percent", "bf16_mfu_pct", "mfu_bf16_pct",
+                                   "model_flops_utilization_pct")},
+    **{k: ("hfu", 1.0) for k in ("hfu", "hardware_flops_utilization", "hardware_flop_utilization")},
+    **{k: ("hfu", 0.01) for k in ("hfu_pct", "hfu_percent", "hardware_flops_utilization_pct")},
     **{k: ("model_tflops_per_gpu", 1.0) for k in (
         "model_tflops_per_gpu", "tflops_per_gpu", "tflops", "model_tflops", "tflop_s_per_gpu", "tflops_gpu",
-        "achieved_tflops_per_gpu", "tflops_per_device")},
+        "achieved_tflops_per_gpu", "tflops_per_device", "tflops_sec_gpu", "tflops_s_gpu", "tflop_s_gpu",
+        "model_tflops_s_gpu", "model_tflop_s_gpu", "tflops_per_sec_per_gpu", "tflops_gpu_s")},
 }
 #: a `metric` value's header key -> (the schema's metric, factor to its unit): `METRIC_SYNONYMS` and every schema
 #: metric under its own name, so that "MFU", "Step_Time_S" or "GPU hours" are read like mfu, step_time_s, gpu_hours
@@ -239,10 +256,13 @@ METRIC_VALUE_KEYS: dict[str, tuple[str, float]] = {**{m: (m, 1.0) for m in METRI
 
 
 def header_key(name: str) -> str:
-    """A header as `COLUMN_SYNONYMS` and `METRIC_SYNONYMS` compare it: lower case, '%' as 'pct', spaces, brackets,
-    '-', '.' and '/' as '_', runs of '_' collapsed ("MFU (%)" -> mfu_pct, "Step time [ms]" -> step_time_ms)."""
-    key = str(name).strip().lower().replace("%", "pct")
-    return re.sub(r"_+", "_", re.sub(r"[\s\-./()\[\]]", "_", key)).strip("_")
+    """A header as `COLUMN_SYNONYMS` and `METRIC_SYNONYMS` compare it: lower case, '%' as 'pct', '#' and "number
+    of" as 'num', spaces, brackets, '-', '.' and '/' as '_', runs of '_' collapsed ("MFU (%)" -> mfu_pct, "Step time
+    [ms]" -> step_time_ms, "# GPUs" and "Number of GPUs" -> num_gpus)."""
+    key = str(name).strip().lower().replace("%", "pct").replace("#", " num ")
+    key = re.sub(r"_+", "_", re.sub(r"[\s\-./()\[\]]", "_", key)).strip("_")
+    # "Number of GPUs", "No. of GPUs", "# of GPUs" -> num_gpus
+    return re.sub(r"(^|_)(?:number|no|num)_of(?=_|$)", r"\1num", key)
 
 
 #: columns that describe the run; every row of one run must agree on them (source_ref may differ: one run's

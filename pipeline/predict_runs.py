@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import re
+
 import polars as pl
 
 from models.memory import CAPACITY_BYTES_PER_GB
 from pipeline import catalog
-from pipeline.measurements import (BATCH_TOKENS_HEADERS, COLUMN_SYNONYMS, COLUMNS, ENUMS, METRIC_SYNONYMS,
-                                   METRIC_VALUE_KEYS, MIXED_PRECISION, NODES_HEADERS, SCHEMA, canonical_dtype,
-                                   canonical_word, header_key)
+from pipeline.measurements import (BATCH_TOKENS_HEADERS, COLUMN_SYNONYMS, COLUMNS, ENUMS, LOCAL_BATCH_HEADERS,
+                                   METRIC_SYNONYMS, METRIC_VALUE_KEYS, MIXED_PRECISION, NODES_HEADERS,
+                                   PARALLELISM_HEADERS, SCHEMA, canonical_dtype, canonical_word, header_key)
 from pipeline.readers import FileRejected, read_measurement_file
 
 BREAKDOWN = ["compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
@@ -86,6 +88,10 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             renames[c] = "_nodes"
         elif key in BATCH_TOKENS_HEADERS and "_batch_tokens" not in renames.values():
             renames[c] = "_batch_tokens"
+        elif key in PARALLELISM_HEADERS and "_parallelism" not in renames.values():
+            renames[c] = "_parallelism"
+        elif key in LOCAL_BATCH_HEADERS and "_local_batch" not in renames.values():
+            renames[c] = "_local_batch"
     frame = frame.rename(renames)
     if "run_id" not in frame.columns:
         line = pl.col("_line").cast(pl.Utf8) if "_line" in frame.columns else \
@@ -138,11 +144,70 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
 GPUS_PER_HOST = {"gb200": 4, "gb300": 4}
 
 
+#: a layout cell's degrees ("TP8 PP16 DP64", "tp=8, pp=4", "FSDP 32, TP 8", "8-way TP"): a dimension's name next to
+#: its degree, in either order. FSDP/HSDP/ZeRO-k n are data parallelism of degree n with that sharding
+_DEGREE_NAMES = r"vpp|tp|pp|dp|cp|ep|sp|fsdp|hsdp|ddp|zero[-_ ]?[123]"
+_DEGREE_RE = (rf"(?i)(?:\b({_DEGREE_NAMES})\s*[=:x×]?\s*(\d+)\b)"
+              rf"|(?:\b(\d+)\s*(?:-?\s*way)?\s*({_DEGREE_NAMES})\b)")
+_SHARDING_OF = {"fsdp": "fsdp", "hsdp": "hsdp", "ddp": "none", "zero1": "zero1", "zero2": "zero2", "zero3": "zero3"}
+#: a token count's unit suffix ("16M" tokens): decimal, and the binary multiple when only that gives a whole number
+#: of sequences (Llama 3's "16M" tokens are 2,048 sequences of 8,192 = 16 x 2^20)
+_TOKEN_SUFFIX = {"k": (1e3, 2.0 ** 10), "m": (1e6, 2.0 ** 20), "b": (1e9, 2.0 ** 30), "g": (1e9, 2.0 ** 30)}
+
+
+def parse_layout(text: str | None) -> dict[str, int | str]:
+    """The degrees a layout cell states ({"tp": 8, "pp": 16, "dp": 64}; FSDP/HSDP/ZeRO-k/DDP n as "dp": n and
+    "sharding"); {} for an empty cell. Sequence parallelism ("SP") is not a degree of its own and is skipped."""
+    out: dict[str, int | str] = {}
+    for m in re.finditer(_DEGREE_RE, text or ""):
+        name, deg = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
+        name = re.sub(r"[-_ ]", "", name.lower())
+        if name == "sp":
+            continue
+        if name in _SHARDING_OF:
+            out.setdefault("sharding", _SHARDING_OF[name])
+            name = "dp"
+        out.setdefault(name, int(deg))
+    return out
+
+
+def token_count(text: str | None, seq_len: float | None) -> tuple[float | None, bool]:
+    """A batch in tokens as written ("16,777,216", "16M", "4.2M") and whether a binary multiple was read (`_TOKEN_SUFFIX`:
+    decimal unless only 2^10k makes a whole number of `seq_len` sequences)."""
+    t = re.sub(r"(\d)[,_ ](?=\d{3}\b)", r"\1", str(text or "").strip()).lower()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmbg]?)(?:\s*tokens?)?", t)
+    if not m:
+        return None, False
+    v = float(m.group(1))
+    if not m.group(2):
+        return v, False
+    dec, bin_ = (v * f for f in _TOKEN_SUFFIX[m.group(2)])
+    whole = lambda x: seq_len is not None and seq_len > 0 and abs(x / seq_len - round(x / seq_len)) < 1e-9  # noqa: E731
+    return (bin_, True) if not whole(dec) and whole(bin_) else (dec, False)
+
+
 def stated_otherwise(runs: pl.DataFrame, hardware: pl.DataFrame, notes: list[str]) -> tuple[pl.DataFrame, list[str]]:
-    """`runs` (gpu as hardware ids) with n_gpus from a node count (`_nodes` x gpus_per_node, else the hardware's
-    `gpus_per_node_typical`) and global_batch_seqs from a batch in tokens (`_batch_tokens` / seq_len) where the
-    schema's own column is empty; `notes` with what was read so."""
+    """`runs` (gpu as hardware ids) with what the file states another way, where the schema's own column is empty:
+    the degrees of a layout cell (`_parallelism`, `parse_layout`), n_gpus from a node count (`_nodes` x
+    gpus_per_node, else the hardware's `gpus_per_node_typical`), global_batch_seqs from a batch in tokens
+    (`_batch_tokens` / seq_len, `token_count`) or from a batch per data-parallel rank (`_local_batch` x dp, dp =
+    n_gpus / (tp pp cp) where unstated; no gradient accumulation: the local batch is also the micro-batch);
+    `notes` with what was read so."""
     notes = list(notes)
+    if "_parallelism" in runs.columns:
+        parsed = [parse_layout(t) for t in runs["_parallelism"].to_list()]
+        cols, said = [], set()
+        for c in ("tp", "pp", "dp", "cp", "ep", "vpp", "sharding"):
+            vals = [p.get(c) for p in parsed]
+            if not any(v is not None for v in vals):
+                continue
+            dtype = pl.Utf8 if c == "sharding" else pl.Int64
+            cur = pl.col(c).cast(dtype) if c in runs.columns else pl.lit(None, dtype=dtype)
+            cols.append(pl.coalesce(cur, pl.Series(f"_{c}", vals, dtype=dtype)).alias(c))
+            said.add(c)
+        if said:
+            notes.append("the layout column read as its degrees (" + ", ".join(sorted(said)) + ")")
+        runs = runs.with_columns(cols).drop("_parallelism")
     if "_nodes" in runs.columns:
         per = hardware.select(pl.col("id").alias("gpu"), pl.col("id").replace_strict(
             GPUS_PER_HOST, default=None, return_dtype=pl.Float64).fill_null(
@@ -156,12 +221,29 @@ def stated_otherwise(runs: pl.DataFrame, hardware: pl.DataFrame, notes: list[str
         runs = runs.with_columns(pl.when(use).then(n.round(0).cast(pl.Int64)).otherwise(pl.col("n_gpus"))
                                  .alias("n_gpus")).drop("_nodes", "_per_node")
     if "_batch_tokens" in runs.columns:
-        b = (pl.col("_batch_tokens") / pl.col("seq_len").cast(pl.Float64)).round(0)
+        read = [token_count(t, s) for t, s in zip(runs["_batch_tokens"].to_list(), runs["seq_len"].to_list())]
+        tokens = pl.Series("_tokens", [v for v, _ in read], dtype=pl.Float64)
+        b = (tokens / pl.col("seq_len").cast(pl.Float64)).round(0)
         use = pl.col("global_batch_seqs").is_null() & b.is_not_null() & (b >= 1)
         if runs.select(use.any()).item():
-            notes.append("global_batch_seqs = the batch in tokens / seq_len")
+            notes.append("global_batch_seqs = the batch in tokens / seq_len" +
+                         (" (a K/M/B suffix read as 2^10/2^20/2^30 where only that makes whole sequences)"
+                          if any(binary for _, binary in read) else ""))
         runs = runs.with_columns(pl.when(use).then(b.cast(pl.Int64)).otherwise(pl.col("global_batch_seqs"))
                                  .alias("global_batch_seqs")).drop("_batch_tokens")
+    if "_local_batch" in runs.columns:
+        one = lambda c: pl.col(c).cast(pl.Float64).fill_null(1.0)  # noqa: E731
+        dp = pl.coalesce(pl.col("dp").cast(pl.Float64), pl.col("n_gpus").cast(pl.Float64) / (one("tp") * one("pp") *
+                                                                                          one("cp")))
+        b = (pl.col("_local_batch") * dp).round(0)
+        use = pl.col("global_batch_seqs").is_null() & b.is_not_null() & (b >= 1)
+        if runs.select(use.any()).item():
+            notes.append("global_batch_seqs = the batch per data-parallel rank x dp (no gradient accumulation stated; "
+                         "micro_batch = that batch where unstated)")
+        runs = runs.with_columns(
+            pl.when(use).then(b.cast(pl.Int64)).otherwise(pl.col("global_batch_seqs")).alias("global_batch_seqs"),
+            pl.when(use & pl.col("micro_batch").is_null()).then(pl.col("_local_batch").round(0).cast(pl.Int64))
+            .otherwise(pl.col("micro_batch")).alias("micro_batch")).drop("_local_batch")
     return runs, notes
 
 
@@ -250,8 +332,10 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
     for c in COLUMNS:
         if c not in frame.columns:
             frame = frame.with_columns(pl.lit(None, dtype=pl.Utf8).alias(c))
-    # a node count, a batch in tokens (`read_headers`): kept beside the schema's columns until they can be read
-    extra = {c: pl.Float64 for c in ("_nodes", "_batch_tokens") if c in frame.columns}
+    # a node count, a batch in tokens, a layout in one cell, a batch per data-parallel rank (`read_headers`): kept
+    # beside the schema's columns until they can be read (`stated_otherwise`)
+    extra = {c: t for c, t in (("_nodes", pl.Float64), ("_local_batch", pl.Float64), ("_batch_tokens", pl.Utf8),
+                               ("_parallelism", pl.Utf8)) if c in frame.columns}
     typed = frame.select(
         [(number_text(pl.col(c)) if dtype != pl.Utf8 else pl.col(c).str.strip_chars().replace("", None))
          .cast(dtype, strict=False).alias(c)

@@ -1,0 +1,99 @@
+"""`stepcast predict --runs` reads run tables as papers, READMEs and benchmark pages write them: a GPU count under
+"# GPUs" or "Number of GPUs", a layout in one cell ("TP8 PP16 DP64", "FSDP 32, TP 8"), a batch in tokens with a
+unit suffix ("16M"), a batch per data-parallel rank ("Local batch size"), throughput and MFU under their table
+headers; each reading is stated in `assumptions`, and the same run written in the schema's own columns predicts
+the same."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.predict_runs import parse_layout, token_count
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def no_store(tmp_path, monkeypatch):
+    """The analytical path: no store, no promoted fit."""
+    monkeypatch.setenv("STEPCAST_STORE", str(tmp_path / "none" / "stepcast.duckdb"))
+
+
+def _predict(path) -> dict:
+    result = runner.invoke(app, ["predict", "--runs", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return {r["run_id"]: r for r in json.loads(result.output)}
+
+
+@pytest.mark.parametrize("text, want", [
+    ("TP8 PP16 DP64", {"tp": 8, "pp": 16, "dp": 64}),
+    ("tp=8, pp=4, cp=2", {"tp": 8, "pp": 4, "cp": 2}),
+    ("8-way TP, 16-way PP", {"tp": 8, "pp": 16}),
+    ("FSDP 32, TP 8", {"dp": 32, "sharding": "fsdp", "tp": 8}),
+    ("HSDP 64 TP 2", {"dp": 64, "sharding": "hsdp", "tp": 2}),
+    ("ZeRO-3 128", {"dp": 128, "sharding": "zero3"}),
+    ("TP 8 SP", {"tp": 8}),  # sequence parallelism is no degree of its own
+    ("", {}), (None, {})])
+def test_a_layout_cell_reads_as_its_degrees(text, want):
+    assert parse_layout(text) == want
+
+
+@pytest.mark.parametrize("text, seq_len, want", [
+    ("16M", 8192, 2048 * 8192),  # Llama 3's "16M tokens": 2,048 x 8,192 = 16 x 2^20 (decimal is no whole number)
+    ("4M", 4096, 1024 * 4096),
+    ("2M", 2000, 2_000_000),  # decimal when it makes whole sequences
+    ("16,777,216", 8192, 16_777_216), ("4.2M tokens", 2048, 4_200_000), ("many", 8192, None)])
+def test_a_token_count_reads_its_unit_suffix(text, seq_len, want):
+    assert token_count(text, seq_len)[0] == want
+
+
+def test_paper_table_headers_predict_like_the_schema(tmp_path):
+    """A Llama-3-paper-style row (a GPU count under '# GPUs', a layout column per degree, the batch in tokens with a
+    suffix, MFU in percent under 'BF16 MFU') reads as the same run written in the schema's columns."""
+    paper = tmp_path / "paper.csv"
+    paper.write_text('Model,Hardware,# GPUs,TP,PP,DP,Seq. len.,Tokens/batch,BF16 MFU\n'
+                     'llama3-70b,h100-sxm5-80gb,"1,024",8,4,32,8192,8M,40%\n')
+    schema = tmp_path / "schema.csv"
+    schema.write_text("run_id,model_name,gpu,n_gpus,tp,pp,dp,seq_len,global_batch_seqs,metric,value\n"
+                      "line 2,llama3-70b,h100-sxm5-80gb,1024,8,4,32,8192,1024,mfu,0.4\n")
+    p, s = _predict(paper)["line 2"], _predict(schema)["line 2"]
+    assert (p["n_gpus"], p["tp"], p["pp"], p["dp"], p["global_batch_seqs"]) == (1024, 8, 4, 32, 1024)
+    assert p["step_time_s"] == pytest.approx(s["step_time_s"])
+    assert p["measured_tokens_per_s_per_gpu"] == pytest.approx(s["measured_tokens_per_s_per_gpu"])
+    for note in ("column '# GPUs' read as n_gpus", "column 'BF16 MFU' read as metric mfu",
+                 "global_batch_seqs = the batch in tokens / seq_len (a K/M/B suffix read as 2^10/2^20/2^30"):
+        assert note in p["assumptions"]
+
+
+def test_number_of_gpus_a_layout_cell_and_a_local_batch(tmp_path):
+    """A torchtitan-README-style row: 'Number of GPUs', the layout in one 'Parallelism' cell, the batch per
+    data-parallel rank, throughput under 'Tokens/sec/GPU'. FSDP without a named framework is PyTorch's: the run is
+    predicted on the PyTorch-native kernel stack with PyTorch FSDP's memory, as a run naming PyTorch FSDP is."""
+    table = tmp_path / "table.csv"
+    table.write_text("Model,Number of GPUs,Hardware,Parallelism,Local batch size,Sequence length,Tokens/sec/GPU\n"
+                     'llama3-70b,256,h100-sxm5-80gb,"FSDP 32, TP 8",2,8192,"1,000"\n')
+    named = tmp_path / "named.csv"
+    named.write_text("run_id,model_name,gpu,n_gpus,tp,dp,sharding,micro_batch,global_batch_seqs,seq_len,framework,"
+                     "metric,value\n"
+                     "line 2,llama3-70b,h100-sxm5-80gb,256,8,32,fsdp,2,64,8192,PyTorch FSDP,tokens_per_s_per_gpu,1000\n")
+    t, n = _predict(table)["line 2"], _predict(named)["line 2"]
+    assert (t["n_gpus"], t["tp"], t["dp"], t["sharding"], t["micro_batch"], t["global_batch_seqs"]) == \
+        (256, 8, 32, "fsdp", 2, 64)
+    assert t["measured_tokens_per_s_per_gpu"] == pytest.approx(1000.0)
+    assert t["step_time_s"] == pytest.approx(n["step_time_s"])
+    for note in ("column 'Number of GPUs' read as n_gpus", "the layout column read as its degrees (dp, sharding, tp)",
+                 "global_batch_seqs = the batch per data-parallel rank x dp",
+                 "software stack pytorch_native (no framework stated; FSDP/HSDP sharding is PyTorch's)"):
+        assert note in t["assumptions"]
+
+
+def test_a_stated_column_wins_over_the_layout_cell(tmp_path):
+    path = tmp_path / "both.csv"
+    path.write_text("run_id,model_name,gpu,n_gpus,tp,Parallelism,global_batch_seqs,seq_len\n"
+                    "a,llama3-8b,h100-sxm5-80gb,64,2,TP4 PP2,256,8192\n")
+    row = _predict(path)["a"]
+    assert (row["tp"], row["pp"]) == (2, 2)
