@@ -199,11 +199,12 @@ COLUMN_SYNONYMS: dict[str, str] = {
     **dict.fromkeys(("precision", "data_type", "compute_dtype"), "dtype"),
     **dict.fromkeys(("num_layers", "layers", "n_layer", "num_hidden_layers"), "n_layers"),
     **dict.fromkeys(("hidden_size", "d_hidden", "n_embd"), "d_model"),
-    **dict.fromkeys(("num_attention_heads", "n_head", "num_heads"), "n_heads"),
+    **dict.fromkeys(("num_attention_heads", "n_head", "num_heads", "attention_heads", "heads"), "n_heads"),
     **dict.fromkeys(("num_key_value_heads", "num_query_groups", "n_kv_head"), "n_kv_heads"),
     **dict.fromkeys(("intermediate_size", "ffn_hidden_size", "d_ff"), "ffn_dim"),
     **dict.fromkeys(("vocab_size", "padded_vocab_size"), "vocab"),
-    **dict.fromkeys(("params_billion", "params_billions", "size_b"), "params_b"),
+    **dict.fromkeys(("params_billion", "params_billions", "size_b", "model_size", "parameters", "params",
+                     "num_params", "num_parameters", "parameter_count", "model_size_b"), "params_b"),
     **dict.fromkeys(("activation_checkpointing", "recompute_granularity", "activation_recomputation"), "recompute"),
     **dict.fromkeys(("library", "trainer", "software", "stack"), "framework"),
 }
@@ -219,6 +220,8 @@ BATCH_TOKENS_HEADERS = ("global_batch_tokens", "batch_size_tokens", "tokens_per_
 #: `pipeline.predict_runs.stated_otherwise`
 PARALLELISM_HEADERS = ("parallelism", "parallel_config", "parallelism_config", "layout", "parallel_layout",
                        "parallel_strategy", "parallelization", "parallelism_strategy", "sharding_parallelism")
+GRAD_ACCUM_HEADERS = ("grad_accum", "gradient_accumulation_steps", "grad_accumulation", "gradient_accumulation",
+                      "grad_acc", "grad_accum_steps", "accumulation_steps", "gas", "batch_accumulation_per_replica")
 LOCAL_BATCH_HEADERS = ("local_batch_size", "local_batch", "local_bs", "batch_size_per_gpu", "per_gpu_batch_size",
                        "batch_per_gpu", "per_device_batch_size", "per_device_train_batch_size", "batch_size_per_device",
                        "batch_size_per_rank")
@@ -248,7 +251,9 @@ METRIC_SYNONYMS: dict[str, tuple[str, float]] = {
     **{k: ("model_tflops_per_gpu", 1.0) for k in (
         "model_tflops_per_gpu", "tflops_per_gpu", "tflops", "model_tflops", "tflop_s_per_gpu", "tflops_gpu",
         "achieved_tflops_per_gpu", "tflops_per_device", "tflops_sec_gpu", "tflops_s_gpu", "tflop_s_gpu",
-        "model_tflops_s_gpu", "model_tflop_s_gpu", "tflops_per_sec_per_gpu", "tflops_gpu_s")},
+        "model_tflops_s_gpu", "model_tflop_s_gpu", "tflops_per_sec_per_gpu", "tflops_gpu_s",
+        # the Megatron-LM README's "Achieved teraFLOP/s per GPU"
+        "achieved_teraflop_s_per_gpu", "teraflop_s_per_gpu", "teraflops_per_gpu", "achieved_tflop_s_per_gpu")},
 }
 #: a `metric` value's header key -> (the schema's metric, factor to its unit): `METRIC_SYNONYMS` and every schema
 #: metric under its own name, so that "MFU", "Step_Time_S" or "GPU hours" are read like mfu, step_time_s, gpu_hours

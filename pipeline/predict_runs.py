@@ -11,7 +11,8 @@ import polars as pl
 
 from models.memory import CAPACITY_BYTES_PER_GB
 from pipeline import catalog
-from pipeline.measurements import (BATCH_TOKENS_HEADERS, COLUMN_SYNONYMS, COLUMNS, ENUMS, LOCAL_BATCH_HEADERS,
+from pipeline.measurements import (BATCH_TOKENS_HEADERS, COLUMN_SYNONYMS, COLUMNS, ENUMS, GRAD_ACCUM_HEADERS,
+                                   LOCAL_BATCH_HEADERS,
                                    METRIC_SYNONYMS, METRIC_VALUE_KEYS, MIXED_PRECISION, NODES_HEADERS,
                                    PARALLELISM_HEADERS, SCHEMA, canonical_dtype, canonical_word, header_key)
 from pipeline.readers import FileRejected, read_measurement_file
@@ -33,6 +34,16 @@ def number_text(expr: pl.Expr) -> pl.Expr:
     for _ in range(3):  # "1,024,000,000": one group per pass
         t = t.str.replace_all(r"(\d)[,_ ](\d{3})(\D|$)", "$1$2$3")
     return t.replace("", None)
+
+
+def size_in_billions(expr: pl.Expr) -> pl.Expr:
+    """A parameter count as written ("1.7B", "70b", "125M", "1T", "175"): billions (a bare number is already in
+    billions, the schema's unit)."""
+    t = number_text(expr).str.to_lowercase().str.strip_chars()
+    m = t.str.extract_groups(r"^(\d+(?:\.\d+)?)\s*([bmt]?)(?:\s*(?:params|parameters))?$")
+    unit = m.struct.field("2").replace_strict({"": 1.0, "b": 1.0, "m": 1e-3, "t": 1e3}, default=None,
+                                              return_dtype=pl.Float64)
+    return m.struct.field("1").cast(pl.Float64, strict=False) * unit
 
 
 def _metrics_of(frame: pl.DataFrame) -> pl.DataFrame:
@@ -92,6 +103,8 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             renames[c] = "_parallelism"
         elif key in LOCAL_BATCH_HEADERS and "_local_batch" not in renames.values():
             renames[c] = "_local_batch"
+        elif key in GRAD_ACCUM_HEADERS and "_grad_accum" not in renames.values():
+            renames[c] = "_grad_accum"
     frame = frame.rename(renames)
     if "run_id" not in frame.columns:
         line = pl.col("_line").cast(pl.Utf8) if "_line" in frame.columns else \
@@ -186,13 +199,21 @@ def token_count(text: str | None, seq_len: float | None) -> tuple[float | None, 
     return (bin_, True) if not whole(dec) and whole(bin_) else (dec, False)
 
 
+def _dp_or_implied() -> pl.Expr:
+    """dp as stated, else n_gpus / (tp pp cp), an unstated degree counted 1 (the runs adapter's rule)."""
+    one = lambda c: pl.col(c).cast(pl.Float64).fill_null(1.0)  # noqa: E731
+    return pl.coalesce(pl.col("dp").cast(pl.Float64), pl.col("n_gpus").cast(pl.Float64) / (one("tp") * one("pp") *
+                                                                                         one("cp")))
+
+
 def stated_otherwise(runs: pl.DataFrame, hardware: pl.DataFrame, notes: list[str]) -> tuple[pl.DataFrame, list[str]]:
     """`runs` (gpu as hardware ids) with what the file states another way, where the schema's own column is empty:
     the degrees of a layout cell (`_parallelism`, `parse_layout`), n_gpus from a node count (`_nodes` x
     gpus_per_node, else the hardware's `gpus_per_node_typical`), global_batch_seqs from a batch in tokens
     (`_batch_tokens` / seq_len, `token_count`) or from a batch per data-parallel rank (`_local_batch` x dp, dp =
-    n_gpus / (tp pp cp) where unstated; no gradient accumulation: the local batch is also the micro-batch);
-    `notes` with what was read so."""
+    n_gpus / (tp pp cp) where unstated; no gradient accumulation: the local batch is also the micro-batch) or from
+    the micro-batch and the gradient accumulation steps (`_grad_accum`: micro_batch x steps x dp); `notes` with what
+    was read so."""
     notes = list(notes)
     if "_parallelism" in runs.columns:
         parsed = [parse_layout(t) for t in runs["_parallelism"].to_list()]
@@ -232,18 +253,25 @@ def stated_otherwise(runs: pl.DataFrame, hardware: pl.DataFrame, notes: list[str
         runs = runs.with_columns(pl.when(use).then(b.cast(pl.Int64)).otherwise(pl.col("global_batch_seqs"))
                                  .alias("global_batch_seqs")).drop("_batch_tokens")
     if "_local_batch" in runs.columns:
-        one = lambda c: pl.col(c).cast(pl.Float64).fill_null(1.0)  # noqa: E731
-        dp = pl.coalesce(pl.col("dp").cast(pl.Float64), pl.col("n_gpus").cast(pl.Float64) / (one("tp") * one("pp") *
-                                                                                          one("cp")))
-        b = (pl.col("_local_batch") * dp).round(0)
+        dp = _dp_or_implied()
+        acc = pl.col("_grad_accum").fill_null(1.0) if "_grad_accum" in runs.columns else pl.lit(1.0)
+        b = (pl.col("_local_batch") * acc * dp).round(0)
         use = pl.col("global_batch_seqs").is_null() & b.is_not_null() & (b >= 1)
         if runs.select(use.any()).item():
-            notes.append("global_batch_seqs = the batch per data-parallel rank x dp (no gradient accumulation stated; "
-                         "micro_batch = that batch where unstated)")
+            notes.append("global_batch_seqs = the batch per data-parallel rank x dp (x the gradient accumulation "
+                         "steps where stated; micro_batch = that batch where unstated)")
         runs = runs.with_columns(
             pl.when(use).then(b.cast(pl.Int64)).otherwise(pl.col("global_batch_seqs")).alias("global_batch_seqs"),
             pl.when(use & pl.col("micro_batch").is_null()).then(pl.col("_local_batch").round(0).cast(pl.Int64))
             .otherwise(pl.col("micro_batch")).alias("micro_batch")).drop("_local_batch")
+    if "_grad_accum" in runs.columns:  # micro-batch x gradient accumulation x dp (dp = n_gpus / (tp pp cp))
+        dp = _dp_or_implied()
+        b = (pl.col("micro_batch").cast(pl.Float64) * pl.col("_grad_accum") * dp).round(0)
+        use = pl.col("global_batch_seqs").is_null() & b.is_not_null() & (b >= 1)
+        if runs.select(use.any()).item():
+            notes.append("global_batch_seqs = micro_batch x gradient accumulation steps x dp")
+        runs = runs.with_columns(pl.when(use).then(b.cast(pl.Int64)).otherwise(pl.col("global_batch_seqs"))
+                                 .alias("global_batch_seqs")).drop("_grad_accum")
     return runs, notes
 
 
@@ -334,10 +362,11 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
             frame = frame.with_columns(pl.lit(None, dtype=pl.Utf8).alias(c))
     # a node count, a batch in tokens, a layout in one cell, a batch per data-parallel rank (`read_headers`): kept
     # beside the schema's columns until they can be read (`stated_otherwise`)
-    extra = {c: t for c, t in (("_nodes", pl.Float64), ("_local_batch", pl.Float64), ("_batch_tokens", pl.Utf8),
-                               ("_parallelism", pl.Utf8)) if c in frame.columns}
+    extra = {c: t for c, t in (("_nodes", pl.Float64), ("_local_batch", pl.Float64), ("_grad_accum", pl.Float64),
+                               ("_batch_tokens", pl.Utf8), ("_parallelism", pl.Utf8)) if c in frame.columns}
     typed = frame.select(
-        [(number_text(pl.col(c)) if dtype != pl.Utf8 else pl.col(c).str.strip_chars().replace("", None))
+        [(size_in_billions(pl.col(c)) if c in ("params_b", "active_params_b") else
+          number_text(pl.col(c)) if dtype != pl.Utf8 else pl.col(c).str.strip_chars().replace("", None))
          .cast(dtype, strict=False).alias(c)
          for c, dtype in [(c, SCHEMA[c]) for c in COLUMNS if c not in ("metric", "value", "unit", "derived", "notes")]
          + list(extra.items())]

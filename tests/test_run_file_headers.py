@@ -97,3 +97,27 @@ def test_a_stated_column_wins_over_the_layout_cell(tmp_path):
                     "a,llama3-8b,h100-sxm5-80gb,64,2,TP4 PP2,256,8192\n")
     row = _predict(path)["a"]
     assert (row["tp"], row["pp"]) == (2, 2)
+
+
+def test_a_megatron_readme_row_reads_its_shape_size_and_tflops(tmp_path):
+    """The Megatron-LM README's table: the shape under 'Attention heads', 'Hidden size', 'Number of layers', the size
+    as '1.7B', the throughput as 'Achieved teraFLOP/s per GPU' (an accelerator column added: the README's is A100)."""
+    path = tmp_path / "readme.csv"
+    path.write_text("Model size,Attention heads,Hidden size,Number of layers,Tensor model-parallel size,"
+                    "Pipeline model-parallel size,Number of GPUs,Batch size,Achieved teraFLOP/s per GPU,GPU\n"
+                    "1.7B,24,2304,24,1,1,32,512,137,a100-sxm4-80gb\n")
+    row = _predict(path)["line 2"]
+    assert (row["n_gpus"], row["tp"], row["pp"], row["global_batch_seqs"]) == (32, 1, 1, 512)
+    assert row["step_time_s"] is not None and row["measured_tokens_per_s_per_gpu"] is not None
+    for note in ("column 'Attention heads' read as n_heads", "column 'Model size' read as params_b",
+                 "column 'Achieved teraFLOP/s per GPU' read as metric model_tflops_per_gpu"):
+        assert note in row["assumptions"]
+
+
+def test_micro_batch_times_gradient_accumulation_times_dp_is_the_global_batch(tmp_path):
+    path = tmp_path / "accum.csv"
+    path.write_text("model,gpu,nodes,tp,micro_batch_size,grad_accum,seq_len,tokens/s/gpu\n"
+                    "llama3-8b,h100-sxm5-80gb,8,2,2,4,4096,8200\n")
+    row = _predict(path)["line 2"]
+    assert (row["n_gpus"], row["dp"], row["micro_batch"], row["global_batch_seqs"]) == (64, 32, 2, 2 * 4 * 32)
+    assert "global_batch_seqs = micro_batch x gradient accumulation steps x dp" in row["assumptions"]
