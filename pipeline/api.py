@@ -139,7 +139,8 @@ def resolved_hardware(hw_row: dict, overrides: Optional[dict] = None) -> dict:
 
 def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[str] = None, gpus: int,
                    global_batch: int, seq_len: int, micro_batch: Optional[int] = None, tp: int = 1, pp: int = 1,
-                   dp: Optional[int] = None, cp: int = 1, ep: int = 1, vpp: int = 1, sharding: Optional[str] = None,
+                   dp: Optional[int] = None, cp: int = 1, ep: int = 1, vpp: Optional[int] = None,
+                   sharding: Optional[str] = None,
                    recompute: Optional[str] = None, sequence_parallel: Optional[bool] = None,
                    tp_mode: str = "1d", dtype: str = "bf16", gpus_per_node: Optional[int] = None,
                    inter_node_gbps: Optional[float] = None, analytical_only: bool = False,
@@ -185,6 +186,10 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     if micro_batch is None:
         micro_batch = 1
         defaults.append("micro_batch=1")
+    if vpp is None:
+        vpp = 1
+        if pp > 1:  # a measured run's unstated vpp is inferred instead (models.runs_adapter): say which this is
+            defaults.append("vpp=1 (plain 1F1B; --vpp N for the interleaved schedule)")
     if sharding is None:
         sharding = "zero1" if dp * cp > 1 else "none"
         defaults.append(f"sharding={sharding}")

@@ -212,7 +212,8 @@ def predict(
     capacity_factor: Optional[float] = typer.Option(None, "--capacity-factor", min=0.001,
                                                     help="MoE expert capacity factor: an expert keeps at most cf x "
                                                          "the mean tokens, the rest are dropped [default: dropless]."),
-    vpp: int = typer.Option(1, "--vpp", min=1, help="Interleaved pipeline chunks per stage (1 = plain 1F1B)."),
+    vpp: Optional[int] = typer.Option(None, "--vpp", min=1, help="Interleaved pipeline chunks per stage (default 1 = "
+                                      "plain 1F1B, listed in assumptions at pp > 1)."),
     sharding: Optional[str] = typer.Option(None, "--sharding",
                                            help="none, zero1, zero2, zero3, fsdp or hsdp [default: zero1]."),
     recompute: Optional[str] = typer.Option(None, "--recompute", help="none, selective or full [default: selective]."),

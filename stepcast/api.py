@@ -55,7 +55,7 @@ def _many(value) -> list:
 def predict(*, model: Union[None, str, Sequence[str]] = None, gpu: Union[None, str, Sequence[str]] = None,
             gpus: Union[None, int, Sequence[int]] = None, global_batch: Optional[int] = None,
             seq_len: Optional[int] = None, micro_batch: Optional[int] = None, tp: int = 1, pp: int = 1,
-            dp: Optional[int] = None, cp: int = 1, ep: int = 1, vpp: int = 1, sharding: Optional[str] = None,
+            dp: Optional[int] = None, cp: int = 1, ep: int = 1, vpp: Optional[int] = None, sharding: Optional[str] = None,
             recompute: Optional[str] = None, sequence_parallel: Optional[bool] = None, dtype: str = "bf16",
             gpus_per_node: Optional[int] = None, inter_node_gbps: Optional[float] = None,
             arch: Union[None, PathLike, Mapping] = None, hardware_file: Union[None, PathLike, Mapping] = None,

@@ -41,7 +41,8 @@ def test_predict_one_configuration_json():
     assert row["feasible"] is True and row["error"] is None
     # the command echoes what it resolved and every default it applied
     assert row["model"] == "gpt3-175b" and row["dp"] == 16 and row["calibration_domain"] == "no fit: priors"
-    assert row["assumptions"].startswith("realistic; defaults: dp=N/(tp*pp*cp)=16, micro_batch=1, sharding=zero1")
+    assert row["assumptions"].startswith("realistic; defaults: dp=N/(tp*pp*cp)=16, micro_batch=1, vpp=1 (plain 1F1B; "
+                                         "--vpp N for the interleaved schedule), sharding=zero1")
     # the parts add up to no more than the step, and the step's throughput matches its definition
     assert row["step_time_s"] > row["compute_s"] > 0
     assert row["tokens_per_s_per_gpu"] == __import__("pytest").approx(1536 * 2048 / (row["step_time_s"] * 1024))
