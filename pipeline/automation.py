@@ -50,14 +50,16 @@ import polars as pl
 from dagster_duckdb import DuckDBResource
 
 from pipeline import store
+from pipeline.readers import SUFFIXES as READ_SUFFIXES
 from pipeline.readers import sha256_bytes
 
 JOB_NAME = "refit"
 WRITER_TAG = "stepcast/writes_store"
 FILES_TAG = "stepcast/incoming_files"  # JSON list of the incoming file names a sensor run ingests
 RUN_KEY_TAG = "dagster/run_key"
-SUFFIXES = (".csv", ".parquet", ".pq")
-IGNORED_SUFFIXES = (".tmp", ".part", ".partial", "~", ".reason.txt", ".md")
+SUFFIXES = tuple(s for s in READ_SUFFIXES if s)  # the processed/ files ingested again: every type a reader takes
+# (a Markdown file is a measurement file too now, a pipe table of runs; the folder's README is left by its name)
+IGNORED_SUFFIXES = (".tmp", ".part", ".partial", "~", ".reason.txt")
 
 
 def _env_float(name: str, default: float) -> float:

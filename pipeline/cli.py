@@ -79,7 +79,7 @@ def build(
 
 @app.command()
 def ingest(
-    files: list[Path] = typer.Argument(..., metavar="FILE...", help="CSV or Parquet files in the measurement schema."),
+    files: list[Path] = typer.Argument(..., metavar="FILE...", help="Measurement-schema files: CSV, TSV, Parquet, JSON, JSON Lines or a Markdown table."),
     publish: bool = typer.Option(True, "--publish/--no-publish", help="Publish a fresh snapshot after a change."),
     batch_rows: int = typer.Option(250_000, "--batch-rows", min=1, metavar="N",
                                    help="Rows parsed, validated and inserted at a time when ingesting many files "
@@ -245,7 +245,7 @@ def predict(
         None, "--hardware-file", metavar="PATH", help="Accelerator from a file instead of --gpu: a row of the "
         "hardware_specs.csv schema (CSV/JSON)."),
     runs: Optional[Path] = typer.Option(None, "--runs", metavar="FILE",
-                                        help="Predict every run of a measurement-schema CSV/Parquet instead."),
+                                        help="Predict every run of a measurement-schema file instead (CSV, TSV, Parquet, JSON, JSON Lines or a Markdown table)."),
     assumptions: str = typer.Option("realistic", "--assumptions", help=ASSUMPTIONS_HELP),
     analytical_only: bool = typer.Option(False, "--analytical-only", help=ANALYTICAL_HELP),
     fmt: str = typer.Option("table", "--format", "-f", help=FORMAT_HELP),

@@ -5,7 +5,7 @@ with the run's architecture, layout and hardware repeated on each of its rows an
 (`source`, `source_ref`). `measurements/DATA_CARD.md` describes every column.
 
 `validate(frame, file, known_hardware)` takes the file's cells as strings plus a `_line` column (the
-1-based line of the row in the file; for Parquet the 1-based row number) and splits it into accepted rows
+1-based line of the row in the file; for Parquet and JSON the 1-based row/record number) and splits it into accepted rows
 (typed) and rejected rows `(file, line, column, value, reason)`. Every rule is a vectorized polars
 expression evaluated in two passes (one boolean per row over all rules, then the reasons for the
 flagged rows only); numbers are parsed once and the typed columns are those parsed numbers: about 0.45 s

@@ -323,7 +323,8 @@ def _batch_frame(batch: list[_Read]) -> tuple[pl.DataFrame | None, bool]:
         if frame is None:
             for g in group:
                 try:
-                    one, _, g.short = read_csv_text(g.path, _decode(g.path, g.simple.data), g.simple.data)
+                    one, _, g.short = read_csv_text(g.path, _decode(g.path, g.simple.data, g.simple.delimiter),
+                                                     g.simple.data, g.simple.delimiter)
                 except FileRejected as err:
                     g.error = err
                     continue

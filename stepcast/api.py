@@ -113,9 +113,9 @@ def predict_frame(frame: Union[pl.DataFrame, PathLike], *, assumptions: str = "r
 
     `frame` is a polars DataFrame in the measurement schema (measurements/measured_runs.csv: `run_id`, `gpu`,
     `model_name`, `n_gpus`, `tp`, `pp`, `global_batch_seqs`, `seq_len`, ...; values of any type, read as a file's
-    cells are) or a path to such a CSV/Parquet file. One row per distinct run_id, in order: the prediction,
-    or in `error` why it cannot be made; where a row carries a measurement (`metric`, `value`), the measured
-    throughput and `error_pct` beside it. Unstated fields are inferred by documented rules, listed in
+    cells are) or a path to such a file (CSV/TSV, Parquet, JSON, JSON Lines or a Markdown pipe table). One row
+    per distinct run_id, in order: the prediction, or in `error` why it cannot be made; where a row carries a
+    measurement (`metric`, `value`), the measured throughput and `error_pct` beside it. Unstated fields are inferred by documented rules, listed in
     `assumptions`.
 
     >>> import polars as pl, stepcast

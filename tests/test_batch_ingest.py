@@ -111,10 +111,10 @@ def test_a_file_the_careful_parse_refuses_is_reported_and_not_written(store_copy
     paths = _files(tmp_path, 3)
     real = store.read_csv_text
 
-    def refuse_second(path, text, data=None):
+    def refuse_second(path, text, data=None, *rest):
         if path.endswith("bi_1.csv"):
             raise FileRejected(path, "refused by the test", line=3, column="notes")
-        return real(path, text, data)
+        return real(path, text, data, *rest)
 
     monkeypatch.setattr(store, "parse_simple", lambda files: None)
     monkeypatch.setattr(store, "read_csv_text", refuse_second)
