@@ -2,7 +2,8 @@
 
 Model states (Rajbhandari et al. 2020, ZeRO): 16-bit weights (4 B for fp32/tf32 runs),
 gradients (``PhysParams.grad_bytes``, fp32 main grads by default), optimizer state (12 B
-fp32 master + Adam m + v; 8 B for fp32 runs). Divided by tp (and ep for routed experts);
+fp32 master + Adam m + v; 8 B for fp32 runs; a recipe's own, ``optimizer_bytes``).
+Divided by tp (and ep for routed experts);
 ZeRO-1 shards the optimizer over the data-parallel group, ZeRO-2 also the gradients,
 ZeRO-3/FSDP also the weights (+ two gathered layers as prefetch buffers; FSDP/HSDP keep no
 16-bit shard: the fp32 master is the parameter), HSDP shards all
@@ -419,12 +420,18 @@ def _weights(lp, S, shard, fp32, wb, Ls, inv_t, any_moe, hy, fsdp_unsharded_stag
     return weights
 
 
-def _grads_optimizer(S, shard, fp32, m, params, grad_bytes, trainable_frac, fsdp_unsharded_stage):
-    """(gradient bytes, optimizer-state bytes, parameters whose optimizer state this GPU holds)."""
+def _grads_optimizer(S, shard, fp32, m, params, grad_bytes, trainable_frac, fsdp_unsharded_stage,
+                     optimizer_bytes=None):
+    """(gradient bytes, optimizer-state bytes, parameters whose optimizer state this GPU holds). NaN in
+    ``grad_bytes`` / ``optimizer_bytes`` (16-bit rows): ``params``' value."""
     S_g, S_o = S["S_g"], S["S_o"]
     gb, gb32 = (params.grad_bytes if grad_bytes is None else _f(grad_bytes)), 4.0
+    if grad_bytes is not None and np.any(np.isnan(gb)):
+        gb = np.where(np.isnan(gb), params.grad_bytes, gb)
     grads = (gb * S_g) if np.all(gb == gb32) else np.where(fp32, gb32, gb) * S_g
     ob_m, ob_32 = params.optimizer_state_bytes_mixed, params.optimizer_state_bytes_fp32
+    if optimizer_bytes is not None and not np.all(np.isnan(ob_row := _f(optimizer_bytes))):
+        ob_m = np.where(np.isnan(ob_row), ob_m, ob_row)
     ob = np.where(fp32, ob_32, ob_m) if np.any(fp32) else ob_m
     optimizer = ob * S_o
     if fsdp_unsharded_stage is not None and np.any(fsdp_unsharded_stage):
@@ -632,7 +639,7 @@ def memory_per_gpu(
     quantized_saves=None,
     dtype_code=None,
     layers_16bit=None,
-    fp8_param_gather=None, non_tn_fp8=None, recompute_modules=None,
+    fp8_param_gather=None, non_tn_fp8=None, recompute_modules=None, optimizer_bytes=None,
 ) -> dict[str, np.ndarray]:
     """Bytes per GPU on the most loaded stage: weights, grads, optimizer, activations, overhead.
 
@@ -646,7 +653,10 @@ def memory_per_gpu(
     Framework-dependent terms (models.frameworks presets; each None keeps the behaviour of
     ``params``, i.e. the model before presets existed):
     ``grad_bytes``       bytes per gradient element of 16-bit runs (4 = Megatron fp32
-                         ``main_grad``, 2 = 16-bit gradients); fp32/tf32 runs keep 4.
+                         ``main_grad``, 2 = 16-bit gradients); fp32/tf32 runs keep 4; NaN: ``params``'.
+    ``optimizer_bytes``  bytes of optimizer state per parameter of 16-bit runs (NaN or None:
+                         ``params.optimizer_state_bytes_mixed``, 12 = fp32 master + Adam m + v; 4 = a recipe
+                         that keeps Adam's m and v in bf16 and no master copy); fp32/tf32 runs keep theirs.
     ``trainable_frac``   fraction of the parameters that get gradients and optimizer state
                          (LoRA: the adapters; frozen base weights keep only their 16-bit copy).
     ``selective_policy`` what ``recompute`` = selective stores: 0 Megatron-LM/Korthikanti
@@ -691,7 +701,7 @@ def memory_per_gpu(
     dw, q_out = quantized_weights(lp, shard, wb, fp8_param_gather, dtype_code, non_tn_fp8, layers_16bit, arch)
     weights = _weights(lp, S, shard, fp32, wb, Ls, inv_t, any_moe, arch.get("hybrid"), fsdp_unsharded_stage) + dw
     grads, optimizer, S_o = _grads_optimizer(S, shard, fp32, m, params, grad_bytes, trainable_frac,
-                                             fsdp_unsharded_stage)
+                                             fsdp_unsharded_stage, optimizer_bytes)
     activations, inflight = _activations(
         arch, shapes, lp, _f(seq_len), _f(micro_batch), t, p, c, v, m, rc,
         np.asarray(sequence_parallel, dtype=bool), wb, Ls, any_moe, params, selective_policy, logits_bytes,
