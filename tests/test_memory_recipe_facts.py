@@ -1,6 +1,6 @@
 """Recipe facts that decide whether measured runs fit: a NeMo Framework Launcher recipe's optimizer (bf16 Adam state,
-16-bit gradient buffer: models.frameworks.RECIPE_OPTIMIZER). Each of the runs ran, so each must fit once its recipe's
-settings apply."""
+16-bit gradient buffer: models.frameworks.RECIPE_OPTIMIZER) and the latent MoE's dispatch width
+(models.memory.moe_dispatch_elems). Each of the runs ran, so each must fit once its recipe's settings apply."""
 
 import numpy as np
 import polars as pl
@@ -8,7 +8,7 @@ import pytest
 
 from models.accounting import layer_shapes, normalize_arch
 from models.frameworks import RECIPE_OPTIMIZER, memory_arguments
-from models.memory import memory_per_gpu
+from models.memory import memory_per_gpu, module_recompute_savings, moe_dispatch_elems, recompute_modules_code
 from models.params import DEFAULT
 
 from tests.conftest import MEASUREMENTS
@@ -52,6 +52,23 @@ def test_nan_row_values_keep_the_preset_and_params():
         assert nan[k][0] == base[k][0]
 
 
+def test_latent_moe_dispatches_latent_wide_copies():
+    """Nemotron 3 Super (h 4096, top-22, moe_latent_size 1024): 22 dispatched copies of 1024 plus the combined
+    latent output fc2_latent_proj keeps, 2 x 1024 x 23 bytes per token, against 2 x 4096 x 22 at full width; rows
+    without a latent (or not hybrid) keep 2 h k."""
+    hy = {"hybrid": np.array([True, True, False]), "moe_latent_size": np.array([1024.0, np.nan, 1024.0])}
+    got = moe_dispatch_elems(4096.0, 22.0, hy)
+    assert list(got) == [2.0 * 1024 * 23, 2.0 * 4096 * 22, 2.0 * 4096 * 22]
+    assert moe_dispatch_elems(4096.0, 22.0) == 2.0 * 4096 * 22
+    # moe recompute (the whole MoE layer checkpointed) stops storing the latent copies, not full-width ones
+    code = np.array([recompute_modules_code(["moe"])])
+    one = np.array([1.0])
+    _, full = module_recompute_savings(code, 4096.0, 32.0, 0.0, 2688.0, 22.0, 0.0, 4.0, one, 0 * one, 2.0)
+    _, lat = module_recompute_savings(code, 4096.0, 32.0, 0.0, 2688.0, 22.0, 0.0, 4.0, one, 0 * one, 2.0,
+                                      dispatch=got[:1])
+    assert full[0] - lat[0] == pytest.approx(2.0 * 4096 * 22 - 2.0 * 1024 * 23)
+
+
 def test_recipe_tables_name_their_sources():
     for (arch, task, container), (rc, ob, gb, src) in RECIPE_OPTIMIZER.items():
         assert rc in ("none", "selective", "full") and 0 < ob < 12 and gb in (2.0, 4.0)
@@ -64,6 +81,8 @@ FITS_WITH_RECIPE = {
     "nemo2407-h100-nemotron-340b-pretrain-128gpu-gbs32": (
         "training/nemotron/nemotron_340b.yaml", "selective", 1),
     "nemo2407-h100-llama2-70b-sft-16gpu-gbs32": ("peft/llama/sft.yaml", "none", 1),
+    "mb2604-pre-training-nemotron-3-super-b200-64gpu-mxfp8-gbs512": ("recompute_modules=['moe_act', 'layernorm']",
+                                                                      "selective", 1),
 }
 
 
