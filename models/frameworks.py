@@ -465,6 +465,45 @@ def recipe_memory(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+#: (architecture id, task, gpu, dtype, NeMo container) -> (micro-batch, source): a Megatron-Bridge performance-summary
+#: row whose stated MBS its release's recipe contradicts, where the row itself does not add up and the recipe's value
+#: does. GPT-OSS 120B on 64 H100, BF16, 25.11: the summary states GBS 512, MBS 4, PP 4, EP 8, GA 2; with dp = 64 / pp
+#: = 16 that is 16 x 4 x 2 = 128 sequences, not 512 (MBS 4 and GA 2 are the B200 row's above it, whose dp 64 gives 64 x
+#: 4 x 2 = 512). The recipe sets micro_batch_size 1 (GA 32), and every later summary (26.02-26.04.01) states MBS 1
+#: for the same H100 layout.
+RECIPE_MICRO_BATCH: dict[tuple[str, str, str, str, str], tuple[int, str]] = {
+    ("gpt-oss-120b", "pretrain", "h100-sxm5-80gb", "bf16", "25.11"): (
+        1, _OSS + "workload_base_configs.py GPT_OSS_120B_H100_BF16_BASE_CONFIG = BASE_GPT_OSS_120B_CONFIG "
+        "(micro_batch_size=1) with pipeline_model_parallel_size=4 (r0.2.0, 25.11); the summary's MBS 4 with GA 2 "
+        "over dp 16 gives GBS 128, not its 512"),
+}
+
+
+def recipe_micro_batch(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with `micro_batch` set to the recipe's where ``RECIPE_MICRO_BATCH`` names the run (a Megatron-Bridge
+    performance-summary row whose stated MBS does not add up to its GBS and contradicts its recipe), recorded in
+    `assumptions`. Needs memory_preset, arch_id, model_name, gpu, dtype, framework, micro_batch, assumptions; a frame
+    without them is returned unchanged."""
+    need = ("memory_preset", "arch_id", "model_name", "gpu", "dtype", "framework", "micro_batch")
+    if not frame.height or any(c not in frame.columns for c in need):
+        return frame
+    key = pl.concat_str([pl.col("arch_id").cast(pl.Utf8).str.to_lowercase(), recipe_task("model_name"),
+                         pl.col("gpu").cast(pl.Utf8), pl.col("dtype").cast(pl.Utf8).str.to_lowercase(),
+                         recipe_container()], separator="|")
+    key = pl.when(pl.col("memory_preset") == "megatron_bridge").then(key)
+    table = {"|".join(k): v for k, v in RECIPE_MICRO_BATCH.items()}
+    mb = key.replace_strict({k: v[0] for k, v in table.items()}, default=None, return_dtype=pl.Int64)
+    src = key.replace_strict({k: v[1] for k, v in table.items()}, default=None, return_dtype=pl.Utf8)
+    use = (mb.is_not_null() & (pl.col("micro_batch").is_null() | (pl.col("micro_batch") != mb))).fill_null(False)
+    why = pl.format("micro_batch={} (the run's recipe: {}; the source states {})", mb, src,
+                    pl.col("micro_batch").cast(pl.Utf8).fill_null("none"))
+    return frame.with_columns(
+        pl.when(use).then(mb).otherwise(pl.col("micro_batch")).cast(frame.schema["micro_batch"]).alias("micro_batch"),
+        pl.when(use).then(pl.concat_str([pl.col("assumptions"), why], separator="; ", ignore_nulls=True))
+        .otherwise(pl.col("assumptions")).alias("assumptions"),
+    )
+
+
 # ---- quantized weights (Megatron-Core fp8_param_gather) in Megatron-Bridge's performance recipes -----------------
 #: dtypes whose Megatron-Bridge performance recipe keeps the GEMM weights as FP8 parameters: the performance scripts'
 #: precision configs (scripts/performance/utils/helpers.py 25.11, utils/precision.py 26.02-26.08
@@ -510,6 +549,69 @@ def recipe_fp8_params(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(
         pl.when(on).then(pl.lit(1.0)).otherwise(pl.lit(None, dtype=pl.Float64)).alias("fp8_param_gather"),
         pl.when(on).then(pl.concat_str([pl.col("assumptions"), why], separator="; ", ignore_nulls=True))
+        .otherwise(pl.col("assumptions")).alias("assumptions"),
+    )
+
+
+# ---- optimizer state and gradient buffers of NeMo Framework Launcher recipes (NeMo 1, apex DistributedFusedAdam) ----
+_NFL = "NVIDIA/NeMo-Framework-Launcher launcher_scripts/conf/"
+_APEX_BF16_ADAM = (
+    " optim: distributed_fused_adam, dtype: bf16, grad_sync_dtype: bf16 (24.07). NVIDIA/NeMo nemo/collections/nlp/"
+    "models/language_modeling/megatron_base_model.py setup_optimization (the same in v2.0.0rc0 and r2.0.0rc1, June-"
+    "August 2024): store_params = False when the optimizer dtype is the model's (bf16 with megatron_amp_O2), so no "
+    "master copy; NVIDIA/apex apex/contrib/optimizers/distributed_fused_adam.py: exp_avg_shard and exp_avg_sq_shard in "
+    "dtype (2 + 2 B per parameter, sharded over the data-parallel group), _init_grad_buffer allocates the whole "
+    "contiguous gradient buffer (contiguous_grad_buffer, NeMo's default) in grad_sync_dtype (2 B per parameter), which "
+    "megatron_amp_O2 uses as main_grad")
+#: (architecture id, task, NeMo container) -> (recompute, optimizer state bytes per parameter, gradient bytes per
+#: parameter, source): what a NeMo Framework Launcher recipe of that release configures, for the NeMo
+#: performance-summary runs of that model and task (task: pretrain, sft or lora, from the run's model_name): its
+#: activations_checkpoint_granularity (null -> "none") and its optimizer. The launcher's config for the model is the
+#: recipe; its layout (tp, pp, vpp, nodes) is the benchmark's own and comes from the run. Only recipes whose optimizer
+#: differs from the preset's (12 B fp32 master + Adam m + v, 4 B fp32 main_grad) are listed, and only those that decide
+#: a run's fit. Not listed (their runs fit either way): the launcher's default distributed_fused_adam (fp32 optimizer
+#: on a bf16 model: store_param_remainders, 16-bit remainders + fp32 m, v = 10 B, fp32 gradient buffer 4 B;
+#: training/gpt3/175b.yaml and most 24.07 configs) and training/gpt3/175b_fp8.yaml (the same with grad_sync_dtype
+#: bf16: 10 B and 2 B).
+RECIPE_OPTIMIZER: dict[tuple[str, str, str], tuple[str, float, float, str]] = {
+    ("nemotron-4-340b", "pretrain", "24.07"): (
+        "selective", 4.0, 2.0, _NFL + "training/nemotron/nemotron_340b.yaml (24.07; the release's only Nemotron-4 "
+        "340B config, written for the 768-node pretraining: tp 8, pp 12, vpp 8): activations_checkpoint_granularity: "
+        "selective;" + _APEX_BF16_ADAM),
+    **{(a, "sft", "24.07"): (
+        "none", 4.0, 2.0, _NFL + "peft/llama/sft.yaml (24.07; peft_scheme null = SFT, packed_sequence, the Llama "
+        "config of the release's SFT stage): activations_checkpoint_granularity: null;" + _APEX_BF16_ADAM)
+       for a in ("llama2-7b", "llama2-13b", "llama2-70b")},
+}
+
+
+def recipe_optimizer(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with `optimizer_bytes` and `grad_bytes` (per parameter; null: the preset's) where the run's NeMo
+    Framework Launcher recipe configures its own optimizer (``RECIPE_OPTIMIZER``, the ``megatron`` preset's runs whose
+    `framework` names the container), and the recipe's recompute where the run states none, recorded in
+    `assumptions`. Needs memory_preset, arch_id, model_name, framework, recompute, assumptions; a frame without them
+    gets null columns."""
+    need = ("memory_preset", "arch_id", "model_name", "framework", "recompute")
+    if not frame.height or any(c not in frame.columns for c in need):
+        return frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("optimizer_bytes"),
+                                  pl.lit(None, dtype=pl.Float64).alias("grad_bytes"))
+    key = pl.concat_str([pl.col("arch_id").cast(pl.Utf8).str.to_lowercase(), recipe_task("model_name"),
+                         recipe_container()], separator="|")
+    key = pl.when(pl.col("memory_preset") == "megatron").then(key)
+    table = {"|".join(k): v for k, v in RECIPE_OPTIMIZER.items()}
+    rc = key.replace_strict({k: v[0] for k, v in table.items()}, default=None, return_dtype=pl.Utf8)
+    ob = key.replace_strict({k: v[1] for k, v in table.items()}, default=None, return_dtype=pl.Float64)
+    gb = key.replace_strict({k: v[2] for k, v in table.items()}, default=None, return_dtype=pl.Float64)
+    fill_rc = (pl.col("recompute").is_null() & rc.is_not_null()).fill_null(False)
+    what = key.replace_strict({k: f"optimizer state {v[1]:g} B and gradients {v[2]:g} B per parameter"
+                               for k, v in table.items()}, default=None, return_dtype=pl.Utf8)
+    src = key.replace_strict({k: v[3] for k, v in table.items()}, default=None, return_dtype=pl.Utf8)
+    why = pl.concat_str([what, pl.when(fill_rc).then(pl.format(", recompute={}", rc)),
+                         pl.format(" (the run's recipe: {})", src)], ignore_nulls=True)
+    return frame.with_columns(
+        ob.alias("optimizer_bytes"), gb.alias("grad_bytes"),
+        pl.when(fill_rc).then(rc).otherwise(pl.col("recompute")).alias("recompute"),
+        pl.when(why.is_not_null()).then(pl.concat_str([pl.col("assumptions"), why], separator="; ", ignore_nulls=True))
         .otherwise(pl.col("assumptions")).alias("assumptions"),
     )
 

@@ -2,7 +2,8 @@
 
 Model states (Rajbhandari et al. 2020, ZeRO): 16-bit weights (4 B for fp32/tf32 runs),
 gradients (``PhysParams.grad_bytes``, fp32 main grads by default), optimizer state (12 B
-fp32 master + Adam m + v; 8 B for fp32 runs). Divided by tp (and ep for routed experts);
+fp32 master + Adam m + v; 8 B for fp32 runs; a recipe's own, ``optimizer_bytes``).
+Divided by tp (and ep for routed experts);
 ZeRO-1 shards the optimizer over the data-parallel group, ZeRO-2 also the gradients,
 ZeRO-3/FSDP also the weights (+ two gathered layers as prefetch buffers; FSDP/HSDP keep no
 16-bit shard: the fp32 master is the parameter), HSDP shards all
@@ -203,6 +204,25 @@ def hybrid_activation_bytes(hy, act_args, q_dim, kv_dim, mlp_width, moe_width, r
     return stored, (rc == 2) * work
 
 
+def moe_dispatch_elems(h, k_r, hy=None):
+    """Per token, in the units of ``_activation_elems``: what a MoE layer stores for its routed tokens besides the
+    experts' own tensors: the dispatched copies, 2 x width x k_r (the experts' fc1 input), and with a latent MoE
+    (``hy["moe_latent_size"]``, Megatron-Core ``moe_latent_size``) the fc2_latent_proj input, 2 x latent. Without a
+    latent the width is h (2 h k_r). With one, Megatron-Core projects the tokens to the latent width before the
+    dispatch (megatron/core/transformer/moe/moe_layer.py: ``preprocess`` runs ``fc1_latent_proj`` ahead of
+    ``dispatch_preprocess``; ``postprocess`` runs ``fc2_latent_proj`` after the combine), so each copy is latent wide
+    and the combined latent output is kept for fc2_latent_proj's weight gradient; fc1_latent_proj's input is the
+    pre-MLP norm output, already in the replicated part."""
+    if hy is None or "moe_latent_size" not in hy:
+        return 2.0 * h * k_r
+    lat = hy["moe_latent_size"]
+    has = hy["hybrid"] & np.isfinite(lat) & (lat > 0)
+    if not np.any(has):
+        return 2.0 * h * k_r
+    lat0 = np.where(has, lat, 0.0)
+    return np.where(has, 2.0 * lat0 * k_r + 2.0 * lat0, 2.0 * h * k_r)
+
+
 def low_precision_saved_inputs(q_dim, F_fc2, dense_frac, rc, saved_bytes, lp_frac):
     """(replicated, sharded) change of one layer's stored activations, in the units of ``_activation_elems``, when a
     low-precision GEMM keeps the quantized copy of its input for backward (``models.precision.SAVED_GEMM_INPUT_BYTES``,
@@ -251,13 +271,15 @@ def active_module_code(code, rc):
     return np.where(on, code, 0.0).astype(np.int64) if np.any(on) else None
 
 
-def module_recompute_savings(code, h, n_heads, F_d, expert_ffn, k_r, ns, cf, moe_w, dense_w, fc2_bytes, ms=None):
+def module_recompute_savings(code, h, n_heads, F_d, expert_ffn, k_r, ns, cf, moe_w, dense_w, fc2_bytes, ms=None,
+                             dispatch=None):
     """(replicated, sharded) drop of one layer's stored activations, in the units of ``_activation_elems`` (the
     Korthikanti byte coefficients per token, replicated ones as multiples of h), under Megatron-Core's module
     recompute ``code`` (``RECOMPUTE_MODULE_BITS``; megatron/core/transformer/transformer_layer.py, moe/experts.py,
     moe/moe_layer.py, multi_latent_attention.py). ``moe_w``/``dense_w``: the share of the stage's layers (or hybrid
     blocks) that are MoE / dense MLP; ``fc2_bytes``: bytes per element charged for an fc2 input (2, or the quantized
-    copy of ``low_precision_saved_inputs``); ``ms``: MLA shapes (models.mla) or None.
+    copy of ``low_precision_saved_inputs``); ``ms``: MLA shapes (models.mla) or None; ``dispatch``: the dispatched
+    copies' elements per token (``moe_dispatch_elems``; None: 2 h k_r).
       core_attn       0 here: the attention scores 5 a s / h are what ``recompute`` = selective already drops
                       (nothing more with fused attention: the checkpoint keeps its inputs Q, K, V).
       moe_act         CheckpointWithoutOutput around the routed experts' activation function: its output, the fc2
@@ -270,12 +292,13 @@ def module_recompute_savings(code, h, n_heads, F_d, expert_ffn, k_r, ns, cf, moe
                       attention: Q and K (2 a d_qk each) and V (2 a d_v), Korthikanti's 4 s b h (Q, K) + 2 s b h (V).
       mlp             tensor_parallel.checkpoint of a dense (non-MoE) layer's MLP: everything inside it, c_f F
                       (Korthikanti's 8 s b h + 8 s b h GeLU input and output), the fc2 input at ``fc2_bytes``.
-      moe             checkpoint of the whole MoE layer: the experts' c_f F_experts and the 2h k_r dispatched copies.
+      moe             checkpoint of the whole MoE layer: the experts' c_f F_experts and the 2h k_r dispatched copies
+                      (latent MoE: ``dispatch``).
       shared_experts  checkpoint of the shared experts: c_f ns expert_ffn (not with ``moe``, which holds them)."""
     moe, act, sh = _bit(code, "moe"), _bit(code, "moe_act"), _bit(code, "shared_experts")
     dfc2 = fc2_bytes - 2.0  # the fc2 input's charge against Korthikanti's 2 bytes
     routed = k_r * expert_ffn
-    whole = (cf + dfc2) * (routed + ns * expert_ffn) + 2.0 * h * k_r
+    whole = (cf + dfc2) * (routed + ns * expert_ffn) + (2.0 * h * k_r if dispatch is None else dispatch)
     parts = act * fc2_bytes * routed + sh * (cf + dfc2) * ns * expert_ffn
     sharded = moe_w * np.where(moe, whole, parts) + _bit(code, "mlp") * dense_w * (cf + dfc2) * F_d
     if ms is not None:
@@ -294,16 +317,18 @@ def _module_recompute_elems(code, rc, arch, shapes, act_args, lp, any_moe, k_r, 
     moe_w = lp["moe_frac"] if any_moe else 0.0
     dense_w = 1.0 - moe_w
     fc2 = 2.0 if saved_bytes is None else 2.0 + lp_frac * (saved_bytes < 2.0) * (saved_bytes - 2.0)
+    dispatch = None
     if (hy := arch.get("hybrid")) is not None:  # hybrid rows: shares of MoE / MLP blocks, no quantized saves
         from models import mamba
 
+        dispatch = moe_dispatch_elems(act_args[2], k_r, hy)
         _, _, mlp_share, moe_share = mamba.block_shares(hy)
         moe_w = np.where(hy["hybrid"], moe_share, moe_w)
         dense_w = np.where(hy["hybrid"], mlp_share, dense_w)
         fc2 = np.where(hy["hybrid"], 2.0, fc2)
     rep, sharded = module_recompute_savings(code, act_args[2], arch["n_heads"], arch["ffn_dim"],
                                             arch["expert_ffn_dim"], k_r, arch["n_shared_experts"], cf, moe_w,
-                                            dense_w, fc2, arch.get("mla"))
+                                            dense_w, fc2, arch.get("mla"), dispatch)
     return on * _activation_elems(*act_args, sharded, rep, 0.0)[0]
 
 
@@ -419,12 +444,18 @@ def _weights(lp, S, shard, fp32, wb, Ls, inv_t, any_moe, hy, fsdp_unsharded_stag
     return weights
 
 
-def _grads_optimizer(S, shard, fp32, m, params, grad_bytes, trainable_frac, fsdp_unsharded_stage):
-    """(gradient bytes, optimizer-state bytes, parameters whose optimizer state this GPU holds)."""
+def _grads_optimizer(S, shard, fp32, m, params, grad_bytes, trainable_frac, fsdp_unsharded_stage,
+                     optimizer_bytes=None):
+    """(gradient bytes, optimizer-state bytes, parameters whose optimizer state this GPU holds). NaN in
+    ``grad_bytes`` / ``optimizer_bytes`` (16-bit rows): ``params``' value."""
     S_g, S_o = S["S_g"], S["S_o"]
     gb, gb32 = (params.grad_bytes if grad_bytes is None else _f(grad_bytes)), 4.0
+    if grad_bytes is not None and np.any(np.isnan(gb)):
+        gb = np.where(np.isnan(gb), params.grad_bytes, gb)
     grads = (gb * S_g) if np.all(gb == gb32) else np.where(fp32, gb32, gb) * S_g
     ob_m, ob_32 = params.optimizer_state_bytes_mixed, params.optimizer_state_bytes_fp32
+    if optimizer_bytes is not None and not np.all(np.isnan(ob_row := _f(optimizer_bytes))):
+        ob_m = np.where(np.isnan(ob_row), ob_m, ob_row)
     ob = np.where(fp32, ob_32, ob_m) if np.any(fp32) else ob_m
     optimizer = ob * S_o
     if fsdp_unsharded_stage is not None and np.any(fsdp_unsharded_stage):
@@ -503,7 +534,8 @@ def _activations(arch, shapes, lp, s, b, t, p, c, v, m, rc, sp, wb, Ls, any_moe,
     if hy is not None:
         h_stored, h_working = hybrid_activation_bytes(
             hy, act_args, shapes["q_dim"], shapes["kv_dim"], cf * F_d,
-            cf * ((k_r + ns) * arch["expert_ffn_dim"]) + 2.0 * h * k_r, rc, ass, params.dropout_mask_elems)
+            cf * ((k_r + ns) * arch["expert_ffn_dim"]) + moe_dispatch_elems(h, k_r, hy), rc, ass,
+            params.dropout_mask_elems)
         stored = np.where(hy["hybrid"], h_stored, stored)
         working = np.where(hy["hybrid"], scale * h_working, working)
     if np.any(mod_saved):  # module recompute: not stored; one layer's recomputed tensors live in its backward
@@ -632,7 +664,7 @@ def memory_per_gpu(
     quantized_saves=None,
     dtype_code=None,
     layers_16bit=None,
-    fp8_param_gather=None, non_tn_fp8=None, recompute_modules=None,
+    fp8_param_gather=None, non_tn_fp8=None, recompute_modules=None, optimizer_bytes=None,
 ) -> dict[str, np.ndarray]:
     """Bytes per GPU on the most loaded stage: weights, grads, optimizer, activations, overhead.
 
@@ -646,7 +678,10 @@ def memory_per_gpu(
     Framework-dependent terms (models.frameworks presets; each None keeps the behaviour of
     ``params``, i.e. the model before presets existed):
     ``grad_bytes``       bytes per gradient element of 16-bit runs (4 = Megatron fp32
-                         ``main_grad``, 2 = 16-bit gradients); fp32/tf32 runs keep 4.
+                         ``main_grad``, 2 = 16-bit gradients); fp32/tf32 runs keep 4; NaN: ``params``'.
+    ``optimizer_bytes``  bytes of optimizer state per parameter of 16-bit runs (NaN or None:
+                         ``params.optimizer_state_bytes_mixed``, 12 = fp32 master + Adam m + v; 4 = a recipe
+                         that keeps Adam's m and v in bf16 and no master copy); fp32/tf32 runs keep theirs.
     ``trainable_frac``   fraction of the parameters that get gradients and optimizer state
                          (LoRA: the adapters; frozen base weights keep only their 16-bit copy).
     ``selective_policy`` what ``recompute`` = selective stores: 0 Megatron-LM/Korthikanti
@@ -691,7 +726,7 @@ def memory_per_gpu(
     dw, q_out = quantized_weights(lp, shard, wb, fp8_param_gather, dtype_code, non_tn_fp8, layers_16bit, arch)
     weights = _weights(lp, S, shard, fp32, wb, Ls, inv_t, any_moe, arch.get("hybrid"), fsdp_unsharded_stage) + dw
     grads, optimizer, S_o = _grads_optimizer(S, shard, fp32, m, params, grad_bytes, trainable_frac,
-                                             fsdp_unsharded_stage)
+                                             fsdp_unsharded_stage, optimizer_bytes)
     activations, inflight = _activations(
         arch, shapes, lp, _f(seq_len), _f(micro_batch), t, p, c, v, m, rc,
         np.asarray(sequence_parallel, dtype=bool), wb, Ls, any_moe, params, selective_policy, logits_bytes,

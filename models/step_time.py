@@ -164,8 +164,10 @@ def _code(a: Mapping[str, np.ndarray], key: str, n: int) -> np.ndarray:
 #: per-row memory options a run's recipe may set (models.frameworks.recipe_memory, recipe_fp8_params), with the value
 #: used where neither the row nor its preset gives one: the share of layer activations offloaded to host memory, logits
 #: bytes, weights kept as quantized parameters (1.0; models.memory.quantized_weights), Megatron-Core recompute_modules
-#: bits (models.memory.RECOMPUTE_MODULE_BITS; 0: none)
-ROW_MEMORY_OPTIONS = {"act_offload_frac": 0.0, "logits_bytes": 4.0, "fp8_param_gather": 0.0, "recompute_modules": 0.0}
+#: bits (models.memory.RECOMPUTE_MODULE_BITS; 0: none), bytes per gradient element and of optimizer state per parameter
+#: (models.frameworks.recipe_optimizer; NaN: the preset's, else PhysParams')
+ROW_MEMORY_OPTIONS = {"act_offload_frac": 0.0, "logits_bytes": 4.0, "fp8_param_gather": 0.0, "recompute_modules": 0.0,
+                      "grad_bytes": np.nan, "optimizer_bytes": np.nan}
 
 
 def _memory_options(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> dict:
