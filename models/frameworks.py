@@ -465,45 +465,6 @@ def recipe_memory(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-#: (architecture id, task, gpu, dtype, NeMo container) -> (micro-batch, source): a Megatron-Bridge performance-summary
-#: row whose stated MBS its release's recipe contradicts, where the row itself does not add up and the recipe's value
-#: does. GPT-OSS 120B on 64 H100, BF16, 25.11: the summary states GBS 512, MBS 4, PP 4, EP 8, GA 2; with dp = 64 / pp
-#: = 16 that is 16 x 4 x 2 = 128 sequences, not 512 (MBS 4 and GA 2 are the B200 row's above it, whose dp 64 gives 64 x
-#: 4 x 2 = 512). The recipe sets micro_batch_size 1 (GA 32), and every later summary (26.02-26.04.01) states MBS 1
-#: for the same H100 layout.
-RECIPE_MICRO_BATCH: dict[tuple[str, str, str, str, str], tuple[int, str]] = {
-    ("gpt-oss-120b", "pretrain", "h100-sxm5-80gb", "bf16", "25.11"): (
-        1, _OSS + "workload_base_configs.py GPT_OSS_120B_H100_BF16_BASE_CONFIG = BASE_GPT_OSS_120B_CONFIG "
-        "(micro_batch_size=1) with pipeline_model_parallel_size=4 (r0.2.0, 25.11); the summary's MBS 4 with GA 2 "
-        "over dp 16 gives GBS 128, not its 512"),
-}
-
-
-def recipe_micro_batch(frame: pl.DataFrame) -> pl.DataFrame:
-    """`frame` with `micro_batch` set to the recipe's where ``RECIPE_MICRO_BATCH`` names the run (a Megatron-Bridge
-    performance-summary row whose stated MBS does not add up to its GBS and contradicts its recipe), recorded in
-    `assumptions`. Needs memory_preset, arch_id, model_name, gpu, dtype, framework, micro_batch, assumptions; a frame
-    without them is returned unchanged."""
-    need = ("memory_preset", "arch_id", "model_name", "gpu", "dtype", "framework", "micro_batch")
-    if not frame.height or any(c not in frame.columns for c in need):
-        return frame
-    key = pl.concat_str([pl.col("arch_id").cast(pl.Utf8).str.to_lowercase(), recipe_task("model_name"),
-                         pl.col("gpu").cast(pl.Utf8), pl.col("dtype").cast(pl.Utf8).str.to_lowercase(),
-                         recipe_container()], separator="|")
-    key = pl.when(pl.col("memory_preset") == "megatron_bridge").then(key)
-    table = {"|".join(k): v for k, v in RECIPE_MICRO_BATCH.items()}
-    mb = key.replace_strict({k: v[0] for k, v in table.items()}, default=None, return_dtype=pl.Int64)
-    src = key.replace_strict({k: v[1] for k, v in table.items()}, default=None, return_dtype=pl.Utf8)
-    use = (mb.is_not_null() & (pl.col("micro_batch").is_null() | (pl.col("micro_batch") != mb))).fill_null(False)
-    why = pl.format("micro_batch={} (the run's recipe: {}; the source states {})", mb, src,
-                    pl.col("micro_batch").cast(pl.Utf8).fill_null("none"))
-    return frame.with_columns(
-        pl.when(use).then(mb).otherwise(pl.col("micro_batch")).cast(frame.schema["micro_batch"]).alias("micro_batch"),
-        pl.when(use).then(pl.concat_str([pl.col("assumptions"), why], separator="; ", ignore_nulls=True))
-        .otherwise(pl.col("assumptions")).alias("assumptions"),
-    )
-
-
 # ---- quantized weights (Megatron-Core fp8_param_gather) in Megatron-Bridge's performance recipes -----------------
 #: dtypes whose Megatron-Bridge performance recipe keeps the GEMM weights as FP8 parameters: the performance scripts'
 #: precision configs (scripts/performance/utils/helpers.py 25.11, utils/precision.py 26.02-26.08

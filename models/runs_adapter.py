@@ -24,7 +24,6 @@ never silently rests on a guess:
 | sharding empty | `fsdp` for FSDP stacks (llm-foundry, torchtitan, fms-fsdp), `zero1` for Megatron/NeMo (distributed optimizer is their default), else `none` | framework defaults |
 | recompute empty/unknown, activation offloading, of a Megatron-Bridge performance-summary run | what the run's recipe sets, where the memory model can represent it (`models.frameworks.RECIPE_MEMORY`: e.g. no recompute for Llama 3/3.1 and Qwen3, 40 of Llama 3 70B's 80 layers offloaded on GB200 with FP8) | the runs were measured with those recipes (Megatron-Bridge scripts/performance, per release) |
 | optimizer state and gradient bytes, recompute empty, of a NeMo performance-summary run whose NeMo Framework Launcher recipe sets its own optimizer | the recipe's (`models.frameworks.RECIPE_OPTIMIZER`: NeMo 24.07 Nemotron-4 340B and Llama 2 SFT, apex DistributedFusedAdam with bf16 m and v, no master copy, a bf16 gradient buffer: 4 B + 2 B per parameter; their activations_checkpoint_granularity) | the runs were measured with those recipes (NeMo-Framework-Launcher launcher_scripts/conf, per release) |
-| micro_batch of a Megatron-Bridge performance-summary run whose stated MBS x GA x dp is not its GBS | the recipe's micro_batch_size (`models.frameworks.RECIPE_MICRO_BATCH`: GPT-OSS 120B H100 BF16 25.11, 1) | the source's row contradicts itself; the recipe's value tiles the batch and later summaries state it |
 | recompute empty, Megatron stacks (Megatron-LM, Megatron-DeepSpeed, NeMo) before 2022 | full | before selective recomputation (Korthikanti et al. 2022) these stacks recomputed every layer: Narayanan et al. 2021 count it in every result (eq. 3), the Megatron-LM scripts of the time pass `--checkpoint-activations` |
 | recompute empty/unknown otherwise | the cheapest mode that fits in memory: none, else selective; for a measured run never full (selective when neither fits), for a row without a measurement full when nothing cheaper fits | a run that was measured did fit; full recompute costs a third more compute, and the memory model's error is larger than the margin that would force it: where it forced full, the corpus's runs ran 15% faster than predicted (in-sample), and every held-out protocol improves without the rule (docs/calibration.md) |
 | sequence_parallel | true for Megatron/NeMo stacks with tp > 1 | Megatron-Core's default with TP (Korthikanti et al. 2022) |
@@ -380,7 +379,6 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     if override:
         out = out.with_columns([pl.coalesce(c, f"_hw_{c}").alias(c) for c in override]).drop(
             [f"_hw_{c}" for c in override])
-    out = fw.recipe_micro_batch(out)  # a recipe's micro-batch where the source's own row does not add up
     out = infer_layout(out)
     out = _recipe_moe_options(out)
     out = out.with_columns(
