@@ -250,17 +250,17 @@ def test_code_llama_rows_count_their_stated_size(arch_id):
 # ---------------------------------------------------------------- open models of measured training-run tables
 
 #: rows added for the models measured training-run tables name (SmolLM / SmolLM2, OLMoE, DeepSeekMoE, Qwen1.5-MoE,
-#: Qwen2-57B-A14B, Qwen2-7B, Phi-3.5-MoE, Granite 3.0, StarCoder2, Gemma 1, Command R, Baichuan 2, Yi 6B)
+#: Qwen2-57B-A14B, Qwen2-7B, Phi-3.5-MoE, Granite 3.0, StarCoder2, Gemma 1, Command R, Baichuan 2, Yi 6B, SmolLM3)
 RUN_TABLE_ROWS = ("smollm-135m", "smollm-360m", "smollm-1.7b", "smollm2-135m", "smollm2-360m", "smollm2-1.7b",
                   "olmoe-1b-7b", "deepseek-moe-16b", "qwen1.5-moe-a2.7b", "qwen2-57b-a14b", "qwen2-7b", "phi-3.5-moe",
                   "granite-3.0-2b", "granite-3.0-8b", "granite-3.0-1b-a400m", "granite-3.0-3b-a800m",
                   "starcoder2-3b", "starcoder2-7b", "starcoder2-15b", "gemma-2b", "gemma-7b", "command-r",
-                  "baichuan2-7b", "baichuan2-13b", "yi-6b")
+                  "baichuan2-7b", "baichuan2-13b", "yi-6b", "smollm3-3b")
 
 #: rows whose params_b is the nominal size of the name (no finer published count); the notes give the count:
 #: StarCoder2 15B 15.66B (tied 49152-row embedding), the rest within 3%
 RUN_TABLE_NOMINAL = {"smollm-135m", "smollm-360m", "smollm-1.7b", "smollm2-135m", "smollm2-360m", "smollm2-1.7b",
-                     "starcoder2-3b", "starcoder2-7b", "starcoder2-15b", "yi-6b", "granite-3.0-1b-a400m"}
+                     "starcoder2-3b", "starcoder2-7b", "starcoder2-15b", "yi-6b", "granite-3.0-1b-a400m", "smollm3-3b"}
 #: nominal sizes further from the count: Baichuan 2 counts 7.51B / 13.90B (its two untied 125696-row embedding
 #: matrices alone are 1.03B / 1.29B) against the names' 7B / 13B
 NOMINAL_LOOSE = {"baichuan2-7b", "baichuan2-13b"}

@@ -418,6 +418,7 @@ WRITTEN_MODEL_NAMES = [
     ("Gemma 2 9B", "gemma2-9b"), ("Command R", "command-r"), ("CohereForAI/c4ai-command-r-v01", "command-r"),
     ("Baichuan2-7B-Base", "baichuan2-7b"), ("Baichuan 2 13B", "baichuan2-13b"),
     ("Yi-6B", "yi-6b"), ("Yi-1.5-6B", "yi-6b"), ("Yi-1.5-34B", "yi-34b"), ("01-ai/Yi-1.5-34B-Chat", "yi-34b"),
+    ("SmolLM3-3B", "smollm3-3b"), ("HuggingFaceTB/SmolLM3-3B-Base", "smollm3-3b"), ("SmolLM3", "smollm3-3b"),
     ("GLM-4.6", "glm-4.5"), ("zai-org/GLM-4.6", "glm-4.5"),  # the GLM-4.5 architecture (alias)
     ("Granite", None), ("SmolLM", None), ("StarCoder2", None),  # families of several sizes stay unresolved
 ]
