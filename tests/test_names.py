@@ -421,6 +421,7 @@ WRITTEN_MODEL_NAMES = [
     ("SmolLM3-3B", "smollm3-3b"), ("HuggingFaceTB/SmolLM3-3B-Base", "smollm3-3b"), ("SmolLM3", "smollm3-3b"),
     ("GLM-4.6", "glm-4.5"), ("zai-org/GLM-4.6", "glm-4.5"),  # the GLM-4.5 architecture (alias)
     ("Granite", None), ("SmolLM", None), ("StarCoder2", None),  # families of several sizes stay unresolved
+    ("Command R Plus", None), ("c4ai-command-r-plus", None),  # Command R+ (104B) is not Command R
 ]
 
 
