@@ -245,3 +245,74 @@ def test_code_llama_rows_count_their_stated_size(arch_id):
     assert a["vocab"] == 32016 and row("llama2-34b")["vocab"] == 32000
     total, _ = counts(a)
     assert total == pytest.approx(a["params_b"], rel=0.003), (arch_id, total)
+
+
+# ---------------------------------------------------------------- open models of measured training-run tables
+
+#: rows added for the models measured training-run tables name (SmolLM / SmolLM2, OLMoE, DeepSeekMoE, Qwen1.5-MoE,
+#: Qwen2-57B-A14B, Qwen2-7B, Phi-3.5-MoE, Granite 3.0, StarCoder2, Gemma 1, Command R, Baichuan 2, Yi 6B, SmolLM3)
+RUN_TABLE_ROWS = ("smollm-135m", "smollm-360m", "smollm-1.7b", "smollm2-135m", "smollm2-360m", "smollm2-1.7b",
+                  "olmoe-1b-7b", "deepseek-moe-16b", "qwen1.5-moe-a2.7b", "qwen2-57b-a14b", "qwen2-7b", "phi-3.5-moe",
+                  "granite-3.0-2b", "granite-3.0-8b", "granite-3.0-1b-a400m", "granite-3.0-3b-a800m",
+                  "starcoder2-3b", "starcoder2-7b", "starcoder2-15b", "gemma-2b", "gemma-7b", "command-r",
+                  "baichuan2-7b", "baichuan2-13b", "yi-6b", "smollm3-3b")
+
+#: rows whose params_b is the nominal size of the name (no finer published count); the notes give the count:
+#: StarCoder2 15B 15.66B (tied 49152-row embedding), the rest within 3%
+RUN_TABLE_NOMINAL = {"smollm-135m", "smollm-360m", "smollm-1.7b", "smollm2-135m", "smollm2-360m", "smollm2-1.7b",
+                     "starcoder2-3b", "starcoder2-7b", "starcoder2-15b", "yi-6b", "granite-3.0-1b-a400m", "smollm3-3b"}
+#: nominal sizes further from the count: Baichuan 2 counts 7.51B / 13.90B (its two untied 125696-row embedding
+#: matrices alone are 1.03B / 1.29B) against the names' 7B / 13B
+NOMINAL_LOOSE = {"baichuan2-7b", "baichuan2-13b"}
+#: published active counts without the input embedding (tied: one matrix): Granite 3.0 MoE 400M / 800M
+ACTIVE_WITHOUT_EMBEDDING = {"granite-3.0-1b-a400m", "granite-3.0-3b-a800m"}
+
+
+def test_every_name_of_the_run_table_rows_reaches_its_row():
+    arch = catalog.architectures(MEASUREMENTS)
+    assert catalog.ambiguous_arch_keys(arch) == {}
+    added = arch.filter(arch["id"].is_in(RUN_TABLE_ROWS))
+    assert added.height == len(RUN_TABLE_ROWS)
+    for r in added.iter_rows(named=True):
+        for name in [r["id"], r["name"], *(r["aliases"] or "").split("|")]:
+            if name:
+                assert catalog.find_architecture(MEASUREMENTS, name)["id"] == r["id"], name
+
+
+@pytest.mark.parametrize("arch_id", RUN_TABLE_ROWS)
+def test_run_table_rows_count_their_stated_size(arch_id):
+    """Total and active within 2% of the published count (6% where params_b is only the name's size, 8% for Baichuan
+    2); Granite 3.0 MoE active without the (tied) embedding, as the Granite 3.0 report counts it."""
+    a = row(arch_id)
+    total, active = counts(a)
+    emb = a["vocab"] * a["d_model"] / 1e9
+    if arch_id in ACTIVE_WITHOUT_EMBEDDING:
+        assert a["tied_embeddings"]
+        active -= emb
+    rel = 0.08 if arch_id in NOMINAL_LOOSE else 0.06 if arch_id in RUN_TABLE_NOMINAL else 0.02
+    assert total == pytest.approx(a["params_b"], rel=rel), (arch_id, total, a["source"])
+    assert active == pytest.approx(a["active_params_b"], rel=rel), (arch_id, active, a["source"])
+
+
+def test_run_table_moe_layouts():
+    """Shared experts wider than a routed one are written as that many expert-sized shared experts (Qwen1.5-MoE 5632 =
+    4 x 1408, Qwen2-57B-A14B 20480 = 8 x 2560); DeepSeekMoE's first layer is dense."""
+    shape = {i: tuple(row(i)[c] for c in ("n_experts", "top_k", "expert_ffn_dim", "n_shared_experts", "n_dense_layers"))
+             for i in ("olmoe-1b-7b", "deepseek-moe-16b", "qwen1.5-moe-a2.7b", "qwen2-57b-a14b", "phi-3.5-moe",
+                       "granite-3.0-1b-a400m", "granite-3.0-3b-a800m")}
+    assert shape == {"olmoe-1b-7b": (64, 8, 1024, 0, 0), "deepseek-moe-16b": (64, 6, 1408, 2, 1),
+                     "qwen1.5-moe-a2.7b": (60, 4, 1408, 4, 0), "qwen2-57b-a14b": (64, 8, 2560, 8, 0),
+                     "phi-3.5-moe": (16, 2, 6400, 0, 0), "granite-3.0-1b-a400m": (32, 8, 512, 0, 0),
+                     "granite-3.0-3b-a800m": (40, 8, 512, 0, 0)}
+    assert row("qwen1.5-moe-a2.7b")["shared_expert_ffn_dim"] is None  # not read for non-hybrid rows (models.accounting)
+
+
+@pytest.mark.parametrize("arch_id, head_dim, window, activation", [
+    ("gemma-7b", 256, None, "swiglu"), ("gemma-2b", None, None, "swiglu"), ("starcoder2-15b", None, 4096, "gelu"),
+    ("smollm2-360m", None, None, "swiglu"), ("command-r", None, None, "swiglu"),
+])
+def test_run_table_rows_head_dim_window_and_mlp(arch_id, head_dim, window, activation):
+    a = row(arch_id)
+    assert (a["head_dim"], a["sliding_window"], a["activation"]) == (head_dim, window, activation)
+    if head_dim:
+        assert a["d_model"] != a["n_heads"] * head_dim

@@ -395,12 +395,33 @@ WRITTEN_MODEL_NAMES = [
     ("Mistral Large 2", "mistral-large-2"), ("Mistral-Large-Instruct-2407", "mistral-large-2"),
     ("Mistral-7B-Instruct-v0.1", "mistral-7b"), ("Mistral-Small-24B-Instruct-2501", "mistral-small-24b"),
     ("Mistral-Small-3.1-24B", None), ("Phi-3-mini", "phi-3-mini"), ("Phi-3-mini-4k-instruct", "phi-3-mini"),
-    ("Yi-34B", "yi-34b"), ("OLMo-2-13B", "olmo2-13b"), ("StarCoder2-15B", None), ("StarCoder", "starcoderbase-15.5b"),
+    ("Yi-34B", "yi-34b"), ("OLMo-2-13B", "olmo2-13b"), ("StarCoder2-15B", "starcoder2-15b"), ("StarCoder", "starcoderbase-15.5b"),
     ("CodeLlama-34b", "llama2-34b"), ("Jamba", "jamba-v0.1"), ("Nemotron-H 56B", "nemotron-h-56b"),
     ("Chinchilla", "chinchilla-70b"), ("GPT-NeoX-20B", "gpt-neox-20b"), ("GPT-J-6B", "gpt-j-6b"),
     ("GPT-2 XL", "gpt2-1.5b"), ("pythia-6.9b-deduped", "pythia-6.9b"), ("BloombergGPT", "bloomberggpt-50b"),
     ("MiniMax M2", "minimax-m2"), ("Qwen3-Coder-480B-A35B-Instruct", "qwen3-coder-480b-a35b"),
     ("GPT-3 1.3B", "gpt3-1.3b"), ("GPT-3 XL", "gpt3-1.3b"), ("Falcon-40B-Instruct", "falcon-40b"),
+    # open models of measured training-run tables (measurements/architectures.csv rows added with them)
+    ("SmolLM-135M", "smollm-135m"), ("SmolLM 360M", "smollm-360m"), ("HuggingFaceTB/SmolLM-1.7B", "smollm-1.7b"),
+    ("SmolLM2-135M", "smollm2-135m"), ("SmolLM2-360M-Instruct", "smollm2-360m"), ("SmolLM2-1.7B", "smollm2-1.7b"),
+    ("HuggingFaceTB/SmolLM2-1.7B", "smollm2-1.7b"), ("SmolLM2 1.7B", "smollm2-1.7b"),
+    ("OLMoE-1B-7B", "olmoe-1b-7b"), ("allenai/OLMoE-1B-7B-0924", "olmoe-1b-7b"), ("OLMoE-1B-7B-0125-Instruct", "olmoe-1b-7b"),
+    ("DeepSeekMoE 16B", "deepseek-moe-16b"), ("deepseek-ai/deepseek-moe-16b-base", "deepseek-moe-16b"),
+    ("DeepSeek-MoE-16B", "deepseek-moe-16b"), ("Qwen1.5-MoE-A2.7B", "qwen1.5-moe-a2.7b"),
+    ("Qwen/Qwen1.5-MoE-A2.7B-Chat", "qwen1.5-moe-a2.7b"), ("Qwen2-57B-A14B", "qwen2-57b-a14b"),
+    ("Qwen/Qwen2-57B-A14B-Instruct", "qwen2-57b-a14b"), ("Qwen2-7B", "qwen2-7b"), ("Qwen/Qwen2-7B-Instruct", "qwen2-7b"),
+    ("Qwen2.5-7B", "qwen2.5-7b"), ("Phi-3.5-MoE", "phi-3.5-moe"), ("microsoft/Phi-3.5-MoE-instruct", "phi-3.5-moe"),
+    ("Granite-3.0-2B", "granite-3.0-2b"), ("ibm-granite/granite-3.0-8b-base", "granite-3.0-8b"),
+    ("granite-3.0-1b-a400m-instruct", "granite-3.0-1b-a400m"), ("Granite 3.0 3B-A800M", "granite-3.0-3b-a800m"),
+    ("StarCoder2-3B", "starcoder2-3b"), ("bigcode/starcoder2-7b", "starcoder2-7b"), ("StarCoder2 15B", "starcoder2-15b"),
+    ("Gemma-2B", "gemma-2b"), ("google/gemma-7b", "gemma-7b"), ("Gemma 7B", "gemma-7b"), ("gemma-2-2b", "gemma2-2b"),
+    ("Gemma 2 9B", "gemma2-9b"), ("Command R", "command-r"), ("CohereForAI/c4ai-command-r-v01", "command-r"),
+    ("Baichuan2-7B-Base", "baichuan2-7b"), ("Baichuan 2 13B", "baichuan2-13b"),
+    ("Yi-6B", "yi-6b"), ("Yi-1.5-6B", "yi-6b"), ("Yi-1.5-34B", "yi-34b"), ("01-ai/Yi-1.5-34B-Chat", "yi-34b"),
+    ("SmolLM3-3B", "smollm3-3b"), ("HuggingFaceTB/SmolLM3-3B-Base", "smollm3-3b"), ("SmolLM3", "smollm3-3b"),
+    ("GLM-4.6", "glm-4.5"), ("zai-org/GLM-4.6", "glm-4.5"),  # the GLM-4.5 architecture (alias)
+    ("Granite", None), ("SmolLM", None), ("StarCoder2", None),  # families of several sizes stay unresolved
+    ("Command R Plus", None), ("c4ai-command-r-plus", None),  # Command R+ (104B) is not Command R
 ]
 
 
