@@ -216,6 +216,8 @@ def _qwen_moe(cfg: Mapping, source: str, what: str) -> dict:
              top_k=int(_need(cfg, "num_experts_per_tok", source, what)),
              n_dense_layers=len(dense_layers), moe_layer_step=step,
              n_shared_experts=1 if shared else 0, shared_expert_ffn_dim=shared or None)
+    if shared and shared % fe == 0:  # the table's convention: a wide shared expert as expert-sized shared experts
+        d.update(n_shared_experts=shared // fe, shared_expert_ffn_dim=None)  # (Qwen1.5-MoE: 5632 = 4 x 1408)
     return d
 
 

@@ -45,6 +45,7 @@ SHAPE = ("n_layers", "d_model", "n_heads", "n_kv_heads", "vocab", "n_experts", "
     ("llama-3-8b.json", "llama3-8b"), ("mixtral-8x7b.json", "mixtral-8x7b"),
     ("qwen3-30b-a3b.json", "qwen3-30b-a3b"), ("deepseek-v3.json", "deepseek-v3"),
     ("gpt-oss-20b.json", "gpt-oss-20b"),
+    ("qwen1.5-moe-a2.7b.json", "qwen1.5-moe-a2.7b"),  # a shared expert 4 experts wide (5632 = 4 x 1408)
 ])
 def test_hugging_face_config_round_trips_to_the_table_row(file, arch_id):
     from_file = catalog.resolve_architecture(None, HF / file)
