@@ -255,6 +255,16 @@ METRIC_SYNONYMS: dict[str, tuple[str, float]] = {
         # the Megatron-LM README's "Achieved teraFLOP/s per GPU"
         "achieved_teraflop_s_per_gpu", "teraflop_s_per_gpu", "teraflops_per_gpu", "achieved_tflop_s_per_gpu")},
 }
+#: throughput counted in samples (sequences) -> the schema's token metric: value x the row's seq_len (Hugging Face
+#: Trainer's train_samples_per_second, Megatron-LM's "samples per second" log)
+SAMPLES_SYNONYMS: dict[str, str] = {
+    **dict.fromkeys(("samples_per_second", "samples_per_sec", "samples_per_s", "samples_s", "samples_sec",
+                     "train_samples_per_second", "sequences_per_second", "seqs_per_second", "seqs_s",
+                     "throughput_samples_per_second", "throughput_samples_s"), "tokens_per_s"),
+    **dict.fromkeys(("samples_per_second_per_gpu", "samples_per_sec_per_gpu", "samples_s_gpu", "samples_sec_gpu",
+                     "samples_per_s_per_gpu", "sequences_per_second_per_gpu", "samples_per_second_per_device"),
+                    "tokens_per_s_per_gpu"),
+}
 #: a `metric` value's header key -> (the schema's metric, factor to its unit): `METRIC_SYNONYMS` and every schema
 #: metric under its own name, so that "MFU", "Step_Time_S" or "GPU hours" are read like mfu, step_time_s, gpu_hours
 METRIC_VALUE_KEYS: dict[str, tuple[str, float]] = {**{m: (m, 1.0) for m in METRICS}, **METRIC_SYNONYMS}

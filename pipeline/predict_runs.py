@@ -14,7 +14,8 @@ from pipeline import catalog
 from pipeline.measurements import (BATCH_TOKENS_HEADERS, COLUMN_SYNONYMS, COLUMNS, ENUMS, GRAD_ACCUM_HEADERS,
                                    LOCAL_BATCH_HEADERS,
                                    METRIC_SYNONYMS, METRIC_VALUE_KEYS, MIXED_PRECISION, NODES_HEADERS,
-                                   PARALLELISM_HEADERS, SCHEMA, canonical_dtype, canonical_word, header_key)
+                                   PARALLELISM_HEADERS, SAMPLES_SYNONYMS, SCHEMA, canonical_dtype, canonical_word,
+                                   header_key)
 from pipeline.readers import FileRejected, read_measurement_file
 
 BREAKDOWN = ["compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
@@ -76,7 +77,8 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     * a header the schema knows under another spelling (`pipeline.measurements.COLUMN_SYNONYMS`: num_gpus,
       global_batch_size, tensor_model_parallel_size, ...) is renamed, unless the schema's own column is there too;
     * a column per measured quantity (`METRIC_SYNONYMS`: tokens_per_second_per_gpu, "Step time (ms)", "MFU (%)",
-      ...) becomes one long-form metric row per run, in the schema's unit (ms -> s, % -> fraction), beside any
+      ...) becomes one long-form metric row per run, in the schema's unit (ms -> s, % -> fraction, samples/s x
+      seq_len -> tokens/s: `SAMPLES_SYNONYMS`), beside any
       `metric`/`value` rows the file has; a `metric` value spelled that way, or the schema's own
       metric name in another case ("MFU"), is read the same way (`METRIC_VALUE_KEYS`);
     * an `mfu` or `hfu` above 1 (and at most 100) is read as a percentage;
@@ -95,6 +97,8 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             notes.append(f"column '{c}' read as {target}")
         elif key in METRIC_SYNONYMS and target is None:
             wide[c] = METRIC_SYNONYMS[key]
+        elif key in SAMPLES_SYNONYMS and target is None:
+            wide[c] = (SAMPLES_SYNONYMS[key], "seq_len")  # sequences per second: x the row's seq_len
         elif key in NODES_HEADERS and "_nodes" not in renames.values():
             renames[c] = "_nodes"
         elif key in BATCH_TOKENS_HEADERS and "_batch_tokens" not in renames.values():
@@ -119,10 +123,17 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
         parts = [base]
         for c, (metric, factor) in wide.items():
             v = _cell_number(pl.col(c))
+            if factor == "seq_len":  # samples are sequences: tokens = samples x the row's seq_len
+                scale = number_text(pl.col("seq_len")).cast(pl.Float64, strict=False) if "seq_len" in frame.columns \
+                    else pl.lit(None, dtype=pl.Float64)
+                said = " (x seq_len: a sample is one sequence)"
+            else:
+                scale, said = pl.lit(factor), (f" (x {factor:g})" if factor != 1.0 else "")
+            v = v * scale
             parts.append(frame.filter(v.is_not_null()).with_columns(
-                pl.lit(metric).alias("metric"), (v * factor).cast(pl.Utf8).alias("value")
+                pl.lit(metric).alias("metric"), v.cast(pl.Utf8).alias("value")
             ).select(base.columns))
-            notes.append(f"column '{c}' read as metric {metric}" + (f" (x {factor:g})" if factor != 1.0 else ""))
+            notes.append(f"column '{c}' read as metric {metric}{said}")
         frame = pl.concat(parts, how="vertical")
     if "metric" in frame.columns and "value" in frame.columns:
         # the file's metric spellings other than the schema's own name and unit, each looked up once by its header

@@ -121,3 +121,21 @@ def test_micro_batch_times_gradient_accumulation_times_dp_is_the_global_batch(tm
     row = _predict(path)["line 2"]
     assert (row["n_gpus"], row["dp"], row["micro_batch"], row["global_batch_seqs"]) == (64, 32, 2, 2 * 4 * 32)
     assert "global_batch_seqs = micro_batch x gradient accumulation steps x dp" in row["assumptions"]
+
+
+def test_samples_per_second_are_sequences_of_the_row_s_length(tmp_path):
+    """Hugging Face Trainer's train_samples_per_second (and a per-GPU samples column) count sequences: tokens/s =
+    samples/s x seq_len; the same run written in tokens predicts and measures the same."""
+    samples = tmp_path / "samples.csv"
+    samples.write_text("model,gpu,n_gpus,global_batch_seqs,seq_len,train_samples_per_second\n"
+                       "llama3-8b,h100-sxm5-80gb,64,256,8192,64\n"
+                       "llama3-8b,h100-sxm5-80gb,64,256,4096,\n")
+    tokens = tmp_path / "tokens.csv"
+    tokens.write_text("model,gpu,n_gpus,global_batch_seqs,seq_len,tokens_per_s\n"
+                      "llama3-8b,h100-sxm5-80gb,64,256,8192,524288\n")
+    s, t = _predict(samples), _predict(tokens)
+    assert s["line 2"]["measured_tokens_per_s_per_gpu"] == pytest.approx(64 * 8192 / 64)
+    assert s["line 2"]["measured_tokens_per_s_per_gpu"] == pytest.approx(t["line 2"]["measured_tokens_per_s_per_gpu"])
+    assert s["line 3"]["measured_tokens_per_s_per_gpu"] is None  # an empty cell measures nothing
+    assert ("column 'train_samples_per_second' read as metric tokens_per_s (x seq_len: a sample is one sequence)"
+            in s["line 2"]["assumptions"])
