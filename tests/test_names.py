@@ -386,7 +386,7 @@ WRITTEN_MODEL_NAMES = [
     ("Qwen3-235B-A22B", "qwen3-235b-a22b"), ("Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b"),
     ("Qwen3-235B-A22B-Instruct-2507", "qwen3-235b-a22b"), ("Qwen3-8B-Base", "qwen3-8b"),
     ("Nemotron-4 340B", "nemotron-4-340b"), ("Nemotron-4-340B-Base", "nemotron-4-340b"),
-    ("Megatron-Turing NLG 530B", "mt-nlg-530b"), ("MT-NLG 530B", "mt-nlg-530b"), ("MT-NLG", None),
+    ("Megatron-Turing NLG 530B", "mt-nlg-530b"), ("MT-NLG 530B", "mt-nlg-530b"), ("MT-NLG", "mt-nlg-530b"),
     ("BLOOM-176B", "bloom-176b"), ("Falcon-180B", "falcon-180b"), ("OPT-175B", "opt-175b"), ("PaLM 540B", "palm-540b"),
     ("PaLM", "palm-540b"), ("Gemma-2-27b", "gemma2-27b"), ("Gemma-3-27B-IT", "gemma3-27b"),
     ("gpt-oss-120b", "gpt-oss-120b"), ("GPT-OSS-120B", "gpt-oss-120b"), ("DBRX", "dbrx"), ("Grok-1", "grok-1"),
