@@ -405,7 +405,9 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     out = fw.recipe_optimizer(out)  # a named recipe's optimizer state and gradient bytes (models.frameworks)
     out, hybrid = hybrid_problems(out)
     problems = [
-        pl.when(pl.col("n_gpus").is_null()).then(pl.lit("n_gpus not stated (whole-run totals cannot be predicted)")),
+        pl.when(pl.col("n_gpus").is_null()).then(pl.lit(
+            "n_gpus not stated: give the accelerator count (n_gpus, or a header such as '# GPUs' or 'Number of "
+            "GPUs'), or nodes with gpus_per_node; a whole-run total without it cannot be predicted")),
         pl.when(pl.col("n_layers").is_null() | pl.col("d_model").is_null() | pl.col("n_heads").is_null())
         .then(pl.concat_str([pl.lit("architecture shape unknown (no n_layers/d_model/n_heads and no architectures "
                                     "alias)"),
