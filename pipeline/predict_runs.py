@@ -3,19 +3,17 @@ function, with the measured throughput and the error beside each prediction when
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import re
+from pathlib import Path
 
 import polars as pl
 
 from models.memory import CAPACITY_BYTES_PER_GB
 from pipeline import catalog
 from pipeline.measurements import (BATCH_TOKENS_HEADERS, COLUMN_SYNONYMS, COLUMNS, ENUMS, GRAD_ACCUM_HEADERS,
-                                   LOCAL_BATCH_HEADERS,
-                                   METRIC_SYNONYMS, METRIC_VALUE_KEYS, MIXED_PRECISION, NODES_HEADERS,
-                                   PARALLELISM_HEADERS, SAMPLES_SYNONYMS, SCHEMA, canonical_dtype, canonical_word,
-                                   header_key)
+                                   LOCAL_BATCH_HEADERS, METRIC_SYNONYMS, METRIC_VALUE_KEYS, MIXED_PRECISION,
+                                   NODES_HEADERS, PARALLELISM_HEADERS, SAMPLES_SYNONYMS, SCHEMA, canonical_dtype,
+                                   canonical_word, header_key)
 from pipeline.readers import FileRejected, read_measurement_file
 
 BREAKDOWN = ["compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
@@ -71,6 +69,13 @@ def _cell_number(expr: pl.Expr) -> pl.Expr:
     return pl.when(t.str.ends_with("%")).then(num / 100.0).otherwise(num)
 
 
+#: headers of quantities the schema states another way (pipeline.measurements) -> the column `read_headers` keeps
+#: them under until `stated_otherwise` reads them, and its type there
+STATED_OTHERWISE = ((NODES_HEADERS, "_nodes", pl.Float64), (BATCH_TOKENS_HEADERS, "_batch_tokens", pl.Utf8),
+                    (PARALLELISM_HEADERS, "_parallelism", pl.Utf8), (LOCAL_BATCH_HEADERS, "_local_batch", pl.Float64),
+                    (GRAD_ACCUM_HEADERS, "_grad_accum", pl.Float64))
+
+
 def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     """A hand-written run file (cells as strings) in the measurement schema's shape, and what was read how:
 
@@ -99,16 +104,10 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             wide[c] = METRIC_SYNONYMS[key]
         elif key in SAMPLES_SYNONYMS and target is None:
             wide[c] = (SAMPLES_SYNONYMS[key], "seq_len")  # sequences per second: x the row's seq_len
-        elif key in NODES_HEADERS and "_nodes" not in renames.values():
-            renames[c] = "_nodes"
-        elif key in BATCH_TOKENS_HEADERS and "_batch_tokens" not in renames.values():
-            renames[c] = "_batch_tokens"
-        elif key in PARALLELISM_HEADERS and "_parallelism" not in renames.values():
-            renames[c] = "_parallelism"
-        elif key in LOCAL_BATCH_HEADERS and "_local_batch" not in renames.values():
-            renames[c] = "_local_batch"
-        elif key in GRAD_ACCUM_HEADERS and "_grad_accum" not in renames.values():
-            renames[c] = "_grad_accum"
+        else:  # a quantity the schema states another way: kept for `stated_otherwise` (the first such column)
+            kept = next((col for headers, col, _ in STATED_OTHERWISE if key in headers), None)
+            if kept is not None and kept not in renames.values():
+                renames[c] = kept
     frame = frame.rename(renames)
     if "run_id" not in frame.columns:
         line = pl.col("_line").cast(pl.Utf8) if "_line" in frame.columns else \
@@ -217,6 +216,21 @@ def _dp_or_implied() -> pl.Expr:
                                                                                          one("cp")))
 
 
+def _fill_global_batch(runs: pl.DataFrame, seqs: pl.Expr, notes: list[str], note: str,
+                       micro: pl.Expr | None = None) -> pl.DataFrame:
+    """`runs` with global_batch_seqs = `seqs` (rounded) where it is empty and `seqs` is at least 1, `note` appended
+    to `notes` when a row takes it; and micro_batch = `micro` on those rows where it is empty."""
+    b = seqs.round(0)
+    use = pl.col("global_batch_seqs").is_null() & b.is_not_null() & (b >= 1)
+    if runs.select(use.any()).item():
+        notes.append(note)
+    cols = [pl.when(use).then(b.cast(pl.Int64)).otherwise(pl.col("global_batch_seqs")).alias("global_batch_seqs")]
+    if micro is not None:
+        cols.append(pl.when(use & pl.col("micro_batch").is_null()).then(micro).otherwise(pl.col("micro_batch"))
+                    .alias("micro_batch"))
+    return runs.with_columns(cols)
+
+
 def stated_otherwise(runs: pl.DataFrame, hardware: pl.DataFrame, notes: list[str]) -> tuple[pl.DataFrame, list[str]]:
     """`runs` (gpu as hardware ids) with what the file states another way, where the schema's own column is empty:
     the degrees of a layout cell (`_parallelism`, `parse_layout`), n_gpus from a node count (`_nodes` x
@@ -255,34 +269,21 @@ def stated_otherwise(runs: pl.DataFrame, hardware: pl.DataFrame, notes: list[str
     if "_batch_tokens" in runs.columns:
         read = [token_count(t, s) for t, s in zip(runs["_batch_tokens"].to_list(), runs["seq_len"].to_list())]
         tokens = pl.Series("_tokens", [v for v, _ in read], dtype=pl.Float64)
-        b = (tokens / pl.col("seq_len").cast(pl.Float64)).round(0)
-        use = pl.col("global_batch_seqs").is_null() & b.is_not_null() & (b >= 1)
-        if runs.select(use.any()).item():
-            notes.append("global_batch_seqs = the batch in tokens / seq_len" +
-                         (" (a K/M/B suffix read as 2^10/2^20/2^30 where only that makes whole sequences)"
-                          if any(binary for _, binary in read) else ""))
-        runs = runs.with_columns(pl.when(use).then(b.cast(pl.Int64)).otherwise(pl.col("global_batch_seqs"))
-                                 .alias("global_batch_seqs")).drop("_batch_tokens")
+        runs = _fill_global_batch(runs, tokens / pl.col("seq_len").cast(pl.Float64), notes,
+                                  "global_batch_seqs = the batch in tokens / seq_len" +
+                                  (" (a K/M/B suffix read as 2^10/2^20/2^30 where only that makes whole sequences)"
+                                   if any(binary for _, binary in read) else "")).drop("_batch_tokens")
     if "_local_batch" in runs.columns:
-        dp = _dp_or_implied()
         acc = pl.col("_grad_accum").fill_null(1.0) if "_grad_accum" in runs.columns else pl.lit(1.0)
-        b = (pl.col("_local_batch") * acc * dp).round(0)
-        use = pl.col("global_batch_seqs").is_null() & b.is_not_null() & (b >= 1)
-        if runs.select(use.any()).item():
-            notes.append("global_batch_seqs = the batch per data-parallel rank x dp (x the gradient accumulation "
-                         "steps where stated; micro_batch = that batch where unstated)")
-        runs = runs.with_columns(
-            pl.when(use).then(b.cast(pl.Int64)).otherwise(pl.col("global_batch_seqs")).alias("global_batch_seqs"),
-            pl.when(use & pl.col("micro_batch").is_null()).then(pl.col("_local_batch").round(0).cast(pl.Int64))
-            .otherwise(pl.col("micro_batch")).alias("micro_batch")).drop("_local_batch")
+        runs = _fill_global_batch(runs, pl.col("_local_batch") * acc * _dp_or_implied(), notes,
+                                  "global_batch_seqs = the batch per data-parallel rank x dp (x the gradient "
+                                  "accumulation steps where stated; micro_batch = that batch where unstated)",
+                                  micro=pl.col("_local_batch").round(0).cast(pl.Int64)).drop("_local_batch")
     if "_grad_accum" in runs.columns:  # micro-batch x gradient accumulation x dp (dp = n_gpus / (tp pp cp))
-        dp = _dp_or_implied()
-        b = (pl.col("micro_batch").cast(pl.Float64) * pl.col("_grad_accum") * dp).round(0)
-        use = pl.col("global_batch_seqs").is_null() & b.is_not_null() & (b >= 1)
-        if runs.select(use.any()).item():
-            notes.append("global_batch_seqs = micro_batch x gradient accumulation steps x dp")
-        runs = runs.with_columns(pl.when(use).then(b.cast(pl.Int64)).otherwise(pl.col("global_batch_seqs"))
-                                 .alias("global_batch_seqs")).drop("_grad_accum")
+        runs = _fill_global_batch(runs, pl.col("micro_batch").cast(pl.Float64) * pl.col("_grad_accum") *
+                                  _dp_or_implied(), notes,
+                                  "global_batch_seqs = micro_batch x gradient accumulation steps x dp"
+                                  ).drop("_grad_accum")
     return runs, notes
 
 
@@ -373,8 +374,7 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
             frame = frame.with_columns(pl.lit(None, dtype=pl.Utf8).alias(c))
     # a node count, a batch in tokens, a layout in one cell, a batch per data-parallel rank (`read_headers`): kept
     # beside the schema's columns until they can be read (`stated_otherwise`)
-    extra = {c: t for c, t in (("_nodes", pl.Float64), ("_local_batch", pl.Float64), ("_grad_accum", pl.Float64),
-                               ("_batch_tokens", pl.Utf8), ("_parallelism", pl.Utf8)) if c in frame.columns}
+    extra = {c: t for _, c, t in STATED_OTHERWISE if c in frame.columns}
     typed = frame.select(
         [(size_in_billions(pl.col(c)) if c in ("params_b", "active_params_b") else
           number_text(pl.col(c)) if dtype != pl.Utf8 else pl.col(c).str.strip_chars().replace("", None))
