@@ -120,9 +120,15 @@ class PhysParams:
     # dropout, bmm) is 4 ops.
     ops_attn_core_fwd: float = 4.0
     # derived: element-wise HBM traffic per token per layer in the forward pass, in units
-    # of d_model elements (2 LayerNorms read+write 4, 2 residual adds 2x(2 read + 1
-    # write) = 6, 2 dropouts read+write+mask ~ 5, bias adds ~ 1): 16 x d_model.
-    elementwise_h_elems_fwd: float = 16.0
+    # of d_model elements, without dropout (2 LayerNorms read+write 4, 2 residual adds
+    # 2x(2 read + 1 write) = 6, bias adds ~ 1): 11 x d_model. Dropout adds
+    # ``elementwise_elems_per_dropout`` per mask of ``dropout_mask_elems`` (16 x d_model
+    # with Megatron GPT's 2 hidden dropouts, MEGATRON_2022), so the time model counts the
+    # dropouts the memory model stores and no others.
+    elementwise_h_elems_fwd: float = 11.0
+    # derived: one dropout reads and writes its 2-byte input (2 elements) and writes a
+    # 1-byte mask (half an element): 2.5 x d_model per mask.
+    elementwise_elems_per_dropout: float = 2.5
     # derived: per ffn element, GeLU reads + writes (2); SwiGLU reads 2 writes 1 (3).
     elementwise_f_elems_gelu: float = 2.0
     elementwise_f_elems_swiglu: float = 3.0

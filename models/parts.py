@@ -314,7 +314,7 @@ def compute(x: Inputs, r: Rates, P: PhysParams, casts: bool = True) -> Compute:
     t_core = (4.0 * P.attn_causal_work_fraction) * sq_t * r.q / r.attn_rate
     # --- element-wise (forward): HBM traffic ---
     ef = np.where(x.act == 0, P.elementwise_f_elems_gelu, P.elementwise_f_elems_swiglu)
-    ew_common = r.aT * (P.elementwise_h_elems_fwd * x.h)
+    ew_common = r.aT * ((P.elementwise_h_elems_fwd + P.elementwise_elems_per_dropout * P.dropout_mask_elems) * x.h)
     if x.sp.any():
         ew_common = np.where(x.sp, ew_common * r.inv_t, ew_common)
     ew_scores = r.act_b * (P.attn_scores_stored * 4.0) * x.heads * sq_t
