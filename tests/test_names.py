@@ -469,3 +469,101 @@ def test_gpu_names_as_papers_and_tables_write_them(name, hw_id):
         assert note.startswith(f"'{name}': ignoring the count") and f"using {hw_id}" in note
     ids, _ = catalog.resolve_gpu_column(pl.Series("gpu", [name]), hw)
     assert ids[0] == hw_id
+
+
+# ---------------------------------------------------------------- InternLM2, Qwen1.5-72B, Yi-9B, Codestral, ChatGLM3,
+# ---------------------------------------------------------------- Cerebras-GPT, MiniCPM, Hunyuan-Large, DeepSeek-Coder-V2
+
+#: rows added for these models (measurements/architectures.csv: source and notes give each config and count)
+ADDED_ROWS = ("internlm2-7b", "internlm2-20b", "qwen1.5-72b", "yi-9b", "codestral-22b", "chatglm3-6b",
+              "cerebras-gpt-13b", "minicpm-2b", "hunyuan-large")
+
+#: the names users write for them, and the row each reads as; DeepSeek-Coder-V2 (-Lite) are aliases of the DeepSeek-V2
+#: (-Lite) rows, whose shapes they have. None: not in the table (Snowflake Arctic: its released configs disagree on the
+#: KV heads; MiniCPM-2B-128k has another vocabulary and untied embeddings; DeepSeek-V2.5 was not checked)
+ADDED_NAMES = [
+    ("InternLM2-7B", "internlm2-7b"), ("internlm/internlm2-7b", "internlm2-7b"),
+    ("internlm/internlm2-chat-7b", "internlm2-7b"), ("InternLM2.5-7B", "internlm2-7b"),
+    ("InternLM2-20B", "internlm2-20b"), ("internlm/internlm2-20b", "internlm2-20b"),
+    ("internlm2-chat-20b", "internlm2-20b"), ("internlm/internlm2_5-20b-chat", "internlm2-20b"),
+    ("Qwen1.5-72B", "qwen1.5-72b"), ("Qwen/Qwen1.5-72B", "qwen1.5-72b"), ("Qwen/Qwen1.5-72B-Chat", "qwen1.5-72b"),
+    ("Yi-1.5-9B", "yi-9b"), ("01-ai/Yi-1.5-9B", "yi-9b"), ("Yi-1.5-9B-Chat", "yi-9b"), ("Yi-9B", "yi-9b"),
+    ("Codestral 22B", "codestral-22b"), ("Codestral-22B-v0.1", "codestral-22b"),
+    ("mistralai/Codestral-22B-v0.1", "codestral-22b"),
+    ("ChatGLM3-6B", "chatglm3-6b"), ("THUDM/chatglm3-6b", "chatglm3-6b"), ("chatglm3-6b-base", "chatglm3-6b"),
+    ("ChatGLM2-6B", "chatglm3-6b"),
+    ("Cerebras-GPT 13B", "cerebras-gpt-13b"), ("cerebras/Cerebras-GPT-13B", "cerebras-gpt-13b"),
+    ("MiniCPM-2B", "minicpm-2b"), ("openbmb/MiniCPM-2B-sft-bf16", "minicpm-2b"), ("MiniCPM-2B-sft-bf16", "minicpm-2b"),
+    ("Hunyuan-Large", "hunyuan-large"), ("tencent/Tencent-Hunyuan-Large", "hunyuan-large"),
+    ("Hunyuan-A52B-Instruct", "hunyuan-large"),
+    ("DeepSeek-Coder-V2", "deepseek-v2"), ("deepseek-ai/DeepSeek-Coder-V2-Instruct", "deepseek-v2"),
+    ("DeepSeek-Coder-V2-Base", "deepseek-v2"), ("DeepSeek-Coder-V2-Lite", "deepseek-v2-lite"),
+    ("deepseek-ai/DeepSeek-Coder-V2-Lite-Instruct", "deepseek-v2-lite"),
+    ("DeepSeek-V2", "deepseek-v2"), ("DeepSeek-V2-Lite", "deepseek-v2-lite"),  # the rows' own names still reach them
+    ("Snowflake Arctic", None), ("Snowflake/snowflake-arctic-base", None), ("MiniCPM-2B-128k", None),
+    ("DeepSeek-V2.5", None),
+]
+
+
+@pytest.mark.parametrize("name, arch_id", ADDED_NAMES)
+def test_added_model_names_resolve_to_their_rows(name, arch_id):
+    """`--model` and a runs file's model_name read each name as the same row (or refuse it alike)."""
+    got = catalog.fill_from_architectures(pl.DataFrame({"model_name": [name]}), MEASUREMENTS)
+    assert got["arch_id"][0] == arch_id
+    if arch_id is None:
+        with pytest.raises(catalog.UnknownName, match=f"unknown model '{name}'"):
+            catalog.find_architecture(MEASUREMENTS, name)
+    else:
+        assert catalog.find_architecture(MEASUREMENTS, name)["id"] == arch_id
+
+
+def test_every_name_of_the_added_rows_reaches_its_row():
+    arch = catalog.architectures(MEASUREMENTS)
+    assert catalog.ambiguous_arch_keys(arch) == {}
+    added = arch.filter(arch["id"].is_in(ADDED_ROWS))
+    assert added.height == len(ADDED_ROWS)
+    for r in added.iter_rows(named=True):
+        for name in [r["id"], r["name"], *(r["aliases"] or "").split("|")]:
+            if name:
+                assert catalog.find_architecture(MEASUREMENTS, name)["id"] == r["id"], name
+
+
+#: (row, published size in billions, tolerance, whether that size leaves out the embedding matrices): 2% for a
+#: published count (tests/test_architectures_table.py), 6% where the size is only the nominal one in the model's name
+PUBLISHED_SIZES = [
+    ("yi-9b", 8.83, 0.02, False),  # 01.AI, Yi-9B: 0.26 x 2 embedding + 8.31 non-embedding = 8.83B
+    ("hunyuan-large", 389, 0.02, False),  # Hunyuan-Large report: 389B total
+    ("minicpm-2b", 2.4, 0.02, True),  # MiniCPM card: 2.4B parameters excluding embeddings
+    ("internlm2-7b", 7, 0.06, True),  # the name's 7B (6.98B without the two untied 92544-row matrices)
+    ("internlm2-20b", 20, 0.06, False), ("qwen1.5-72b", 72, 0.06, False), ("codestral-22b", 22, 0.06, False),
+    ("chatglm3-6b", 6, 0.06, False), ("cerebras-gpt-13b", 13, 0.06, False),
+]
+
+
+@pytest.mark.parametrize("arch_id, published_b, rel, without_embedding", PUBLISHED_SIZES)
+def test_added_rows_count_their_published_size(arch_id, published_b, rel, without_embedding):
+    """models/accounting.py's count of each added row is its params_b (published, nominal or, where notes say so,
+    counted from the shape) and the published size within the tolerance above."""
+    from tests.test_archfile import counts, table_row
+
+    a = table_row(arch_id)
+    pc = counts(a)
+    total, active = pc["params"] / 1e9, pc["active_params"] / 1e9
+    assert total == pytest.approx(a["params_b"], rel=rel), (arch_id, total)
+    assert active == pytest.approx(a["active_params_b"], rel=rel), (arch_id, active)
+    if without_embedding:
+        total -= a["vocab"] * a["d_model"] * (1 if a["tied_embeddings"] else 2) / 1e9
+    assert total == pytest.approx(published_b, rel=rel), (arch_id, total, a["source"])
+
+
+def test_added_moe_and_attention_layouts():
+    """Hunyuan-Large: every layer 16 routed experts of 18304, top-1, and one shared expert of the same width (52B active
+    published: counted 51.6B with the tied embedding once); ChatGLM3-6B: multi-query attention with 2 KV groups."""
+    from tests.test_archfile import counts, table_row
+
+    h = table_row("hunyuan-large")
+    assert tuple(h[c] for c in ("n_experts", "top_k", "expert_ffn_dim", "n_shared_experts", "n_dense_layers",
+                                "ffn_dim")) == (16, 1, 18304, 1, 0, 18304)
+    assert counts(h)["active_params"] / 1e9 == pytest.approx(52, rel=0.02)
+    assert (table_row("chatglm3-6b")["n_heads"], table_row("chatglm3-6b")["n_kv_heads"]) == (32, 2)
+    assert table_row("qwen1.5-72b")["n_kv_heads"] == 64  # MHA: Qwen1.5 has GQA only in 32B and 110B
