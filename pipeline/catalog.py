@@ -51,6 +51,11 @@ _IGNORED_RE = re.compile(NAME_IGNORED)
 #: the first level of a model-name comparison keeps dots (a decimal point tells 1.3B from 13B)
 NAME_IGNORED_KEEP_DOTS = r"[ \t\r\n_()\[\]-]"
 _IGNORED_KEEP_DOTS_RE = re.compile(NAME_IGNORED_KEEP_DOTS)
+#: the second level drops dots ("Qwen2.5" is "qwen25"), but not a size's decimal point: "1.3B" reads "1p3b", so
+#: "Cerebras-GPT-1.3B" or "Baichuan 2 1.3B" never meets a 13B row; applied after lower-casing, before
+#: NAME_IGNORED, alike in Python, polars and the store's SQL
+DECIMAL_SIZE = r"(\d)\.(\d+)\s*([bmkt])\b"
+_DECIMAL_SIZE_RE = re.compile(DECIMAL_SIZE)
 _WORD_RE = re.compile(r"[a-z0-9]+")
 #: words that only tell variants of one chip apart: form factor and memory size (`nvl` alone: the H100 NVL card)
 VARIANT_WORD_RE = re.compile(r"^(sxm\d*|pcie|oam|\d+gb|hbm\w*|nvl\d*)$")
@@ -67,15 +72,21 @@ class UnknownName(ValueError):
 
 
 def normalize_name(name: str | None, keep_dots: bool = False) -> str:
-    """A name as compared: lower case, without spaces, '-', '_', '(', ')', '[', ']' and (unless `keep_dots`) '.'."""
-    return (_IGNORED_KEEP_DOTS_RE if keep_dots else _IGNORED_RE).sub("", str(name or "").strip().lower())
+    """A name as compared: lower case, without spaces, '-', '_', '(', ')', '[', ']' and (unless `keep_dots`) '.',
+    a size's decimal point then read as 'p' (`DECIMAL_SIZE`)."""
+    low = str(name or "").strip().lower()
+    if keep_dots:
+        return _IGNORED_KEEP_DOTS_RE.sub("", low)
+    return _IGNORED_RE.sub("", _DECIMAL_SIZE_RE.sub(r"\1p\2\3", low))
 
 
 def normalize_expr(col: str | pl.Expr, keep_dots: bool = False) -> pl.Expr:
     """`normalize_name` as a polars expression."""
     expr = pl.col(col) if isinstance(col, str) else col
-    return expr.cast(pl.Utf8).str.strip_chars().str.to_lowercase().str.replace_all(
-        NAME_IGNORED_KEEP_DOTS if keep_dots else NAME_IGNORED, "")
+    low = expr.cast(pl.Utf8).str.strip_chars().str.to_lowercase()
+    if keep_dots:
+        return low.str.replace_all(NAME_IGNORED_KEEP_DOTS, "")
+    return low.str.replace_all(DECIMAL_SIZE, "${1}p${2}${3}").str.replace_all(NAME_IGNORED, "")
 
 
 @lru_cache(maxsize=4)

@@ -37,7 +37,7 @@ import numpy as np
 import polars as pl
 
 from pipeline import adapters
-from pipeline.catalog import NAME_IGNORED, NAME_IGNORED_KEEP_DOTS, ids_by_name
+from pipeline.catalog import DECIMAL_SIZE, NAME_IGNORED, NAME_IGNORED_KEEP_DOTS, ids_by_name
 from pipeline.measurements import COLUMNS, REJECT_SCHEMA, SCHEMA, Validated, missing_required, validate
 from pipeline.readers import (FileRejected, SimpleCsv, _decode, parse_simple, read_csv_text, read_measurement_file,
                               sha256_bytes)
@@ -742,8 +742,12 @@ def runs_base(rows: pl.DataFrame) -> pl.DataFrame:
 
 def _norm_sql(expr: str, keep_dots: bool = False) -> str:
     """`pipeline.catalog.normalize_name` in SQL: lower case, without spaces, '-', '_', brackets and (unless
-    `keep_dots`) '.' (the regular expression is catalog's; a DuckDB string keeps its backslashes)."""
-    return f"regexp_replace(lower(trim({expr})), '{NAME_IGNORED_KEEP_DOTS if keep_dots else NAME_IGNORED}', '', 'g')"
+    `keep_dots`) '.', a size's decimal point read as 'p' (the regular expressions are catalog's; a DuckDB string
+    keeps its backslashes)."""
+    if keep_dots:
+        return f"regexp_replace(lower(trim({expr})), '{NAME_IGNORED_KEEP_DOTS}', '', 'g')"
+    return (f"regexp_replace(regexp_replace(lower(trim({expr})), '{DECIMAL_SIZE}', '\\1p\\2\\3', 'g'), "
+            f"'{NAME_IGNORED}', '', 'g')")
 
 
 def _aliases_sql(keep_dots: bool) -> str:

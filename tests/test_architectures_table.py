@@ -53,11 +53,17 @@ def test_real_model_names_resolve(name, arch_id):
 
 
 def test_a_decimal_point_tells_gpt3_1_3b_from_13b():
-    """Without dots 'GPT-3 13B' and 'GPT-3 1.3B' are one key; names are compared with dots first (catalog), so each
-    reaches its own row, and a measurement file's model_name does too (the store's runs table, the same rule)."""
-    assert catalog.normalize_name("GPT-3 13B") == catalog.normalize_name("GPT-3 1.3B")
+    """Names are compared with dots first, then without, but a size's decimal point is kept at both levels ("1.3B"
+    reads "1p3b"), so 'GPT-3 1.3B' and 'GPT-3 13B' reach their own rows, and a 1.3B model of a family whose only row
+    is 13B (Cerebras-GPT, Baichuan 2) is not read as that row: it stays unknown, with the 13B row among the suggestions."""
+    assert catalog.normalize_name("GPT-3 13B") != catalog.normalize_name("GPT-3 1.3B")
+    assert catalog.normalize_name("Qwen2.5-72B") == catalog.normalize_name("qwen25-72b")  # a version's dot drops
     assert catalog.find_architecture(MEASUREMENTS, "GPT-3 13B")["id"] == "gpt3-13b"
     assert catalog.find_architecture(MEASUREMENTS, "GPT-3 1.3B")["id"] == "gpt3-1.3b"
+    for name, thirteen in (("Cerebras-GPT-1.3B", "cerebras-gpt-13b"), ("Baichuan 2 1.3B", "baichuan2-13b")):
+        assert catalog.find_architecture(MEASUREMENTS, name.replace("1.3B", "13B"))["id"] == thirteen
+        with pytest.raises(catalog.UnknownName, match=f"unknown model .*Did you mean {thirteen}"):
+            catalog.find_architecture(MEASUREMENTS, name)
     runs = pl.DataFrame({"model_name": ["GPT-3 13B", "GPT3-1.3B", "gpt3 13b", "Llama-3.1-70B", "LLAMA3_70B"]})
     got = catalog.arch_ids(pl.col("model_name"), catalog.architectures(MEASUREMENTS), runs)["arch_id"].to_list()
     assert got == ["gpt3-13b", "gpt3-1.3b", "gpt3-13b", "llama3-70b", "llama3-70b"]
