@@ -22,6 +22,7 @@ never silently rests on a guess:
 | global_batch_seqs empty | FSDP stacks: dp*micro_batch (no gradient accumulation: torchtitan/fms-fsdp defaults); others: the era's typical batch in tokens (0.5M to 2020, 3.1M 2021-22 as GPT-3's 1,536 x 2,048, 4M in 2023 as Llama 2, 16M from 2024 as Llama 3 405B) / seq_len, rounded up to a multiple of dp*micro_batch | the source's era; a step-time + throughput pair fixes it exactly (`targets`) |
 | global_batch_seqs not divisible by dp | rounded up to the next multiple of dp*micro_batch | |
 | sharding empty | `fsdp` for FSDP stacks (llm-foundry, torchtitan, fms-fsdp), `zero1` for Megatron/NeMo (distributed optimizer is their default), else `none` | framework defaults |
+| sharding empty, no framework named, a measured run with dp > 1 that does not fit unsharded | the least sharding that fits with its recompute (selective where unstated): `zero1`, else `zero2`, else `zero3` (`resolve_sharding`); `none` when none fits | a run that was measured fitted, and every data-parallel stack offers optimizer-state sharding (DeepSpeed ZeRO, PyTorch ZeroRedundancyOptimizer/FSDP, Megatron's distributed optimizer); the least of it keeps the time model's DP traffic nearest unsharded |
 | recompute empty/unknown, activation offloading, of a Megatron-Bridge performance-summary run | what the run's recipe sets, where the memory model can represent it (`models.frameworks.RECIPE_MEMORY`: e.g. no recompute for Llama 3/3.1 and Qwen3, 40 of Llama 3 70B's 80 layers offloaded on GB200 with FP8) | the runs were measured with those recipes (Megatron-Bridge scripts/performance, per release) |
 | optimizer state and gradient bytes, recompute empty, of a NeMo performance-summary run whose NeMo Framework Launcher recipe sets its own optimizer | the recipe's (`models.frameworks.RECIPE_OPTIMIZER`: NeMo 24.07 Nemotron-4 340B and Llama 2 SFT, apex DistributedFusedAdam with bf16 m and v, no master copy, a bf16 gradient buffer: 4 B + 2 B per parameter; their activations_checkpoint_granularity) | the runs were measured with those recipes (NeMo-Framework-Launcher launcher_scripts/conf, per release) |
 | recompute empty, Megatron stacks (Megatron-LM, Megatron-DeepSpeed, NeMo) before 2022 | full | before selective recomputation (Korthikanti et al. 2022) these stacks recomputed every layer: Narayanan et al. 2021 count it in every result (eq. 3), the Megatron-LM scripts of the time pass `--checkpoint-activations` |
@@ -338,6 +339,9 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     ratio = pl.col("ffn_dim").cast(pl.Float64) / pl.col("d_model").cast(pl.Float64)
     note(pl.col("vpp_from_source"), "vpp from the same source's runs of this model and tp x pp")
     note(pl.col("sharding").is_null(), "sharding from framework default")
+    # no framework and no sharding stated: `resolve_sharding` may read a measured run as sharded
+    r = r.with_columns((pl.col("sharding").is_null() & (pl.col("framework").fill_null("").str.strip_chars() == ""))
+                       .alias("sharding_open"))
     note(pl.col("dtype").is_null(), "dtype=bf16")
     note(pl.col("gpus_per_node").is_null(), "gpus_per_node=scale-up domain")
     note(pl.col("activation").is_null() & pl.col("ffn_dim").is_not_null(), "activation from ffn/d ratio")
@@ -648,6 +652,45 @@ def predict_by_preset(configs: pl.DataFrame, predict, base=None, overrides=None)
         if sub.height:
             parts.append(sub.select("_i").hstack(predict(sub.drop("_i"), preset_params(name, base, overrides))))
     return pl.concat(parts, how="diagonal_relaxed").sort("_i").drop("_i")
+
+
+#: the shardings `resolve_sharding` tries, least first
+INFERRED_SHARDING = ("zero1", "zero2", "zero3")
+
+
+def resolve_sharding(configs: pl.DataFrame, predict, measured=None) -> pl.DataFrame:
+    """A measured run with no framework and no sharding stated (`sharding_open`), dp > 1, that does not fit in the
+    memory model unsharded: the least sharding that fits (`INFERRED_SHARDING`), with its stated recompute, else
+    selective (the most `resolve_recompute` gives a measured run). A run that was measured fitted, and every
+    data-parallel stack offers optimizer-state sharding; where none fits the row keeps `none` (its memory figure
+    stays on the row, `memory_fits` False). Rows without a measurement keep the default. Drops `sharding_open`.
+    `predict` is `models.step_time.predict`."""
+    if "sharding_open" not in configs.columns:
+        return configs
+    measured = pl.Series([True] * configs.height) if measured is None else pl.Series(measured).fill_null(False)
+    open_ = (configs["sharding_open"].fill_null(False) & measured & (configs["sharding"] == "none")
+             & (configs["dp"].fill_null(1) > 1))
+    if not open_.any():
+        return configs.drop("sharding_open")
+    rc = configs["recompute"].fill_null(INFERRED_RECOMPUTE[-1])
+    fits_now = predict_by_preset(configs.with_columns(rc.alias("recompute")), predict)["feasible"]
+    todo = open_ & ~fits_now
+    chosen = pl.Series("sharding", [None] * configs.height, dtype=pl.Utf8)
+    for mode in INFERRED_SHARDING:
+        if not (todo & chosen.is_null()).any():
+            break
+        trial = configs.with_columns(rc.alias("recompute"), pl.lit(mode).alias("sharding"))
+        fits = predict_by_preset(trial, predict)["feasible"]
+        chosen = pl.select(pl.when(chosen.is_null() & todo & fits).then(pl.lit(mode)).otherwise(chosen)).to_series()
+    hit = chosen.is_not_null()
+    return configs.with_columns(
+        pl.when(hit).then(chosen).otherwise(pl.col("sharding")).alias("sharding"),
+        pl.when(hit).then(
+            pl.concat_str([pl.col("assumptions"), pl.format(
+                "sharding={} (no framework stated and the measured run does not fit unsharded: the least sharding "
+                "that fits)", chosen)], separator="; ", ignore_nulls=True).str.strip_chars("; ")
+        ).otherwise(pl.col("assumptions")).alias("assumptions"),
+    ).drop("sharding_open")
 
 
 def resolve_recompute(configs: pl.DataFrame, predict, measured=None) -> pl.DataFrame:

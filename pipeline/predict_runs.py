@@ -360,7 +360,7 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
     types are taken as their text). Raises FileRejected (naming `source`) without a run_id column."""
     from models.hardware import resolve_hardware
     from models.predictor import predict
-    from models.runs_adapter import configs_from_runs, resolve_layout, resolve_recompute
+    from models.runs_adapter import configs_from_runs, resolve_layout, resolve_recompute, resolve_sharding
     from models.step_time import predict as physics
     from models.targets import derive_flop_targets, measured_throughput
 
@@ -407,7 +407,9 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
     # a row with a measurement ran, so it fitted (models.runs_adapter: full recompute is never assumed for it)
     measured_ids = frame.filter(pl.col("value").str.strip_chars().replace("", None).is_not_null())["run_id"] \
         if "value" in frame.columns else pl.Series([], dtype=pl.Utf8)
-    ok = resolve_recompute(ok, physics, measured=ok["run_id"].is_in(measured_ids.unique().to_list()))
+    measured = ok["run_id"].is_in(measured_ids.unique().to_list())
+    ok = resolve_sharding(ok, physics, measured=measured)
+    ok = resolve_recompute(ok, physics, measured=measured)
     text = {"error", "fit_version", "assumptions", "calibration_domain"}
     good = pl.DataFrame(schema={c: pl.Boolean if c in ("feasible", "memory_fits") else pl.Utf8 if c in text
                                 else pl.Float64 for c in [*OUT_COLUMNS, "peak_bf16_tflops", "model_flops_per_token",
