@@ -45,6 +45,39 @@ def size_in_billions(expr: pl.Expr) -> pl.Expr:
     return m.struct.field("1").cast(pl.Float64, strict=False) * unit
 
 
+#: a model name that marks a mixture of experts: an active size ("A3B", "A22B"), experts x size ("8x7B"), "MoE"
+MOE_NAME_MARK = r"(^|[^a-z0-9])a\d+(\.\d+)?b([^a-z0-9]|$)|\d\s*x\s*\d|moe|mixture"
+
+
+def params_from_name(runs: pl.DataFrame) -> pl.DataFrame:
+    """Rows whose model_name names no architecture, with params_b empty and no other reading of the name on record:
+    params_b = the size the name states ("Mystery 70B" -> 70; `catalog.SIZE_TOKEN`), from which a dense model gets
+    a shape by rule (`models.runs_adapter.infer_dense_shape`), noted in `model_name_note`. Not for a name that marks
+    a mixture of experts (`MOE_NAME_MARK`) or a row whose `arch` says it is not dense: their size fixes no shape."""
+    if "model_name" not in runs.columns or not runs.height:
+        return runs
+    low = pl.col("model_name").cast(pl.Utf8).str.to_lowercase()
+    size = (low.str.extract(catalog.SIZE_TOKEN, 1).cast(pl.Float64, strict=False)
+            * low.str.extract(catalog.SIZE_TOKEN, 2).replace_strict(catalog.SIZE_UNIT_B, default=None,
+                                                                    return_dtype=pl.Float64))
+    err = pl.col("model_name_error") if "model_name_error" in runs.columns else pl.lit(None, dtype=pl.Utf8)
+    arch = pl.col("arch").cast(pl.Utf8) if "arch" in runs.columns else pl.lit(None, dtype=pl.Utf8)
+    todo = (pl.col("arch_id").is_null() & pl.col("params_b").is_null() & size.is_not_null() & err.is_null()
+            & ~low.str.contains(MOE_NAME_MARK).fill_null(False) & (arch.is_null() | (arch == "dense")))
+    note = pl.format("params_b={} from the model name '{}' (it names no architecture in "
+                     "measurements/architectures.csv)", size.round(3).cast(pl.Utf8).str.replace(r"\.0$", ""),
+                     pl.col("model_name"))
+    old = pl.col("model_name_note") if "model_name_note" in runs.columns else pl.lit(None, dtype=pl.Utf8)
+    moe = (pl.col("arch_id").is_null() & pl.col("params_b").is_null() & err.is_null()
+           & low.str.contains(MOE_NAME_MARK).fill_null(False))
+    why_moe = pl.format("'{}' names no architecture in measurements/architectures.csv, and a mixture of experts' size "
+                        "fixes no shape: give n_layers, d_model, n_heads and n_experts, top_k, expert_ffn_dim, or add "
+                        "the model to that table", pl.col("model_name"))
+    return runs.with_columns(pl.when(todo).then(size).otherwise(pl.col("params_b")).alias("params_b"),
+                             pl.when(todo).then(note).otherwise(old).alias("model_name_note"),
+                             pl.when(moe).then(why_moe).otherwise(err).alias("model_name_error"))
+
+
 def _metrics_of(frame: pl.DataFrame) -> pl.DataFrame:
     """The file's metric rows in the run_metrics shape `models.targets.measured_throughput` reads."""
     need = ("run_id", "metric", "value")
@@ -383,7 +416,7 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
          + list(extra.items())]
     ).filter(pl.col("run_id").is_not_null())
     runs = typed.group_by("run_id", maintain_order=True).first()
-    runs = catalog.fill_from_architectures(runs, measurements)
+    runs = params_from_name(catalog.fill_from_architectures(runs, measurements))
     # `gpu` by id, name or a short name (`H100`: a documented default, recorded in assumptions; catalog.resolve_gpu)
     gpu_ids, gpu_notes = catalog.resolve_gpu_column(runs["gpu"], catalog.hardware(measurements))
     runs = runs.with_columns(gpu_ids, gpu_notes.alias("_gpu_note"))

@@ -157,3 +157,21 @@ def test_an_unsharded_measured_run_that_cannot_fit_is_read_as_sharded(tmp_path):
     for rid in ("stated", "planned"):
         assert rows[rid]["sharding"] == "none"
     assert rows["stated"]["memory_fits"] is False
+
+
+def test_an_unknown_model_with_a_size_in_its_name_is_predicted_from_that_size(tmp_path):
+    """A model the architecture table does not know, named with its size ("Mystery 70B"), is predicted as a dense
+    model of that size (the shape rule of params_b) and says so; the same row with params_b=70 stated predicts the
+    same. A name marking a mixture of experts ("Foo-30B-A3B", "Bar 8x22B") is refused, saying what to give."""
+    f = tmp_path / "runs.csv"
+    f.write_text("run_id,model_name,params_b,gpu,n_gpus,tp,pp,seq_len,global_batch_seqs,metric,value\n"
+                 "named,Mystery 70B,,a100-sxm4-80gb,128,8,2,2048,1024,tokens_per_s_per_gpu,400\n"
+                 "stated,Mystery,70,a100-sxm4-80gb,128,8,2,2048,1024,tokens_per_s_per_gpu,400\n"
+                 "moe,Foo-30B-A3B,,h100-sxm5-80gb,16,1,1,4096,512,tokens_per_s_per_gpu,3000\n"
+                 "moe2,Bar 8x22B,,h100-sxm5-80gb,64,2,1,4096,512,tokens_per_s_per_gpu,2000\n")
+    rows = _predict(f)
+    assert rows["named"]["step_time_s"] == pytest.approx(rows["stated"]["step_time_s"])
+    assert "params_b=70 from the model name 'Mystery 70B'" in rows["named"]["assumptions"]
+    for rid in ("moe", "moe2"):
+        assert rows[rid]["step_time_s"] is None
+        assert "a mixture of experts' size fixes no shape: give n_layers" in rows[rid]["error"]
