@@ -22,7 +22,7 @@ never silently rests on a guess:
 | global_batch_seqs empty | FSDP stacks: dp*micro_batch (no gradient accumulation: torchtitan/fms-fsdp defaults); others: the era's typical batch in tokens (0.5M to 2020, 3.1M 2021-22 as GPT-3's 1,536 x 2,048, 4M in 2023 as Llama 2, 16M from 2024 as Llama 3 405B) / seq_len, rounded up to a multiple of dp*micro_batch | the source's era; a step-time + throughput pair fixes it exactly (`targets`) |
 | global_batch_seqs not divisible by dp | rounded up to the next multiple of dp*micro_batch | |
 | sharding empty | `fsdp` for FSDP stacks (llm-foundry, torchtitan, fms-fsdp), `zero1` for Megatron/NeMo (distributed optimizer is their default), else `none` | framework defaults |
-| sharding empty, no framework named, a measured run with dp > 1 that does not fit unsharded | the least sharding that fits with its recompute (selective where unstated): `zero1`, else `zero2`, else `zero3` (`resolve_sharding`); `none` when none fits | a run that was measured fitted, and every data-parallel stack offers optimizer-state sharding (DeepSpeed ZeRO, PyTorch ZeroRedundancyOptimizer/FSDP, Megatron's distributed optimizer); the least of it keeps the time model's DP traffic nearest unsharded |
+| sharding empty, no stack named or an unknown one, a measured run with dp > 1 that does not fit unsharded | the least sharding that fits with its recompute (selective where unstated): `zero1`, else `zero2`, else `zero3` (`resolve_sharding`); `none` when none fits | a run that was measured fitted, and every data-parallel stack offers optimizer-state sharding (DeepSpeed ZeRO, PyTorch ZeroRedundancyOptimizer/FSDP, Megatron's distributed optimizer); the least of it keeps the time model's DP traffic nearest unsharded |
 | recompute empty/unknown, activation offloading, of a Megatron-Bridge performance-summary run | what the run's recipe sets, where the memory model can represent it (`models.frameworks.RECIPE_MEMORY`: e.g. no recompute for Llama 3/3.1 and Qwen3, 40 of Llama 3 70B's 80 layers offloaded on GB200 with FP8) | the runs were measured with those recipes (Megatron-Bridge scripts/performance, per release) |
 | optimizer state and gradient bytes, recompute empty, of a NeMo performance-summary run whose NeMo Framework Launcher recipe sets its own optimizer | the recipe's (`models.frameworks.RECIPE_OPTIMIZER`: NeMo 24.07 Nemotron-4 340B and Llama 2 SFT, apex DistributedFusedAdam with bf16 m and v, no master copy, a bf16 gradient buffer: 4 B + 2 B per parameter; their activations_checkpoint_granularity) | the runs were measured with those recipes (NeMo-Framework-Launcher launcher_scripts/conf, per release) |
 | recompute empty, Megatron stacks (Megatron-LM, Megatron-DeepSpeed, NeMo) before 2022 | full | before selective recomputation (Korthikanti et al. 2022) these stacks recomputed every layer: Narayanan et al. 2021 count it in every result (eq. 3), the Megatron-LM scripts of the time pass `--checkpoint-activations` |
@@ -340,9 +340,9 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     ratio = pl.col("ffn_dim").cast(pl.Float64) / pl.col("d_model").cast(pl.Float64)
     note(pl.col("vpp_from_source"), "vpp from the same source's runs of this model and tp x pp")
     note(pl.col("sharding").is_null(), "sharding from framework default")
-    # no framework and no sharding stated: `resolve_sharding` may read a measured run as sharded
-    r = r.with_columns((pl.col("sharding").is_null() & (pl.col("framework").fill_null("").str.strip_chars() == ""))
-                       .alias("sharding_open"))
+    # no sharding stated and no stack whose default is known (none named, or one `framework_preset` does not know):
+    # `resolve_sharding` may read a measured run as sharded
+    r = r.with_columns((pl.col("sharding").is_null() & (pl.col("memory_preset") == "default")).alias("sharding_open"))
     note(pl.col("dtype").is_null(), "dtype=bf16")
     note(pl.col("gpus_per_node").is_null(), "gpus_per_node=scale-up domain")
     note(pl.col("activation").is_null() & pl.col("ffn_dim").is_not_null(), "activation from ffn/d ratio")
@@ -660,7 +660,8 @@ INFERRED_SHARDING = ("zero1", "zero2", "zero3")
 
 
 def resolve_sharding(configs: pl.DataFrame, predict, measured=None) -> pl.DataFrame:
-    """A measured run with no framework and no sharding stated (`sharding_open`), dp > 1, that does not fit in the
+    """A measured run with no sharding stated on a stack whose default is unknown (none named, or one
+    `frameworks.framework_preset` does not know: `sharding_open`), dp > 1, that does not fit in the
     memory model unsharded: the least sharding that fits (`INFERRED_SHARDING`), with its stated recompute, else
     selective (the most `resolve_recompute` gives a measured run). A run that was measured fitted, and every
     data-parallel stack offers optimizer-state sharding; where none fits the row keeps `none` (its memory figure
@@ -688,8 +689,9 @@ def resolve_sharding(configs: pl.DataFrame, predict, measured=None) -> pl.DataFr
         pl.when(hit).then(chosen).otherwise(pl.col("sharding")).alias("sharding"),
         pl.when(hit).then(
             pl.concat_str([pl.col("assumptions"), pl.format(
-                "sharding={} (no framework stated and the measured run does not fit unsharded: the least sharding "
-                "that fits)", chosen)], separator="; ", ignore_nulls=True).str.strip_chars("; ")
+                "sharding={} (no sharding stated, the stack's default unknown, and the measured run does not fit "
+                "unsharded: the least sharding that fits)", chosen)], separator="; ", ignore_nulls=True
+            ).str.strip_chars("; ")
         ).otherwise(pl.col("assumptions")).alias("assumptions"),
     ).drop("sharding_open")
 

@@ -55,7 +55,7 @@ def test_real_model_names_resolve(name, arch_id):
 def test_a_decimal_point_tells_gpt3_1_3b_from_13b():
     """Names are compared with dots first, then without, but a size's decimal point is kept at both levels ("1.3B"
     reads "1p3b"), so 'GPT-3 1.3B' and 'GPT-3 13B' reach their own rows, and a 1.3B model of a family whose only row
-    is 13B (Cerebras-GPT, Baichuan 2) is not read as that row: it stays unknown, with the 13B row among the suggestions."""
+    is 13B (Cerebras-GPT, Baichuan 2) is not read as that row: it stays unknown, the 13B row among the suggestions."""
     assert catalog.normalize_name("GPT-3 13B") != catalog.normalize_name("GPT-3 1.3B")
     assert catalog.normalize_name("Qwen2.5-72B") == catalog.normalize_name("qwen25-72b")  # a version's dot drops
     assert catalog.find_architecture(MEASUREMENTS, "GPT-3 13B")["id"] == "gpt3-13b"

@@ -142,7 +142,7 @@ def test_samples_per_second_are_sequences_of_the_row_s_length(tmp_path):
 
 
 def test_an_unsharded_measured_run_that_cannot_fit_is_read_as_sharded(tmp_path):
-    """A measured run with no framework and no sharding stated that the memory model cannot fit unsharded (13B on
+    """A measured run with no sharding stated on no named stack that the memory model cannot fit unsharded (13B on
     64 H100 at tp 2: 12 B of Adam state per parameter alone is 78 GB a GPU) is read with the least sharding that
     fits, ZeRO-1, and says so; the same row with sharding 'none' stated, or without a measurement, keeps none."""
     f = tmp_path / "runs.csv"
@@ -152,7 +152,7 @@ def test_an_unsharded_measured_run_that_cannot_fit_is_read_as_sharded(tmp_path):
                  "planned,AcmeLM-13B,13,h100-sxm5-80gb,64,2,1,4096,512,,,\n")
     rows = _predict(f)
     assert rows["open"]["sharding"] == "zero1" and rows["open"]["memory_fits"] is True
-    assert "sharding=zero1 (no framework stated and the measured run does not fit unsharded" in \
+    assert "sharding=zero1 (no sharding stated, the stack's default unknown, and the measured run does not fit" in \
         rows["open"]["assumptions"]
     for rid in ("stated", "planned"):
         assert rows[rid]["sharding"] == "none"
