@@ -157,12 +157,16 @@ FRAMEWORK_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("torchtitan", ("torchtitan",)),
     ("llm_foundry", ("llm-foundry", "composer", "mosaic")),
     ("jax_spmd", ("maxtext", "pax")),
-    ("megatron_deepspeed", ("megatron-deepspeed", "bigscience", "deepspeed")),
+    # GPT-NeoX: "based on NVIDIA's Megatron Language Model and augmented with techniques from DeepSpeed" (EleutherAI
+    # gpt-neox README; Black et al. 2022)
+    ("megatron_deepspeed", ("megatron-deepspeed", "bigscience", "deepspeed", "neox")),
     # NVIDIA's MLPerf GPT-3 submissions name the container ("PyTorch NVIDIA Release 23.09"); the same
     # submissions' other rows name NeMo Megatron, the only GPT-3 175B stack NVIDIA submitted.
     # Megatron-Bridge names its performance-summary runs "Megatron-Bridge / NeMo <container>"
     ("megatron_bridge", ("megatron-bridge",)),
-    ("megatron", ("megatron", "nemo", "nvidia release")),
+    # ByteDance's MegaScale is built on Megatron-LM (Jiang et al., NSDI 2024, "MegaScale: Scaling Large Language
+    # Model Training to More Than 10,000 GPUs")
+    ("megatron", ("megatron", "nemo", "nvidia release", "megascale")),
     ("pytorch_fsdp", ("fms", "fsdp")),
 )
 

@@ -21,7 +21,7 @@ never silently rests on a guess:
 | seq_len empty | 2,048 up to 2022 (GPT-3, OPT, BLOOM), 4,096 in 2023 (Llama 2), 8,192 from 2024 (Llama 3) | the era's typical context (Brown et al. 2020; Touvron et al. 2023; Dubey et al. 2024) |
 | global_batch_seqs empty | FSDP stacks: dp*micro_batch (no gradient accumulation: torchtitan/fms-fsdp defaults); others: the era's typical batch in tokens (0.5M to 2020, 3.1M 2021-22 as GPT-3's 1,536 x 2,048, 4M in 2023 as Llama 2, 16M from 2024 as Llama 3 405B) / seq_len, rounded up to a multiple of dp*micro_batch | the source's era; a step-time + throughput pair fixes it exactly (`targets`) |
 | global_batch_seqs not divisible by dp | rounded up to the next multiple of dp*micro_batch | |
-| sharding empty | `fsdp` for FSDP stacks (llm-foundry, torchtitan, fms-fsdp), `zero1` for Megatron/NeMo (distributed optimizer is their default), else `none` | framework defaults |
+| sharding empty | `fsdp` for FSDP stacks (llm-foundry, torchtitan, fms-fsdp), `zero1` for Megatron/NeMo and the stacks built on Megatron-LM (MegaScale; distributed optimizer is their default), else `none` | framework defaults |
 | sharding empty, no stack named or an unknown one, a measured run with dp > 1 that does not fit unsharded | the least sharding that fits with its recompute (selective where unstated): `zero1`, else `zero2`, else `zero3` (`resolve_sharding`); `none` when none fits | a run that was measured fitted, and every data-parallel stack offers optimizer-state sharding (DeepSpeed ZeRO, PyTorch ZeroRedundancyOptimizer/FSDP, Megatron's distributed optimizer); the least of it keeps the time model's DP traffic nearest unsharded |
 | recompute empty/unknown, activation offloading, of a Megatron-Bridge performance-summary run | what the run's recipe sets, where the memory model can represent it (`models.frameworks.RECIPE_MEMORY`: e.g. no recompute for Llama 3/3.1 and Qwen3, 40 of Llama 3 70B's 80 layers offloaded on GB200 with FP8) | the runs were measured with those recipes (Megatron-Bridge scripts/performance, per release) |
 | optimizer state and gradient bytes, recompute empty, of a NeMo performance-summary run whose NeMo Framework Launcher recipe sets its own optimizer | the recipe's (`models.frameworks.RECIPE_OPTIMIZER`: NeMo 24.07 Nemotron-4 340B and Llama 2 SFT, apex DistributedFusedAdam with bf16 m and v, no master copy, a bf16 gradient buffer: 4 B + 2 B per parameter; their activations_checkpoint_granularity) | the runs were measured with those recipes (NeMo-Framework-Launcher launcher_scripts/conf, per release) |
@@ -58,7 +58,7 @@ import numpy as np
 import polars as pl
 
 FSDP_STACKS = ("fsdp", "llm-foundry", "torchtitan", "composer", "fms")
-MEGATRON_STACKS = ("megatron", "nemo", "bigscience", "deepspeed")
+MEGATRON_STACKS = ("megatron", "nemo", "bigscience", "deepspeed", "neox", "megascale")  # frameworks.FRAMEWORK_WORDS
 #: stacks whose kernels are PyTorch's own (SDPA's FlashAttention-2, unfused norm/RoPE/elementwise kernels) rather
 #: than TransformerEngine's: the FSDP stacks, and trainers built on Hugging Face models or plain PyTorch modules
 #: (Hugging Face Transformers/Accelerate and nanotron, Colossal-AI, Lightning/LitGPT, AI2's OLMo trainer, OpenLM)

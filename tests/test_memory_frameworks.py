@@ -214,6 +214,8 @@ def test_capacity_fraction_allowance_scales_with_the_device():
     ("maxtext", 2024, "jax_spmd"),
     ("PAX", 2023, "jax_spmd"),
     ("PyTorch FSDP (fms-fsdp)", 2024, "pytorch_fsdp"),
+    ("MegaScale (Megatron-LM based)", 2024, "megatron"), ("MegaScale", 2024, "megatron"),
+    ("GPT-NeoX", 2023, "megatron_deepspeed"),
     ("PyTorch 2.1.1", 2024, "default"),
     (None, None, "default"),
 ])
