@@ -235,7 +235,9 @@ METRIC_SYNONYMS: dict[str, tuple[str, float]] = {
         "tokens_second_gpu", "tok_sec_gpu", "tokens_per_sec_gpu", "tokens_s_device",
         "tokens_sec_device", "tokens_s_chip", "tokens_per_gpu_per_sec",
         # torchtitan's training log: "wps" (words, i.e. tokens, per second on each rank)
-        "wps")},
+        "wps",
+        # "Throughput per GPU (tokens/s)"
+        "throughput_per_gpu_tokens_s", "per_gpu_tokens_s")},
     **{k: ("tokens_per_s", 1.0) for k in (
         "tokens_per_s", "tokens_per_second", "tokens_per_sec", "tokens_s", "throughput_tokens_per_s")},
     **{k: ("step_time_s", 1.0) for k in (
@@ -268,6 +270,62 @@ SAMPLES_SYNONYMS: dict[str, str] = {
 #: a `metric` value's header key -> (the schema's metric, factor to its unit): `METRIC_SYNONYMS` and every schema
 #: metric under its own name, so that "MFU", "Step_Time_S" or "GPU hours" are read like mfu, step_time_s, gpu_hours
 METRIC_VALUE_KEYS: dict[str, tuple[str, float]] = {**{m: (m, 1.0) for m in METRICS}, **METRIC_SYNONYMS}
+
+#: word spellings `metric_key` reads alike, in order: "per" is dropped, a second is "s", a token is "tokens", a
+#: device, chip or accelerator is a "gpu", a TFLOP/s is "tflops"
+_METRIC_WORDS = (("_per_", "_"), ("_second_", "_s_"), ("_seconds_", "_s_"), ("_sec_", "_s_"), ("_tok_", "_tokens_"),
+                 ("_token_", "_tokens_"), ("_device_", "_gpu_"), ("_chip_", "_gpu_"), ("_accelerator_", "_gpu_"),
+                 ("_teraflops_", "_tflops_"), ("_teraflop_", "_tflops_"), ("_tflop_", "_tflops_"),
+                 ("_tflops_s_", "_tflops_"))
+#: leading words that qualify a measured quantity without changing it ("Throughput (tokens/s)", "Achieved TFLOPS")
+_METRIC_QUALIFIERS = ("throughput", "achieved", "average", "avg", "mean", "measured", "training", "train")
+
+
+def metric_key(key: str) -> str:
+    """A metric header key (`header_key`) in canonical words (`_METRIC_WORDS`, leading `_METRIC_QUALIFIERS`
+    dropped): "Throughput (tokens/s)", "Tokens/sec/GPU", "model TFLOPS/GPU" and "tokens_per_second_per_device" read as
+    tokens_s, tokens_s_gpu, model_tflops_gpu and tokens_s_gpu."""
+    k = f"_{key}_"
+    for a, b in _METRIC_WORDS:
+        while a in k:
+            k = k.replace(a, b)
+    k = k.strip("_")
+    head, _, rest = k.partition("_")
+    while head in _METRIC_QUALIFIERS and rest:
+        k = rest
+        head, _, rest = k.partition("_")
+    return k
+
+
+def _by_metric_key(table: dict) -> dict:
+    out: dict = {}
+    for k, v in table.items():
+        c = metric_key(k)
+        if out.get(c, v) != v:
+            raise ValueError(f"metric spellings {k!r} and another read alike ({c!r}) but mean different things")
+        out[c] = v
+    return out
+
+
+_METRIC_CANON = _by_metric_key(METRIC_SYNONYMS)
+_SAMPLES_CANON = _by_metric_key(SAMPLES_SYNONYMS)
+_VALUE_CANON = _by_metric_key(METRIC_VALUE_KEYS)
+
+
+def metric_synonym(key: str):
+    """(the schema's metric, factor) a metric header key names (`METRIC_SYNONYMS`, then in canonical words), else
+    None."""
+    return METRIC_SYNONYMS.get(key) or _METRIC_CANON.get(metric_key(key))
+
+
+def samples_synonym(key: str):
+    """The token metric a samples-per-second header key becomes (`SAMPLES_SYNONYMS`, then in canonical words)."""
+    return SAMPLES_SYNONYMS.get(key) or _SAMPLES_CANON.get(metric_key(key))
+
+
+def metric_value_key(key: str):
+    """(the schema's metric, factor) a `metric` cell's header key names (`METRIC_VALUE_KEYS`, then canonical)."""
+    return METRIC_VALUE_KEYS.get(key) or _VALUE_CANON.get(metric_key(key))
 
 
 def header_key(name: str) -> str:

@@ -11,9 +11,9 @@ import polars as pl
 from models.memory import CAPACITY_BYTES_PER_GB
 from pipeline import catalog
 from pipeline.measurements import (BATCH_TOKENS_HEADERS, COLUMN_SYNONYMS, COLUMNS, ENUMS, GRAD_ACCUM_HEADERS,
-                                   LOCAL_BATCH_HEADERS, METRIC_SYNONYMS, METRIC_VALUE_KEYS, MIXED_PRECISION,
-                                   NODES_HEADERS, PARALLELISM_HEADERS, SAMPLES_SYNONYMS, SCHEMA, canonical_dtype,
-                                   canonical_word, header_key)
+                                   LOCAL_BATCH_HEADERS, MIXED_PRECISION, NODES_HEADERS, PARALLELISM_HEADERS, SCHEMA,
+                                   canonical_dtype, canonical_word, header_key, metric_synonym, metric_value_key,
+                                   samples_synonym)
 from pipeline.readers import FileRejected, read_measurement_file
 
 BREAKDOWN = ["compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
@@ -133,10 +133,10 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
         if target is not None and target not in present and target not in renames.values():
             renames[c] = target
             notes.append(f"column '{c}' read as {target}")
-        elif key in METRIC_SYNONYMS and target is None:
-            wide[c] = METRIC_SYNONYMS[key]
-        elif key in SAMPLES_SYNONYMS and target is None:
-            wide[c] = (SAMPLES_SYNONYMS[key], "seq_len")  # sequences per second: x the row's seq_len
+        elif metric_synonym(key) is not None and target is None:
+            wide[c] = metric_synonym(key)
+        elif samples_synonym(key) is not None and target is None:
+            wide[c] = (samples_synonym(key), "seq_len")  # sequences per second: x the row's seq_len
         else:  # a quantity the schema states another way: kept for `stated_otherwise` (the first such column)
             kept = next((col for headers, col, _ in STATED_OTHERWISE if key in headers), None)
             if kept is not None and kept not in renames.values():
@@ -171,8 +171,8 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
         # the file's metric spellings other than the schema's own name and unit, each looked up once by its header
         # key (so the schema's names in any case, "MFU" or "Step_Time_S", are read too)
         keys = {m: header_key(m) for m in frame["metric"].drop_nulls().unique().to_list()}
-        spellings = {m: METRIC_VALUE_KEYS[k] for m, k in keys.items()
-                     if k in METRIC_VALUE_KEYS and METRIC_VALUE_KEYS[k] != (m, 1.0)}
+        spellings = {m: metric_value_key(k) for m, k in keys.items()
+                     if metric_value_key(k) is not None and metric_value_key(k) != (m, 1.0)}
         spelled = pl.col("metric").is_in(list(spellings))
         name = pl.col("metric").replace_strict({k: v[0] for k, v in spellings.items()}, default=None,
                                                return_dtype=pl.Utf8)

@@ -175,3 +175,32 @@ def test_an_unknown_model_with_a_size_in_its_name_is_predicted_from_that_size(tm
     for rid in ("moe", "moe2"):
         assert rows[rid]["step_time_s"] is None
         assert "a mixture of experts' size fixes no shape: give n_layers" in rows[rid]["error"]
+
+
+@pytest.mark.parametrize("header, metric, factor", [
+    ("Throughput (tokens/s)", "tokens_per_s", 1.0), ("Tokens/sec/GPU", "tokens_per_s_per_gpu", 1.0),
+    ("Throughput per GPU (tokens/s)", "tokens_per_s_per_gpu", 1.0), ("model TFLOPS/GPU", "model_tflops_per_gpu", 1.0),
+    ("TFLOP/s per GPU", "model_tflops_per_gpu", 1.0), ("Achieved TFLOPS", "model_tflops_per_gpu", 1.0),
+    ("tokens per second per device", "tokens_per_s_per_gpu", 1.0),
+    ("Elapsed time per iteration (ms)", "step_time_s", 1e-3),
+    ("MFU (%)", "mfu", 0.01), ("hardware TFLOPS", None, None), ("Throughput (samples/s)", None, None)])
+def test_metric_headers_read_in_canonical_words(header, metric, factor):
+    """A measured quantity's header is read whatever its words for 'per', 'second', 'token' and 'device' and a leading
+    'Throughput' or 'Achieved'; a quantity the schema has no metric for (hardware TFLOPS) is not read as one, and
+    samples are left to the samples reading (x seq_len)."""
+    from pipeline.measurements import header_key, metric_synonym
+    got = metric_synonym(header_key(header))
+    assert got == ((metric, factor) if metric else None)
+
+
+def test_a_throughput_column_in_other_words_is_a_target(tmp_path):
+    """'Throughput (tokens/s)' (the cluster's) and 'model TFLOPS/GPU' become measured targets, so the rows are
+    scored, not only predicted."""
+    f = tmp_path / "runs.csv"
+    f.write_text("Model,GPU,GPUs,TP,PP,Seq Len,GBS,Throughput (tokens/s),model TFLOPS/GPU\n"
+                 "llama3-70b,h100-sxm5-80gb,64,8,2,8192,256,30000,\n"
+                 "llama3-70b,h100-sxm5-80gb,64,8,2,8192,256,,400\n")
+    rows = _predict(f)
+    assert rows["line 2"]["measured_tokens_per_s_per_gpu"] == pytest.approx(30000 / 64)
+    assert rows["line 3"]["measured_tokens_per_s_per_gpu"] > 0
+    assert "column 'Throughput (tokens/s)' read as metric tokens_per_s" in rows["line 2"]["assumptions"]
