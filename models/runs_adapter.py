@@ -27,7 +27,7 @@ never silently rests on a guess:
 | optimizer state and gradient bytes, recompute empty, of a NeMo performance-summary run whose NeMo Framework Launcher recipe sets its own optimizer | the recipe's (`models.frameworks.RECIPE_OPTIMIZER`: NeMo 24.07 Nemotron-4 340B and Llama 2 SFT, apex DistributedFusedAdam with bf16 m and v, no master copy, a bf16 gradient buffer: 4 B + 2 B per parameter; their activations_checkpoint_granularity) | the runs were measured with those recipes (NeMo-Framework-Launcher launcher_scripts/conf, per release) |
 | recompute empty, Megatron stacks (Megatron-LM, Megatron-DeepSpeed, NeMo) before 2022 | full | before selective recomputation (Korthikanti et al. 2022) these stacks recomputed every layer: Narayanan et al. 2021 count it in every result (eq. 3), the Megatron-LM scripts of the time pass `--checkpoint-activations` |
 | recompute empty/unknown otherwise | the cheapest mode that fits in memory: none, else selective; for a measured run never full (selective when neither fits), for a row without a measurement full when nothing cheaper fits | a run that was measured did fit; full recompute costs a third more compute, and the memory model's error is larger than the margin that would force it: where it forced full, the corpus's runs ran 15% faster than predicted (in-sample), and every held-out protocol improves without the rule (docs/calibration.md) |
-| sequence_parallel | true for Megatron/NeMo stacks with tp > 1 | Megatron-Core's default with TP (Korthikanti et al. 2022) |
+| sequence_parallel | true for Megatron/NeMo stacks with tp > 1, and for a stack of unknown name with tp > 1 from 2023 (or no year) on (`UNKNOWN_STACK_SP_YEAR`) | Megatron-Core's default with TP (Korthikanti et al. 2022); the TP of that era's stacks shards the norm activations (torchtitan's TP plan: SequenceParallel on the norms) |
 | dtype empty | bf16 (fp32 on fp32-only parts) | the corpus' dominant precision |
 | dtype written as a common spelling (`stepcast predict --runs` only; a measurement file must use the vocabulary) | the schema's dtype by `pipeline.measurements.DTYPE_SPELLINGS` (bfloat16 -> bf16, float16/half -> fp16, float8/fp8 delayed scaling/e4m3 -> fp8, fp8 current scaling/tensorwise -> fp8-cs, fp4 -> nvfp4); "mixed"/"amp": bf16, fp16 on an accelerator without a BF16 peak (NVIDIA before Ampere) | PyTorch and Lightning dtype names; TransformerEngine's FP8 recipes (DelayedScaling is its default); PyTorch AMP autocasts to FP16 on Volta |
 | gpus_per_node empty | the hardware's scale-up domain, capped at n_gpus | typical deployment |
@@ -58,6 +58,10 @@ import numpy as np
 import polars as pl
 
 FSDP_STACKS = ("fsdp", "llm-foundry", "torchtitan", "composer", "fms")
+#: from this year on, a stack of unknown name with tp > 1 is read with sequence parallelism: the TP of the stacks
+#: of that era shards the norm and dropout activations over the tensor-parallel group (Megatron-LM and every stack
+#: built on it since Korthikanti et al. 2022; torchtitan's TP plan puts SequenceParallel on the norms)
+UNKNOWN_STACK_SP_YEAR = 2023
 MEGATRON_STACKS = ("megatron", "nemo", "bigscience", "deepspeed", "neox", "megascale")  # frameworks.FRAMEWORK_WORDS
 #: stacks whose kernels are PyTorch's own (SDPA's FlashAttention-2, unfused norm/RoPE/elementwise kernels) rather
 #: than TransformerEngine's: the FSDP stacks, and trainers built on Hugging Face models or plain PyTorch modules
@@ -389,7 +393,9 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     out = out.with_columns(
         pl.coalesce(pl.col("gpus_per_node"),
                     pl.min_horizontal(pl.col("scaleup_size"), pl.col("n_gpus"))).alias("gpus_per_node"),
-        fw.sequence_parallel_default(pl.col("memory_preset"), pl.col("tp"), megatron & (pl.col("tp") > 1)),
+        (fw.sequence_parallel_default(pl.col("memory_preset"), pl.col("tp"), megatron & (pl.col("tp") > 1))
+         | ((pl.col("memory_preset") == "default") & (pl.col("tp") > 1)
+            & (pl.col("year").fill_null(UNKNOWN_STACK_SP_YEAR) >= UNKNOWN_STACK_SP_YEAR))).alias("sequence_parallel"),
         fw.pipeline_micro_batch(pl.col("memory_preset"), pl.col("micro_batch"), pl.col("pp"), pl.col("vpp")),
     )
     if "gpu_as_reported" in out.columns:  # a capacity the source states wins (e.g. Grand Teton H100s, 96 GB)

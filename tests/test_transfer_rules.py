@@ -243,3 +243,22 @@ def test_an_unstated_recompute_of_a_2021_megatron_run_is_full():
     assert row("Megatron-LM", 2023)["recompute"] in ("none", "selective")  # later: the cheapest that fits
     assert row("torchtitan", 2021)["recompute"] in ("none", "selective")  # not a Megatron stack
     assert old["step_time_s"] > row("Megatron-LM", 2021, "selective")["step_time_s"]  # the extra forward pass
+
+
+
+@pytest.mark.parametrize("framework, year, tp, sp", [
+    ("SomeTrainer", 2024, 8, True), (None, 2024, 8, True), (None, None, 4, True),   # an unknown stack, TP era
+    ("SomeTrainer", 2022, 8, False),                                                # before sequence parallelism
+    ("SomeTrainer", 2024, 1, False),                                                # no TP, nothing to shard over
+    ("PyTorch FSDP (fms-fsdp)", 2024, 2, False), ("NeMo 24.07 (Megatron-Core)", 2024, 8, True)])
+def test_an_unknown_stack_with_tensor_parallelism_shards_its_norm_activations_from_2023(framework, year, tp, sp):
+    """Sequence parallelism with tp > 1 for a stack of unknown name from 2023 on (or no year stated: models.runs_adapter
+    UNKNOWN_STACK_SP_YEAR); a known stack keeps its own rule (PyTorch FSDP's preset: never)."""
+    from pipeline.predict_runs import predict_frame
+
+    frame = pl.DataFrame({"run_id": ["r"], "model_name": ["llama3-70b"], "gpu": ["H100"], "n_gpus": [64],
+                          "framework": [framework], "year": [year], "tp": [tp], "pp": [1], "seq_len": [8192],
+                          "global_batch_seqs": [256], "metric": ["tokens_per_s_per_gpu"], "value": [500.0]},
+                         schema_overrides={"framework": pl.Utf8, "year": pl.Int64})
+    out = predict_frame(frame, Settings.load().measurements).row(0, named=True)
+    assert out["sequence_parallel"] is sp and out["tokens_per_s_per_gpu"] > 0
