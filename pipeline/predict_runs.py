@@ -78,21 +78,26 @@ def params_from_name(runs: pl.DataFrame) -> pl.DataFrame:
                              pl.when(moe).then(why_moe).otherwise(err).alias("model_name_error"))
 
 
-def _metrics_of(frame: pl.DataFrame) -> pl.DataFrame:
-    """The file's metric rows in the run_metrics shape `models.targets.measured_throughput` reads."""
+def _metrics_of(frame: pl.DataFrame, runs: pl.DataFrame) -> pl.DataFrame:
+    """The file's metric rows in the run_metrics shape `models.targets.measured_throughput` reads, with each run's
+    accelerator count, sequence length and global batch as `runs` reads them (typed, and from a node count, a batch
+    in tokens or a layout cell where the file states them so: `stated_otherwise`), so a step time converts alike
+    whichever way the file writes them."""
     need = ("run_id", "metric", "value")
+    shape = ("n_gpus", "seq_len", "global_batch_seqs")
     if not all(c in frame.columns for c in need):
         return pl.DataFrame(schema={"run_id": pl.Utf8, "metric": pl.Utf8, "value": pl.Float64, "derived": pl.Utf8,
                                     "notes": pl.Utf8, "n_gpus": pl.Int64, "seq_len": pl.Int64,
                                     "global_batch_seqs": pl.Int64})
-    return frame.select(
+    rows = frame.select(
         pl.col("run_id").str.strip_chars(), pl.col("metric").str.strip_chars(),
         number_text(pl.col("value")).cast(pl.Float64, strict=False),
         *[pl.col(c).str.strip_chars().alias(c) if c in frame.columns else pl.lit(None, dtype=pl.Utf8).alias(c)
           for c in ("derived", "notes")],
-        *[pl.col(c).str.strip_chars().cast(pl.Int64, strict=False) if c in frame.columns
-          else pl.lit(None, dtype=pl.Int64).alias(c) for c in ("n_gpus", "seq_len", "global_batch_seqs")],
     ).filter(pl.col("run_id").is_not_null() & pl.col("value").is_not_null())
+    read = runs.select("run_id", *[pl.col(c).cast(pl.Int64, strict=False) if c in runs.columns
+                                   else pl.lit(None, dtype=pl.Int64).alias(c) for c in shape])
+    return rows.join(read, on="run_id", how="left")
 
 
 def _cell_number(expr: pl.Expr) -> pl.Expr:
@@ -137,6 +142,12 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             wide[c] = metric_synonym(key)
         elif samples_synonym(key) is not None and target is None:
             wide[c] = (samples_synonym(key), "seq_len")  # sequences per second: x the row's seq_len
+        elif (names := degree_names(key)) and "_parallelism" not in renames.values():
+            # "TP/PP/DP" over "8/16/64": the degrees in the header's order, read as a layout cell
+            frame = frame.with_columns(pl.col(c).map_elements(lambda t, n=names: _named_degrees(n, t),
+                                                              return_dtype=pl.Utf8).alias(c))
+            renames[c] = "_parallelism"
+            notes.append(f"column '{c}' read as the degrees {', '.join(names)} in that order")
         else:  # a quantity the schema states another way: kept for `stated_otherwise` (the first such column)
             kept = next((col for headers, col, _ in STATED_OTHERWISE if key in headers), None)
             if kept is not None and kept not in renames.values():
@@ -209,6 +220,25 @@ _SHARDING_OF = {"fsdp": "fsdp", "hsdp": "hsdp", "ddp": "none", "zero1": "zero1",
 #: a token count's unit suffix ("16M" tokens): decimal, and the binary multiple when only that gives a whole number
 #: of sequences (Llama 3's "16M" tokens are 2,048 sequences of 8,192 = 16 x 2^20)
 _TOKEN_SUFFIX = {"k": (1e3, 2.0 ** 10), "m": (1e6, 2.0 ** 20), "b": (1e9, 2.0 ** 30), "g": (1e9, 2.0 ** 30)}
+
+
+#: a header naming only parallel degrees, in order ("TP/PP/DP", "tp-pp-cp-dp", "(DP, TP, PP)")
+_DEGREE_HEADER_RE = re.compile(r"^(tp|pp|dp|cp|ep)(_(tp|pp|dp|cp|ep))+$")
+
+
+def degree_names(key: str) -> list[str]:
+    """The degrees a header key names in order (["tp", "pp", "dp"] for "TP/PP/DP"), [] for any other header."""
+    key = re.sub(r"_?(degree|degrees|size|sizes)$", "", key)
+    return key.split("_") if _DEGREE_HEADER_RE.match(key) and len(set(key.split("_"))) == len(key.split("_")) else []
+
+
+def _named_degrees(names: list[str], text: str | None) -> str | None:
+    """A cell of a degrees header ("8/16/64" under TP/PP/DP) as a layout cell ("tp8 pp16 dp64"); None when the
+    cell does not hold one whole number per degree."""
+    nums = re.findall(r"\d+", str(text or ""))
+    if len(nums) != len(names) or re.search(r"[^\d\s/,;:x*()\[\]-]", str(text or "")):
+        return None
+    return " ".join(f"{n}{d}" for n, d in zip(names, nums))
 
 
 def parse_layout(text: str | None) -> dict[str, int | str]:
@@ -463,7 +493,7 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
         pl.lit(False).alias("feasible"), pl.col("config_error").alias("error"))
     out = pl.concat([good, bad], how="diagonal_relaxed")
     # the measurement, where the file has one (the same target rules as the calibration)
-    target = measured_throughput(_metrics_of(frame))
+    target = measured_throughput(_metrics_of(frame, runs))
     if target.height:
         out = derive_flop_targets(out.join(target, on="run_id", how="left"))
         out = out.with_columns(

@@ -204,3 +204,28 @@ def test_a_throughput_column_in_other_words_is_a_target(tmp_path):
     assert rows["line 2"]["measured_tokens_per_s_per_gpu"] == pytest.approx(30000 / 64)
     assert rows["line 3"]["measured_tokens_per_s_per_gpu"] > 0
     assert "column 'Throughput (tokens/s)' read as metric tokens_per_s" in rows["line 2"]["assumptions"]
+
+
+@pytest.mark.parametrize("key, names", [
+    ("tp_pp_dp", ["tp", "pp", "dp"]), ("dp_tp_pp_cp", ["dp", "tp", "pp", "cp"]), ("tp_pp", ["tp", "pp"]),
+    ("tp_pp_dp_degrees", ["tp", "pp", "dp"]), ("tp", []), ("tp_tp", []), ("model_pp", []), ("num_gpus", [])])
+def test_a_header_of_degree_names_is_read_in_order(key, names):
+    from pipeline.predict_runs import degree_names
+    assert degree_names(key) == names
+
+
+def test_degrees_under_a_header_that_names_them_and_a_step_time_with_a_node_count(tmp_path):
+    """'TP/PP/DP' over '8/4/16' is the layout tp 8, pp 4, dp 16; a step time converts to a target with the GPU count
+    a node count gives and the batch a token count gives, as the schema's own columns would."""
+    f = tmp_path / "runs.csv"
+    f.write_text("Model,Accelerator,Number of nodes,GPUs per node,TP/PP/DP,Seq length,Global batch (tokens),"
+                 "Step time (s)\nLlama 3.1 70B,H100,64,8,8/4/16,8192,4M,9.5\n")
+    schema = tmp_path / "schema.csv"
+    schema.write_text("run_id,model_name,gpu,n_gpus,tp,pp,dp,seq_len,global_batch_seqs,metric,value\n"
+                      "line 2,Llama 3.1 70B,H100,512,8,4,16,8192,512,step_time_s,9.5\n")
+    r, s = _predict(f)["line 2"], _predict(schema)["line 2"]
+    assert (r["n_gpus"], r["tp"], r["pp"], r["dp"], r["global_batch_seqs"]) == (512, 8, 4, 16, 512)
+    assert r["measured_tokens_per_s_per_gpu"] == pytest.approx(512 * 8192 / (9.5 * 512))
+    assert r["measured_tokens_per_s_per_gpu"] == pytest.approx(s["measured_tokens_per_s_per_gpu"])
+    assert r["step_time_s"] == pytest.approx(s["step_time_s"])
+    assert "column 'TP/PP/DP' read as the degrees tp, pp, dp in that order" in r["assumptions"]
