@@ -65,6 +65,9 @@ VARIANT_WORD_RE = re.compile(r"^(sxm\d*|pcie|oam|\d+gb|hbm\w*|nvl\d*)$")
 NOISE_WORDS = frozenset({"nvidia", "amd", "instinct", "intel", "habana", "google", "cloud", "tesla", "geforce",
                          "dgx", "hgx", "gpu", "gpus", "accelerator", "hbm", "hbm2", "hbm2e", "hbm3", "hbm3e",
                          "gddr5", "gddr6", "gddr6x", "board", "module", "aws", "amazon"})
+#: words naming an interconnect, not a chip or its variant, dropped before matching: "H100 (NVLink)" is an
+#: NVLink-connected H100, no H100 NVL card (whose "nvl" the word would otherwise fit)
+INTERCONNECT_WORDS = frozenset({"nvlink", "nvswitch", "infiniband", "roce"})
 
 
 class UnknownName(ValueError):
@@ -397,7 +400,7 @@ def resolve_gpu(hw: pl.DataFrame, name: str) -> tuple[dict, str | None]:
     hit = exact(normalize_name(name))
     if len(hit) == 1:
         return hit[0], None
-    query = _words(name)
+    query = [q for q in _words(name) if q not in INTERCONNECT_WORDS]
     if not query:
         raise UnknownName(f"unknown hardware '{name}': give an id from measurements/hardware_specs.csv")
     fits = fitting(query)

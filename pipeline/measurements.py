@@ -180,22 +180,27 @@ COLUMN_SYNONYMS: dict[str, str] = {
     **dict.fromkeys(("id", "run", "run_name", "name", "experiment"), "run_id"),
     **dict.fromkeys(("model", "model_id", "model_name_or_path", "checkpoint"), "model_name"),
     **dict.fromkeys(("gpu_type", "gpu_model", "accelerator", "accelerator_type", "hardware", "device", "device_type",
-                     "chip"), "gpu"),
+                     "chip", "system", "gpu_name", "accelerator_name"), "gpu"),
     **dict.fromkeys(("num_gpus", "n_gpu", "gpus", "gpu_count", "world_size", "num_devices", "n_devices", "devices",
                      "num_accelerators", "n_accelerators", "num_chips", "n_chips", "chips", "num_gpu",
                      "total_gpus", "accelerators", "num_accelerator", "total_accelerators"), "n_gpus"),
-    **dict.fromkeys(("gpus_per_host", "num_gpus_per_node", "n_gpus_per_node", "devices_per_node"), "gpus_per_node"),
-    **dict.fromkeys(("global_batch_size", "global_batch", "gbs", "batch_size", "global_batch_size_seqs"),
-                    "global_batch_seqs"),
-    **dict.fromkeys(("micro_batch_size", "mbs", "micro_batch_seqs"), "micro_batch"),
+    **dict.fromkeys(("gpus_per_host", "num_gpus_per_node", "n_gpus_per_node", "devices_per_node", "gpus_node",
+                     "gpu_per_node", "gpus_per_server", "chips_per_host", "gpus_host"), "gpus_per_node"),
+    **dict.fromkeys(("global_batch_size", "global_batch", "gbs", "batch_size", "global_batch_size_seqs",
+                     "globalbatchsize", "global_batch_sequences", "batch_size_seqs"), "global_batch_seqs"),
+    # llm-foundry's benchmark table: "MicroBatchSize", "SeqLen (T)"
+    **dict.fromkeys(("micro_batch_size", "mbs", "micro_batch_seqs", "microbatchsize", "micro_bs"), "micro_batch"),
     **dict.fromkeys(("seq_length", "sequence_length", "seqlen", "max_seq_len", "max_seq_length", "context_length",
-                     "encoder_seq_length"), "seq_len"),
+                     "encoder_seq_length", "seqlen_t", "seq_len_t", "sequence_length_t", "seq_len_tokens"),
+                    "seq_len"),
     **dict.fromkeys(("tensor_parallel", "tensor_parallel_size", "tensor_model_parallel_size", "tp_size"), "tp"),
     **dict.fromkeys(("pipeline_parallel", "pipeline_parallel_size", "pipeline_model_parallel_size", "pp_size"), "pp"),
     **dict.fromkeys(("data_parallel", "data_parallel_size", "dp_size"), "dp"),
     **dict.fromkeys(("context_parallel", "context_parallel_size", "cp_size"), "cp"),
     **dict.fromkeys(("expert_parallel", "expert_parallel_size", "expert_model_parallel_size", "ep_size"), "ep"),
-    **dict.fromkeys(("virtual_pipeline", "virtual_pipeline_model_parallel_size", "vpp_size", "interleave"), "vpp"),
+    # NeMo's and Megatron-Bridge's performance tables: "VP"
+    **dict.fromkeys(("virtual_pipeline", "virtual_pipeline_model_parallel_size", "vpp_size", "interleave", "vp",
+                     "vp_size", "virtual_pipeline_parallel", "virtual_pipeline_size"), "vpp"),
     **dict.fromkeys(("precision", "data_type", "compute_dtype"), "dtype"),
     **dict.fromkeys(("num_layers", "layers", "n_layer", "num_hidden_layers"), "n_layers"),
     **dict.fromkeys(("hidden_size", "d_hidden", "n_embd"), "d_model"),
@@ -204,7 +209,10 @@ COLUMN_SYNONYMS: dict[str, str] = {
     **dict.fromkeys(("intermediate_size", "ffn_hidden_size", "d_ff"), "ffn_dim"),
     **dict.fromkeys(("vocab_size", "padded_vocab_size"), "vocab"),
     **dict.fromkeys(("params_billion", "params_billions", "size_b", "model_size", "parameters", "params",
-                     "num_params", "num_parameters", "parameter_count", "model_size_b"), "params_b"),
+                     "num_params", "num_parameters", "parameter_count", "model_size_b", "numparams"), "params_b"),
+    # DeepSpeed's ZeRO stage (0-3), PyTorch FSDP's sharding strategy (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD)
+    **dict.fromkeys(("zero_stage", "zero", "deepspeed_zero_stage", "zero_optimization_stage", "sharding_strategy",
+                     "fsdp_sharding_strategy", "fsdp_strategy", "mp_mode_sharding"), "sharding"),
     **dict.fromkeys(("activation_checkpointing", "recompute_granularity", "activation_recomputation"), "recompute"),
     **dict.fromkeys(("library", "trainer", "software", "stack"), "framework"),
 }
@@ -214,17 +222,20 @@ NODES_HEADERS = ("nodes", "num_nodes", "n_nodes", "node_count", "nnodes", "hosts
 BATCH_TOKENS_HEADERS = ("global_batch_tokens", "batch_size_tokens", "tokens_per_batch", "batch_tokens",
                         "global_batch_size_tokens", "tokens_per_step", "gbs_tokens", "tokens_batch",
                         "batch_size_in_tokens", "global_batch_size_in_tokens", "global_batch_in_tokens",
-                        "tokens_per_global_batch")
+                        "tokens_per_global_batch", "globalbatchsize_t", "global_batch_size_t", "gbs_t",
+                        "global_batch_t")
 #: headers of a layout written in one cell ("TP8 PP16 DP64", "FSDP 32, TP 8", "tp=8, pp=4") and of a batch per
 #: data-parallel rank ("local batch size": torchtitan's tables; Hugging Face's per_device_train_batch_size), read by
 #: `pipeline.predict_runs.stated_otherwise`
 PARALLELISM_HEADERS = ("parallelism", "parallel_config", "parallelism_config", "layout", "parallel_layout",
                        "parallel_strategy", "parallelization", "parallelism_strategy", "sharding_parallelism")
 GRAD_ACCUM_HEADERS = ("grad_accum", "gradient_accumulation_steps", "grad_accumulation", "gradient_accumulation",
-                      "grad_acc", "grad_accum_steps", "accumulation_steps", "gas", "batch_accumulation_per_replica")
+                      "grad_acc", "grad_accum_steps", "accumulation_steps", "gas", "batch_accumulation_per_replica",
+                      "ga", "gradaccum")
 LOCAL_BATCH_HEADERS = ("local_batch_size", "local_batch", "local_bs", "batch_size_per_gpu", "per_gpu_batch_size",
                        "batch_per_gpu", "per_device_batch_size", "per_device_train_batch_size", "batch_size_per_device",
-                       "batch_size_per_rank")
+                       "batch_size_per_rank", "batch_size_dp", "batch_per_dp", "batch_size_per_dp",
+                       "per_dp_batch_size")
 #: spellings of a measured quantity, as a wide column (one per metric) or a `metric` value -> (the schema's metric,
 #: factor to its unit): milliseconds to seconds, percent to a fraction
 METRIC_SYNONYMS: dict[str, tuple[str, float]] = {
@@ -236,13 +247,18 @@ METRIC_SYNONYMS: dict[str, tuple[str, float]] = {
         "tokens_sec_device", "tokens_s_chip", "tokens_per_gpu_per_sec",
         # torchtitan's training log: "wps" (words, i.e. tokens, per second on each rank)
         "wps",
-        # "Throughput per GPU (tokens/s)"
-        "throughput_per_gpu_tokens_s", "per_gpu_tokens_s")},
+        # "Throughput per GPU (tokens/s)"; torchtitan's "TPS/GPU" and its log's "tps" (tokens per second per device);
+        # llm-foundry's "Throughput (T/s/GPU)"
+        "throughput_per_gpu_tokens_s", "per_gpu_tokens_s", "tps_gpu", "tps_per_gpu", "tps", "t_s_gpu")},
     **{k: ("tokens_per_s", 1.0) for k in (
-        "tokens_per_s", "tokens_per_second", "tokens_per_sec", "tokens_s", "throughput_tokens_per_s")},
+        "tokens_per_s", "tokens_per_second", "tokens_per_sec", "tokens_s", "throughput_tokens_per_s",
+        # llm-foundry's "Throughput (T/s)"
+        "t_s")},
     **{k: ("step_time_s", 1.0) for k in (
         "step_time_s", "step_time", "step_time_sec", "iteration_time", "iteration_time_s", "iter_time", "iter_time_s",
-        "time_per_step", "time_per_step_s", "time_per_iteration", "seconds_per_step", "elapsed_time_per_iteration_s")},
+        "time_per_step", "time_per_step_s", "time_per_iteration", "seconds_per_step", "elapsed_time_per_iteration_s",
+        # NeMo's log "train_step_timing in s"
+        "step_timing_in_s", "step_timing_s", "step_timing")},
     **{k: ("step_time_s", 1e-3) for k in (
         "step_time_ms", "iteration_time_ms", "iter_time_ms", "time_per_step_ms", "elapsed_time_per_iteration_ms")},
     **{k: ("mfu", 1.0) for k in ("mfu", "bf16_mfu", "mfu_bf16", "model_flops_utilization", "model_flop_utilization")},
@@ -278,7 +294,8 @@ _METRIC_WORDS = (("_per_", "_"), ("_second_", "_s_"), ("_seconds_", "_s_"), ("_s
                  ("_teraflops_", "_tflops_"), ("_teraflop_", "_tflops_"), ("_tflop_", "_tflops_"),
                  ("_tflops_s_", "_tflops_"))
 #: leading words that qualify a measured quantity without changing it ("Throughput (tokens/s)", "Achieved TFLOPS")
-_METRIC_QUALIFIERS = ("throughput", "achieved", "average", "avg", "mean", "measured", "training", "train")
+_METRIC_QUALIFIERS = ("throughput", "achieved", "average", "avg", "mean", "measured", "training", "train", "perf",
+                      "performance")
 
 
 def metric_key(key: str) -> str:

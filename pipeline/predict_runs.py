@@ -35,6 +35,35 @@ def number_text(expr: pl.Expr) -> pl.Expr:
     return t.replace("", None)
 
 
+#: counts a table may write with a K suffix ("16K" GPUs, a "4K" context): K = 1,024 (Llama 3's "16K H100s" are
+#: 16,384; a "4K" context is 4,096 tokens)
+K_COUNT_COLUMNS = ("n_gpus", "seq_len", "global_batch_seqs", "micro_batch")
+
+
+def count_text(expr: pl.Expr) -> pl.Expr:
+    """A count as written (`number_text`), a K suffix read as x 1,024 ("4K" -> "4096"; "1.5K" -> "1536")."""
+    t = number_text(expr)
+    k = t.str.extract_groups(r"(?i)^(\d+(?:\.\d+)?)\s*k$")
+    val = k.struct.field("1").cast(pl.Float64, strict=False) * 1024.0
+    return pl.when(val.is_not_null()).then(val.round(0).cast(pl.Int64).cast(pl.Utf8)).otherwise(t)
+
+
+def _batch_cells_in_tokens(frame: pl.DataFrame) -> pl.DataFrame:
+    """A global-batch cell that states tokens ("4M tokens", "16M", "2.1M tok") moves to the batch in tokens
+    (`_batch_tokens`, read by `stated_otherwise` with the row's seq_len) where the row has none there."""
+    if "global_batch_seqs" not in frame.columns:
+        return frame
+    cell = pl.col("global_batch_seqs").cast(pl.Utf8).str.strip_chars()
+    tokens = cell.str.contains(r"(?i)tok|^\s*[\d.,]+\s*[mbg]\s*$").fill_null(False)
+    if not frame.select(tokens.any()).item():
+        return frame
+    have = pl.col("_batch_tokens") if "_batch_tokens" in frame.columns else pl.lit(None, dtype=pl.Utf8)
+    move = tokens & have.is_null()
+    return frame.with_columns(
+        pl.when(move).then(cell.str.replace(r"(?i)\s*(tokens?|tok)\s*$", "")).otherwise(have).alias("_batch_tokens"),
+        pl.when(move).then(None).otherwise(pl.col("global_batch_seqs")).alias("global_batch_seqs"))
+
+
 def size_in_billions(expr: pl.Expr) -> pl.Expr:
     """A parameter count as written ("1.7B", "70b", "125M", "1T", "175"): billions (a bare number is already in
     billions, the schema's unit)."""
@@ -42,7 +71,9 @@ def size_in_billions(expr: pl.Expr) -> pl.Expr:
     m = t.str.extract_groups(r"^(\d+(?:\.\d+)?)\s*([bmt]?)(?:\s*(?:params|parameters))?$")
     unit = m.struct.field("2").replace_strict({"": 1.0, "b": 1.0, "m": 1e-3, "t": 1e3}, default=None,
                                               return_dtype=pl.Float64)
-    return m.struct.field("1").cast(pl.Float64, strict=False) * unit
+    v = m.struct.field("1").cast(pl.Float64, strict=False) * unit
+    # a bare number of 100,000 or more is a raw parameter count ("6658859008"), not billions
+    return pl.when((m.struct.field("2") == "") & (v >= 1e5)).then(v / 1e9).otherwise(v)
 
 
 #: a model name that marks a mixture of experts: an active size ("A3B", "A22B"), experts x size ("8x7B"), "MoE"
@@ -100,11 +131,31 @@ def _metrics_of(frame: pl.DataFrame, runs: pl.DataFrame) -> pl.DataFrame:
     return rows.join(read, on="run_id", how="left")
 
 
+#: footnote marks a table puts after a number ("405*", "41.0%†", "9.5¹")
+_FOOTNOTE = r"[\s*†‡§¶¹²³⁴⁵⁶⁷⁸⁹⁰]+$"
+#: a measured value's unit words after the number ("2.1 s", "512k tokens/s", "390 TFLOP/s"): stripped
+_UNIT_WORDS = r"(?i)\s*(ms|s|sec|secs|seconds?|tokens?\s*/\s*s(ec)?|tok\s*/\s*s|t/s|tflops?(\s*/\s*s)?|x)$"
+#: a rate's decimal multiplier written after the number ("512k" tokens/s)
+_RATE_MULTIPLIER = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9}
+
+
 def _cell_number(expr: pl.Expr) -> pl.Expr:
-    """A measured value as written: a number (`number_text`), or a percentage ("41.2%") as its fraction."""
-    t = expr.cast(pl.Utf8).str.strip_chars()
-    num = number_text(t.str.strip_suffix("%")).cast(pl.Float64, strict=False)
-    return pl.when(t.str.ends_with("%")).then(num / 100.0).otherwise(num)
+    """A measured value as written: a number (`number_text`), or a percentage ("41.2%") as its fraction; footnote
+    marks and unit words after it dropped, a k/M/B multiplier applied ("512k" -> 512,000)."""
+    t = expr.cast(pl.Utf8).str.strip_chars().str.replace(_FOOTNOTE, "").str.replace(_UNIT_WORDS, "") \
+        .str.strip_chars()
+    mult = t.str.extract(r"(?i)\d\s*([kmbg])$", 1).str.to_lowercase().replace_strict(
+        _RATE_MULTIPLIER, default=1.0, return_dtype=pl.Float64).fill_null(1.0)
+    num = number_text(t.str.strip_suffix("%").str.replace(r"(?i)(\d)\s*[kmbg]$", "$1")).cast(pl.Float64,
+                                                                                            strict=False)
+    return pl.when(t.str.ends_with("%")).then(num / 100.0).otherwise(num * mult)
+
+
+def _cell_seconds(expr: pl.Expr) -> pl.Expr:
+    """The time unit a cell states after its number: 1e-3 for "ms", 1.0 for "s"/"sec"/"seconds", null for none."""
+    t = expr.cast(pl.Utf8).str.strip_chars().str.replace(_FOOTNOTE, "").str.to_lowercase()
+    return pl.when(t.str.contains(r"\d\s*ms$")).then(pl.lit(1e-3)).when(
+        t.str.contains(r"\d\s*(s|sec|secs|seconds?)$")).then(pl.lit(1.0)).otherwise(pl.lit(None, dtype=pl.Float64))
 
 
 #: headers of quantities the schema states another way (pipeline.measurements) -> the column `read_headers` keeps
@@ -142,6 +193,11 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             wide[c] = metric_synonym(key)
         elif samples_synonym(key) is not None and target is None:
             wide[c] = (samples_synonym(key), "seq_len")  # sequences per second: x the row's seq_len
+        elif key in FSDP_FLAG_HEADERS and "sharding" not in present and "sharding" not in renames.values():
+            # NeMo's performance tables: an "FSDP" column of 0/1 (or a degree): 1 or more is FSDP, 0 states nothing
+            frame = frame.with_columns(pl.col(c).map_elements(_fsdp_flag, return_dtype=pl.Utf8).alias(c))
+            renames[c] = "sharding"
+            notes.append(f"column '{c}' read as sharding (fsdp where it is 1 or more; 0 states no sharding)")
         elif (names := degree_names(key)) and "_parallelism" not in renames.values():
             # "TP/PP/DP" over "8/16/64": the degrees in the header's order, read as a layout cell
             frame = frame.with_columns(pl.col(c).map_elements(lambda t, n=names: _named_degrees(n, t),
@@ -170,6 +226,9 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
                 scale = number_text(pl.col("seq_len")).cast(pl.Float64, strict=False) if "seq_len" in frame.columns \
                     else pl.lit(None, dtype=pl.Float64)
                 said = " (x seq_len: a sample is one sequence)"
+            elif metric == "step_time_s":  # a cell that states its own time unit ("2100 ms") is read in it
+                scale = pl.coalesce(_cell_seconds(pl.col(c)), pl.lit(factor))
+                said = f" (x {factor:g})" if factor != 1.0 else ""
             else:
                 scale, said = pl.lit(factor), (f" (x {factor:g})" if factor != 1.0 else "")
             v = v * scale
@@ -222,6 +281,21 @@ _SHARDING_OF = {"fsdp": "fsdp", "hsdp": "hsdp", "ddp": "none", "zero1": "zero1",
 _TOKEN_SUFFIX = {"k": (1e3, 2.0 ** 10), "m": (1e6, 2.0 ** 20), "b": (1e9, 2.0 ** 30), "g": (1e9, 2.0 ** 30)}
 
 
+#: headers of an FSDP flag or degree column (NeMo's performance summary: "FSDP" 0/1)
+FSDP_FLAG_HEADERS = ("fsdp", "fsdp_size", "fsdp_degree", "use_fsdp")
+
+
+def _fsdp_flag(text: str | None) -> str | None:
+    """An FSDP column's cell: "fsdp" for 1 or more (or yes/true), None for 0, no or an empty cell."""
+    t = str(text or "").strip().lower()
+    if t in ("yes", "true", "y", "on"):
+        return "fsdp"
+    try:
+        return "fsdp" if float(t.replace(",", "")) >= 1 else None
+    except ValueError:
+        return None
+
+
 #: a header naming only parallel degrees, in order ("TP/PP/DP", "tp-pp-cp-dp", "(DP, TP, PP)")
 _DEGREE_HEADER_RE = re.compile(r"^(tp|pp|dp|cp|ep)(_(tp|pp|dp|cp|ep))+$")
 
@@ -229,6 +303,8 @@ _DEGREE_HEADER_RE = re.compile(r"^(tp|pp|dp|cp|ep)(_(tp|pp|dp|cp|ep))+$")
 def degree_names(key: str) -> list[str]:
     """The degrees a header key names in order (["tp", "pp", "dp"] for "TP/PP/DP"), [] for any other header."""
     key = re.sub(r"_?(degree|degrees|size|sizes)$", "", key)
+    key = re.sub(r"[,;*x×]+(?=_|$)|(?<=_)[,;*x×]+_|_?[,;]_?", "_", key).strip("_")  # "(TP, PP, DP)", "TP x PP x DP"
+    key = re.sub(r"_+", "_", key)
     return key.split("_") if _DEGREE_HEADER_RE.match(key) and len(set(key.split("_"))) == len(key.split("_")) else []
 
 
@@ -254,6 +330,8 @@ def parse_layout(text: str | None) -> dict[str, int | str]:
             out.setdefault("sharding", _SHARDING_OF[name])
             name = "dp"
         out.setdefault(name, int(deg))
+    for m in re.finditer(r"(?i)\b(fsdp|hsdp|zero[-_ ]?[123])\b(?!\s*[=:x×]?\s*\d)", text or ""):
+        out.setdefault("sharding", _SHARDING_OF[re.sub(r"[-_ ]", "", m.group(1).lower())])  # "ZeRO-3, TP 8"
     return out
 
 
@@ -437,9 +515,15 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
             frame = frame.with_columns(pl.lit(None, dtype=pl.Utf8).alias(c))
     # a node count, a batch in tokens, a layout in one cell, a batch per data-parallel rank (`read_headers`): kept
     # beside the schema's columns until they can be read (`stated_otherwise`)
+    frame = _batch_cells_in_tokens(frame)  # "4M tokens" under a global-batch header: a batch in tokens
+    k_cols = [c for c in K_COUNT_COLUMNS if c in frame.columns and frame.select(
+        number_text(pl.col(c)).str.contains(r"(?i)^\d+(\.\d+)?\s*k$").any()).item()]
+    if k_cols:
+        header_notes = [*header_notes, f"a K suffix in {', '.join(k_cols)} read as x 1,024"]
     extra = {c: t for _, c, t in STATED_OTHERWISE if c in frame.columns}
     typed = frame.select(
         [(size_in_billions(pl.col(c)) if c in ("params_b", "active_params_b") else
+          count_text(pl.col(c)) if c in K_COUNT_COLUMNS else
           number_text(pl.col(c)) if dtype != pl.Utf8 else pl.col(c).str.strip_chars().replace("", None))
          .cast(dtype, strict=False).alias(c)
          for c, dtype in [(c, SCHEMA[c]) for c in COLUMNS if c not in ("metric", "value", "unit", "derived", "notes")]

@@ -196,6 +196,8 @@ def test_store_alias_sql_matches_the_catalog_keys():
     ("GH200 Grace Hopper Superchip", "gh200", None),
     ("GH200 144GB", "gh200-144gb", None),
     ("H100 NVL", "h100-nvl-94gb", None),
+    # an interconnect word is no variant: an NVLink-connected H100 is the SXM part by default, not the NVL card
+    ("H100 (NVLink)", "h100-sxm5-80gb", "h100-sxm5-80gb, h100-pcie-80gb, h100-nvl-94gb"),
     ("A800", "a800-sxm4-80gb", None),
     # as tools print them: nvidia-smi, rocm-smi, cloud instance and system names (vendor, system and memory
     # technology words are dropped when the whole name fits no row)

@@ -229,3 +229,75 @@ def test_degrees_under_a_header_that_names_them_and_a_step_time_with_a_node_coun
     assert r["measured_tokens_per_s_per_gpu"] == pytest.approx(s["measured_tokens_per_s_per_gpu"])
     assert r["step_time_s"] == pytest.approx(s["step_time_s"])
     assert "column 'TP/PP/DP' read as the degrees tp, pp, dp in that order" in r["assumptions"]
+
+
+def test_cells_written_with_units_footnotes_and_suffixes(tmp_path):
+    """'1K' GPUs and a '4K' context are 1,024 and 4,096 (K = 1,024 in a count, said in assumptions); a global
+    batch of '4M tokens' is a batch in tokens; '2.1 s' and '2100 ms' are the same step time; '405*' and '41.0%†'
+    lose their footnote marks; '512k' tokens/s is 512,000."""
+    f = tmp_path / "runs.csv"
+    f.write_text("Model,GPU,# GPUs,Seq len,Global batch,Step time,TFLOPs/GPU,MFU,Throughput (tokens/s)\n"
+                 "llama3-70b,h100-sxm5-80gb,1K,4K,4M tokens,2.1 s,,,\n"
+                 "llama3-70b,h100-sxm5-80gb,1024,4096,1024,2100 ms,,,\n"
+                 "llama3-70b,h100-sxm5-80gb,512,8192,1024,,405*,,\n"
+                 "llama3-70b,h100-sxm5-80gb,512,8192,1024,,,41.0%†,\n"
+                 "llama3-70b,h100-sxm5-80gb,512,8192,1024,,,,512k\n")
+    rows = _predict(f)
+    a, b = rows["line 2"], rows["line 3"]
+    assert (a["n_gpus"], a["seq_len"], a["global_batch_seqs"]) == (1024, 4096, 1024)
+    assert a["measured_tokens_per_s_per_gpu"] == pytest.approx(1024 * 4096 / (2.1 * 1024))
+    assert b["measured_tokens_per_s_per_gpu"] == pytest.approx(a["measured_tokens_per_s_per_gpu"])
+    assert "a K suffix in n_gpus, seq_len read as x 1,024" in a["assumptions"]
+    assert rows["line 4"]["measured_tokens_per_s_per_gpu"] > 0 and rows["line 5"]["measured_tokens_per_s_per_gpu"] > 0
+    assert rows["line 6"]["measured_tokens_per_s_per_gpu"] == pytest.approx(512_000 / 512)
+
+
+@pytest.mark.parametrize("header, cell, sharding", [
+    ("ZeRO stage", "3", "zero3"), ("ZeRO stage", "1", "zero1"), ("Sharding Strategy", "FULL_SHARD", "fsdp"),
+    ("Sharding Strategy", "SHARD_GRAD_OP", "zero2"), ("Sharding Strategy", "HYBRID_SHARD", "hsdp"),
+    ("FSDP", "1", "fsdp"), ("FSDP", "16", "fsdp"), ("Parallelism", "ZeRO-3, TP 8", "zero3")])
+def test_sharding_stated_as_a_stage_a_strategy_or_a_flag(tmp_path, header, cell, sharding):
+    f = tmp_path / "runs.csv"
+    f.write_text(f'Model,GPU,# GPUs,Seq len,GBS,{header},TPS/GPU\nllama3-8b,h100-sxm5-80gb,64,8192,128,"{cell}",6000\n')
+    row = _predict(f)["line 2"]
+    assert row["sharding"] == sharding and row["measured_tokens_per_s_per_gpu"] == pytest.approx(6000)
+
+
+def test_an_fsdp_flag_of_zero_states_no_sharding(tmp_path):
+    """NeMo's tables: FSDP 0 means the run did not use FSDP and says nothing of optimizer sharding: the framework's
+    default applies (Megatron's distributed optimizer)."""
+    f = tmp_path / "runs.csv"
+    f.write_text("Model,GPU,# GPUs,Seq len,GBS,FSDP,TP,framework\nllama3-70b,h100-sxm5-80gb,64,8192,128,0,4,NeMo\n")
+    row = _predict(f)["line 2"]
+    assert row["sharding"] == "zero1" and "sharding from framework default" in row["assumptions"]
+
+
+@pytest.mark.parametrize("header, metric, value, want", [
+    ("TPS/GPU", "tokens_per_s_per_gpu", "6258", 6258.0), ("Throughput (T/s/GPU)", "tokens_per_s_per_gpu", "851", 851.0),
+    ("Throughput (T/s)", "tokens_per_s", "54464", 54464 / 64), ("perf/per_device_tokens_per_sec", None, "3000", 3000.0),
+    ("train_step_timing in s", None, "4.2", 128 * 8192 / (4.2 * 64)), ("tps", None, "6000", 6000.0)])
+def test_throughput_headers_of_training_logs_and_benchmark_tables(tmp_path, header, metric, value, want):
+    f = tmp_path / "runs.csv"
+    f.write_text(f'Model,GPU,# GPUs,Seq len,GBS,{header}\nllama3-8b,h100-sxm5-80gb,64,8192,128,{value}\n')
+    assert _predict(f)["line 2"]["measured_tokens_per_s_per_gpu"] == pytest.approx(want)
+
+
+def test_llm_foundry_compact_headers_and_a_raw_parameter_count(tmp_path):
+    """llm-foundry's benchmark headers (SeqLen (T), GlobalBatchSize, MicroBatchSize, GradAccum, NumParams as a raw
+    count) read as the schema's columns."""
+    f = tmp_path / "runs.csv"
+    f.write_text("Model,SeqLen (T),# GPUs,GPU,MicroBatchSize,GradAccum,GlobalBatchSize,Throughput (T/s/GPU),"
+                 "NumParams,Sharding Strategy\n"
+                 "mpt-7b,2048,8,h100-sxm5-80gb,8,2,128,4000,6658859008,FULL_SHARD\n")
+    row = _predict(f)["line 2"]
+    assert (row["seq_len"], row["micro_batch"], row["global_batch_seqs"], row["sharding"]) == (2048, 8, 128, "fsdp")
+    assert row["measured_tokens_per_s_per_gpu"] == pytest.approx(4000)
+    assert row["step_time_s"] is not None and row["step_time_s"] < 60
+
+
+def test_virtual_pipeline_and_node_size_headers(tmp_path):
+    f = tmp_path / "runs.csv"
+    f.write_text("Model,GPU,Nodes,GPUs/node,TP,PP,VP,Seq len,GBS,TPS/GPU\n"
+                 "llama3-70b,h100-sxm5-80gb,16,4,4,4,5,8192,128,500\n")
+    row = _predict(f)["line 2"]
+    assert (row["n_gpus"], row["vpp"]) == (64, 5)
