@@ -427,7 +427,9 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
         pl.when((pl.col("arch") != "dense") & ~pl.col("arch").str.contains("hybrid") & (pl.col("n_experts") == 0))
         .then(pl.format("{} architecture without expert shapes", pl.col("arch"))),
         hybrid,
-        pl.when(pl.col("scaleup_size").is_null()).then(pl.lit("hardware not resolvable")),
+        pl.when(pl.col("gpu").is_null()).then(pl.lit(
+            "no accelerator stated: give a gpu column (an id or a name such as h100-sxm5-80gb, 'H100' or 'TPU v5p')"))
+        .when(pl.col("scaleup_size").is_null()).then(pl.lit("hardware not resolvable")),
     ]
     if "hardware_error" in out.columns:
         problems.append(pl.col("hardware_error"))

@@ -301,3 +301,10 @@ def test_virtual_pipeline_and_node_size_headers(tmp_path):
                  "llama3-70b,h100-sxm5-80gb,16,4,4,4,5,8192,128,500\n")
     row = _predict(f)["line 2"]
     assert (row["n_gpus"], row["vpp"]) == (64, 5)
+
+
+def test_a_row_without_an_accelerator_says_to_give_one(tmp_path):
+    f = tmp_path / "runs.csv"
+    f.write_text("Model,# GPUs,TP,Seq len,GBS,MFU\nllama3-70b,64,8,8192,128,40%\n")
+    row = _predict(f)["line 2"]
+    assert row["step_time_s"] is None and row["error"].startswith("no accelerator stated: give a gpu column")
