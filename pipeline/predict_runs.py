@@ -407,6 +407,13 @@ def stated_otherwise(runs: pl.DataFrame, hardware: pl.DataFrame, notes: list[str
                          "node: 8 for HGX/DGX, 4 per GB200/GB300 compute tray, the chips of a TPU host)")
         runs = runs.with_columns(pl.when(use).then(n.round(0).cast(pl.Int64)).otherwise(pl.col("n_gpus"))
                                  .alias("n_gpus")).drop("_nodes", "_per_node")
+    # every degree of a layout that states dp: its product is the GPU count (an unstated degree counts 1)
+    one = lambda c: pl.col(c).cast(pl.Float64).fill_null(1.0) if c in runs.columns else pl.lit(1.0)  # noqa: E731
+    by_degrees = pl.col("n_gpus").is_null() & pl.col("dp").is_not_null()
+    if runs.select(by_degrees.any()).item():
+        notes.append("n_gpus = dp x tp x pp x cp (no GPU count stated; an unstated degree counts 1)")
+        runs = runs.with_columns(pl.when(by_degrees).then((one("dp") * one("tp") * one("pp") * one("cp")).round(0)
+                                                          .cast(pl.Int64)).otherwise(pl.col("n_gpus")).alias("n_gpus"))
     if "_batch_tokens" in runs.columns:
         read = [token_count(t, s) for t, s in zip(runs["_batch_tokens"].to_list(), runs["seq_len"].to_list())]
         tokens = pl.Series("_tokens", [v for v, _ in read], dtype=pl.Float64)
@@ -416,10 +423,15 @@ def stated_otherwise(runs: pl.DataFrame, hardware: pl.DataFrame, notes: list[str
                                    if any(binary for _, binary in read) else "")).drop("_batch_tokens")
     if "_local_batch" in runs.columns:
         acc = pl.col("_grad_accum").fill_null(1.0) if "_grad_accum" in runs.columns else pl.lit(1.0)
+        # with pipeline stages the local batch is split into pipeline micro-batches (torchtitan's default micro-batch
+        # size 1, as a pipeline needs several micro-batches); without, it is one micro-batch
+        piped = pl.col("pp").cast(pl.Float64).fill_null(1.0) > 1
         runs = _fill_global_batch(runs, pl.col("_local_batch") * acc * _dp_or_implied(), notes,
                                   "global_batch_seqs = the batch per data-parallel rank x dp (x the gradient "
-                                  "accumulation steps where stated; micro_batch = that batch where unstated)",
-                                  micro=pl.col("_local_batch").round(0).cast(pl.Int64)).drop("_local_batch")
+                                  "accumulation steps where stated; micro_batch = that batch where unstated, 1 with "
+                                  "pipeline stages)",
+                                  micro=pl.when(piped).then(pl.lit(1, dtype=pl.Int64))
+                                  .otherwise(pl.col("_local_batch").round(0).cast(pl.Int64))).drop("_local_batch")
     if "_grad_accum" in runs.columns:  # micro-batch x gradient accumulation x dp (dp = n_gpus / (tp pp cp))
         runs = _fill_global_batch(runs, pl.col("micro_batch").cast(pl.Float64) * pl.col("_grad_accum") *
                                   _dp_or_implied(), notes,

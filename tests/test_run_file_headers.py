@@ -308,3 +308,16 @@ def test_a_row_without_an_accelerator_says_to_give_one(tmp_path):
     f.write_text("Model,# GPUs,TP,Seq len,GBS,MFU\nllama3-70b,64,8,8192,128,40%\n")
     row = _predict(f)["line 2"]
     assert row["step_time_s"] is None and row["error"].startswith("no accelerator stated: give a gpu column")
+
+
+def test_a_local_batch_with_pipeline_stages_and_a_gpu_count_from_the_degrees(tmp_path):
+    """torchtitan's tables: DP, TP, PP and a local batch, no GPU count: n_gpus is the degrees' product; with
+    pipeline stages the local batch is split into micro-batches of one sequence, without it is one micro-batch."""
+    f = tmp_path / "runs.csv"
+    f.write_text("Model,GPU,DP,TP,PP,Local batch size,Sequence length,TPS/GPU\n"
+                 "llama3-405b,h100-sxm5-80gb,8,8,8,32,8192,150\nllama3-8b,h100-sxm5-80gb,8,1,1,4,8192,6000\n")
+    rows = _predict(f)
+    a, b = rows["line 2"], rows["line 3"]
+    assert (a["n_gpus"], a["micro_batch"], a["global_batch_seqs"]) == (512, 1, 256)
+    assert (b["n_gpus"], b["micro_batch"], b["global_batch_seqs"]) == (8, 4, 32)
+    assert "n_gpus = dp x tp x pp x cp" in a["assumptions"]
