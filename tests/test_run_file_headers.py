@@ -280,3 +280,31 @@ def test_an_accelerator_count_in_the_hardware_cell_is_n_gpus_where_none_is_state
     for row in rows.values():
         assert "from the hardware cell" not in (row["assumptions"] or "")
 
+
+def test_a_run_no_layout_fits_gets_the_layout_needing_the_least_memory(tmp_path):
+    """Llama 3.1 405B on 1,024 H100 at a batch of 512 with no layout stated: no candidate layout fits the memory
+    model, so pure data parallelism (dp 1,024) would not split the batch. The row gets the candidate whose dp
+    divides the batch that needs the least memory per GPU (tp 8 in the node, then the most pp), is predicted, and
+    says so; with sharding stated 'none' it stays over the capacity (memory_fits False, the figure kept; without
+    one, the measured run is then read with the least sharding that fits, as any measured run is). A row that fits
+    keeps the smallest model parallelism that fits."""
+    f = tmp_path / "runs.csv"
+    f.write_text("Model,GPU,# GPUs,GBS,Seq len,Sharding,MFU\n"
+                 "Llama 3.1 405B,H100,1024,512,8192,,40%\n"
+                 "Llama 3.1 405B,H100,1024,512,8192,none,40%\n"
+                 "Llama 3.1 70B,H100,1024,512,8192,,40%\n")
+    rows = _predict(f)
+    note = "(no layout stated and none fits the memory model: the layout needing the least memory per GPU)"
+    for rid in ("line 2", "line 3"):
+        row = rows[rid]
+        assert (row["tp"], row["pp"], row["dp"]) == (8, 64, 2), rid
+        assert row["step_time_s"] is not None and row["error_pct"] is not None, rid
+        assert "not divisible" not in (row["error"] or ""), rid
+        assert f"tp=8, pp=64 {note}" in row["assumptions"], rid
+        assert "tp=1 (not stated)" not in row["assumptions"]
+    stated = rows["line 3"]
+    assert stated["sharding"] == "none" and stated["memory_fits"] is False
+    assert stated["memory_gb_per_gpu"] > stated["memory_capacity_gb"] and stated["error"].startswith("memory ")
+    fits = rows["line 4"]
+    assert fits["memory_fits"] is True and note not in fits["assumptions"]
+    assert "(no layout stated: the smallest model parallelism that fits and splits the batch)" in fits["assumptions"]
