@@ -11,7 +11,7 @@ never silently rests on a guess:
 | model_name names no architecture but does once its size token is dropped (`stepcast predict --runs`) | that architecture, when its params_b is within 15% of the size (`pipeline.catalog.arch_ids_without_size`; else refused, saying so) | nominal sizes are rounded; a size that far off is another model |
 | tp, pp, cp, ep, vpp empty | 1 | the sources state every degree they use |
 | tp, pp empty but dp stated (dp < n_gpus) | model-parallel size n_gpus/(dp*cp): tp = min(that, scale-up domain), pp = the rest | Megatron-LM's layout: tensor parallel inside the node, pipeline across (Narayanan et al. 2021, section 3.3) |
-| tp, pp, dp all empty and tp=pp=1 impossible | the smallest tp*pp (tp <= scale-up domain first, then pp) that divides n_gpus, leaves a dp dividing the batch and fits in memory with the run's recompute, else selective (`resolve_layout`) | the framework default of a model-parallel stack: as little model parallelism as fits |
+| tp, pp, dp all empty and tp=pp=1 impossible | the smallest tp*pp (tp <= scale-up domain first, then pp) that divides n_gpus, leaves a dp dividing the batch and fits in memory with the run's recompute, else selective (`resolve_layout`); when none fits, the one of those candidates needing the least memory per GPU (predicted beside its memory figure) | the framework default of a model-parallel stack: as little model parallelism as fits; a run that ran fitted, so the layout nearest to fitting stands in for one the memory model cannot fit |
 | etp (expert tensor parallelism) of an MoE run: the measurement schema has no column | a Megatron-Bridge performance run (`mbYYMM-`): its release's recipe value, 1 (`models.moe_recipes.RECIPE_ETP`); otherwise tp (Megatron-Core's default `--expert-tensor-parallel-size`); where ep does not fold with it (ep does not divide cp*dp), the largest etp dividing tp with etp*ep dividing tp*cp*dp (`models.moe.resolve_etp`) | Megatron-Core refuses an expert grid that does not tile the stage (MoE parallel folding), so a run that ran used such an etp |
 | capacity factor of an MoE run | dropless, unless the notes state otherwise (only "dropless" is stated in the corpus) | Megatron-Core's default (`--moe-expert-capacity-factor` None) |
 | dp stated but tp*pp*cp*dp != n_gpus | dp*ep when that completes n_gpus (the source counted dp without the expert ranks), else n_gpus/(tp*pp*cp) | |
@@ -571,7 +571,10 @@ def resolve_layout(configs: pl.DataFrame, predict) -> pl.DataFrame:
     fits the scale-up domain and divides the heads, whose dp divides the batch and that fits in memory with the
     recompute the run will be predicted with: its stated one, else selective (the most `resolve_recompute` ever
     assumes for a measured run; testing with full recompute chose layouts the run's own prediction then called
-    too big). `predict` is `models.step_time.predict`."""
+    too big). Where no candidate fits, the valid candidate whose dp divides the batch with the least memory per
+    GPU in the memory model (ties: the first in LAYOUT_CANDIDATES), so the row is predicted beside its memory
+    figure rather than left as pure data parallelism that does not split the batch.
+    `predict` is `models.step_time.predict`."""
     if "layout_unstated" not in configs.columns or not configs["layout_unstated"].any():
         return configs
     df = configs.with_row_index("_row")
@@ -585,6 +588,11 @@ def resolve_layout(configs: pl.DataFrame, predict) -> pl.DataFrame:
     chosen_pp = np.full(todo.height, np.nan)
     heads = todo["n_heads"].cast(pl.Float64).to_numpy()
     node = todo["scaleup_size"].cast(pl.Float64).to_numpy()
+    # the least-memory valid candidate of each row, for rows no candidate fits (its memory figure: finite only for
+    # a row whose inputs are valid apart from memory)
+    least_mem = np.full(todo.height, np.inf)
+    least_tp = np.full(todo.height, np.nan)
+    least_pp = np.full(todo.height, np.nan)
     for tp, pp in LAYOUT_CANDIDATES:
         left = need & np.isnan(chosen_tp)
         if not left.any():
@@ -597,12 +605,21 @@ def resolve_layout(configs: pl.DataFrame, predict) -> pl.DataFrame:
         trial = trial0.with_columns(pl.lit(tp).alias("tp"), pl.lit(pp).alias("pp"),
                                     pl.Series("dp", np.maximum(np.floor(dp), 1.0)).cast(pl.Int64),
                                     pl.lit(1).alias("micro_batch"), pl.lit(tp > 1).alias("sequence_parallel"))
-        fits = predict_by_preset(trial, predict)["feasible"].to_numpy()
+        pred = predict_by_preset(trial, predict)
+        fits = pred["feasible"].to_numpy()
         hit = cand & fits
         chosen_tp[hit], chosen_pp[hit] = tp, pp
+        mem = pred["memory_gb_per_gpu"].cast(pl.Float64).fill_null(np.nan).to_numpy()
+        less = cand & ~fits & np.isfinite(mem) & (mem < least_mem)
+        least_mem[less], least_tp[less], least_pp[less] = mem[less], tp, pp
     got = np.isfinite(chosen_tp)
-    if not got.any():
+    least = need & ~got & np.isfinite(least_tp)  # nothing fits: the layout needing the least memory per GPU
+    chosen_tp[least], chosen_pp[least] = least_tp[least], least_pp[least]
+    if not (got | least).any():
         return configs
+    why = np.where(least, "no layout stated and none fits the memory model: the layout needing the least memory "
+                          "per GPU", "no layout stated: the smallest model parallelism that fits and splits the batch")
+    got = got | least
     tpv = np.where(got, chosen_tp, todo["tp"].cast(pl.Float64).to_numpy())
     ppv = np.where(got, chosen_pp, todo["pp"].cast(pl.Float64).to_numpy())
     upd = todo.with_columns(
@@ -612,8 +629,8 @@ def resolve_layout(configs: pl.DataFrame, predict) -> pl.DataFrame:
         pl.when(pl.Series(got)).then(pl.Series(tpv) > 1).otherwise(pl.col("sequence_parallel"))
         .alias("sequence_parallel"),
         pl.when(pl.Series(got)).then(pl.concat_str([pl.col("assumptions"), pl.format(
-            "tp={}, pp={} (no layout stated: the smallest model parallelism that fits and splits the batch)",
-            pl.Series(tpv).cast(pl.Int64), pl.Series(ppv).cast(pl.Int64))], separator="; ", ignore_nulls=True))
+            "tp={}, pp={} ({})", pl.Series(tpv).cast(pl.Int64), pl.Series(ppv).cast(pl.Int64), pl.Series(why))],
+            separator="; ", ignore_nulls=True))
         .otherwise(pl.col("assumptions")).alias("assumptions"),
     ).with_columns(  # the (tp=1, pp=1) notes no longer apply
         pl.col("assumptions").str.replace_all(r"tp=1 \(not stated\); |pp=1 \(not stated\); ", ""))

@@ -17,9 +17,10 @@ store's `runs` table): `normalize_name` drops case, spaces, `-`, `_`, `.` and br
   and they differ only in form factor or memory size (`A100` fits a100-sxm4-40gb, a100-sxm4-80gb and
   a100-pcie-80gb), the documented default is the SXM/OAM part before a PCIe card, then the one with the most
   memory (`choose_default_variant`), and a note names the other candidates. Rows that differ otherwise
-  (`TPU`, `MI3`, `Blackwell`) are an error listing the candidates. A count written with the name (`8x A100`) is
-  dropped with a note; a model number is not read as a longer one (`H20` is no H200) nor as NVIDIA's S, Ti or
-  Super part of it (`L40` is no L40S, `GTX 1080` no 1080 Ti).
+  (`TPU`, `MI3`, `Blackwell`) are an error listing the candidates. A count written with the name (`8x A100`) or a
+  TPU slice's size (`v5p-128`, `v5litepod-256`) is set apart with a note (`stepcast predict --runs` reads n_gpus
+  from it where the run states none: `accelerator_count`, `resolve_gpu_cells`); a model number is not read as a
+  longer one (`H20` is no H200) nor as NVIDIA's S, Ti or Super part of it (`L40` is no L40S, `GTX 1080` no 1080 Ti).
 """
 
 from __future__ import annotations
@@ -358,6 +359,71 @@ TIER_SUFFIX = "s"
 TIER_WORDS = frozenset({"ti", "super"})
 #: a count written with the accelerator ("8x A100", "8xA100", "8 × H100", "H100 x8"): the job's size is its n_gpus
 GPU_COUNT_RE = re.compile(r"^\s*\d+\s*[x×]\s*(?=\S)|\s+[x×]\s*\d+\s*$", re.IGNORECASE)
+#: a Cloud TPU slice as its accelerator type names it ("v5p-128", "TPU v4-256", "v5litepod-256", "v6e-256",
+#: "Trillium 256"): the generation and the number after it
+TPU_SLICE_RE = re.compile(r"^\s*(?:(?:google\s+)?(?:cloud\s+)?tpu[\s_-]*)?"
+                          r"(v2|v3|v4|v5p|v5e|v5litepod|v5lite|v6e|trillium)[\s_-]+(\d+)\s*$", re.IGNORECASE)
+#: what a slice name's number counts, per chip: TensorCores, 2 a chip, on v2, v3, v4 and v5p ("v4-256" is 128
+#: chips), chips on v5e and v6e ("v5litepod-256", "v6e-256": 256 chips) (Google Cloud TPU docs: TPU versions and
+#: accelerator types), and the generation's name in the hardware table
+TPU_SLICE_UNIT = {"v2": (2, "TPU v2"), "v3": (2, "TPU v3"), "v4": (2, "TPU v4"), "v5p": (2, "TPU v5p"),
+                  "v5e": (1, "TPU v5e"), "v5litepod": (1, "TPU v5e"), "v5lite": (1, "TPU v5e"),
+                  "v6e": (1, "TPU v6e"), "trillium": (1, "TPU v6e")}
+#: GPUs in one system a hardware cell counts ("4 x DGX H100"): NVIDIA DGX/HGX systems hold 8 (DGX H100, DGX B200
+#: datasheets: 8 GPUs), the DGX-2 16 (16 V100). A Grace Blackwell system (GB200/GB300) is counted by its NVLink
+#: domain instead ("GB200 NVL72": 72 GPUs)
+GPUS_PER_SYSTEM = ((re.compile(r"\bdgx[\s-]?2h?\b", re.IGNORECASE), 16, "a DGX-2 holds 16"),
+                   (re.compile(r"\b[dh]gx\b", re.IGNORECASE), 8, "a DGX/HGX system holds 8"))
+#: an NVLink domain named by its GPU count ("GB200 NVL72", "GB300 NVL72", "NVL36", "GB200 NVL4"); "H100 NVL" (no
+#: number) is a PCIe card, not a domain
+NVL_DOMAIN_RE = re.compile(r"\bnvl(\d+)\b", re.IGNORECASE)
+_LEADING_COUNT_RE = re.compile(r"^\s*(\d+)\s*[x×]\s*(?=\S)(.*)$", re.IGNORECASE)
+_TRAILING_COUNT_RE = re.compile(r"^(.*\S)\s+[x×]\s*(\d+)\s*$", re.IGNORECASE)
+
+
+def accelerator_count(cell: str | None) -> tuple[int | None, str]:
+    """The accelerators a hardware cell states, and how it was read (or why it states none).
+
+    * a count with the accelerator ("8x H100 SXM", "8xH100", "512 x A100", "H100 x8"): that many;
+    * a count of systems ("4 x DGX H100", "4x HGX H200", "2x DGX B200"): x the GPUs of one (`GPUS_PER_SYSTEM`);
+    * an NVLink domain ("GB200 NVL72", "1x GB200 NVL72"): its GPUs, x the count where one is written;
+    * a Cloud TPU slice ("v5p-128", "TPU v4-256": TensorCores, 2 a chip; "v5e-256", "v5litepod-256", "v6e-256",
+      "Trillium 256": chips; `TPU_SLICE_UNIT`), x the count of slices where one is written.
+    A system named without a count ("DGX H100") states none: the name often only says which GPU the cluster has."""
+    text = str(cell or "").strip()
+    m = _LEADING_COUNT_RE.match(text) or _TRAILING_COUNT_RE.match(text)
+    if m is None:
+        times, rest = None, text
+    elif m.re is _LEADING_COUNT_RE:
+        times, rest = int(m.group(1)), m.group(2).strip()
+    else:
+        times, rest = int(m.group(2)), m.group(1).strip()
+    if times is not None and times < 1:
+        return None, f"'{text}': a count of {times}"
+    k = times or 1
+    several = lambda what: f"{k} {what}{'s' if k > 1 else ''} x " if times is not None else ""  # noqa: E731
+    if tpu := TPU_SLICE_RE.match(rest):
+        gen, size = tpu.group(1).lower(), int(tpu.group(2))
+        per_chip, name = TPU_SLICE_UNIT[gen]
+        if size < per_chip or size % per_chip:
+            return None, f"'{text}': {size} TensorCores are no whole number of {name} chips ({per_chip} a chip)"
+        chips = size // per_chip
+        counts = f"TensorCores, {per_chip} a chip" if per_chip > 1 else "chips"
+        return k * chips, f"{several('slice')}{chips} chips: a {name} slice's name counts {counts}"
+    if nvl := NVL_DOMAIN_RE.search(rest):
+        size = int(nvl.group(1))
+        if size >= 1:
+            return k * size, f"{several('rack')}{size} GPUs: an NVL{size} domain holds {size}"
+    for pattern, per, why in GPUS_PER_SYSTEM:
+        if pattern.search(rest) and not re.search(r"\bgb[23]00\b", rest, re.IGNORECASE):
+            if times is None:
+                return None, f"'{text}' names a system without a count"
+            return k * per, f"{several('system')}{per} GPUs: {why}"
+    if times is None:
+        return None, f"'{text}' states no count"
+    if not rest:
+        return None, f"'{text}' names no accelerator"
+    return times, ""
 
 
 def _word_fits(word: str, query: str) -> bool:
@@ -379,7 +445,12 @@ def resolve_gpu(hw: pl.DataFrame, name: str) -> tuple[dict, str | None]:
     bare = GPU_COUNT_RE.sub("", str(name)).strip()
     if bare and bare != str(name).strip():  # "8x A100": the accelerator without its count
         row, note = resolve_gpu(hw, bare)
-        said = f"'{name}': ignoring the count (the job's size is its n_gpus)"
+        said = f"'{name}': ignoring the count to name the accelerator (the job's size is its n_gpus)"
+        return row, f"{said}; using {row['id']}" if note is None else f"{said}; {note}"
+    if tpu := TPU_SLICE_RE.match(str(name)):  # "v5p-128": the generation without the slice's size
+        row, note = resolve_gpu(hw, TPU_SLICE_UNIT[tpu.group(1).lower()][1])
+        said = (f"'{name}': ignoring '{tpu.group(2)}' to name the accelerator (the slice's size; the job's size is "
+                f"its n_gpus)")
         return row, f"{said}; using {row['id']}" if note is None else f"{said}; {note}"
     rows = hw.to_dicts()
 
@@ -461,6 +532,31 @@ def resolve_gpu_column(gpus: pl.Series, hw: pl.DataFrame) -> tuple[pl.Series, pl
             ids[g], notes[g] = g, None
     return (gpus.replace_strict(ids, default=None, return_dtype=pl.Utf8).alias(gpus.name),
             gpus.replace_strict(notes, default=None, return_dtype=pl.Utf8).alias("gpu_note"))
+
+
+def resolve_gpu_cells(runs: pl.DataFrame, hw: pl.DataFrame) -> pl.DataFrame:
+    """A run table's `gpu` cells as hardware ids with `_gpu_note` (`resolve_gpu_column`), and `n_gpus` from the
+    accelerators a cell states (`accelerator_count`: "8x H100", "4 x DGX H100", "GB200 NVL72", "v5p-128") where
+    the row states neither n_gpus nor a node count (`_nodes`, which `pipeline.predict_runs.stated_otherwise` reads
+    with the GPUs per node); each such reading is appended to `_gpu_note` ("n_gpus=512 from the hardware cell
+    '512x A100 80GB'"). A stated n_gpus is never replaced."""
+    cells = runs["gpu"]
+    ids, notes = resolve_gpu_column(cells, hw)
+    read = {g: accelerator_count(g) for g in cells.drop_nulls().unique().to_list()}
+    read = {g: (n, f"n_gpus={n} from the hardware cell '{g}'" + (f" ({why})" if why else ""))
+            for g, (n, why) in read.items() if n is not None}
+    count = cells.replace_strict({g: n for g, (n, _) in read.items()}, default=None, return_dtype=pl.Int64)
+    said = cells.replace_strict({g: w for g, (_, w) in read.items()}, default=None, return_dtype=pl.Utf8)
+    stated = pl.col("n_gpus").is_not_null() if "n_gpus" in runs.columns else pl.lit(False)
+    if "_nodes" in runs.columns:
+        stated = stated | pl.col("_nodes").is_not_null()
+    use = ~stated & count.is_not_null()
+    n_gpus = pl.col("n_gpus") if "n_gpus" in runs.columns else pl.lit(None, dtype=pl.Int64)
+    dtype = runs.schema.get("n_gpus", pl.Int64)
+    return runs.with_columns(
+        ids, pl.when(use).then(count.cast(dtype)).otherwise(n_gpus).alias("n_gpus"),
+        pl.concat_str([notes, pl.when(use).then(said)], separator="; ", ignore_nulls=True).replace("", None)
+        .alias("_gpu_note"))
 
 
 # ---------------------------------------------------------------- architecture and hardware files

@@ -543,9 +543,9 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
     ).filter(pl.col("run_id").is_not_null())
     runs = typed.group_by("run_id", maintain_order=True).first()
     runs = params_from_name(catalog.fill_from_architectures(runs, measurements))
-    # `gpu` by id, name or a short name (`H100`: a documented default, recorded in assumptions; catalog.resolve_gpu)
-    gpu_ids, gpu_notes = catalog.resolve_gpu_column(runs["gpu"], catalog.hardware(measurements))
-    runs = runs.with_columns(gpu_ids, gpu_notes.alias("_gpu_note"))
+    # `gpu` by id, name or a short name (`H100`: a documented default, recorded in assumptions; catalog.resolve_gpu);
+    # n_gpus, where the row states none, from a count the cell writes ("8x H100", "v5p-128"; catalog.resolve_gpu_cells)
+    runs = catalog.resolve_gpu_cells(runs, catalog.hardware(measurements))
     # `dtype` by a common spelling ("bfloat16", "fp8 delayed scaling", "amp"; recorded in assumptions)
     runs = resolve_dtype_spellings(runs, catalog.hardware(measurements))
     runs = resolve_word_spellings(runs)  # sharding and recompute by a common spelling ("ZeRO-3", "true")

@@ -321,3 +321,80 @@ def test_a_local_batch_with_pipeline_stages_and_a_gpu_count_from_the_degrees(tmp
     assert (a["n_gpus"], a["micro_batch"], a["global_batch_seqs"]) == (512, 1, 256)
     assert (b["n_gpus"], b["micro_batch"], b["global_batch_seqs"]) == (8, 4, 32)
     assert "n_gpus = dp x tp x pp x cp" in a["assumptions"]
+@pytest.mark.parametrize("cell, count", [
+    ("8x H100 SXM", 8), ("8xH100", 8), ("512x A100 80GB", 512), ("512 x A100", 512), ("H100 x8", 8),
+    ("4 x DGX H100", 32), ("4x HGX H200", 32), ("2x DGX B200", 16),  # DGX/HGX systems hold 8 GPUs
+    ("1x GB200 NVL72", 72), ("GB200 NVL72", 72), ("2x GB200 NVL72", 144),  # an NVL72 rack holds 72
+    ("v5p-128", 64), ("TPU v4-256", 128),  # v4 and v5p slice names count TensorCores, 2 a chip
+    ("v5e-256", 256), ("v5litepod-256", 256), ("v6e-256", 256), ("Trillium 256", 256),  # v5e/v6e names count chips
+    ("H100", None), ("h100-sxm5-80gb", None), ("tpu-v5e", None), ("DGX H100", None), ("H100 NVL", None),
+    ("0x H100", None), ("8x", None), ("", None), (None, None)])
+def test_a_hardware_cell_states_its_accelerator_count(cell, count):
+    from pipeline.catalog import accelerator_count
+    assert accelerator_count(cell)[0] == count
+
+
+def test_an_accelerator_count_in_the_hardware_cell_is_n_gpus_where_none_is_stated(tmp_path):
+    """'8x H100 SXM', '4 x DGX H100', 'GB200 NVL72', 'v5p-128', 'v5litepod-256' under a hardware header with no GPU
+    count column: n_gpus is the count the cell states (systems x 8, 72 a rack, a v5p slice's TensorCores / 2, a v5e
+    slice's chips), said in assumptions, and the row is predicted; a stated n_gpus or node count is never
+    replaced."""
+    f = tmp_path / "runs.csv"
+    f.write_text("Model,Hardware,GBS,Seq len,TGS\n"
+                 "Llama 3.1 8B,8x H100 SXM,64,8192,9250\n"
+                 "Llama 3.1 8B,512x A100 80GB,1024,8192,3000\n"
+                 "Llama 3.1 8B,4 x DGX H100,128,8192,9000\n"
+                 "Llama 3.1 8B,GB200 NVL72,144,8192,12000\n"
+                 "Llama 3.1 8B,v5p-128,128,8192,3000\n"
+                 "Llama 3.1 8B,v5litepod-256,256,8192,2000\n")
+    rows = _predict(f)
+    want = {"line 2": (8, "h100-sxm5-80gb", "n_gpus=8 from the hardware cell '8x H100 SXM'"),
+            "line 3": (512, "a100-sxm4-80gb", "n_gpus=512 from the hardware cell '512x A100 80GB'"),
+            "line 4": (32, "h100-sxm5-80gb", "n_gpus=32 from the hardware cell '4 x DGX H100' (4 systems x 8 GPUs"),
+            "line 5": (72, "gb200", "n_gpus=72 from the hardware cell 'GB200 NVL72' (72 GPUs"),
+            "line 6": (64, "tpu-v5p", "n_gpus=64 from the hardware cell 'v5p-128' (64 chips: a TPU v5p slice's name "
+                                      "counts TensorCores, 2 a chip)"),
+            "line 7": (256, "tpu-v5e", "n_gpus=256 from the hardware cell 'v5litepod-256' (256 chips")}
+    for rid, (n, gpu, note) in want.items():
+        row = rows[rid]
+        assert (row["n_gpus"], row["gpu"]) == (n, gpu), rid
+        assert row["error"] is None and row["step_time_s"] is not None, (rid, row["error"])
+        assert note in row["assumptions"], rid
+        assert row["tp"] * row["pp"] * row["dp"] == n, rid
+    stated = tmp_path / "stated.csv"
+    stated.write_text("Model,Hardware,# GPUs,Nodes,GBS,Seq len\n"
+                      "Llama 3.1 8B,8x H100 SXM,64,,128,8192\n"
+                      "Llama 3.1 8B,8x H100 SXM,,4,128,8192\n")
+    rows = _predict(stated)
+    assert rows["line 2"]["n_gpus"] == 64 and rows["line 3"]["n_gpus"] == 32  # the 8 is per node there
+    for row in rows.values():
+        assert "from the hardware cell" not in (row["assumptions"] or "")
+
+
+def test_a_run_no_layout_fits_gets_the_layout_needing_the_least_memory(tmp_path):
+    """Llama 3.1 405B on 1,024 H100 at a batch of 512 with no layout stated: no candidate layout fits the memory
+    model, so pure data parallelism (dp 1,024) would not split the batch. The row gets the candidate whose dp
+    divides the batch that needs the least memory per GPU (tp 8 in the node, then the most pp), is predicted, and
+    says so; with sharding stated 'none' it stays over the capacity (memory_fits False, the figure kept; without
+    one, the measured run is then read with the least sharding that fits, as any measured run is). A row that fits
+    keeps the smallest model parallelism that fits."""
+    f = tmp_path / "runs.csv"
+    f.write_text("Model,GPU,# GPUs,GBS,Seq len,Sharding,MFU\n"
+                 "Llama 3.1 405B,H100,1024,512,8192,,40%\n"
+                 "Llama 3.1 405B,H100,1024,512,8192,none,40%\n"
+                 "Llama 3.1 70B,H100,1024,512,8192,,40%\n")
+    rows = _predict(f)
+    note = "(no layout stated and none fits the memory model: the layout needing the least memory per GPU)"
+    for rid in ("line 2", "line 3"):
+        row = rows[rid]
+        assert (row["tp"], row["pp"], row["dp"]) == (8, 64, 2), rid
+        assert row["step_time_s"] is not None and row["error_pct"] is not None, rid
+        assert "not divisible" not in (row["error"] or ""), rid
+        assert f"tp=8, pp=64 {note}" in row["assumptions"], rid
+        assert "tp=1 (not stated)" not in row["assumptions"]
+    stated = rows["line 3"]
+    assert stated["sharding"] == "none" and stated["memory_fits"] is False
+    assert stated["memory_gb_per_gpu"] > stated["memory_capacity_gb"] and stated["error"].startswith("memory ")
+    fits = rows["line 4"]
+    assert fits["memory_fits"] is True and note not in fits["assumptions"]
+    assert "(no layout stated: the smallest model parallelism that fits and splits the batch)" in fits["assumptions"]
