@@ -233,7 +233,7 @@ def infer_layout(frame: pl.DataFrame) -> pl.DataFrame:
         pl.Series("micro_batch", mb).cast(pl.Int64),
         pl.Series("seq_len", seq).cast(pl.Int64, strict=False),
         pl.Series("global_batch_seqs", B).cast(pl.Int64, strict=False),
-        pl.Series("layout_unstated", layout_unstated),
+        pl.Series("layout_unstated", layout_unstated), pl.Series("micro_batch_stated", np.isfinite(mb0)),
         pl.concat_str([pl.col("assumptions"), pl.Series(text)], separator="; ", ignore_nulls=True)
         .str.strip_chars("; ").replace("", None).alias("assumptions"),
     )
@@ -576,7 +576,7 @@ def resolve_layout(configs: pl.DataFrame, predict) -> pl.DataFrame:
     figure rather than left as pure data parallelism that does not split the batch.
     `predict` is `models.step_time.predict`."""
     if "layout_unstated" not in configs.columns or not configs["layout_unstated"].any():
-        return configs
+        return configs.drop("micro_batch_stated", strict=False)
     df = configs.with_row_index("_row")
     todo = df.filter(pl.col("layout_unstated"))
     trial0 = todo.drop("_row").with_columns(pl.col("recompute").fill_null("selective").alias("recompute"))
@@ -593,20 +593,31 @@ def resolve_layout(configs: pl.DataFrame, predict) -> pl.DataFrame:
     least_mem = np.full(todo.height, np.inf)
     least_tp = np.full(todo.height, np.nan)
     least_pp = np.full(todo.height, np.nan)
+    # a stated micro-batch is kept (it must tile each replica's batch), else 1
+    mbv = np.where(todo["micro_batch_stated"].fill_null(False).to_numpy(),
+                   todo["micro_batch"].cast(pl.Float64).fill_null(1.0).to_numpy(), 1.0) \
+        if "micro_batch_stated" in todo.columns else np.ones(todo.height)
+    # rows whose sharding is open (`resolve_sharding` may read them sharded) fit a layout that fits with ZeRO-3
+    open_ = todo["sharding_open"].fill_null(False).to_numpy() & (todo["sharding"] == "none").to_numpy() \
+        if "sharding_open" in todo.columns else np.zeros(todo.height, dtype=bool)
     for tp, pp in LAYOUT_CANDIDATES:
         left = need & np.isnan(chosen_tp)
         if not left.any():
             break
         dp = n / (tp * pp)
         cand = left & (dp >= 1) & (dp == np.floor(dp)) & (tp <= node) & (np.mod(heads, tp) == 0)
-        cand &= np.mod(B, np.where(dp >= 1, dp, 1.0)) == 0
+        cand &= np.mod(B, np.where(dp >= 1, dp, 1.0) * mbv) == 0
         if not cand.any():
             continue
         trial = trial0.with_columns(pl.lit(tp).alias("tp"), pl.lit(pp).alias("pp"),
                                     pl.Series("dp", np.maximum(np.floor(dp), 1.0)).cast(pl.Int64),
-                                    pl.lit(1).alias("micro_batch"), pl.lit(tp > 1).alias("sequence_parallel"))
+                                    pl.Series("micro_batch", mbv).cast(pl.Int64),
+                                    pl.lit(tp > 1).alias("sequence_parallel"))
         pred = predict_by_preset(trial, predict)
         fits = pred["feasible"].to_numpy()
+        if (cand & open_ & ~fits).any():
+            fits = fits | (open_ & predict_by_preset(trial.with_columns(pl.lit("zero3").alias("sharding")),
+                                                     predict)["feasible"].to_numpy())
         hit = cand & fits
         chosen_tp[hit], chosen_pp[hit] = tp, pp
         mem = pred["memory_gb_per_gpu"].cast(pl.Float64).fill_null(np.nan).to_numpy()
@@ -616,7 +627,7 @@ def resolve_layout(configs: pl.DataFrame, predict) -> pl.DataFrame:
     least = need & ~got & np.isfinite(least_tp)  # nothing fits: the layout needing the least memory per GPU
     chosen_tp[least], chosen_pp[least] = least_tp[least], least_pp[least]
     if not (got | least).any():
-        return configs
+        return configs.drop("micro_batch_stated", strict=False)
     why = np.where(least, "no layout stated and none fits the memory model: the layout needing the least memory "
                           "per GPU", "no layout stated: the smallest model parallelism that fits and splits the batch")
     got = got | least
@@ -625,7 +636,8 @@ def resolve_layout(configs: pl.DataFrame, predict) -> pl.DataFrame:
     upd = todo.with_columns(
         pl.Series("tp", tpv).cast(pl.Int64), pl.Series("pp", ppv).cast(pl.Int64),
         pl.Series("dp", np.where(got, n / (tpv * ppv), todo["dp"].cast(pl.Float64).to_numpy())).cast(pl.Int64),
-        pl.when(pl.Series(got)).then(pl.lit(1)).otherwise(pl.col("micro_batch")).alias("micro_batch"),
+        pl.when(pl.Series(got)).then(pl.Series(mbv).cast(pl.Int64)).otherwise(pl.col("micro_batch"))
+        .alias("micro_batch"),
         pl.when(pl.Series(got)).then(pl.Series(tpv) > 1).otherwise(pl.col("sequence_parallel"))
         .alias("sequence_parallel"),
         pl.when(pl.Series(got)).then(pl.concat_str([pl.col("assumptions"), pl.format(
@@ -635,7 +647,8 @@ def resolve_layout(configs: pl.DataFrame, predict) -> pl.DataFrame:
     ).with_columns(  # the (tp=1, pp=1) notes no longer apply
         pl.col("assumptions").str.replace_all(r"tp=1 \(not stated\); |pp=1 \(not stated\); ", ""))
     rest = df.filter(~pl.col("layout_unstated"))
-    return pl.concat([rest, upd.select(rest.columns)], how="vertical_relaxed").sort("_row").drop("_row")
+    return pl.concat([rest, upd.select(rest.columns)], how="vertical_relaxed").sort("_row").drop(
+        "_row", "micro_batch_stated")
 
 
 PRESETS = ("default", "megatron_2022", "pytorch_native")

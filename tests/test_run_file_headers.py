@@ -372,12 +372,12 @@ def test_an_accelerator_count_in_the_hardware_cell_is_n_gpus_where_none_is_state
 
 
 def test_a_run_no_layout_fits_gets_the_layout_needing_the_least_memory(tmp_path):
-    """Llama 3.1 405B on 1,024 H100 at a batch of 512 with no layout stated: no candidate layout fits the memory
-    model, so pure data parallelism (dp 1,024) would not split the batch. The row gets the candidate whose dp
-    divides the batch that needs the least memory per GPU (tp 8 in the node, then the most pp), is predicted, and
-    says so; with sharding stated 'none' it stays over the capacity (memory_fits False, the figure kept; without
-    one, the measured run is then read with the least sharding that fits, as any measured run is). A row that fits
-    keeps the smallest model parallelism that fits."""
+    """Llama 3.1 405B on 1,024 H100 at a batch of 512 with no layout stated. With sharding stated 'none' no candidate
+    layout fits the memory model, so pure data parallelism (dp 1,024) would not split the batch: the row gets the
+    candidate whose dp divides the batch that needs the least memory per GPU (tp 8 in the node, then the most pp),
+    is predicted, says so and stays over the capacity (memory_fits False, the figure kept). Without a sharding
+    stated (an unknown stack), a layout that fits with optimizer and weight sharding counts as fitting: the smallest
+    model parallelism that does, with the least sharding that fits. A row that fits keeps that rule too."""
     f = tmp_path / "runs.csv"
     f.write_text("Model,GPU,# GPUs,GBS,Seq len,Sharding,MFU\n"
                  "Llama 3.1 405B,H100,1024,512,8192,,40%\n"
@@ -385,16 +385,16 @@ def test_a_run_no_layout_fits_gets_the_layout_needing_the_least_memory(tmp_path)
                  "Llama 3.1 70B,H100,1024,512,8192,,40%\n")
     rows = _predict(f)
     note = "(no layout stated and none fits the memory model: the layout needing the least memory per GPU)"
-    for rid in ("line 2", "line 3"):
-        row = rows[rid]
-        assert (row["tp"], row["pp"], row["dp"]) == (8, 64, 2), rid
-        assert row["step_time_s"] is not None and row["error_pct"] is not None, rid
-        assert "not divisible" not in (row["error"] or ""), rid
-        assert f"tp=8, pp=64 {note}" in row["assumptions"], rid
-        assert "tp=1 (not stated)" not in row["assumptions"]
+    smallest = "(no layout stated: the smallest model parallelism that fits and splits the batch)"
     stated = rows["line 3"]
+    assert (stated["tp"], stated["pp"], stated["dp"]) == (8, 64, 2)
+    assert stated["step_time_s"] is not None and stated["error_pct"] is not None
+    assert "not divisible" not in (stated["error"] or "") and f"tp=8, pp=64 {note}" in stated["assumptions"]
+    assert "tp=1 (not stated)" not in stated["assumptions"]
     assert stated["sharding"] == "none" and stated["memory_fits"] is False
     assert stated["memory_gb_per_gpu"] > stated["memory_capacity_gb"] and stated["error"].startswith("memory ")
-    fits = rows["line 4"]
-    assert fits["memory_fits"] is True and note not in fits["assumptions"]
-    assert "(no layout stated: the smallest model parallelism that fits and splits the batch)" in fits["assumptions"]
+    for rid in ("line 2", "line 4"):
+        row = rows[rid]
+        assert row["memory_fits"] is True and note not in row["assumptions"] and smallest in row["assumptions"], rid
+        assert row["sharding"] != "none" and "the least sharding that fits" in row["assumptions"], rid
+        assert row["pp"] == 1 and row["tp"] * row["dp"] == 1024, rid
