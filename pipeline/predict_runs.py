@@ -64,6 +64,20 @@ def _batch_cells_in_tokens(frame: pl.DataFrame) -> pl.DataFrame:
         pl.when(move).then(None).otherwise(pl.col("global_batch_seqs")).alias("global_batch_seqs"))
 
 
+def _hardware_in_count_cells(frame: pl.DataFrame) -> pl.DataFrame:
+    """A GPU-count cell that names the accelerator too ("512x A100 80GB" under "GPUs") is the row's hardware cell
+    where the row has no gpu (`catalog.resolve_gpu_cells` then reads its count), and no count of its own."""
+    if "n_gpus" not in frame.columns or "gpu" not in frame.columns:
+        return frame
+    cell = pl.col("n_gpus").cast(pl.Utf8).str.strip_chars()
+    named = cell.str.contains(r"[A-Za-z]").fill_null(False) & pl.col("gpu").cast(pl.Utf8).str.strip_chars() \
+        .replace("", None).is_null()
+    if not frame.select(named.any()).item():
+        return frame
+    return frame.with_columns(pl.when(named).then(cell).otherwise(pl.col("gpu")).alias("gpu"),
+                              pl.when(named).then(None).otherwise(pl.col("n_gpus")).alias("n_gpus"))
+
+
 def size_in_billions(expr: pl.Expr) -> pl.Expr:
     """A parameter count as written ("1.7B", "70b", "125M", "1T", "175"): billions (a bare number is already in
     billions, the schema's unit)."""
@@ -528,6 +542,7 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
     # a node count, a batch in tokens, a layout in one cell, a batch per data-parallel rank (`read_headers`): kept
     # beside the schema's columns until they can be read (`stated_otherwise`)
     frame = _batch_cells_in_tokens(frame)  # "4M tokens" under a global-batch header: a batch in tokens
+    frame = _hardware_in_count_cells(frame)  # "512x A100 80GB" under a GPU-count header: the hardware cell
     k_cols = [c for c in K_COUNT_COLUMNS if c in frame.columns and frame.select(
         number_text(pl.col(c)).str.contains(r"(?i)^\d+(\.\d+)?\s*k$").any()).item()]
     if k_cols:

@@ -398,3 +398,11 @@ def test_a_run_no_layout_fits_gets_the_layout_needing_the_least_memory(tmp_path)
         assert row["memory_fits"] is True and note not in row["assumptions"] and smallest in row["assumptions"], rid
         assert row["sharding"] != "none" and "the least sharding that fits" in row["assumptions"], rid
         assert row["pp"] == 1 and row["tp"] * row["dp"] == 1024, rid
+
+
+def test_a_gpu_count_cell_that_names_the_accelerator(tmp_path):
+    """'512x A100 80GB' under a 'GPUs' header (no hardware column): the accelerator and its count."""
+    f = tmp_path / "runs.csv"
+    f.write_text("Model,GPUs,GBS,Seq len,TFLOPS/GPU\nLlama 2 70B,512x A100 80GB,1024,4096,160\n")
+    row = _predict(f)["line 2"]
+    assert (row["gpu"], row["n_gpus"]) == ("a100-sxm4-80gb", 512) and row["step_time_s"] is not None
