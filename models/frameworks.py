@@ -147,8 +147,9 @@ PRESETS: dict[str, MemoryPreset] = {
     "default": MemoryPreset(
         selective_policy=SELECTIVE_ATTENTION_CORE,
         grad_bytes=4.0, logits_bytes=4.0, logits_chunks=1.0, act_offload_frac=0.0,
-        sequence_parallel_with_tp=False, unsharded_weights_with_pp=False, default_sharding="none",
-        source="models.params.DEFAULT (grad_bytes 4, fp32 logits, Korthikanti selective).",
+        sequence_parallel_with_tp=None, unsharded_weights_with_pp=False, default_sharding="none",
+        source="models.params.DEFAULT (grad_bytes 4, fp32 logits, Korthikanti selective); sequence parallelism by "
+               "the runs adapter's era rule (models.runs_adapter.UNKNOWN_STACK_SP_YEAR).",
     ),
 }
 

@@ -393,9 +393,10 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     out = out.with_columns(
         pl.coalesce(pl.col("gpus_per_node"),
                     pl.min_horizontal(pl.col("scaleup_size"), pl.col("n_gpus"))).alias("gpus_per_node"),
-        (fw.sequence_parallel_default(pl.col("memory_preset"), pl.col("tp"), megatron & (pl.col("tp") > 1))
-         | ((pl.col("memory_preset") == "default") & (pl.col("tp") > 1)
-            & (pl.col("year").fill_null(UNKNOWN_STACK_SP_YEAR) >= UNKNOWN_STACK_SP_YEAR))).alias("sequence_parallel"),
+        # a preset that does not say (Megatron-DeepSpeed, an unknown stack): a Megatron stack's tp, or any tp from
+        # UNKNOWN_STACK_SP_YEAR on
+        fw.sequence_parallel_default(pl.col("memory_preset"), pl.col("tp"), (pl.col("tp") > 1) & (
+            megatron | (pl.col("year").fill_null(UNKNOWN_STACK_SP_YEAR) >= UNKNOWN_STACK_SP_YEAR))),
         fw.pipeline_micro_batch(pl.col("memory_preset"), pl.col("micro_batch"), pl.col("pp"), pl.col("vpp")),
     )
     if "gpu_as_reported" in out.columns:  # a capacity the source states wins (e.g. Grand Teton H100s, 96 GB)

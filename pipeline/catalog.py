@@ -231,6 +231,13 @@ NAME_SIZE_TOLERANCE = 0.15
 
 
 
+def name_size_b(name: pl.Expr) -> pl.Expr:
+    """The parameter size a (lower-case) model name states by its size token (`SIZE_TOKEN`), in billions; null
+    without one ("llama 2 70b" -> 70.0)."""
+    return (name.str.extract(SIZE_TOKEN, 1).cast(pl.Float64, strict=False)
+            * name.str.extract(SIZE_TOKEN, 2).replace_strict(SIZE_UNIT_B, default=None, return_dtype=pl.Float64))
+
+
 def arch_ids_without_size(frame: pl.DataFrame, arch: pl.DataFrame, names: str = "model_name",
                           out: str = "arch_id") -> pl.DataFrame:
     """`frame` where `out` is empty: the architecture `names` resolves to once its parameter-size token
@@ -238,8 +245,7 @@ def arch_ids_without_size(frame: pl.DataFrame, arch: pl.DataFrame, names: str = 
     NAME_SIZE_TOLERANCE of the dropped size ("DeepSeek V3 671B" -> deepseek-v3), with `model_name_note` saying so;
     where the rest names one whose size differs more, `out` stays empty and `model_name_error` says why."""
     low = pl.col(names).cast(pl.Utf8).str.to_lowercase()
-    size_b = (low.str.extract(SIZE_TOKEN, 1).cast(pl.Float64, strict=False)
-              * low.str.extract(SIZE_TOKEN, 2).replace_strict(SIZE_UNIT_B, default=None, return_dtype=pl.Float64))
+    size_b = name_size_b(low)
     sizes = arch.select(pl.col("id").alias("_wo_id"), pl.col("params_b").cast(pl.Float64, strict=False)
                         .alias("_wo_params_b"))
     res = arch_ids(low.str.replace(SIZE_TOKEN, " ").str.replace_all(r"\(\s*\)", " "), arch,
@@ -357,8 +363,6 @@ def choose_default_variant(rows: list[dict]) -> dict:
 #: L40S (NVIDIA's datasheets give the L40S about twice the L40's dense FP16 tensor rate)
 TIER_SUFFIX = "s"
 TIER_WORDS = frozenset({"ti", "super"})
-#: a count written with the accelerator ("8x A100", "8xA100", "8 × H100", "H100 x8"): the job's size is its n_gpus
-GPU_COUNT_RE = re.compile(r"^\s*\d+\s*[x×]\s*(?=\S)|\s+[x×]\s*\d+\s*$", re.IGNORECASE)
 #: a Cloud TPU slice as its accelerator type names it ("v5p-128", "TPU v4-256", "v5litepod-256", "v6e-256",
 #: "Trillium 256"): the generation and the number after it
 TPU_SLICE_RE = re.compile(r"^\s*(?:(?:google\s+)?(?:cloud\s+)?tpu[\s_-]*)?"
@@ -377,8 +381,20 @@ GPUS_PER_SYSTEM = ((re.compile(r"\bdgx[\s-]?2h?\b", re.IGNORECASE), 16, "a DGX-2
 #: an NVLink domain named by its GPU count ("GB200 NVL72", "GB300 NVL72", "NVL36", "GB200 NVL4"); "H100 NVL" (no
 #: number) is a PCIe card, not a domain
 NVL_DOMAIN_RE = re.compile(r"\bnvl(\d+)\b", re.IGNORECASE)
+#: a count written with the accelerator, before or after it ("8x A100", "8xA100", "8 × H100", "H100 x8")
 _LEADING_COUNT_RE = re.compile(r"^\s*(\d+)\s*[x×]\s*(?=\S)(.*)$", re.IGNORECASE)
 _TRAILING_COUNT_RE = re.compile(r"^(.*\S)\s+[x×]\s*(\d+)\s*$", re.IGNORECASE)
+
+
+def split_count(text: str) -> tuple[int | None, str]:
+    """(the count written with an accelerator, the rest): "8x H100 SXM" -> (8, "H100 SXM"), "H100 x8" -> (8,
+    "H100"), "H100" -> (None, "H100")."""
+    text = str(text or "").strip()
+    if m := _LEADING_COUNT_RE.match(text):
+        return int(m.group(1)), m.group(2).strip()
+    if m := _TRAILING_COUNT_RE.match(text):
+        return int(m.group(2)), m.group(1).strip()
+    return None, text
 
 
 def accelerator_count(cell: str | None) -> tuple[int | None, str]:
@@ -391,13 +407,7 @@ def accelerator_count(cell: str | None) -> tuple[int | None, str]:
       "Trillium 256": chips; `TPU_SLICE_UNIT`), x the count of slices where one is written.
     A system named without a count ("DGX H100") states none: the name often only says which GPU the cluster has."""
     text = str(cell or "").strip()
-    m = _LEADING_COUNT_RE.match(text) or _TRAILING_COUNT_RE.match(text)
-    if m is None:
-        times, rest = None, text
-    elif m.re is _LEADING_COUNT_RE:
-        times, rest = int(m.group(1)), m.group(2).strip()
-    else:
-        times, rest = int(m.group(2)), m.group(1).strip()
+    times, rest = split_count(text)
     if times is not None and times < 1:
         return None, f"'{text}': a count of {times}"
     k = times or 1
@@ -442,8 +452,8 @@ def resolve_gpu(hw: pl.DataFrame, name: str) -> tuple[dict, str | None]:
     """The hardware row a name means, and a note when a documented default chose among variants.
 
     Raises UnknownName when nothing fits, or when several different chips fit (the message lists them)."""
-    bare = GPU_COUNT_RE.sub("", str(name)).strip()
-    if bare and bare != str(name).strip():  # "8x A100": the accelerator without its count
+    times, bare = split_count(name)
+    if times is not None and bare:  # "8x A100": the accelerator without its count
         row, note = resolve_gpu(hw, bare)
         said = f"'{name}': ignoring the count to name the accelerator (the job's size is its n_gpus)"
         return row, f"{said}; using {row['id']}" if note is None else f"{said}; {note}"

@@ -330,19 +330,19 @@ _VALUE_CANON = _by_metric_key(METRIC_VALUE_KEYS)
 
 
 def metric_synonym(key: str):
-    """(the schema's metric, factor) a metric header key names (`METRIC_SYNONYMS`, then in canonical words), else
-    None."""
-    return METRIC_SYNONYMS.get(key) or _METRIC_CANON.get(metric_key(key))
+    """(the schema's metric, factor) a metric header key names in canonical words (`METRIC_SYNONYMS`), else None.
+    Every spelling of the table reads as itself: `_by_metric_key` refuses two that read alike and differ."""
+    return _METRIC_CANON.get(metric_key(key))
 
 
 def samples_synonym(key: str):
-    """The token metric a samples-per-second header key becomes (`SAMPLES_SYNONYMS`, then in canonical words)."""
-    return SAMPLES_SYNONYMS.get(key) or _SAMPLES_CANON.get(metric_key(key))
+    """The token metric a samples-per-second header key becomes (`SAMPLES_SYNONYMS`, in canonical words)."""
+    return _SAMPLES_CANON.get(metric_key(key))
 
 
 def metric_value_key(key: str):
-    """(the schema's metric, factor) a `metric` cell's header key names (`METRIC_VALUE_KEYS`, then canonical)."""
-    return METRIC_VALUE_KEYS.get(key) or _VALUE_CANON.get(metric_key(key))
+    """(the schema's metric, factor) a `metric` cell's header key names (`METRIC_VALUE_KEYS`, in canonical words)."""
+    return _VALUE_CANON.get(metric_key(key))
 
 
 def header_key(name: str) -> str:

@@ -38,12 +38,14 @@ def number_text(expr: pl.Expr) -> pl.Expr:
 #: counts a table may write with a K suffix ("16K" GPUs, a "4K" context): K = 1,024 (Llama 3's "16K H100s" are
 #: 16,384; a "4K" context is 4,096 tokens)
 K_COUNT_COLUMNS = ("n_gpus", "seq_len", "global_batch_seqs", "micro_batch")
+#: a count with a K suffix, as `number_text` leaves it ("4K", "1.5k")
+_K_COUNT = r"(?i)^(\d+(?:\.\d+)?)\s*k$"
 
 
 def count_text(expr: pl.Expr) -> pl.Expr:
     """A count as written (`number_text`), a K suffix read as x 1,024 ("4K" -> "4096"; "1.5K" -> "1536")."""
     t = number_text(expr)
-    k = t.str.extract_groups(r"(?i)^(\d+(?:\.\d+)?)\s*k$")
+    k = t.str.extract_groups(_K_COUNT)
     val = k.struct.field("1").cast(pl.Float64, strict=False) * 1024.0
     return pl.when(val.is_not_null()).then(val.round(0).cast(pl.Int64).cast(pl.Utf8)).otherwise(t)
 
@@ -102,19 +104,17 @@ def params_from_name(runs: pl.DataFrame) -> pl.DataFrame:
     if "model_name" not in runs.columns or not runs.height:
         return runs
     low = pl.col("model_name").cast(pl.Utf8).str.to_lowercase()
-    size = (low.str.extract(catalog.SIZE_TOKEN, 1).cast(pl.Float64, strict=False)
-            * low.str.extract(catalog.SIZE_TOKEN, 2).replace_strict(catalog.SIZE_UNIT_B, default=None,
-                                                                    return_dtype=pl.Float64))
+    size = catalog.name_size_b(low)
     err = pl.col("model_name_error") if "model_name_error" in runs.columns else pl.lit(None, dtype=pl.Utf8)
     arch = pl.col("arch").cast(pl.Utf8) if "arch" in runs.columns else pl.lit(None, dtype=pl.Utf8)
-    todo = (pl.col("arch_id").is_null() & pl.col("params_b").is_null() & size.is_not_null() & err.is_null()
-            & ~low.str.contains(MOE_NAME_MARK).fill_null(False) & (arch.is_null() | (arch == "dense")))
+    unread = pl.col("arch_id").is_null() & pl.col("params_b").is_null() & err.is_null()  # nothing read the name
+    marks_moe = low.str.contains(MOE_NAME_MARK).fill_null(False)
+    todo = unread & size.is_not_null() & ~marks_moe & (arch.is_null() | (arch == "dense"))
     note = pl.format("params_b={} from the model name '{}' (it names no architecture in "
                      "measurements/architectures.csv)", size.round(3).cast(pl.Utf8).str.replace(r"\.0$", ""),
                      pl.col("model_name"))
     old = pl.col("model_name_note") if "model_name_note" in runs.columns else pl.lit(None, dtype=pl.Utf8)
-    moe = (pl.col("arch_id").is_null() & pl.col("params_b").is_null() & err.is_null()
-           & low.str.contains(MOE_NAME_MARK).fill_null(False))
+    moe = unread & marks_moe
     why_moe = pl.format("'{}' names no architecture in measurements/architectures.csv, and a mixture of experts' size "
                         "fixes no shape: give n_layers, d_model, n_heads and n_experts, top_k, expert_ffn_dim, or add "
                         "the model to that table", pl.col("model_name"))
@@ -203,10 +203,10 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
         if target is not None and target not in present and target not in renames.values():
             renames[c] = target
             notes.append(f"column '{c}' read as {target}")
-        elif metric_synonym(key) is not None and target is None:
-            wide[c] = metric_synonym(key)
-        elif samples_synonym(key) is not None and target is None:
-            wide[c] = (samples_synonym(key), "seq_len")  # sequences per second: x the row's seq_len
+        elif target is None and (metric := metric_synonym(key)) is not None:
+            wide[c] = metric
+        elif target is None and (samples := samples_synonym(key)) is not None:
+            wide[c] = (samples, "seq_len")  # sequences per second: x the row's seq_len
         elif key in FSDP_FLAG_HEADERS and "sharding" not in present and "sharding" not in renames.values():
             # NeMo's performance tables: an "FSDP" column of 0/1 (or a degree): 1 or more is FSDP, 0 states nothing
             frame = frame.with_columns(pl.col(c).map_elements(_fsdp_flag, return_dtype=pl.Utf8).alias(c))
@@ -255,8 +255,7 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
         # the file's metric spellings other than the schema's own name and unit, each looked up once by its header
         # key (so the schema's names in any case, "MFU" or "Step_Time_S", are read too)
         keys = {m: header_key(m) for m in frame["metric"].drop_nulls().unique().to_list()}
-        spellings = {m: metric_value_key(k) for m, k in keys.items()
-                     if metric_value_key(k) is not None and metric_value_key(k) != (m, 1.0)}
+        spellings = {m: v for m, k in keys.items() if (v := metric_value_key(k)) is not None and v != (m, 1.0)}
         spelled = pl.col("metric").is_in(list(spellings))
         name = pl.col("metric").replace_strict({k: v[0] for k, v in spellings.items()}, default=None,
                                                return_dtype=pl.Utf8)
@@ -364,11 +363,15 @@ def token_count(text: str | None, seq_len: float | None) -> tuple[float | None, 
     return (bin_, True) if not whole(dec) and whole(bin_) else (dec, False)
 
 
+def _degree(c: str) -> pl.Expr:
+    """A parallel degree as a float, an unstated one counted 1 (the runs adapter's rule)."""
+    return pl.col(c).cast(pl.Float64).fill_null(1.0)
+
+
 def _dp_or_implied() -> pl.Expr:
     """dp as stated, else n_gpus / (tp pp cp), an unstated degree counted 1 (the runs adapter's rule)."""
-    one = lambda c: pl.col(c).cast(pl.Float64).fill_null(1.0)  # noqa: E731
-    return pl.coalesce(pl.col("dp").cast(pl.Float64), pl.col("n_gpus").cast(pl.Float64) / (one("tp") * one("pp") *
-                                                                                         one("cp")))
+    return pl.coalesce(pl.col("dp").cast(pl.Float64), pl.col("n_gpus").cast(pl.Float64) / (_degree("tp") *
+                                                                                         _degree("pp") * _degree("cp")))
 
 
 def _fill_global_batch(runs: pl.DataFrame, seqs: pl.Expr, notes: list[str], note: str,
@@ -422,12 +425,12 @@ def stated_otherwise(runs: pl.DataFrame, hardware: pl.DataFrame, notes: list[str
         runs = runs.with_columns(pl.when(use).then(n.round(0).cast(pl.Int64)).otherwise(pl.col("n_gpus"))
                                  .alias("n_gpus")).drop("_nodes", "_per_node")
     # every degree of a layout that states dp: its product is the GPU count (an unstated degree counts 1)
-    one = lambda c: pl.col(c).cast(pl.Float64).fill_null(1.0) if c in runs.columns else pl.lit(1.0)  # noqa: E731
     by_degrees = pl.col("n_gpus").is_null() & pl.col("dp").is_not_null()
     if runs.select(by_degrees.any()).item():
         notes.append("n_gpus = dp x tp x pp x cp (no GPU count stated; an unstated degree counts 1)")
-        runs = runs.with_columns(pl.when(by_degrees).then((one("dp") * one("tp") * one("pp") * one("cp")).round(0)
-                                                          .cast(pl.Int64)).otherwise(pl.col("n_gpus")).alias("n_gpus"))
+        n = _degree("dp") * _degree("tp") * _degree("pp") * _degree("cp")
+        runs = runs.with_columns(pl.when(by_degrees).then(n.round(0).cast(pl.Int64)).otherwise(pl.col("n_gpus"))
+                                 .alias("n_gpus"))
     if "_batch_tokens" in runs.columns:
         read = [token_count(t, s) for t, s in zip(runs["_batch_tokens"].to_list(), runs["seq_len"].to_list())]
         tokens = pl.Series("_tokens", [v for v, _ in read], dtype=pl.Float64)
@@ -544,7 +547,7 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
     frame = _batch_cells_in_tokens(frame)  # "4M tokens" under a global-batch header: a batch in tokens
     frame = _hardware_in_count_cells(frame)  # "512x A100 80GB" under a GPU-count header: the hardware cell
     k_cols = [c for c in K_COUNT_COLUMNS if c in frame.columns and frame.select(
-        number_text(pl.col(c)).str.contains(r"(?i)^\d+(\.\d+)?\s*k$").any()).item()]
+        number_text(pl.col(c)).str.contains(_K_COUNT).any()).item()]
     if k_cols:
         header_notes = [*header_notes, f"a K suffix in {', '.join(k_cols)} read as x 1,024"]
     extra = {c: t for _, c, t in STATED_OTHERWISE if c in frame.columns}
