@@ -40,21 +40,22 @@ import polars as pl
 from models import conformal, domains
 from models.params import DEFAULT, FITTABLE_BOUNDS, LOW_PRECISION_DTYPES, PhysParams
 from models.runs_adapter import PRESETS
-from models.predictor import (FEATURE_NAMES, GEN_KEY, NATIVE_GEN_KEY, WIDTH_FEATURES, Calibration, encode,
-                              group_params, width_features,
+from models.predictor import (FEATURE_NAMES, GEN_KEY, GENERATION_FIELDS, NATIVE_GEN_KEY, WIDTH_FEATURES,
+                              Calibration, encode, group_params, width_features,
                               native_kernel_eff_rows, residual_features)
 from models.predictor import predict_arrays as serve_arrays
 from models.step_time import OUTPUT_COLUMNS, encode_configs, predict_arrays
 
-FIT_CODE_VERSION = "stepcast-calibration/9"  # 7: the EP all-to-all across nodes on each rank's own NIC; 8: native kernel efficiency per generation, never applied to an earlier one; 9: DP traffic hides in the pipeline's idle warm-up and cool-down
+FIT_CODE_VERSION = "stepcast-calibration/10"  # 7: the EP all-to-all across nodes on each rank's own NIC; 8: native kernel efficiency per generation, never applied to an earlier one; 9: DP traffic hides in the pipeline's idle warm-up and cool-down; 10: GEMM efficiencies from two sources at least, an unseen generation's from the priors
 FIT_FIELDS = ("matmul_eff_16bit", "matmul_eff_8bit", "attn_eff", "gemm_ramp_flops_per_sm", "host_overhead_s_per_op",
               "scaleup_eff", "scaleout_eff", "alpha_scaleup_s", "tp_overlap", "dp_overlap", "fsdp_gather_overlap")
 PRESET_FIELDS = {"megatron_2022": ("host_overhead_s_per_op",), "pytorch_native": ("kernel_eff",)}
-#: fractions of a peak fitted per hardware generation group (the largest group in the data defines the shared
-#: value; every other group with at least MIN_GENERATION_RUNS runs gets its own): A100 and H100 GEMMs reach
-#: different shares of their datasheet peaks, a constant with the same meaning but not the same value
-GENERATION_FIELDS = ("matmul_eff_16bit", "matmul_eff_8bit")
 MIN_GENERATION_RUNS = 30
+#: a GEMM efficiency (shared or a generation's own) is fitted only from runs of at least this many sources: it is a
+#: constant of the hardware, and the runs of one source tell that source's stack and recipes, not the hardware (a
+#: leave-one-family-out fold trained on one source's mixture-of-experts runs otherwise carried that source's
+#: Hopper/Blackwell 16-bit fraction, 0.85, to every Ampere dense run); without them the prior answers
+MIN_GEMM_EFF_SOURCES = 2
 NATIVE = "pytorch_native"
 LOG_FIELDS = {"gemm_ramp_flops_per_sm", "host_overhead_s_per_op", "alpha_scaleup_s", "alpha_scaleout_s"}
 MODEL_KINDS = ("physics", "ridge")
@@ -170,7 +171,7 @@ def fit_version(data: FitData) -> str:
     h.update(json.dumps(HYPER, sort_keys=True).encode())
     h.update(json.dumps(DEFAULT.to_dict(), sort_keys=True).encode())
     h.update(json.dumps([FIT_FIELDS, PRESET_FIELDS, FEATURE_NAMES, GENERATION_FIELDS, MIN_GENERATION_RUNS,
-                        WIDTH_FEATURES, WIDTH_EPS, WIDTH_RIDGE],
+                        MIN_GEMM_EFF_SOURCES, WIDTH_FEATURES, WIDTH_EPS, WIDTH_RIDGE],
                         sort_keys=True, default=list).encode())
     h.update(data_hash(data).encode())
     return h.hexdigest()[:16]
@@ -256,6 +257,13 @@ def generation_labels(configs: pl.DataFrame) -> np.ndarray:
         np.full(configs.height, "unknown", dtype=object)
 
 
+def _mask(sel: np.ndarray, sub: np.ndarray) -> np.ndarray:
+    """The rows of `sel` (a boolean mask) that `sub` (a mask over those rows) keeps, as a mask over all rows."""
+    out = np.zeros(len(sel), dtype=bool)
+    out[np.flatnonzero(sel)[sub]] = True
+    return out
+
+
 def _slots(configs: pl.DataFrame) -> list[tuple[str | None, str]]:
     presets = set(configs["software_preset"].fill_null("default").to_list())
     dt = configs["dtype"].fill_null("bf16").to_numpy()
@@ -264,9 +272,13 @@ def _slots(configs: pl.DataFrame) -> list[tuple[str | None, str]]:
     # low-precision runs (their LM head, the layers a recipe keeps in BF16) and carry their other errors to every
     # 16-bit run; it keeps its prior, as a parameter outside its domain does (models.predictor)
     low_all = np.isin(dt, LOW_PRECISION_DTYPES)
-    n_prec = {"matmul_eff_8bit": int(low_all.sum()),
-              "matmul_eff_16bit": int((~low_all & ~np.isin(dt, ("fp32", "tf32"))).sum())}
-    slots = [(None, f) for f in FIT_FIELDS if n_prec.get(f, MIN_GENERATION_RUNS) >= MIN_GENERATION_RUNS // 3]
+    src = configs["source"].fill_null("").to_numpy() if "source" in configs.columns else np.full(len(dt), "")
+
+    def enough(sel):  # runs enough, from sources enough, to tell a GEMM efficiency (MIN_GEMM_EFF_SOURCES)
+        return int(sel.sum()) >= MIN_GENERATION_RUNS // 3 and len(set(src[sel])) >= MIN_GEMM_EFF_SOURCES
+    ok_prec = {"matmul_eff_8bit": enough(low_all),
+               "matmul_eff_16bit": enough(~low_all & ~np.isin(dt, ("fp32", "tf32")))}
+    slots = [(None, f) for f in FIT_FIELDS if ok_prec.get(f, True)]
     slots += [(p, f) for p, fs in PRESET_FIELDS.items() if p in presets for f in fs]
     gens, counts = np.unique(generation_labels(configs), return_counts=True)
     pre = configs["software_preset"].fill_null("default").to_numpy()
@@ -276,12 +288,10 @@ def _slots(configs: pl.DataFrame) -> list[tuple[str | None, str]]:
             continue
         sel = g_all == g
         low = np.isin(dt[sel], LOW_PRECISION_DTYPES)
-        eight = int(low.sum())
-        ref16 = int((~low & (pre[sel] != NATIVE)).sum())  # 16-bit runs on the reference kernels
         for f in GENERATION_FIELDS:
-            if f == "matmul_eff_8bit" and eight < MIN_GENERATION_RUNS // 3:
+            if f == "matmul_eff_8bit" and not enough(_mask(sel, low)):
                 continue  # too few low-precision runs of this generation to tell its own 8-bit efficiency
-            if f == "matmul_eff_16bit" and ref16 < MIN_GENERATION_RUNS // 3:
+            if f == "matmul_eff_16bit" and not enough(_mask(sel, ~low & (pre[sel] != NATIVE))):  # reference kernels
                 continue  # too few 16-bit runs on the reference kernels to tell its own 16-bit efficiency
             slots.append((GEN_KEY + str(g), f))
     nat = pre == NATIVE

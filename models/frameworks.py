@@ -388,6 +388,45 @@ RECIPE_RECOMPUTE_MODULES: dict[tuple[str, str, str, str, str], tuple[tuple[str, 
 }
 
 
+#: (architecture id, task, gpu, dtype, NeMo container) -> (the micro-batch the summary's row states, the recipe's,
+#: source): a row of Megatron-Bridge's performance summary whose MBS and GA are another system's. The 25.11 H100
+#: GPT-OSS 120B row states MBS 4 and GA 2, the B200 row's values (pp 1, dp 64: 512 / (4 x 64) = 2); at its pp 4, dp
+#: is 16 and 4 x 2 x 16 = 128, not its GBS 512. The release's recipe runs micro-batch 1 (read at micro-batch 4 the
+#: memory model puts it at 108 GB on an 80 GB card; at 1 it fits, and it is predicted as its 26.02 and 26.04
+#: siblings, which state micro-batch 1).
+RECIPE_MICRO_BATCH: dict[tuple[str, str, str, str, str], tuple[int, int, str]] = {
+    ("gpt-oss-120b", "pretrain", "h100-sxm5-80gb", "bf16", "25.11"): (
+        4, 1, _OSS + "workload_base_configs.py GPT_OSS_120B_H100_BF16_BASE_CONFIG = BASE_GPT_OSS_120B_CONFIG "
+        "(micro_batch_size=1) with pipeline_model_parallel_size=4 (tag v0.2.0, r0.2.0, 25.11)"),
+}
+
+
+def recipe_micro_batch(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with the micro-batch of the run's recipe where its row states another system's
+    (``RECIPE_MICRO_BATCH``, ``megatron_bridge`` preset runs), recorded in `assumptions`. Needs memory_preset,
+    arch_id, model_name, gpu, dtype, micro_batch, framework and assumptions; a frame without them is returned as
+    it is."""
+    need = ("memory_preset", "arch_id", "model_name", "gpu", "dtype", "micro_batch", "framework", "assumptions")
+    if not frame.height or any(c not in frame.columns for c in need):
+        return frame
+    key = pl.concat_str([pl.col("arch_id").cast(pl.Utf8).str.to_lowercase(), recipe_task("model_name"),
+                         pl.col("gpu").cast(pl.Utf8), pl.col("dtype").cast(pl.Utf8).str.to_lowercase(),
+                         recipe_container()], separator="|")
+    key = pl.when(pl.col("memory_preset") == "megatron_bridge").then(key)
+    table = {"|".join(k): v for k, v in RECIPE_MICRO_BATCH.items()}
+    stated = key.replace_strict({k: v[0] for k, v in table.items()}, default=None, return_dtype=pl.Int64)
+    recipe = key.replace_strict({k: v[1] for k, v in table.items()}, default=None, return_dtype=pl.Int64)
+    src = key.replace_strict({k: v[2] for k, v in table.items()}, default=None, return_dtype=pl.Utf8)
+    use = (pl.col("micro_batch").cast(pl.Int64) == stated).fill_null(False)
+    why = pl.format("micro_batch={} (the row's {} is another system's: its GA does not tile its batch at this "
+                    "layout; the run's recipe: {})", recipe, pl.col("micro_batch"), src)
+    return frame.with_columns(
+        pl.when(use).then(recipe).otherwise(pl.col("micro_batch").cast(pl.Int64)).alias("micro_batch"),
+        pl.when(use).then(pl.concat_str([pl.col("assumptions"), why], separator="; ", ignore_nulls=True))
+        .otherwise(pl.col("assumptions")).alias("assumptions"),
+    )
+
+
 #: NeMo containers of Megatron-Bridge's performance summary whose Transformer Engine writes the fused cross-entropy's
 #: gradient in place into the 16-bit logits and saves that tensor (2 B per logit element): the performance overrides
 #: set cross_entropy_fusion_impl = "te" (scripts/performance/utils/helpers.py 25.11, utils/overrides.py later), which

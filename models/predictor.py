@@ -142,6 +142,11 @@ def ideal_params(base: PhysParams = DEFAULT) -> PhysParams:
 
 NATIVE_GEN_KEY = "pytorch_native@"  # overrides key of the PyTorch-native kernel efficiency of one generation
 GEN_KEY = "gen:"  # overrides key of the values fitted for one hardware generation group, e.g. "gen:Hopper"
+#: fractions of a peak fitted per hardware generation group (the largest group in the data defines the shared
+#: value; every other group with at least calibration.MIN_GENERATION_RUNS runs gets its own): A100 and H100 GEMMs
+#: reach different shares of their datasheet peaks, a constant with the same meaning but not the same value. A
+#: generation the fit never saw takes the priors' (``predict_arrays``).
+GENERATION_FIELDS = ("matmul_eff_16bit", "matmul_eff_8bit")
 
 
 #: NVIDIA generation groups in release order: a later one without its own fitted PyTorch-native kernel efficiency
@@ -353,17 +358,20 @@ def predict_arrays(a: Mapping[str, np.ndarray], model: Model = None) -> dict[str
                 if len(idx):
                     groups.append((idx, group_params(name, None, cal.params, cal.preset_overrides) if ins
                                    else preset(int(e), DEFAULT)))
-    if gen_over:
-        present = [i for i in gen_over if np.any(gen == i)]
-        if present:
-            a = dict(a)
-            for f in ("matmul_eff_16bit", "matmul_eff_8bit"):
-                if any(f in gen_over[i] for i in present):
-                    vals = np.full(n, np.nan)  # NaN: the row's own parameters (models.step_time)
-                    for i in present:
-                        if f in gen_over[i]:
-                            vals[inside & (gen == i)] = gen_over[i][f]
-                    a[f] = vals
+    # a generation the fit never saw takes the priors' GEMM efficiencies: the fit's shared value is the largest
+    # group's own (Ampere's in the shipped fit, Hopper's when Ampere is held out), not a population estimate
+    unseen_gen = ~cal.domain.codes()[0][np.clip(gen, 0, len(GENERATION_GROUPS) - 1)] | (gen < 0)
+    present = [i for i in gen_over if np.any(gen == i)]
+    if present or unseen_gen.any():
+        a = dict(a)
+        for f in GENERATION_FIELDS:
+            vals = np.full(n, np.nan)  # NaN: the row's own parameters (models.step_time)
+            for i in present:
+                if f in gen_over[i]:
+                    vals[inside & (gen == i)] = gen_over[i][f]
+            vals[unseen_gen] = getattr(DEFAULT, f)
+            if np.isfinite(vals).any():
+                a[f] = vals
     native = era == PRESETS.index("pytorch_native")
     if native.any():  # their generation's fitted kernel efficiency (a fitted value, in or out of the domain)
         labels = np.where(gen >= 0, np.array(GENERATION_GROUPS, dtype=object)[np.clip(gen, 0, None)], "unknown")
@@ -442,6 +450,10 @@ def domain_text(model: Model, arrays: Mapping[str, np.ndarray], codes: np.ndarra
     fitted_outside = model.calibration.outside == "fitted"
     outside_note = ("the fit's parameters without the residual, wider interval" if fitted_outside
                     else "priors, wider interval")
+    unseen_note = ("the priors' GEMM efficiencies and the fit's other parameters, without the residual, wider "
+                   "interval" if fitted_outside else outside_note)  # a generation the fit never saw
+    from models.domains import GENERATION_GROUPS
+
     cache: dict = {}
     texts = []
     for i in range(n):
@@ -451,10 +463,11 @@ def domain_text(model: Model, arrays: Mapping[str, np.ndarray], codes: np.ndarra
                 cache[key] = (f"extrapolated: {N[i]:,.0f} accelerators > the largest cluster in the fit "
                               f"({dom.max_n_gpus:,.0f}); fitted parameters, wider interval")
             elif gen[i] < 0:
-                cache[key] = f"extrapolated: hardware generation unknown; {outside_note}"
+                cache[key] = f"extrapolated: hardware generation unknown; {unseen_note}"
             else:
                 t = dom.explain(gen[i], dt[i], era[i])
-                cache[key] = t + (f"; {outside_note}" if t != "inside" else "")
+                unseen = GENERATION_GROUPS[int(gen[i])] not in dom.generations
+                cache[key] = t + (f"; {unseen_note if unseen else outside_note}" if t != "inside" else "")
         texts.append(cache[key])
     return texts
 

@@ -389,6 +389,7 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
         out = out.with_columns([pl.coalesce(c, f"_hw_{c}").alias(c) for c in override]).drop(
             [f"_hw_{c}" for c in override])
     out = infer_layout(out)
+    out = fw.recipe_micro_batch(out)  # a summary row that states another system's micro-batch (models.frameworks)
     out = _recipe_moe_options(out)
     out = out.with_columns(
         pl.coalesce(pl.col("gpus_per_node"),

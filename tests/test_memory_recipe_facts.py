@@ -83,6 +83,8 @@ FITS_WITH_RECIPE = {
     "nemo2407-h100-llama2-70b-sft-16gpu-gbs32": ("peft/llama/sft.yaml", "none", 1),
     "mb2604-pre-training-nemotron-3-super-b200-64gpu-mxfp8-gbs512": ("recompute_modules=['moe_act', 'layernorm']",
                                                                       "selective", 1),
+    "mb2511-pre-training-gpt-oss-120b-h100-64gpu-bf16-gbs512": (
+        "micro_batch=1 (the row's 4 is another system's", "selective", 1),
 }
 
 

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from models import calibration as cal
-from models.predictor import NATIVE_GEN_KEY, Calibration, native_kernel_effs, predict
+from models.predictor import GEN_KEY, NATIVE_GEN_KEY, Calibration, native_kernel_effs, predict
 from models.runs_adapter import TYPICAL_LAYERS_PER_CHUNK, infer_layout
 from pipeline import fits
 from tests.test_one_model import _frame
@@ -152,12 +152,47 @@ def test_a_precisions_gemm_fraction_is_fitted_only_where_its_runs_are(n16, n8, f
     """A leave-one-precision-out fold without 16-bit runs keeps the 16-bit GEMM fraction at its prior (the LM
     heads and BF16-kept layers of low-precision runs would set it for every 16-bit run), and a fold with 9
     low-precision runs the 8-bit one: a precision needs MIN_GENERATION_RUNS // 3 = 10 runs of its own."""
-    configs = pl.DataFrame({"software_preset": ["default"] * (n16 + n8), "gpu": ["h100-sxm5-80gb"] * (n16 + n8),
-                            "dtype": ["bf16"] * n16 + ["fp8"] * n8})
+    n = n16 + n8
+    configs = pl.DataFrame({"software_preset": ["default"] * n, "gpu": ["h100-sxm5-80gb"] * n,
+                            "dtype": ["bf16"] * n16 + ["fp8"] * n8, "source": ["a", "b"] * (n // 2) + ["a"] * (n % 2)})
     shared = {f for p, f in cal._slots(configs) if p is None}
     assert ("matmul_eff_16bit" in shared) == free16
     assert ("matmul_eff_8bit" in shared) == free8
     assert "attn_eff" in shared
+
+
+@pytest.mark.parametrize("sources, fitted", [(["a"], False), (["a", "b"], True)])
+def test_a_gemm_efficiency_is_fitted_only_from_two_sources(sources, fitted):
+    """A GEMM efficiency is a constant of the hardware: runs of one source (a leave-one-family-out fold trained on
+    one source's MoE runs) tell that source's stack, not the hardware, so neither the shared efficiency nor a
+    generation's own is fitted from them; every other parameter still is."""
+    n = 80
+    configs = pl.DataFrame({"software_preset": ["default"] * n, "dtype": ["bf16", "fp8"] * (n // 2),
+                            "gpu": ["a100-sxm4-80gb"] * 40 + ["h100-sxm5-80gb"] * 40,
+                            "source": [sources[(i // 2) % len(sources)] for i in range(n)]})
+    slots = cal._slots(configs)
+    shared = {f for p, f in slots if p is None}
+    assert ("matmul_eff_16bit" in shared) == fitted and ("matmul_eff_8bit" in shared) == fitted
+    assert any(p == GEN_KEY + "Hopper" for p, _ in slots) == fitted
+    assert {"attn_eff", "gemm_ramp_flops_per_sm", "dp_overlap"} <= shared
+
+
+def test_an_unseen_generation_takes_the_priors_gemm_efficiencies(served: Calibration):
+    """The fit's shared GEMM efficiency is its largest generation's own (Ampere's); a generation the fit never saw
+    (AMD) is served the priors' instead, and an inside one (Ampere) the fitted value: the unseen row's physics
+    equals the served model with the shared value replaced by the prior."""
+    from models.params import DEFAULT
+
+    assert "AMD" not in served.domain.generations and "Ampere" in served.domain.generations
+    assert abs(served.params.matmul_eff_16bit - DEFAULT.matmul_eff_16bit) > 0.01  # else the test cannot tell
+    rows = pl.concat([_native_row(g, "default") for g in ("mi300x", "a100-sxm4-80gb")], how="diagonal_relaxed")
+    got = predict(rows, served)["compute_s"].to_numpy()
+    seen = dataclasses.replace(served, domain=dataclasses.replace(
+        served.domain, generations=(*served.domain.generations, "AMD")))
+    shared = predict(rows, seen)["compute_s"].to_numpy()
+    faster = DEFAULT.matmul_eff_16bit > served.params.matmul_eff_16bit
+    assert (got[0] < shared[0]) if faster else (got[0] > shared[0])
+    assert got[1] == pytest.approx(shared[1], rel=1e-12)
 
 
 @pytest.mark.parametrize("params_b, stated", [
