@@ -51,10 +51,11 @@ FIT_FIELDS = ("matmul_eff_16bit", "matmul_eff_8bit", "attn_eff", "gemm_ramp_flop
               "scaleup_eff", "scaleout_eff", "alpha_scaleup_s", "tp_overlap", "dp_overlap", "fsdp_gather_overlap")
 PRESET_FIELDS = {"megatron_2022": ("host_overhead_s_per_op",), "pytorch_native": ("kernel_eff",)}
 MIN_GENERATION_RUNS = 30
-#: a GEMM efficiency (shared or a generation's own) is fitted only from runs of at least this many sources: it is a
-#: constant of the hardware, and the runs of one source tell that source's stack and recipes, not the hardware (a
-#: leave-one-family-out fold trained on one source's mixture-of-experts runs otherwise carried that source's
-#: Hopper/Blackwell 16-bit fraction, 0.85, to every Ampere dense run); without them the prior answers
+#: the shared GEMM efficiencies (those every generation without its own takes) are fitted only from runs of at least
+#: this many sources: they stand for the hardware at large, and the runs of one source tell that source's stack and
+#: recipes (a leave-one-family-out fold trained on one source's mixture-of-experts runs otherwise carried that
+#: source's Hopper/Blackwell 16-bit fraction, 0.85, to every Ampere dense run); without them the prior answers. A
+#: generation's own efficiency may come from one source (a user's own cluster, fed back in), and answers only for it.
 MIN_GEMM_EFF_SOURCES = 2
 NATIVE = "pytorch_native"
 LOG_FIELDS = {"gemm_ramp_flops_per_sm", "host_overhead_s_per_op", "alpha_scaleup_s", "alpha_scaleout_s"}
@@ -274,10 +275,11 @@ def _slots(configs: pl.DataFrame) -> list[tuple[str | None, str]]:
     low_all = np.isin(dt, LOW_PRECISION_DTYPES)
     src = configs["source"].fill_null("").to_numpy() if "source" in configs.columns else np.full(len(dt), "")
 
-    def enough(sel):  # runs enough, from sources enough, to tell a GEMM efficiency (MIN_GEMM_EFF_SOURCES)
-        return int(sel.sum()) >= MIN_GENERATION_RUNS // 3 and len(set(src[sel])) >= MIN_GEMM_EFF_SOURCES
-    ok_prec = {"matmul_eff_8bit": enough(low_all),
-               "matmul_eff_16bit": enough(~low_all & ~np.isin(dt, ("fp32", "tf32")))}
+    def enough(sel, n_sources=1):  # runs enough (from sources enough) to tell a GEMM efficiency
+        return int(sel.sum()) >= MIN_GENERATION_RUNS // 3 and len(set(src[sel])) >= n_sources
+    # the shared efficiency answers for every generation without its own: from two sources at least
+    ok_prec = {"matmul_eff_8bit": enough(low_all, MIN_GEMM_EFF_SOURCES),
+               "matmul_eff_16bit": enough(~low_all & ~np.isin(dt, ("fp32", "tf32")), MIN_GEMM_EFF_SOURCES)}
     slots = [(None, f) for f in FIT_FIELDS if ok_prec.get(f, True)]
     slots += [(p, f) for p, fs in PRESET_FIELDS.items() if p in presets for f in fs]
     gens, counts = np.unique(generation_labels(configs), return_counts=True)
