@@ -438,9 +438,14 @@ TE_INPLACE_CROSS_ENTROPY_CONTAINERS = ("25.11", "26.02", "26.04", "26.06")
 TE_INPLACE_LOGITS_BYTES = 2.0
 
 
+#: a NeMo container release in a run's `framework`: "NeMo 26.04", "Megatron-Bridge / NeMo 26.04 (Megatron-Core)",
+#: "NeMo 26.04.01" (a patch of 26.04's recipes) or "Megatron-Bridge 26.04" (the release its performance summary names)
+CONTAINER_PATTERN = r"(?i)(?:NeMo|Megatron[- ]Bridge)[^0-9]{0,3}(\d\d\.\d\d)(?:\.\d+)?\b"
+
+
 def recipe_container() -> pl.Expr:
     """The NeMo container release a run's `framework` names ("NeMo 26.04" -> "26.04"; null when it names none)."""
-    return pl.col("framework").cast(pl.Utf8).fill_null("").str.extract(r"NeMo (\d\d\.\d\d)", 1)
+    return pl.col("framework").cast(pl.Utf8).fill_null("").str.extract(CONTAINER_PATTERN, 1)
 
 
 def recipe_task(model_name) -> pl.Expr:

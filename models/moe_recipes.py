@@ -169,14 +169,20 @@ def recipe_a2a_overlap(run_id: str | None, arch_id: str | None, gpu: str | None,
 
 def _with_release(frame: pl.DataFrame, column: str) -> tuple[pl.DataFrame, pl.Expr]:
     """``frame`` with ``column`` (Float64) and ``assumptions`` present (null where absent), and the release ("26.04")
-    a Megatron-Bridge run id names, as an expression (null for other runs)."""
+    a Megatron-Bridge run id names, else the NeMo container its `framework` names (``models.frameworks
+    .recipe_container``: a row of the same summary in another file), as an expression (null for other runs)."""
     if column not in frame.columns:
         frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias(column))
     if "assumptions" not in frame.columns:
         frame = frame.with_columns(pl.lit(None, dtype=pl.Utf8).alias("assumptions"))
     rid = pl.col("run_id").cast(pl.Utf8)
-    return frame, pl.concat_str([rid.str.extract(RUN_RELEASE_PATTERN, 1), rid.str.extract(RUN_RELEASE_PATTERN, 2)],
-                                separator=".")
+    rel = pl.concat_str([rid.str.extract(RUN_RELEASE_PATTERN, 1), rid.str.extract(RUN_RELEASE_PATTERN, 2)],
+                        separator=".")
+    if "framework" in frame.columns:  # a run of another file: the release its framework names ("NeMo 26.04")
+        from models.frameworks import recipe_container
+
+        rel = pl.coalesce(rel, recipe_container())
+    return frame, rel
 
 
 def resolve_a2a_overlap(frame: pl.DataFrame) -> pl.DataFrame:
