@@ -323,6 +323,12 @@ _MB_QWEN3 = (_MB + "configs/qwen3/qwen3_llm_pretrain.py set_qwen3_common_configs
              "perf_recipes/qwen/<gpu>/qwen3_moe.py 26.08): recompute_granularity = recompute_method = "
              "recompute_num_layers = None, and no workload config names recompute_modules")
 _MB_SFT = (_MB + "configs/llama/llama3_workload_base_configs.py _LLAMA3_70B_SFT_CONFIG_<gpu> (26.06): no recompute")
+_MB_LLAMA31_X300 = (_MB + "configs/llama/llama31_workload_base_configs.py LLAMA31_405B_PRETRAIN_CONFIG_{GB300,B300}_"
+                    "<dtype>_V2 (26.02-26.06; FP8_CS_V2 use_megatron_fsdp=False) and perf_recipes/llama/{gb300,b300}/"
+                    "llama31.py llama31_405b_pretrain_*_{fp8cs,fp8mx,nvfp4}_config (26.08): no recompute_num_layers, "
+                    "recompute_modules or cpu_offloading (the 25.11 GB300 FP8-CS run states the 256-GPU tp 2, pp 8, "
+                    "cp 2, vpp 4 layout of these, not r0.2.0's 128-GPU FSDP LLAMA31_405B_GB300_FP8_CS_BASE_CONFIG "
+                    "with cpu_offloading_num_layers=10)")
 #: (architecture id, task, gpu, dtype) -> (recompute, layers whose activations are offloaded to host memory, source):
 #: what a Megatron-Bridge performance recipe sets for a run of its performance summary (task: pretrain, sft or lora,
 #: from the run's model_name). The recipes' "fp8" is FP8 current scaling (the performance scripts offer fp8_cs,
@@ -336,14 +342,28 @@ RECIPE_MEMORY: dict[tuple[str, str, str, str], tuple[str, int, str]] = {
                                                 "use_megatron_fsdp=True, cpu_offloading_num_layers=40")
        for d in ("fp8", "fp8-cs")},
     **{("llama3-70b", "pretrain", "gb200", d): ("none", 0, _MB_LLAMA3) for d in ("mxfp8", "nvfp4")},
+    **{("llama3-70b", "pretrain", "gb300", d): ("none", 20, _MB_LLAMA3 + "; LLAMA3_70B_GB300_FP8_CS_BASE_CONFIG (r0.2.0), "
+                                                "LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_CS_V2 (r0.3.0-r0.5.0), "
+                                                "llama3_70b_pretrain_64gpu_gb300_fp8cs_config (r0.6.0): "
+                                                "use_megatron_fsdp=True, cpu_offloading_num_layers=20")
+       for d in ("fp8", "fp8-cs")},
+    **{("llama3-70b", "pretrain", "gb300", d): ("none", 0, _MB_LLAMA3) for d in ("mxfp8", "nvfp4")},
+    **{("llama3-70b", "pretrain", "b300", d): ("none", 0, _MB_LLAMA3 + "; LLAMA3_70B_PRETRAIN_CONFIG_B300_FP8_CS_V2 "
+                                               "(r0.3.0-r0.5.0), llama3_70b_pretrain_64gpu_b300_fp8cs_config (r0.6.0): "
+                                               "use_megatron_fsdp=True, no cpu_offloading")
+       for d in ("fp8", "mxfp8", "nvfp4")},
     **{("llama3-70b", "pretrain", "h100-sxm5-80gb", d): ("none", 0, _MB_LLAMA3) for d in ("fp8", "fp8-cs")},
-    **{("llama3-8b", "pretrain", g, d): ("none", 0, _MB_LLAMA3) for g in ("b200", "gb200") for d in ("fp8-cs", "mxfp8")},
+    **{("llama3-8b", "pretrain", g, d): ("none", 0, _MB_LLAMA3)
+       for g in ("b200", "gb200", "gb300") for d in ("fp8-cs", "mxfp8")},
+    **{("llama3-8b", "pretrain", "b300", d): ("none", 0, _MB_LLAMA3) for d in ("fp8", "mxfp8", "nvfp4")},
     **{("llama3-405b", "pretrain", g, d): ("none", 0, _MB_LLAMA31)
        for g in ("gb200", "b200", "h100-sxm5-80gb") for d in ("fp8", "fp8-cs", "mxfp8", "nvfp4")},
+    **{("llama3-405b", "pretrain", g, d): ("none", 0, _MB_LLAMA31_X300)
+       for g, ds in (("gb300", ("fp8", "fp8-cs", "mxfp8", "nvfp4")), ("b300", ("fp8", "mxfp8", "nvfp4"))) for d in ds},
     **{(a, "pretrain", g, d): ("none", 0, _MB_QWEN3) for a in ("qwen3-235b-a22b", "qwen3-30b-a3b")
-       for g in ("gb200", "b200", "h100-sxm5-80gb") for d in ("bf16", "fp8", "fp8-cs", "mxfp8")},
+       for g in ("gb200", "b200", "h100-sxm5-80gb", "gb300", "b300") for d in ("bf16", "fp8", "fp8-cs", "mxfp8")},
     **{("llama3-70b", "sft", g, d): ("none", 0, _MB_SFT)
-       for g, d in (("gb200", "fp8"), ("gb200", "mxfp8"), ("h100-sxm5-80gb", "fp8"))},
+       for g, d in (("gb200", "fp8"), ("gb200", "mxfp8"), ("h100-sxm5-80gb", "fp8"), ("gb300", "fp8"), ("gb300", "mxfp8"))},
 }
 
 
@@ -357,7 +377,11 @@ _OSS = _MB + "scripts/performance/configs/gpt_oss/"
 #: perf_recipes/deepseek/common.py _deepseek_v3_common 26.08). Containers -> releases: 25.11 r0.2.0, 26.02 r0.3.0,
 #: 26.04 r0.4.0, 26.06 r0.5.0, 26.08 r0.6.0. Not listed (the run's layout is not its recipe's): DeepSeek-V3 B200
 #: 26.04 (the FP8_MX_V2 recipe is pp 8, vpp 2, ep 32; ["mla_up_proj", "mlp"]), DeepSeek-V3 GB200 MXFP8 25.11
-#: (pp 8, ep 32), GPT-OSS 120B B200 25.11 and 26.04 (ep 8 against the recipe's 64).
+#: (pp 8, ep 32), GPT-OSS 120B B200 25.11 and 26.04 (ep 8 against the recipe's 64), DeepSeek-V3 GB300 25.11 (the
+#: r0.2.0 DEEPSEEK_V3_GB300_BASE_CONFIG is pp 4, vpp 4, ep 64 with ["moe_act"]; the run states pp 2, ep 32), and
+#: DeepSeek-V3 GB300 MXFP8 26.06 and 26.08, whose recipes set recompute_modules = [] (selective granularity that
+#: recomputes nothing: r0.5.0 DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2, r0.6.0 deepseek/gb300/deepseek_v3.py
+#: deepseek_v3_pretrain_256gpu_gb300_fp8mx_config), which a module list cannot state.
 RECIPE_RECOMPUTE_MODULES: dict[tuple[str, str, str, str, str], tuple[tuple[str, ...], str]] = {
     ("deepseek-v3", "pretrain", "gb200", "bf16", "25.11"): (
         ("mla_up_proj",), _DS + "workload_base_configs.py DEEPSEEK_V3_GB200_BASE_CONFIG (r0.2.0, 25.11)"),
@@ -374,6 +398,35 @@ RECIPE_RECOMPUTE_MODULES: dict[tuple[str, str, str, str, str], tuple[tuple[str, 
     ("deepseek-v3", "pretrain", "gb200", "mxfp8", "26.08"): (
         ("mla_up_proj",), _MB + "src/megatron/bridge/perf_recipes/deepseek/gb200/deepseek_v3.py "
         "deepseek_v3_pretrain_256gpu_gb200_fp8mx_config (r0.6.0, 26.08)"),
+    # GB300 and B300: DeepSeek-V3 MXFP8 (the presets' layouts are the rows': GB300 pp 2, vpp 8, ep 32, micro-batch 2;
+    # B300 26.02 and 26.04 pp 16, ep 8, micro-batch 1, the branch's later pp 8, micro-batch 2 of 26.04.01 and of tag
+    # v0.5.0 (26.06) has the same module list)
+    **{("deepseek-v3", "pretrain", "gb300", "mxfp8", c): (
+        ("mla_up_proj",), _DS + _DS_WB + f"GB300_FP8_MX_V2 = GB300_V1 with GBS 4096 ({r}, {c})")
+       for c, r in (("26.02", "r0.3.0"), ("26.04", "r0.4.0"))},
+    **{("deepseek-v3", "pretrain", "b300", "mxfp8", c): (
+        ("mla_up_proj",), _DS + _DS_WB + f"B300_FP8_MX_V2 ({r}, {c})")
+       for c, r in (("26.02", "r0.3.0 tag v0.3.0"), ("26.04", "r0.4.0"), ("26.06", "r0.5.0 tag v0.5.0"))},
+    ("deepseek-v3", "pretrain", "b300", "mxfp8", "26.08"): (
+        ("mla_up_proj",), _MB + "src/megatron/bridge/perf_recipes/deepseek/b300/deepseek_v3.py "
+        "deepseek_v3_pretrain_256gpu_b300_fp8mx_config (r0.6.0, 26.08)"),
+    # Kimi K2 on GB300 (pp 4, vpp 4, ep 64, micro-batch 2: the rows' layout); the r0.3.0 preset was added after tag
+    # v0.3.0 (the 26.02.01 row)
+    **{("kimi-k2", "pretrain", "gb300", "mxfp8", c): (
+        ("mla_up_proj",), _MB + f"scripts/performance/configs/kimi/kimi_workload_base_configs.py "
+        f"KIMI_K2_PRETRAIN_CONFIG_GB300_FP8_MX = KIMI_K2_PRETRAIN_CONFIG_GB300 ({r}, {c})")
+       for c, r in (("26.02", "r0.3.0"), ("26.04", "r0.4.0"), ("26.06", "r0.5.0"))},
+    ("kimi-k2", "pretrain", "gb300", "mxfp8", "26.08"): (
+        ("mla_up_proj",), _MB + "src/megatron/bridge/perf_recipes/kimi/gb300/kimi_k2.py "
+        "kimi_k2_pretrain_256gpu_gb300_fp8mx_config (r0.6.0, 26.08)"),
+    # Nemotron 3 Super NVFP4 on B300 (ep 8; its MXFP8 preset sets no modules)
+    **{("nemotron-3-super", "pretrain", "b300", "nvfp4", c): (
+        ("moe_act", "layernorm"), _MB + "scripts/performance/configs/nemotronh/nemotron_3_workload_base_configs.py "
+        f"NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B300_NVFP4_V1 ({r}, {c})")
+       for c, r in (("26.04", "r0.4.0"), ("26.06", "r0.5.0"))},
+    ("nemotron-3-super", "pretrain", "b300", "nvfp4", "26.08"): (
+        ("moe_act", "layernorm"), _MB + "src/megatron/bridge/perf_recipes/nemotronh/b300/nemotronh.py "
+        "nemotron_3_super_pretrain_64gpu_b300_nvfp4_config (r0.6.0, 26.08)"),
     ("nemotron-3-super", "pretrain", "b200", "mxfp8", "26.04"): (
         ("moe_act", "layernorm"), _MB + "scripts/performance/configs/nemotronh/nemotron_3_workload_base_configs.py "
         "NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B200_FP8_MX_V1 = BASE_NEMOTRON_3_SUPER_CONFIG_B200 (r0.4.0, 26.04)"),

@@ -59,6 +59,11 @@ RECIPE_A2A_OVERLAP: dict[tuple[str, str, str, str], str] = {
     ("26.02", "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8"):
         f"{_B} r0.3.0 scripts/performance/configs/qwen/qwen3_workload_base_configs.py "
         "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2",
+    # the B300 preset of tag v0.3.0 (pp 8, vpp 4, ep 8, micro-batch 1: the 26.02 and 26.02.01 rows' layout); the
+    # branch later dropped its overlap (v0.3.1: vpp None, deepep, moe_a2a_overlap False)
+    ("26.02", "qwen3-235b-a22b", "b300", "mxfp8"):
+        f"{_B} r0.3.0 scripts/performance/configs/qwen/qwen3_workload_base_configs.py "
+        "QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_FP8_MX_V2 (tag v0.3.0)",
     # 26.04 (r0.4.0)
     ("26.04", "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8"):
         f"{_B} r0.4.0 scripts/performance/configs/qwen/qwen3_workload_base_configs.py "
@@ -79,6 +84,24 @@ RECIPE_A2A_OVERLAP: dict[tuple[str, str, str, str], str] = {
     ("26.06", "qwen3-235b-a22b", "gb200", "mxfp8"):
         f"{_B} r0.5.0 scripts/performance/configs/qwen/qwen3_workload_base_configs.py "
         "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2",
+    # 26.06 (r0.5.0): the GB300 MXFP8 presets and the B300 Qwen3 30B one. Not listed: DeepSeek-V3 and Qwen3 235B on
+    # B300, whose presets of tag v0.5.0 (the 26.06 row's pp 8, micro-batch 2, no vpp for DeepSeek-V3) set
+    # moe_a2a_overlap False; the branch turned it on later (v0.5.1: "Update DSV3 B300 perf recipe", vpp 2 / 3)
+    ("26.06", "deepseek-v3", "gb300", "mxfp8"):
+        f"{_B} r0.5.0 scripts/performance/configs/deepseek/deepseek_workload_base_configs.py "
+        "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2 (and its GBS 15360 variant DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_GBS15360)",
+    ("26.06", "gpt-oss-120b", "gb300", "mxfp8"):
+        f"{_B} r0.5.0 scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py "
+        "GPT_OSS_120B_PRETRAIN_CONFIG_GB300_FP8_MX_V2",
+    ("26.06", "qwen3-30b-a3b", "gb300", "mxfp8"):
+        f"{_B} r0.5.0 scripts/performance/configs/qwen/qwen3_workload_base_configs.py "
+        "QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_MX_V1",
+    ("26.06", "qwen3-30b-a3b", "b300", "mxfp8"):
+        f"{_B} r0.5.0 scripts/performance/configs/qwen/qwen3_workload_base_configs.py "
+        "QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_FP8_MX_V1",
+    ("26.06", "qwen3-235b-a22b", "gb300", "mxfp8"):
+        f"{_B} r0.5.0 scripts/performance/configs/qwen/qwen3_workload_base_configs.py "
+        "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2",
     # 26.08 (r0.6.0): perf_recipes
     ("26.08", "deepseek-v3", "gb200", "mxfp8"):
         f"{_B} r0.6.0 src/megatron/bridge/perf_recipes/deepseek/common.py _enable_deepseek_full_iteration_mxfp8 "
@@ -92,6 +115,28 @@ RECIPE_A2A_OVERLAP: dict[tuple[str, str, str, str], str] = {
     ("26.08", "qwen3-235b-a22b", "gb200", "mxfp8"):
         f"{_B} r0.6.0 src/megatron/bridge/perf_recipes/qwen/common.py _enable_hybridep_full_iteration_mxfp8 "
         "(qwen/gb200/qwen3_moe.py qwen3_235b_a22b_pretrain_256gpu_gb200_fp8mx_config)",
+    # 26.08 (r0.6.0): the GB300 and B300 MXFP8 perf_recipes
+    ("26.08", "deepseek-v3", "gb300", "mxfp8"):
+        f"{_B} r0.6.0 src/megatron/bridge/perf_recipes/deepseek/common.py _enable_deepseek_full_iteration_mxfp8 "
+        "(deepseek/gb300/deepseek_v3.py deepseek_v3_pretrain_256gpu_gb300_fp8mx_config)",
+    ("26.08", "deepseek-v3", "b300", "mxfp8"):
+        f"{_B} r0.6.0 src/megatron/bridge/perf_recipes/deepseek/common.py _enable_deepseek_full_iteration_mxfp8 "
+        "(deepseek/b300/deepseek_v3.py deepseek_v3_pretrain_256gpu_b300_fp8mx_config)",
+    ("26.08", "gpt-oss-120b", "gb300", "mxfp8"):
+        f"{_B} r0.6.0 src/megatron/bridge/perf_recipes/gpt_oss/common.py _apply_gpt_oss_120b_full_iter_fp8mx_configs "
+        "(gpt_oss/gb300/gpt_oss.py gpt_oss_120b_pretrain_64gpu_gb300_fp8mx_config)",
+    ("26.08", "qwen3-30b-a3b", "gb300", "mxfp8"):
+        f"{_B} r0.6.0 src/megatron/bridge/perf_recipes/qwen/common.py _enable_hybridep_full_iteration_mxfp8 "
+        "(qwen/gb300/qwen3_moe.py qwen3_30b_a3b_pretrain_8gpu_gb300_fp8mx_config)",
+    ("26.08", "qwen3-30b-a3b", "b300", "mxfp8"):
+        f"{_B} r0.6.0 src/megatron/bridge/perf_recipes/qwen/common.py _enable_hybridep_full_iteration_mxfp8 "
+        "(qwen/b300/qwen3_moe.py qwen3_30b_a3b_pretrain_8gpu_b300_fp8mx_config)",
+    ("26.08", "qwen3-235b-a22b", "gb300", "mxfp8"):
+        f"{_B} r0.6.0 src/megatron/bridge/perf_recipes/qwen/common.py _enable_hybridep_full_iteration_mxfp8 "
+        "(qwen/gb300/qwen3_moe.py qwen3_235b_a22b_pretrain_256gpu_gb300_fp8mx_config)",
+    ("26.08", "qwen3-235b-a22b", "b300", "mxfp8"):
+        f"{_B} r0.6.0 src/megatron/bridge/perf_recipes/qwen/common.py _enable_hybridep_full_iteration_mxfp8 "
+        "(qwen/b300/qwen3_moe.py qwen3_235b_a22b_pretrain_256gpu_b300_fp8mx_config)",
 }
 
 #: the token dispatcher of the overlapped recipes (``moe_flex_dispatcher_backend``; None: the all-to-all dispatcher)
@@ -104,6 +149,8 @@ RECIPE_DISPATCHER: dict[tuple[str, str, str, str], str | None] = {
     ("26.02", "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8"): None,
     ("26.04", "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8"): None,
     ("26.04", "gpt-oss-120b", "gb200", "bf16"): None,
+    # tag v0.3.0's B300 preset names no backend and r0.3.0 does not apply one: the Qwen3 provider's "alltoall"
+    ("26.02", "qwen3-235b-a22b", "b300", "mxfp8"): None,
     **{k: "hybridep" for k in RECIPE_A2A_OVERLAP if k[0] in ("26.06", "26.08")},
 }
 
@@ -131,9 +178,10 @@ _INFERRED_ETP_NOTE = r"etp=(\d+|tp) \([^)]*\)(; )?"
 #: on, ``scripts/performance/utils/overrides.py set_workload_base_configs`` calls ``apply_flex_dispatcher_backend``
 #: (moe_token_dispatcher_type "flex") for a preset that names a backend, else sets "alltoall". The node-spanning runs
 #: not listed ran the all-to-all dispatcher: Qwen3-235B on H100 (25.11, 26.02, 26.04: the H100 recipe function sets
-#: "alltoall"; 26.02's preset names "deepep", which r0.3.0 does not apply) and GPT-OSS 120B BF16 on B200 (26.02: the
-#: r0.3.0 recipe's default "alltoall"). Runs inside one scale-up domain are not listed: there the model costs both
-#: dispatchers alike.
+#: "alltoall"; 26.02's preset names "deepep", which r0.3.0 does not apply) and GPT-OSS 120B BF16 on B200 and on B300
+#: (26.02: the r0.3.0 recipe's default "alltoall"; tag v0.3.0's GPT_OSS_120B_PRETRAIN_CONFIG_B300_BF16_V2 is ep 64 with
+#: no backend). Runs inside one scale-up domain are not listed: there the model costs both dispatchers alike (every
+#: other GB300 run, ep <= 64 in the 72-GPU NVLink domain, and every other B300 run, ep 8 in the 8-GPU node).
 RECIPE_FLEX: dict[tuple[str, str, str, str], str] = {
     ("26.04", "nemotron-3-super", "b200", "mxfp8"):
         f"{_B} r0.4.0 scripts/performance/configs/nemotronh/nemotron_3_workload_base_configs.py "

@@ -89,6 +89,25 @@ def test_recipe_table_names_a_source_for_every_entry():
         assert rc in ("none", "selective", "full") and offloaded >= 0 and "Megatron-Bridge" in source, key
 
 
+def test_recipe_memory_of_gb300_and_b300_runs_names_the_source():
+    """Llama 3 70B FP8 on GB300 offloads 20 of its 80 layers (FSDP, pp 1); DeepSeek-V3 MXFP8 on B300 (26.02, a row
+    of another file: its framework names the container) recomputes the recipe's mla_up_proj."""
+    from models.frameworks import recipe_memory
+
+    frame = pl.DataFrame({
+        "memory_preset": ["megatron_bridge"] * 2, "arch_id": ["llama3-70b", "deepseek-v3"],
+        "model_name": ["LLAMA3_70B", "DeepSeekV3"], "gpu": ["gb300", "b300"], "dtype": ["fp8", "mxfp8"],
+        "recompute": [None, None], "n_layers": [80, 61], "pp": [1, 16], "assumptions": [None, None],
+        "framework": ["Megatron-Bridge / NeMo 26.04.01", "Megatron-Bridge / NeMo 26.02"]})
+    out = recipe_memory(frame)
+    assert out["recompute"].to_list() == ["none", "selective"]
+    assert out["act_offload_frac"][0] == 0.25 and out["act_offload_frac"][1] is None
+    a = out["assumptions"].to_list()
+    assert "activations of 20 layers offloaded" in a[0] and "LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_CS_V2" in a[0]
+    assert "recompute_modules=['mla_up_proj']" in a[1] and "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_MX_V2" in a[1]
+    assert out["recompute_modules"][1] > 0
+
+
 # ---- the measured runs of Megatron-Bridge's performance summary -----------------------------------------------------
 #: runs the memory model called infeasible before the sourced facts (16-bit gradients, quantized GEMM inputs, the
 #: recipes' recompute and offloading) and that fit now: measured, so they did fit. The three DeepSeek-V3 B200 runs fit

@@ -260,6 +260,32 @@ def test_recipe_table_names_the_a2a_overlap_of_a_megatron_bridge_run():
     assert out["assumptions"][1] is None
 
 
+def test_recipe_table_names_the_a2a_overlap_of_gb300_and_b300_runs():
+    """GB300/B300 runs of the summary take their release's preset: by run id (mbYYMM-) or by the container their
+    framework names (a row of another file); 26.06's DeepSeek-V3 B300 preset (tag v0.5.0) did not overlap."""
+    from models import moe_recipes as mr
+
+    frame = pl.DataFrame({
+        "run_id": ["mb2608-pre-training-qwen3-235b-a22b-gb300-256gpu-mxfp8-gbs8192",
+                   "mbh-26.06-qwen3-30b-a3b-b300-8-mxfp8-gbs512-tp1pp1ep8",
+                   "mbh-26.02.01-qwen3-235b-a22b-b300-256-mxfp8-gbs8192-tp1pp8ep8",
+                   "mbh-26.06-deepseekv3-b300-256-mxfp8-gbs4096-tp1pp8ep8"],
+        "framework": ["Megatron-Bridge / NeMo 26.08 (Megatron-Core)", "Megatron-Bridge / NeMo 26.06",
+                      "Megatron-Bridge / NeMo 26.02.01", "Megatron-Bridge / NeMo 26.06"],
+        "arch_id": ["qwen3-235b-a22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3"],
+        "gpu": ["gb300", "b300", "b300", "b300"], "dtype": ["mxfp8"] * 4, "assumptions": [None] * 4})
+    out = mr.resolve_a2a_overlap(frame)
+    assert out["moe_a2a_overlap"].to_list() == [1.0, 1.0, 1.0, 0.0]
+    a = out["assumptions"].to_list()
+    assert "r0.6.0" in a[0] and "qwen/gb300/qwen3_moe.py qwen3_235b_a22b_pretrain_256gpu_gb300_fp8mx_config" in a[0]
+    assert "r0.5.0" in a[1] and "QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_FP8_MX_V1" in a[1]
+    assert "QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_FP8_MX_V2 (tag v0.3.0)" in a[2]
+    assert a[3] is None
+    assert set(mr.RECIPE_DISPATCHER) == set(mr.RECIPE_A2A_OVERLAP)
+    assert mr.RECIPE_DISPATCHER[("26.06", "deepseek-v3", "gb300", "mxfp8")] == "hybridep"
+    assert mr.RECIPE_DISPATCHER[("26.02", "qwen3-235b-a22b", "b300", "mxfp8")] is None
+
+
 def test_recipe_etp_states_the_megatron_bridge_presets_expert_tp():
     from models import moe_recipes as mr
 
