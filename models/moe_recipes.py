@@ -294,13 +294,7 @@ def resolve_recipe_dispatcher(frame: pl.DataFrame) -> pl.DataFrame:
     need = ("run_id", "arch_id", "gpu", "dtype")
     if not frame.height or any(c not in frame.columns for c in need):
         return frame
-    if "moe_dispatcher" not in frame.columns:
-        frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("moe_dispatcher"))
-    if "assumptions" not in frame.columns:
-        frame = frame.with_columns(pl.lit(None, dtype=pl.Utf8).alias("assumptions"))
-    rid = pl.col("run_id").cast(pl.Utf8)
-    rel = pl.concat_str([rid.str.extract(RUN_RELEASE_PATTERN, 1), rid.str.extract(RUN_RELEASE_PATTERN, 2)],
-                        separator=".")
+    frame, rel = _with_release(frame, "moe_dispatcher")
     key = pl.concat_str([rel, pl.col("arch_id").cast(pl.Utf8).str.to_lowercase(),
                          pl.col("gpu").cast(pl.Utf8).str.to_lowercase(),
                          pl.col("dtype").cast(pl.Utf8).str.to_lowercase()], separator="|")
