@@ -462,14 +462,10 @@ def recipe_micro_batch(frame: pl.DataFrame) -> pl.DataFrame:
     need = ("memory_preset", "arch_id", "model_name", "gpu", "dtype", "micro_batch", "framework", "assumptions")
     if not frame.height or any(c not in frame.columns for c in need):
         return frame
-    key = pl.concat_str([pl.col("arch_id").cast(pl.Utf8).str.to_lowercase(), recipe_task("model_name"),
-                         pl.col("gpu").cast(pl.Utf8), pl.col("dtype").cast(pl.Utf8).str.to_lowercase(),
-                         recipe_container()], separator="|")
-    key = pl.when(pl.col("memory_preset") == "megatron_bridge").then(key)
-    table = {"|".join(k): v for k, v in RECIPE_MICRO_BATCH.items()}
-    stated = key.replace_strict({k: v[0] for k, v in table.items()}, default=None, return_dtype=pl.Int64)
-    recipe = key.replace_strict({k: v[1] for k, v in table.items()}, default=None, return_dtype=pl.Int64)
-    src = key.replace_strict({k: v[2] for k, v in table.items()}, default=None, return_dtype=pl.Utf8)
+    key = _recipe_key("megatron_bridge", [*_bridge_parts(), recipe_container()])
+    stated = _entry(key, RECIPE_MICRO_BATCH, 0, pl.Int64)
+    recipe = _entry(key, RECIPE_MICRO_BATCH, 1, pl.Int64)
+    src = _entry(key, RECIPE_MICRO_BATCH, 2, pl.Utf8)
     use = (pl.col("micro_batch").cast(pl.Int64) == stated).fill_null(False)
     why = pl.format("micro_batch={} (the row's {} is another system's: its GA does not tile its batch at this "
                     "layout; the run's recipe: {})", recipe, pl.col("micro_batch"), src)
@@ -508,6 +504,24 @@ def recipe_task(model_name) -> pl.Expr:
             .when(name.str.contains(r"\bsft\b")).then(pl.lit("sft")).otherwise(pl.lit("pretrain")))
 
 
+def _bridge_parts() -> list[pl.Expr]:
+    """A Megatron-Bridge recipe table's key parts of a run: architecture id, task (`recipe_task`), gpu, dtype."""
+    return [pl.col("arch_id").cast(pl.Utf8).str.to_lowercase(), recipe_task("model_name"), pl.col("gpu").cast(pl.Utf8),
+            pl.col("dtype").cast(pl.Utf8).str.to_lowercase()]
+
+
+def _recipe_key(preset: str, parts: list[pl.Expr]) -> pl.Expr:
+    """A run's key in a recipe table (its `parts` joined by '|'), null for a run not of memory preset `preset`."""
+    return pl.when(pl.col("memory_preset") == preset).then(pl.concat_str(parts, separator="|"))
+
+
+def _entry(key: pl.Expr, table: dict, field, dtype) -> pl.Expr:
+    """`field` of the entry of `table` (keyed by tuples) that `key` names: an index into the entry, or a function of
+    it; null where the table has none."""
+    get = field if callable(field) else (lambda v: v[field])
+    return key.replace_strict({"|".join(k): get(v) for k, v in table.items()}, default=None, return_dtype=dtype)
+
+
 def recipe_memory(frame: pl.DataFrame) -> pl.DataFrame:
     """`frame` with the recompute (where unstated) and `act_offload_frac` that the run's recipe sets
     (``RECIPE_MEMORY``, for the ``megatron_bridge`` preset's runs), each recorded in `assumptions`, and
@@ -521,23 +535,18 @@ def recipe_memory(frame: pl.DataFrame) -> pl.DataFrame:
         return frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("act_offload_frac"),
                                   pl.lit(None, dtype=pl.Float64).alias("logits_bytes"),
                                   pl.lit(None, dtype=pl.Float64).alias("recompute_modules"))
-    key = pl.concat_str([pl.col("arch_id").cast(pl.Utf8).str.to_lowercase(), recipe_task("model_name"),
-                         pl.col("gpu").cast(pl.Utf8), pl.col("dtype").cast(pl.Utf8).str.to_lowercase()], separator="|")
-    key = pl.when(pl.col("memory_preset") == "megatron_bridge").then(key)
-    table = {"|".join(k): v for k, v in RECIPE_MEMORY.items()}
-    rc = key.replace_strict({k: v[0] for k, v in table.items()}, default=None, return_dtype=pl.Utf8)
-    off = key.replace_strict({k: float(v[1]) for k, v in table.items()}, default=None, return_dtype=pl.Float64)
-    src = key.replace_strict({k: v[2] for k, v in table.items()}, default=None, return_dtype=pl.Utf8)
+    key = _recipe_key("megatron_bridge", _bridge_parts())
+    rc = _entry(key, RECIPE_MEMORY, 0, pl.Utf8)
+    off = _entry(key, RECIPE_MEMORY, lambda v: float(v[1]), pl.Float64)
+    src = _entry(key, RECIPE_MEMORY, 2, pl.Utf8)
     container = recipe_container() if "framework" in frame.columns else pl.lit(None, dtype=pl.Utf8)
     inplace_ce = (pl.col("memory_preset") == "megatron_bridge") & container.is_in(TE_INPLACE_CROSS_ENTROPY_CONTAINERS)
     from models.memory import recompute_modules_code
 
-    mkey = pl.concat_str([key, container], separator="|")
-    mods = {"|".join(k): v for k, v in RECIPE_RECOMPUTE_MODULES.items()}
-    mcode = mkey.replace_strict({k: float(recompute_modules_code(v[0])) for k, v in mods.items()}, default=None,
-                                return_dtype=pl.Float64)
-    mwhy = mkey.replace_strict({k: f"recompute_modules={list(v[0])} (the run's recipe: {v[1]})"
-                                for k, v in mods.items()}, default=None, return_dtype=pl.Utf8)
+    mkey = _recipe_key("megatron_bridge", [*_bridge_parts(), container])
+    mcode = _entry(mkey, RECIPE_RECOMPUTE_MODULES, lambda v: float(recompute_modules_code(v[0])), pl.Float64)
+    mwhy = _entry(mkey, RECIPE_RECOMPUTE_MODULES, lambda v: f"recompute_modules={list(v[0])} (the run's recipe: "
+                                                            f"{v[1]})", pl.Utf8)
     # the recipe's modules apply where the run's recompute is unstated or selective (the granularity they set)
     use_mods = mcode.is_not_null() & (pl.col("recompute").is_null() | (pl.col("recompute") == "selective"))
     rc = pl.when(use_mods).then(pl.lit("selective")).otherwise(rc)
@@ -658,17 +667,15 @@ def recipe_optimizer(frame: pl.DataFrame) -> pl.DataFrame:
     if not frame.height or any(c not in frame.columns for c in need):
         return frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("optimizer_bytes"),
                                   pl.lit(None, dtype=pl.Float64).alias("grad_bytes"))
-    key = pl.concat_str([pl.col("arch_id").cast(pl.Utf8).str.to_lowercase(), recipe_task("model_name"),
-                         recipe_container()], separator="|")
-    key = pl.when(pl.col("memory_preset") == "megatron").then(key)
-    table = {"|".join(k): v for k, v in RECIPE_OPTIMIZER.items()}
-    rc = key.replace_strict({k: v[0] for k, v in table.items()}, default=None, return_dtype=pl.Utf8)
-    ob = key.replace_strict({k: v[1] for k, v in table.items()}, default=None, return_dtype=pl.Float64)
-    gb = key.replace_strict({k: v[2] for k, v in table.items()}, default=None, return_dtype=pl.Float64)
+    key = _recipe_key("megatron", [pl.col("arch_id").cast(pl.Utf8).str.to_lowercase(), recipe_task("model_name"),
+                                   recipe_container()])
+    rc = _entry(key, RECIPE_OPTIMIZER, 0, pl.Utf8)
+    ob = _entry(key, RECIPE_OPTIMIZER, 1, pl.Float64)
+    gb = _entry(key, RECIPE_OPTIMIZER, 2, pl.Float64)
     fill_rc = (pl.col("recompute").is_null() & rc.is_not_null()).fill_null(False)
-    what = key.replace_strict({k: f"optimizer state {v[1]:g} B and gradients {v[2]:g} B per parameter"
-                               for k, v in table.items()}, default=None, return_dtype=pl.Utf8)
-    src = key.replace_strict({k: v[3] for k, v in table.items()}, default=None, return_dtype=pl.Utf8)
+    what = _entry(key, RECIPE_OPTIMIZER, lambda v: f"optimizer state {v[1]:g} B and gradients {v[2]:g} B per "
+                                                   f"parameter", pl.Utf8)
+    src = _entry(key, RECIPE_OPTIMIZER, 3, pl.Utf8)
     why = pl.concat_str([what, pl.when(fill_rc).then(pl.format(", recompute={}", rc)),
                          pl.format(" (the run's recipe: {})", src)], ignore_nulls=True)
     return frame.with_columns(
