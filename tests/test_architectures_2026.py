@@ -1,4 +1,4 @@
-"""The 2026 rows of measurements/architectures.csv (DeepSeek-V4-Flash, Nemotron 3.5 Lightning, Nemotron 3 Ultra): the
+"""The 2026 rows of measurements/architectures.csv (DeepSeek-V4-Flash, Nemotron 3.5 Lightning): the
 Megatron-Bridge 26.08 corpus runs of these models get a prediction, and models/accounting.py's parameter count of each
 row reproduces its published size within the tolerances of tests/test_hybrid.py (3%) and tests/test_mla.py (2-3%), or,
 for DeepSeek-V4-Flash, differs from it by exactly the attention weights its row's notes say MLA cannot avoid."""
@@ -16,7 +16,6 @@ from tests.test_mla import counts as mla_counts
 RUNS = {
     "mb2608-pre-training-deepseekv4-flash-gb200-128gpu-mxfp8-gbs2048": "deepseek-v4-flash",
     "mb2608-pre-training-nemotron-3-5-lightning-gb200-8gpu-mxfp8-gbs512": "nemotron-3.5-lightning",
-    "mb2608-pre-training-nemotron-3-ultra-gb200-256gpu-mxfp8-gbs256": "nemotron-3-ultra",
 }
 
 
@@ -31,8 +30,6 @@ def test_corpus_runs_of_the_2026_models_are_predicted(corpus, run_id, arch_id):
 
 
 @pytest.mark.parametrize("arch_id, total_b, active_b, source", [
-    # Megatron-LM NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16.sh shape; published 550B total / 55B active
-    ("nemotron-3-ultra", 550.0, 55.0, "docs/models/nemotron/nemotron3-ultra.md: 550B total / A55B active"),
     # the Nemotron 3 Nano architecture (Lightning README): Nano's card counts 31.6B / 3.6B with embeddings
     ("nemotron-3.5-lightning", 31.6, 3.6, "Nemotron 3 Nano card (same architecture): 31.6B total, 3.6B active"),
 ])
