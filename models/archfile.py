@@ -38,6 +38,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+#: architectures the step-time model only approximates (measurements/architectures.csv, each row's notes say
+#: how): their runs are predicted, with a note in `assumptions`, but not fitted (models.calibration.fit_data), so
+#: a cost the model lacks for them is not spread over every run's constants. DeepSeek-V4's attention (a 128-token
+#: window plus compressed keys and values) is counted as dense MLA; Nemotron 3.5 Lightning trains with two MTP
+#: depths, and the MTP of hybrids is not modelled.
+APPROXIMATED_ARCHITECTURES = ("deepseek-v4-flash", "nemotron-3.5-lightning")
+
 #: what an architecture dict carries beyond models.accounting.ARCH_COLUMNS (see the module docstring)
 EXTRA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
                 "shared_expert_ffn_dim", "moe_layer_step", "mtp_layers", "layer_pattern", "mamba_state_dim",

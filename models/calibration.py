@@ -38,6 +38,7 @@ import numpy as np
 import polars as pl
 
 from models import conformal, domains
+from models.archfile import APPROXIMATED_ARCHITECTURES
 from models.params import DEFAULT, FITTABLE_BOUNDS, LOW_PRECISION_DTYPES, PhysParams
 from models.runs_adapter import PRESETS
 from models.predictor import (FEATURE_NAMES, GEN_KEY, GENERATION_FIELDS, NATIVE_GEN_KEY, WIDTH_FEATURES,
@@ -121,10 +122,13 @@ class FitData:
 def fit_data(configs: pl.DataFrame, targets: pl.DataFrame) -> FitData:
     """Join predictable configs (models.evaluate.prepare_configs) with targets (run_id,
     measured_tokens_per_s_per_gpu, whole_run_average); keep runs with a finite positive target that the
-    model can predict (memory-infeasible runs are kept: they ran, their time prediction is still made)."""
+    model can predict (memory-infeasible runs are kept: they ran, their time prediction is still made), except
+    those of an architecture the model only approximates (`APPROXIMATED_ARCHITECTURES`)."""
     t = targets.select("run_id", "measured_tokens_per_s_per_gpu", pl.col("whole_run_average").fill_null(False))
     df = configs.join(t, on="run_id", how="inner").filter(
         (pl.col("measured_tokens_per_s_per_gpu") > 0) & ~pl.col("whole_run_average")).sort("run_id")
+    if "arch_id" in df.columns:
+        df = df.filter(~pl.col("arch_id").is_in(APPROXIMATED_ARCHITECTURES).fill_null(False))
     phys = Physics(df)
     ok = np.isfinite(phys.log_tput(DEFAULT, {}))
     df = df.filter(pl.Series(ok))

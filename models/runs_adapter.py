@@ -9,6 +9,7 @@ never silently rests on a guess:
 | vpp empty with pp > 1, stated by the same source for the same architecture, stack and tp x pp | that vpp (the most frequent) | an interleave belongs to the stage split, not the cluster size (MLPerf GPT-3: vpp 12 at tp 4 x pp 8 stated in v3.0, unstated in v3.1) |
 | vpp empty with pp > 1 otherwise, on a FlashAttention-era Megatron-class or unnamed stack whose micro-batches are a multiple of pp | interleaved in chunks of 2 layers: vpp = floor(layers per stage / 2) (`TYPICAL_LAYERS_PER_CHUNK`) | the median chunk of the corpus's pipelined runs that state one (NeMo, Megatron-Bridge, MLPerf: 1-4 layers); Llama 3 405B used the interleaved schedule (Dubey et al. 2024) |
 | model_name names no architecture but does once its size token is dropped (`stepcast predict --runs`) | that architecture, when its params_b is within 15% of the size (`pipeline.catalog.arch_ids_without_size`; else refused, saying so) | nominal sizes are rounded; a size that far off is another model |
+| architecture the model only approximates (`models.archfile.APPROXIMATED_ARCHITECTURES`: DeepSeek-V4-Flash, Nemotron 3.5 Lightning) | predicted, noted in `assumptions`, left out of the fit (`models.calibration.fit_data`) | a cost the model lacks for them (compressed sparse attention, a hybrid's MTP) would otherwise be spread over every run's fitted constants: with them in the fit, pooled `lopo` 8.1 → 8.9% and `lofo` 7.8 → 8.2% |
 | tp, pp, cp, ep, vpp empty | 1 | the sources state every degree they use |
 | tp, pp empty but dp stated (dp < n_gpus) | model-parallel size n_gpus/(dp*cp): tp = min(that, scale-up domain), pp = the rest | Megatron-LM's layout: tensor parallel inside the node, pipeline across (Narayanan et al. 2021, section 3.3) |
 | tp, pp, dp all empty and tp=pp=1 impossible | the smallest tp*pp (tp <= scale-up domain first, then pp) that divides n_gpus, leaves a dp dividing the batch and fits in memory with the run's recompute, else selective (`resolve_layout`); when none fits, the one of those candidates needing the least memory per GPU (predicted beside its memory figure) | the framework default of a model-parallel stack: as little model parallelism as fits; a run that ran fitted, so the layout nearest to fitting stands in for one the memory model cannot fit |
@@ -338,6 +339,11 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     fsdp_unnamed = (pl.col("framework").fill_null("").str.strip_chars() == "") & \
         pl.col("sharding").is_in(["fsdp", "hsdp"]).fill_null(False) if "sharding" in r.columns else pl.lit(False)
     note(fsdp_unnamed, "software stack pytorch_native (no framework stated; FSDP/HSDP sharding is PyTorch's)")
+    if "arch_id" in r.columns:
+        from models.archfile import APPROXIMATED_ARCHITECTURES
+
+        note(pl.col("arch_id").is_in(APPROXIMATED_ARCHITECTURES).fill_null(False),
+             "architecture approximated (its measurements/architectures.csv notes say how): predicted, not fitted")
     r = r.with_columns(fw.framework_preset("framework", "year"))  # memory_preset: the stack's memory behaviour
     r = r.with_columns(pl.when(fsdp_unnamed).then(pl.lit("pytorch_fsdp")).otherwise(pl.col("memory_preset"))
                        .alias("memory_preset"))  # and its memory behaviour is PyTorch FSDP's
