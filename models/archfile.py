@@ -44,6 +44,8 @@ from typing import Any, Mapping
 #: window plus compressed keys and values) is counted as dense MLA; Nemotron 3.5 Lightning trains with two MTP
 #: depths, and the MTP of hybrids is not modelled.
 APPROXIMATED_ARCHITECTURES = ("deepseek-v4-flash", "nemotron-3.5-lightning")
+#: what a prediction for one of them says in `assumptions` (predict --runs, predict)
+APPROXIMATED_NOTE = "architecture approximated (its measurements/architectures.csv notes say how): predicted, not fitted"
 
 #: what an architecture dict carries beyond models.accounting.ARCH_COLUMNS (see the module docstring)
 EXTRA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",

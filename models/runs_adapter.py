@@ -340,10 +340,9 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
         pl.col("sharding").is_in(["fsdp", "hsdp"]).fill_null(False) if "sharding" in r.columns else pl.lit(False)
     note(fsdp_unnamed, "software stack pytorch_native (no framework stated; FSDP/HSDP sharding is PyTorch's)")
     if "arch_id" in r.columns:
-        from models.archfile import APPROXIMATED_ARCHITECTURES
+        from models.archfile import APPROXIMATED_ARCHITECTURES, APPROXIMATED_NOTE
 
-        note(pl.col("arch_id").is_in(APPROXIMATED_ARCHITECTURES).fill_null(False),
-             "architecture approximated (its measurements/architectures.csv notes say how): predicted, not fitted")
+        note(pl.col("arch_id").is_in(APPROXIMATED_ARCHITECTURES).fill_null(False), APPROXIMATED_NOTE)
     r = r.with_columns(fw.framework_preset("framework", "year"))  # memory_preset: the stack's memory behaviour
     r = r.with_columns(pl.when(fsdp_unnamed).then(pl.lit("pytorch_fsdp")).otherwise(pl.col("memory_preset"))
                        .alias("memory_preset"))  # and its memory behaviour is PyTorch FSDP's

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import polars as pl
 
+from models.archfile import APPROXIMATED_ARCHITECTURES, APPROXIMATED_NOTE
 from pipeline.settings import Settings
 
 SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp")
@@ -257,6 +258,8 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
                           schema_overrides={"etp": pl.Int64, "moe_capacity_factor": pl.Float64})
     res = res.with_columns((pl.col("assumptions") + pl.lit("; defaults: " + ", ".join(defaults) if defaults else ""))
                            .alias("assumptions"))
+    if str(arch.get("id")).lower() in APPROXIMATED_ARCHITECTURES:  # as predict --runs says it (models.runs_adapter)
+        res = res.with_columns((pl.col("assumptions") + pl.lit("; " + APPROXIMATED_NOTE)).alias("assumptions"))
     res = _with_network_note(res, oversubscription, pod_size)
     return inputs.hstack(res.with_columns(pl.lit(float(hw["inter_node_bw_gbps"])).alias("inter_node_bw_gbps")))
 
