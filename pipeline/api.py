@@ -105,6 +105,14 @@ def network_note(oversubscription: Optional[float] = None, pod_size: Optional[in
     return f"network: {oversubscription:g}:1 oversubscribed above {where}"
 
 
+def _with_approximation_note(result: pl.DataFrame, arch: dict) -> pl.DataFrame:
+    """`assumptions` + the note of an architecture the model only approximates, as predict --runs says it
+    (models.runs_adapter)."""
+    if str(arch.get("id")).lower() not in APPROXIMATED_ARCHITECTURES or "assumptions" not in result.columns:
+        return result
+    return result.with_columns((pl.col("assumptions") + pl.lit("; " + APPROXIMATED_NOTE)).alias("assumptions"))
+
+
 def _with_network_note(result: pl.DataFrame, oversubscription, pod_size) -> pl.DataFrame:
     note = network_note(oversubscription, pod_size)
     if not note or "assumptions" not in result.columns:
@@ -258,8 +266,7 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
                           schema_overrides={"etp": pl.Int64, "moe_capacity_factor": pl.Float64})
     res = res.with_columns((pl.col("assumptions") + pl.lit("; defaults: " + ", ".join(defaults) if defaults else ""))
                            .alias("assumptions"))
-    if str(arch.get("id")).lower() in APPROXIMATED_ARCHITECTURES:  # as predict --runs says it (models.runs_adapter)
-        res = res.with_columns((pl.col("assumptions") + pl.lit("; " + APPROXIMATED_NOTE)).alias("assumptions"))
+    res = _with_approximation_note(res, arch)
     res = _with_network_note(res, oversubscription, pod_size)
     return inputs.hstack(res.with_columns(pl.lit(float(hw["inter_node_bw_gbps"])).alias("inter_node_bw_gbps")))
 
@@ -282,7 +289,7 @@ def search_layouts(cfg: Settings, *, arch: dict, hw_row: dict, gpus: int, global
     price = hw_row.get("cloud_usd_per_hour")
     result, n = run_search(arch, hw, gpus, global_batch, seq_len, fixed=fixed or {}, dtype=dtype, top_k=top,
                            rank_by=rank_by, usd_per_gpu_hour=price, return_count=True, params=m)
-    return result, n, m
+    return _with_approximation_note(result, arch), n, m
 
 
 def title_of(command: str, result: pl.DataFrame) -> str:

@@ -85,7 +85,7 @@ def test_runs_of_an_approximated_architecture_are_predicted_but_not_fitted(built
 
 
 def test_a_prediction_for_an_approximated_architecture_says_so_in_every_path(corpus):
-    """`stepcast predict` (one configuration) and `predict --runs` name the approximation in `assumptions`; a
+    """`stepcast predict` (one configuration), `search` and `predict --runs` name the approximation in `assumptions`; a
     represented architecture's prediction does not."""
     import stepcast
     from models.archfile import APPROXIMATED_NOTE
@@ -93,6 +93,9 @@ def test_a_prediction_for_an_approximated_architecture_says_so_in_every_path(cor
     kw = dict(gpu="gb200", gpus=128, global_batch=2048, seq_len=4096, tp=1, pp=4, ep=32, dtype="mxfp8")
     assert APPROXIMATED_NOTE in stepcast.predict(model="deepseek-v4-flash", **kw)["assumptions"][0]
     assert APPROXIMATED_NOTE not in stepcast.predict(model="deepseek-v3", **kw)["assumptions"][0]
+    found = stepcast.search(model="deepseek-v4-flash", gpu="gb200", gpus=128, global_batch=2048, seq_len=4096,
+                            dtype="mxfp8", top=2)
+    assert found.height and all(APPROXIMATED_NOTE in a for a in found["assumptions"])
     for run_id in RUNS:
         assert all(APPROXIMATED_NOTE in a for a in corpus.filter(corpus["run_id"] == run_id)["assumptions"])
     others = corpus.filter(~corpus["run_id"].is_in(list(RUNS)))["assumptions"].drop_nulls()
