@@ -427,6 +427,16 @@ RECIPE_RECOMPUTE_MODULES: dict[tuple[str, str, str, str, str], tuple[tuple[str, 
     ("nemotron-3-super", "pretrain", "b300", "nvfp4", "26.08"): (
         ("moe_act", "layernorm"), _MB + "src/megatron/bridge/perf_recipes/nemotronh/b300/nemotronh.py "
         "nemotron_3_super_pretrain_64gpu_b300_nvfp4_config (r0.6.0, 26.08)"),
+    # Nemotron 3 Ultra on GB200: the routed experts' activation recomputed (its input, fc1's output, is offloaded
+    # to the host: cfg.model.fine_grained_activation_offloading, offload_modules ["fused_group_mlp"], not counted)
+    ("nemotron-3-ultra", "pretrain", "gb200", "mxfp8", "26.08"): (
+        ("moe_act",), _MB + "src/megatron/bridge/perf_recipes/nemotronh/gb200/nemotronh.py "
+        "nemotron_3_ultra_pretrain_256gpu_gb200_fp8mx_config (r0.6.0, 26.08): recompute_granularity selective, "
+        "recompute_modules ['moe_act']"),
+    ("nemotron-3-ultra", "pretrain", "gb300", "mxfp8", "26.08"): (
+        ("moe_act",), _MB + "src/megatron/bridge/perf_recipes/nemotronh/gb300/nemotronh.py "
+        "_nemotron_3_ultra_gb300_fp8mx_config (r0.6.0, 26.08): recompute_granularity selective, "
+        "recompute_modules ['moe_act']"),
     ("nemotron-3-super", "pretrain", "b200", "mxfp8", "26.04"): (
         ("moe_act", "layernorm"), _MB + "scripts/performance/configs/nemotronh/nemotron_3_workload_base_configs.py "
         "NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B200_FP8_MX_V1 = BASE_NEMOTRON_3_SUPER_CONFIG_B200 (r0.4.0, 26.04)"),
@@ -564,7 +574,15 @@ def recipe_memory(frame: pl.DataFrame) -> pl.DataFrame:
     why = pl.concat_str([why, pl.when(inplace_ce.fill_null(False)).then(pl.format(
         "logits {} B/element (the container's TE fused cross-entropy writes its gradient in place)",
         pl.lit(int(TE_INPLACE_LOGITS_BYTES))))], separator="; ", ignore_nulls=True)
+    # the recipe's sharding where the row's came from the framework's default (``RECIPE_SHARDING``)
+    sh = _entry(mkey, RECIPE_SHARDING, 0, pl.Utf8)
+    use_sh = sh.is_not_null() & (pl.col("sharding_from_default").fill_null(False)
+                                 if {"sharding", "sharding_from_default"} <= set(frame.columns) else pl.lit(False))
+    why = pl.concat_str([why, pl.when(use_sh).then(pl.format("sharding={} (the run's recipe: {})", sh, _entry(
+        mkey, RECIPE_SHARDING, 1, pl.Utf8)))], separator="; ", ignore_nulls=True)
     return frame.with_columns(
+        *([pl.when(use_sh).then(sh).otherwise(pl.col("sharding")).alias("sharding")] if "sharding" in frame.columns
+          else []),
         pl.when(fill_rc).then(rc).otherwise(pl.col("recompute")).alias("recompute"),
         pl.when(off > 0).then(frac).otherwise(pl.lit(None, dtype=pl.Float64)).alias("act_offload_frac"),
         pl.when(inplace_ce.fill_null(False)).then(pl.lit(TE_INPLACE_LOGITS_BYTES)).otherwise(pl.lit(None, dtype=pl.Float64))
@@ -574,6 +592,24 @@ def recipe_memory(frame: pl.DataFrame) -> pl.DataFrame:
         .then(pl.concat_str([pl.col("assumptions"), why], separator="; ", ignore_nulls=True))
         .otherwise(pl.col("assumptions")).alias("assumptions"),
     )
+
+
+#: (architecture id, task, gpu, dtype, container) -> (sharding, source): a Megatron-Bridge performance recipe that
+#: shards with Megatron-FSDP, for a summary row that states no sharding (the framework's default is the distributed
+#: optimizer, zero1). Nemotron 3 Ultra's HSDP shards parameters, gradients and optimizer state inside an NVLink
+#: domain and the optimizer state again across domains; stepcast's `hsdp` shards inside the node only, so it
+#: counts more optimizer state than the run kept.
+RECIPE_SHARDING: dict[tuple[str, str, str, str, str], tuple[str, str]] = {
+    ("nemotron-3-ultra", "pretrain", "gb200", "mxfp8", "26.08"): (
+        "hsdp", _MB + "src/megatron/bridge/perf_recipes/nemotronh/gb200/nemotronh.py "
+        "nemotron_3_ultra_pretrain_256gpu_gb200_fp8mx_config and common.py _apply_nemotron_3_ultra_fsdp_hsdp "
+        "(r0.6.0, 26.08): use_megatron_fsdp, data_parallel_sharding_strategy optim_grads_params, "
+        "outer_dp_sharding_strategy optim"),
+    ("nemotron-3-ultra", "pretrain", "gb300", "mxfp8", "26.08"): (
+        "hsdp", _MB + "src/megatron/bridge/perf_recipes/nemotronh/gb300/nemotronh.py "
+        "_nemotron_3_ultra_gb300_fp8mx_config and common.py _apply_nemotron_3_ultra_fsdp_hsdp (r0.6.0, 26.08): "
+        "use_megatron_fsdp, data_parallel_sharding_strategy optim_grads_params, outer_dp_sharding_strategy optim"),
+}
 
 
 # ---- quantized weights (Megatron-Core fp8_param_gather) in Megatron-Bridge's performance recipes -----------------

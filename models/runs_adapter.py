@@ -24,7 +24,7 @@ never silently rests on a guess:
 | global_batch_seqs not divisible by dp | rounded up to the next multiple of dp*micro_batch | |
 | sharding empty | `fsdp` for FSDP stacks (llm-foundry, torchtitan, fms-fsdp), `zero1` for Megatron/NeMo and the stacks built on Megatron-LM (MegaScale; distributed optimizer is their default), else `none` | framework defaults |
 | sharding empty, no stack named or an unknown one, a measured run with dp > 1 that does not fit unsharded | the least sharding that fits with its recompute (selective where unstated): `zero1`, else `zero2`, else `zero3` (`resolve_sharding`); `none` when none fits | a run that was measured fitted, and every data-parallel stack offers optimizer-state sharding (DeepSpeed ZeRO, PyTorch ZeroRedundancyOptimizer/FSDP, Megatron's distributed optimizer); the least of it keeps the time model's DP traffic nearest unsharded |
-| recompute empty/unknown, activation offloading, of a Megatron-Bridge performance-summary run | what the run's recipe sets, where the memory model can represent it (`models.frameworks.RECIPE_MEMORY`: e.g. no recompute for Llama 3/3.1 and Qwen3, 40 of Llama 3 70B's 80 layers offloaded on GB200 with FP8) | the runs were measured with those recipes (Megatron-Bridge scripts/performance, per release) |
+| recompute empty/unknown, activation offloading, sharding empty, of a Megatron-Bridge performance-summary run | what the run's recipe sets (sharding: `models.frameworks.RECIPE_SHARDING`, Nemotron 3 Ultra's Megatron-FSDP read as `hsdp`), where the memory model can represent it (`models.frameworks.RECIPE_MEMORY`: e.g. no recompute for Llama 3/3.1 and Qwen3, 40 of Llama 3 70B's 80 layers offloaded on GB200 with FP8) | the runs were measured with those recipes (Megatron-Bridge scripts/performance, per release) |
 | optimizer state and gradient bytes, recompute empty, of a NeMo performance-summary run whose NeMo Framework Launcher recipe sets its own optimizer | the recipe's (`models.frameworks.RECIPE_OPTIMIZER`: NeMo 24.07 Nemotron-4 340B and Llama 2 SFT, apex DistributedFusedAdam with bf16 m and v, no master copy, a bf16 gradient buffer: 4 B + 2 B per parameter; their activations_checkpoint_granularity) | the runs were measured with those recipes (NeMo-Framework-Launcher launcher_scripts/conf, per release) |
 | recompute empty, Megatron stacks (Megatron-LM, Megatron-DeepSpeed, NeMo) before 2022 | full | before selective recomputation (Korthikanti et al. 2022) these stacks recomputed every layer: Narayanan et al. 2021 count it in every result (eq. 3), the Megatron-LM scripts of the time pass `--checkpoint-activations` |
 | recompute empty/unknown otherwise | the cheapest mode that fits in memory: none, else selective; for a measured run never full (selective when neither fits), for a row without a measurement full when nothing cheaper fits | a run that was measured did fit; full recompute costs a third more compute, and the memory model's error is larger than the margin that would force it: where it forced full, the corpus's runs ran 15% faster than predicted (in-sample), and every held-out protocol improves without the rule (docs/calibration.md) |
@@ -360,6 +360,7 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     note(pl.col("vocab").is_null(), "vocab=51200")
 
     out = r.with_columns(
+        pl.col("sharding").is_null().alias("sharding_from_default"),  # a recipe may say otherwise (fw.recipe_memory)
         pl.coalesce(pl.col("sharding"), fw.default_sharding(pl.col("memory_preset"))).alias("sharding"),
         pl.col("recompute").replace("unknown", None).alias("recompute"),
         pl.col("dtype").fill_null("bf16").alias("dtype"),
@@ -411,7 +412,8 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     out = _lora_fraction(out)
     out = resolve_mtp_layers(out)
     out = resolve_layers_16bit(out)
-    out = fw.recipe_memory(out)  # what a named recipe sets: recompute, activation offloading (models.frameworks)
+    out = fw.recipe_memory(out).drop("sharding_from_default", strict=False)  # what a named recipe sets:
+    # recompute, activation offloading, Megatron-FSDP (models.frameworks)
     era_full = (pl.col("recompute").is_null() & megatron
                 & (pl.col("year").fill_null(2100) < SELECTIVE_RECOMPUTE_YEAR))
     out = out.with_columns(

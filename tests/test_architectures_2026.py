@@ -1,4 +1,4 @@
-"""The 2026 rows of measurements/architectures.csv (DeepSeek-V4-Flash, Nemotron 3.5 Lightning): the
+"""The 2026 rows of measurements/architectures.csv (DeepSeek-V4-Flash, Nemotron 3.5 Lightning, Nemotron 3 Ultra): the
 Megatron-Bridge 26.08 corpus runs of these models get a prediction, and models/accounting.py's parameter count of each
 row reproduces its published size within the tolerances of tests/test_hybrid.py (3%) and tests/test_mla.py (2-3%), or,
 for DeepSeek-V4-Flash, differs from it by exactly the attention weights its row's notes say MLA cannot avoid."""
@@ -30,6 +30,8 @@ def test_corpus_runs_of_the_2026_models_are_predicted(corpus, run_id, arch_id):
 
 
 @pytest.mark.parametrize("arch_id, total_b, active_b, source", [
+    # Megatron-LM NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16.sh shape; published 550B total / 55B active
+    ("nemotron-3-ultra", 550.0, 55.0, "docs/models/nemotron/nemotron3-ultra.md: 550B total / A55B active"),
     # the Nemotron 3 Nano architecture (Lightning README): Nano's card counts 31.6B / 3.6B with embeddings
     ("nemotron-3.5-lightning", 31.6, 3.6, "Nemotron 3 Nano card (same architecture): 31.6B total, 3.6B active"),
 ])
@@ -100,3 +102,37 @@ def test_a_prediction_for_an_approximated_architecture_says_so_in_every_path(cor
         assert all(APPROXIMATED_NOTE in a for a in corpus.filter(corpus["run_id"] == run_id)["assumptions"])
     others = corpus.filter(~corpus["run_id"].is_in(list(RUNS)))["assumptions"].drop_nulls()
     assert not any(APPROXIMATED_NOTE in a for a in others)
+
+
+ULTRA = "mb2608-pre-training-nemotron-3-ultra-gb200-256gpu-mxfp8-gbs256"
+
+
+def test_nemotron_3_ultra_is_read_with_its_recipes_sharding_and_module_recompute_and_fits(corpus):
+    """Its 26.08 GB200 recipe shards with Megatron-FSDP (HSDP) and recomputes the routed experts' activation
+    (models.frameworks.RECIPE_SHARDING, RECIPE_RECOMPUTE_MODULES); read so, the measured run fits its 186 GB
+    (read with the framework's default zero1 it would take 258 GB), and it is in the fit (not approximated)."""
+    from models.archfile import APPROXIMATED_ARCHITECTURES
+
+    rows = corpus.filter(corpus["run_id"] == ULTRA)
+    assert rows.height >= 1
+    for r in rows.iter_rows(named=True):
+        assert r["sharding"] == "hsdp" and r["recompute"] == "selective", r
+        assert "recompute_modules=['moe_act']" in r["assumptions"] and "sharding=hsdp (the run's recipe" in \
+            r["assumptions"]
+        assert r["memory_fits"] is True and r["memory_gb_per_gpu"] < r["memory_capacity_gb"], r
+        assert math.isfinite(r["error_pct"]), r
+    assert "nemotron-3-ultra" not in APPROXIMATED_ARCHITECTURES
+
+
+def test_a_stated_sharding_is_kept_over_the_recipes(corpus):
+    """RECIPE_SHARDING fills only a sharding the row leaves unstated: the same run stating zero1 keeps it."""
+    from pipeline.predict_runs import predict_frame
+
+    row = corpus.filter(corpus["run_id"] == ULTRA).head(1)
+    import polars as pl
+
+    from tests.conftest import MEASUREMENTS
+
+    raw = pl.read_csv(MEASUREMENTS / "measured_runs.csv", infer_schema_length=0).filter(pl.col("run_id") == ULTRA)
+    stated = predict_frame(raw.with_columns(pl.lit("zero1").alias("sharding")).head(1), MEASUREMENTS)
+    assert row["sharding"][0] == "hsdp" and stated["sharding"][0] == "zero1"
