@@ -109,8 +109,9 @@ ULTRA = "mb2608-pre-training-nemotron-3-ultra-gb200-256gpu-mxfp8-gbs256"
 
 def test_nemotron_3_ultra_is_read_with_its_recipes_sharding_and_module_recompute_and_fits(corpus):
     """Its 26.08 GB200 recipe shards with Megatron-FSDP (HSDP) and recomputes the routed experts' activation
-    (models.frameworks.RECIPE_SHARDING, RECIPE_RECOMPUTE_MODULES); read so, the measured run fits its 186 GB
-    (read with the framework's default zero1 it would take 258 GB), and it is in the fit (not approximated)."""
+    (models.frameworks.RECIPE_SHARDING, RECIPE_RECOMPUTE_MODULES); read so, the measured run fits its 200 GB
+    (186 GiB; read with the framework's default zero1 it would take 258 GB), and it is in the fit (not
+    approximated)."""
     from models.archfile import APPROXIMATED_ARCHITECTURES
 
     rows = corpus.filter(corpus["run_id"] == ULTRA)
