@@ -575,14 +575,13 @@ def recipe_memory(frame: pl.DataFrame) -> pl.DataFrame:
         "logits {} B/element (the container's TE fused cross-entropy writes its gradient in place)",
         pl.lit(int(TE_INPLACE_LOGITS_BYTES))))], separator="; ", ignore_nulls=True)
     # the recipe's sharding where the row's came from the framework's default (``RECIPE_SHARDING``)
+    reshard = {"sharding", "sharding_from_default"} <= set(frame.columns)  # the runs adapter's frames
     sh = _entry(mkey, RECIPE_SHARDING, 0, pl.Utf8)
-    use_sh = sh.is_not_null() & (pl.col("sharding_from_default").fill_null(False)
-                                 if {"sharding", "sharding_from_default"} <= set(frame.columns) else pl.lit(False))
+    use_sh = sh.is_not_null() & pl.col("sharding_from_default").fill_null(False) if reshard else pl.lit(False)
     why = pl.concat_str([why, pl.when(use_sh).then(pl.format("sharding={} (the run's recipe: {})", sh, _entry(
         mkey, RECIPE_SHARDING, 1, pl.Utf8)))], separator="; ", ignore_nulls=True)
     return frame.with_columns(
-        *([pl.when(use_sh).then(sh).otherwise(pl.col("sharding")).alias("sharding")] if "sharding" in frame.columns
-          else []),
+        *([pl.when(use_sh).then(sh).otherwise(pl.col("sharding")).alias("sharding")] if reshard else []),
         pl.when(fill_rc).then(rc).otherwise(pl.col("recompute")).alias("recompute"),
         pl.when(off > 0).then(frac).otherwise(pl.lit(None, dtype=pl.Float64)).alias("act_offload_frac"),
         pl.when(inplace_ce.fill_null(False)).then(pl.lit(TE_INPLACE_LOGITS_BYTES)).otherwise(pl.lit(None, dtype=pl.Float64))

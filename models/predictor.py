@@ -30,7 +30,7 @@ from typing import Mapping, Union
 import numpy as np
 import polars as pl
 
-from models.domains import Domain
+from models.domains import GENERATION_GROUPS, Domain
 from models.params import DEFAULT, PhysParams, is_low_precision
 from models.step_time import OUTPUT_COLUMNS, encode_configs
 from models.step_time import predict_arrays as physics_arrays
@@ -338,7 +338,6 @@ def predict_arrays(a: Mapping[str, np.ndarray], model: Model = None) -> dict[str
     dt = a.get("dtype")
     dt = np.zeros(n, dtype=np.int64) if dt is None else np.nan_to_num(_b(dt, n)).astype(np.int64)
     inside = cal.domain.inside(np.where(gen < 0, 10_000, gen), dt, era) & (gen >= 0)
-    from models.domains import GENERATION_GROUPS
     from models.runs_adapter import PRESETS
 
     groups = []
@@ -452,8 +451,6 @@ def domain_text(model: Model, arrays: Mapping[str, np.ndarray], codes: np.ndarra
                     else "priors, wider interval")
     unseen_note = ("the priors' GEMM efficiencies and the fit's other parameters, without the residual, wider "
                    "interval" if fitted_outside else outside_note)  # a generation the fit never saw
-    from models.domains import GENERATION_GROUPS
-
     cache: dict = {}
     texts = []
     for i in range(n):

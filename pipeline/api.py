@@ -105,19 +105,21 @@ def network_note(oversubscription: Optional[float] = None, pod_size: Optional[in
     return f"network: {oversubscription:g}:1 oversubscribed above {where}"
 
 
-def _with_approximation_note(result: pl.DataFrame, arch: dict) -> pl.DataFrame:
-    """`assumptions` + the note of an architecture the model only approximates, as predict --runs says it
-    (models.runs_adapter)."""
-    if str(arch.get("id")).lower() not in APPROXIMATED_ARCHITECTURES or "assumptions" not in result.columns:
-        return result
-    return result.with_columns((pl.col("assumptions") + pl.lit("; " + APPROXIMATED_NOTE)).alias("assumptions"))
-
-
-def _with_network_note(result: pl.DataFrame, oversubscription, pod_size) -> pl.DataFrame:
-    note = network_note(oversubscription, pod_size)
+def _with_note(result: pl.DataFrame, note: str) -> pl.DataFrame:
+    """`result` with "; `note`" appended to its `assumptions` (as it is without a note or that column)."""
     if not note or "assumptions" not in result.columns:
         return result
     return result.with_columns((pl.col("assumptions") + pl.lit("; " + note)).alias("assumptions"))
+
+
+def _with_approximation_note(result: pl.DataFrame, arch: dict) -> pl.DataFrame:
+    """`assumptions` + the note of an architecture the model only approximates, as predict --runs says it
+    (models.runs_adapter)."""
+    return _with_note(result, APPROXIMATED_NOTE if str(arch.get("id")).lower() in APPROXIMATED_ARCHITECTURES else "")
+
+
+def _with_network_note(result: pl.DataFrame, oversubscription, pod_size) -> pl.DataFrame:
+    return _with_note(result, network_note(oversubscription, pod_size))
 
 
 def resolve_names(cfg: Settings, model: Optional[str] = None, gpu: Optional[str] = None, arch: Optional[dict] = None,
