@@ -45,6 +45,7 @@ never silently rests on a guess:
 | software era | `megatron_2022` (attention scores materialised, full-square softmax, no DP overlap: `models.params.MEGATRON_2022`) for DeepSpeed-based stacks (plain DeepSpeed up to 2023) and for Megatron stacks reported up to 2022; `default` (FlashAttention-era) otherwise | FlashAttention (Dao 2022) became the default attention in Megatron-Core/TE, PyTorch SDPA, llm-foundry and torchtitan after 2022; Hugging Face Transformers v4.36 (Dec 2023) made SDPA the default attention of the models DeepSpeed runs |
 | software stack | `pytorch_native` for stacks built on PyTorch-native kernels that are not Megatron-based (`NATIVE_KERNEL_STACKS`: torchtitan, FSDP, llm-foundry/Composer, fms-fsdp, Hugging Face Transformers/Accelerate, nanotron, Colossal-AI, Lightning/LitGPT, OLMo, OpenLM; plain DeepSpeed from 2024): the reference physics with its own fitted `kernel_eff` | TransformerEngine fuses norm, RoPE and softmax into the GEMMs and uses cuDNN/FlashAttention-3 attention on Hopper; PyTorch SDPA uses FlashAttention-2 |
 | software stack, no framework stated | `pytorch_native` (and PyTorch FSDP's memory preset) when the run's sharding is FSDP or HSDP | PyTorch's FullyShardedDataParallel; Megatron-Core names its own sharding the distributed optimizer |
+| software stack, an XLA-compiled stack (`XLA_STACKS`: MaxText, JAX, Pax/Praxis, T5X, Levanter, EasyLM, Flax) on a GPU | `pytorch_native`: the non-TransformerEngine kernel class and its fitted `kernel_eff`; on a TPU (vendor Google) the reference preset | XLA's fusions, cuBLAS GEMMs and cuDNN attention are not TransformerEngine's fused kernels; XLA is the TPU's own compiler. MaxText's A3 (H100) Llama 2 7B table (2024) runs at 38-50% MFU where the TE-class prediction said 66% |
 
 A run that cannot be predicted at all (no n_gpus, no architecture shape, an accelerator that is not known)
 keeps its row with the reason in `config_error`. Memory never refuses a measured run: its time is predicted
@@ -72,6 +73,14 @@ NATIVE_KERNEL_STACKS = FSDP_STACKS + ("nanotron", "accelerate", "transformers", 
 #: from this year on a DeepSpeed run that is not Megatron-DeepSpeed runs Hugging Face models with SDPA attention
 #: (FlashAttention-2 kernels): Transformers v4.36 (Dec 2023) made ``attn_implementation="sdpa"`` the default
 DEEPSPEED_SDPA_YEAR = 2024
+#: stacks compiled by XLA (JAX): on a GPU their kernels are XLA's fusions, cuBLAS/cuBLASLt GEMMs and cuDNN
+#: attention, not TransformerEngine's fused LayerNorm-GEMMs and fused RoPE/softmax kernels, so they are read in
+#: the non-TransformerEngine kernel class (preset ``pytorch_native``, whose fitted ``kernel_eff`` is the rate of
+#: kernels outside TransformerEngine relative to it). On a TPU XLA *is* the vendor's stack: those rows keep the
+#: reference preset
+XLA_STACKS = ("maxtext", "jax", "pax", "praxis", "t5x", "levanter", "easylm", "flax")
+#: vendor words of accelerators whose native compiler is XLA (models.hardware rows' ``vendor``)
+XLA_NATIVE_VENDORS = ("google",)
 
 
 def _has_any(col: str, words: tuple[str, ...]) -> pl.Expr:
@@ -302,6 +311,18 @@ def infer_dense_shape(frame: pl.DataFrame) -> pl.DataFrame:
     return out
 
 
+def _xla_native_ids(hardware: pl.DataFrame) -> list[str]:
+    """Hardware ids whose vendor's own compiler is XLA (TPUs): an XLA stack there is the reference stack."""
+    idcol = "id" if "id" in hardware.columns else "gpu"
+    if "vendor" not in hardware.columns or idcol not in hardware.columns:
+        return [i for i in hardware[idcol].to_list() if str(i).lower().startswith("tpu")] if idcol in \
+            hardware.columns else []
+    vendor = hardware["vendor"].cast(pl.Utf8).fill_null("").str.to_lowercase()
+    ids = hardware[idcol].cast(pl.Utf8).to_list()
+    return [i for i, v in zip(ids, vendor.to_list()) if any(w in v for w in XLA_NATIVE_VENDORS)
+            or str(i).lower().startswith("tpu")]
+
+
 def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFrame:
     """`runs` rows (the store's runs table) + resolved hardware -> model input columns.
 
@@ -339,6 +360,9 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     fsdp_unnamed = (pl.col("framework").fill_null("").str.strip_chars() == "") & \
         pl.col("sharding").is_in(["fsdp", "hsdp"]).fill_null(False) if "sharding" in r.columns else pl.lit(False)
     note(fsdp_unnamed, "software stack pytorch_native (no framework stated; FSDP/HSDP sharding is PyTorch's)")
+    xla_gpu = _has_any("framework", XLA_STACKS) & ~megatron & ~pl.col("gpu").is_in(_xla_native_ids(hardware))
+    note(xla_gpu, "software stack pytorch_native (an XLA-compiled stack on a GPU: kernels outside "
+                  "TransformerEngine)")
     if "arch_id" in r.columns:
         from models.archfile import APPROXIMATED_ARCHITECTURES, APPROXIMATED_NOTE
 
@@ -382,7 +406,7 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
         .when(_has_any("framework", ("deepspeed",)) | (megatron & (pl.col("year").fill_null(2100) <= 2022)))
         .then(pl.lit("megatron_2022"))
         .when(_has_any("framework", NATIVE_KERNEL_STACKS) & ~megatron).then(pl.lit("pytorch_native"))
-        .when(fsdp_unnamed).then(pl.lit("pytorch_native"))
+        .when(fsdp_unnamed | xla_gpu).then(pl.lit("pytorch_native"))
         .otherwise(pl.lit("default")).alias("software_preset"),
     )
     hw = hardware.rename({"id": "gpu"}) if "id" in hardware.columns else hardware

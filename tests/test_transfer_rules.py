@@ -247,7 +247,8 @@ def test_a_size_without_a_shape_stays_refused_for_an_moe_model():
     ("DeepSpeed ZeRO-3", 2023, "megatron_2022"),       # before SDPA became the default: attention materialised
     ("Megatron-DeepSpeed", 2024, "megatron_2022"),     # Megatron 2021/22 layer code, whatever the year
     ("NeMo 24.07 (Megatron-Core)", 2024, "default"),   # TransformerEngine kernels
-    ("MaxText", 2024, "default"),
+    ("MaxText", 2024, "pytorch_native"),             # XLA on a GPU: kernels outside TransformerEngine
+    ("JAX + T5X", 2023, "pytorch_native"),
 ])
 def test_a_framework_name_picks_its_kernel_stack(framework, year, preset):
     from pipeline.predict_runs import predict_frame
@@ -258,6 +259,24 @@ def test_a_framework_name_picks_its_kernel_stack(framework, year, preset):
     out = predict_frame(frame, Settings.load().measurements).row(0, named=True)
     assert out["software_preset"] == preset
     assert out["tokens_per_s_per_gpu"] > 0
+
+
+def test_an_xla_stack_keeps_the_reference_kernels_on_a_tpu_and_not_on_a_gpu():
+    """XLA is the TPU's own compiler (the reference stack there); on an H100 it is not TransformerEngine, so the
+    same MaxText row is predicted in the non-TE kernel class (its fitted kernel efficiency answers), and says so."""
+    from pipeline.predict_runs import predict_frame
+
+    def row(gpu, framework="MaxText"):
+        frame = pl.DataFrame({"run_id": ["r"], "model_name": ["llama2-7b"], "gpu": [gpu], "n_gpus": [64],
+                              "framework": [framework], "year": [2024], "seq_len": [4096],
+                              "global_batch_seqs": [256], "sharding": ["fsdp"],
+                              "metric": ["tokens_per_s_per_gpu"], "value": [5000.0]})
+        return predict_frame(frame, Settings.load().measurements).row(0, named=True)
+
+    tpu, gpu, te = row("tpu-v5p"), row("h100-sxm5-80gb"), row("h100-sxm5-80gb", "NeMo 24.07")
+    assert tpu["software_preset"] == "default" and "XLA-compiled" not in (tpu["assumptions"] or "")
+    assert gpu["software_preset"] == "pytorch_native" and "XLA-compiled stack on a GPU" in gpu["assumptions"]
+    assert te["software_preset"] == "default" and "XLA-compiled" not in (te["assumptions"] or "")
 
 
 def test_an_unstated_recompute_of_a_2021_megatron_run_is_full():
