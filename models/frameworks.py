@@ -742,13 +742,21 @@ def preset_codes(preset) -> np.ndarray:
     return lut[inv].reshape(a.shape)
 
 
+def keeps_stage_gathered(preset, pp) -> np.ndarray:
+    """Per row: the stack's FSDP keeps a pipeline stage's weights gathered (and its gradients unsharded) across the
+    micro-batches of a step, i.e. the preset says so (``unsharded_weights_with_pp``) and pp > 1. The memory model
+    holds the whole stage's weights and gradients (``fsdp_unsharded_stage``) and the time model gathers the weights
+    and reduce-scatters the gradients once per step, not per micro-batch (``models.parts.dp_comm``)."""
+    return _KEEP_GATHERED[preset_codes(preset)] & (np.asarray(pp, dtype=np.float64) > 1)
+
+
 def memory_arguments(preset, pp=None) -> dict[str, np.ndarray]:
     """Keyword arguments of ``models.memory.memory_per_gpu`` for an array of preset codes (fast: table lookups) or
     names. ``pp`` turns on ``fsdp_unsharded_stage`` for presets whose FSDP keeps stage weights gathered."""
     idx = preset_codes(preset)
     out = {f: t[idx] for f, t in _TABLES.items()}
     if pp is not None:
-        out["fsdp_unsharded_stage"] = _KEEP_GATHERED[idx] & (np.asarray(pp, dtype=np.float64) > 1)
+        out["fsdp_unsharded_stage"] = keeps_stage_gathered(idx, pp)
     return out
 
 

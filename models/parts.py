@@ -635,12 +635,15 @@ def overlap(cm: Compute, cp_mb: np.ndarray, hidden_cp: np.ndarray, tp_total: np.
 
 
 def dp_comm(x: Inputs, r: Rates, mem: Mapping[str, np.ndarray], cm: Compute, ov: Overlap,
-            P: PhysParams) -> tuple[np.ndarray, np.ndarray]:
+            P: PhysParams, stage_gathered: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Data parallel: (exposed s per step, exposed gathers s per micro-batch). Gradient sync (all-reduce; ZeRO:
     reduce-scatter + all-gather of the updated weights; HSDP: inside the node, then across), ZeRO-3 / FSDP / HSDP
     parameter gathers in forward and backward; dense weights over dp*cp, routed experts over
     tp*cp*dp/(etp*ep) ranks etp*ep apart (models.moe.expert_dp_size; dp*cp/ep at etp = tp). Weights a recipe keeps
-    as quantized parameters (``mem`` quantized_*_params_local) gather models.precision.PARAM_GATHER_BYTES each."""
+    as quantized parameters (``mem`` quantized_*_params_local) gather models.precision.PARAM_GATHER_BYTES each.
+    ``stage_gathered`` rows (FSDP under PyTorch's pipelining, models.frameworks.keeps_stage_gathered) gather their
+    stage's weights once per step, in the first micro-batch's forward (prefetched behind its compute as far as
+    ``fsdp_gather_overlap`` goes), and reduce-scatter the accumulated gradients once, after the last backward."""
     shard, t, e, n = x.shard, x.t, x.e, x.n
     bw_up, bw_out, a_up, a_out, tiers = x.bw_up, x.bw_out, x.a_up, x.a_out, x.tiers
     dense_local = mem["dense_params_local"]
@@ -695,6 +698,10 @@ def dp_comm(x: Inputs, r: Rates, mem: Mapping[str, np.ndarray], cm: Compute, ov:
     # one overlap budget per micro-batch: compute already hiding CP/TP/EP/PP traffic cannot hide
     # the gathers, and the final gradient reduction only hides behind backward compute of
     # the last micro-batch that hides neither (keeps step time monotone in compute speed)
+    once = None
+    if stage_gathered is not None:  # the stage's weights stay gathered over the step: one gather, not one per pass
+        once = stage_gathered & full_shard
+        gathers = np.where(once, 0.0, gathers)
     hidden_comm = ov.hidden_comm
     hidden_gathers = np.minimum(gathers, np.maximum(P.fsdp_gather_overlap * cm.compute_mb - hidden_comm, 0.0))
     gather_exposed_mb = gathers - hidden_gathers
@@ -707,6 +714,9 @@ def dp_comm(x: Inputs, r: Rates, mem: Mapping[str, np.ndarray], cm: Compute, ov:
     dp_exposed = np.maximum(grad_sync - dp_hide, 0.0)
     ag_hide = P.dp_overlap * idle_half
     dp_exposed = dp_exposed + np.where((shard == 1) | (shard == 2), np.maximum(ag_w - ag_hide, 0.0), 0.0)
+    if once is not None:  # the one gather of the step, behind the first micro-batch's forward compute
+        fwd_mb = np.maximum(cm.compute_mb - cm.bwd_mb, 0.0)
+        dp_exposed = dp_exposed + np.where(once, np.maximum(ag_w - P.fsdp_gather_overlap * fwd_mb, 0.0), 0.0)
     dp_exposed = np.where(nd > 1, dp_exposed, 0.0)
     gather_exposed_mb = np.where(nd > 1, gather_exposed_mb, 0.0)
     return dp_exposed, gather_exposed_mb

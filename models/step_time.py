@@ -195,6 +195,17 @@ def _memory_options(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> dict
     return out
 
 
+def _stage_gathered(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> np.ndarray | None:
+    """Rows whose stack keeps a pipeline stage's FSDP weights gathered across the step's micro-batches
+    (models.frameworks.keeps_stage_gathered; the memory model's ``fsdp_unsharded_stage``); None without presets."""
+    if a.get("memory_preset") is None:
+        return None
+    from models.frameworks import keeps_stage_gathered
+
+    keep = keeps_stage_gathered(_code(a, "memory_preset", n), pp)
+    return keep if keep.any() else None
+
+
 def _flag(err: np.ndarray, bad: np.ndarray, bit: int) -> None:
     """Set ``bit`` in ``err`` where ``bad`` (in place; a cheap test first, since most rows are fine)."""
     if bad.any():
@@ -483,7 +494,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
         **_memory_options(a, n, x.p),
         **(dict(etp=x.et, moe_rho=x.rho) if r.any_moe else {}),
     ))
-    dp_exposed, gather_exposed_mb = parts.dp_comm(x, r, mem, cm, ov, P)
+    dp_exposed, gather_exposed_mb = parts.dp_comm(x, r, mem, cm, ov, P, _stage_gathered(a, n, x.p))
     optimizer_s = parts.optimizer(x, mem, P)
     st = parts.step_time(x, cm, ov, gather_exposed_mb, dp_exposed, optimizer_s)
     model_fpt, hw_fpt = parts.flops_per_token(x, r)

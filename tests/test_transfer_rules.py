@@ -333,3 +333,28 @@ def test_a_summary_row_of_another_file_takes_its_releases_recipe(framework, over
     out = resolve_a2a_overlap(row).row(0, named=True)
     assert out["moe_a2a_overlap"] == overlap
     assert ("QWEN3_235B_A22B" in out["assumptions"]) == (overlap == 1.0)
+
+
+# ---------------------------------------------------------------- FSDP under pipeline stages
+
+def test_a_stage_that_stays_gathered_is_gathered_once_per_step_not_per_micro_batch():
+    """torchtitan's FSDP with pp > 1 keeps a stage's weights gathered over the step (the memory model holds them:
+    models.frameworks ``unsharded_weights_with_pp``), so the time model gathers them once per step and the exposed
+    data-parallel time does not grow with the micro-batches; a stack that reshards (the reference preset) gathers in
+    every micro-batch's forward and backward, so on a slow network four times the micro-batches cost more of it."""
+    from models.step_time import predict as physics
+
+    meas = Settings.load().measurements
+    base = dict(arch=catalog.find_architecture(meas, "llama3-70b"), hw=catalog.find_hardware(meas, "h100-sxm5-80gb"),
+                tp=8, pp=4, dp=4, micro_batch=1, seq_len=4096, sharding="fsdp", recompute="full", dtype="bf16")
+
+    def dp_time(preset, batch):
+        f = _frame(base | {"global_batch": batch}).with_columns(pl.lit(2.0).alias("inter_node_bw_gbps"),
+                                                                pl.lit(preset).alias("memory_preset"))
+        return physics(f)["dp_comm_exposed_s"][0]
+
+    kept_small, kept_large = dp_time("torchtitan", 32), dp_time("torchtitan", 128)
+    reshard_small, reshard_large = dp_time("default", 32), dp_time("default", 128)
+    assert kept_large == pytest.approx(kept_small, rel=1e-9)
+    assert reshard_large > 2.0 * reshard_small > 0.0
+    assert kept_large < reshard_large
