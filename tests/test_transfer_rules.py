@@ -358,22 +358,3 @@ def test_a_stage_that_stays_gathered_is_gathered_once_per_step_not_per_micro_bat
     assert kept_large == pytest.approx(kept_small, rel=1e-9)
     assert reshard_large > 2.0 * reshard_small > 0.0
     assert kept_large < reshard_large
-
-
-def test_a_tpu_hides_its_tensor_parallel_traffic_behind_compute_and_a_gpu_does_not():
-    """XLA on a TPU overlaps the TP collectives with the matmuls (models.hardware.compiler_overlaps_tp): the same
-    TPU configuration read as if its link were NVLink exposes the prior's TP traffic, on ICI none of it while compute
-    lasts; the step is never slower for it."""
-    from models.hardware import LINK_CODES
-    from models.step_time import predict as physics
-
-    meas = Settings.load().measurements
-    c = dict(arch=catalog.find_architecture(meas, "llama3-70b"), hw=catalog.find_hardware(meas, "tpu-v5p"),
-             tp=8, pp=1, dp=32, micro_batch=1, global_batch=256, seq_len=4096, sharding="fsdp", recompute="full",
-             dtype="bf16")
-    ici = physics(_frame(c)).row(0, named=True)
-    nvl = physics(_frame(c).with_columns(pl.lit(float(LINK_CODES["nvlink"])).alias("scaleup_link_code"))).row(
-        0, named=True)
-    assert nvl["tp_comm_s"] > 0.05 * nvl["step_time_s"]
-    assert ici["tp_comm_s"] == pytest.approx(0.0, abs=1e-12)
-    assert ici["step_time_s"] < nvl["step_time_s"]
