@@ -47,7 +47,7 @@ from models.predictor import (FEATURE_NAMES, GEN_KEY, GENERATION_FIELDS, NATIVE_
 from models.predictor import predict_arrays as serve_arrays
 from models.step_time import OUTPUT_COLUMNS, encode_configs, predict_arrays
 
-FIT_CODE_VERSION = "stepcast-calibration/10"  # 7: the EP all-to-all across nodes on each rank's own NIC; 8: native kernel efficiency per generation, never applied to an earlier one; 9: DP traffic hides in the pipeline's idle warm-up and cool-down; 10: the shared GEMM efficiencies from two sources at least, an unseen generation's from the priors
+FIT_CODE_VERSION = "stepcast-calibration/11"  # 7: the EP all-to-all across nodes on each rank's own NIC; 8: native kernel efficiency per generation, never applied to an earlier one; 9: DP traffic hides in the pipeline's idle warm-up and cool-down; 10: the shared GEMM efficiencies from two sources at least, an unseen generation's from the priors; 11: a hardware model the fit never measured takes the wider interval
 FIT_FIELDS = ("matmul_eff_16bit", "matmul_eff_8bit", "attn_eff", "gemm_ramp_flops_per_sm", "host_overhead_s_per_op",
               "scaleup_eff", "scaleout_eff", "alpha_scaleup_s", "tp_overlap", "dp_overlap", "fsdp_gather_overlap")
 PRESET_FIELDS = {"megatron_2022": ("host_overhead_s_per_op",), "pytorch_native": ("kernel_eff",)}
@@ -436,7 +436,8 @@ def fit_ridge(X: np.ndarray, y: np.ndarray, w: np.ndarray, alpha: float | None =
 
 def domain_of(data: "FitData") -> domains.Domain:
     return domains.Domain.of(data.labels("logo"), data.labels("lopo"), data.group("software_preset"),
-                             data.configs["n_gpus"].cast(pl.Float64).to_numpy(), data.labels("lofo"))
+                             data.configs["n_gpus"].cast(pl.Float64).to_numpy(), data.labels("lofo"),
+                             data.group("gpu") if "gpu" in data.configs.columns else ())
 
 
 def build_calibration(train: "FitData", version: str = "fold", max_nfev: int | None = None) -> dict[str, Calibration]:

@@ -15,6 +15,7 @@ A hardware table row may carry its own `generation` (a hardware file for a new p
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,6 +58,19 @@ def generation_group(hw_id: str | None, generation: str | None = None) -> str:
     return GENERATION_GROUP.get(gen, "unknown") if gen else "unknown"
 
 
+def hardware_key(hw_id) -> str:
+    """The normalized hardware id a domain records (lower case, stripped)."""
+    return str(hw_id or "").strip().lower()
+
+
+def hardware_code(hw_id) -> float:
+    """A stable numeric code of a hardware id for the model arrays (CRC-32 of ``hardware_key``, exact in float64;
+    NaN for no id): the same id gets the same code in every session, so a stored fit's domain can be compared with
+    the rows of any later command."""
+    key = hardware_key(hw_id)
+    return float(zlib.crc32(key.encode())) if key else float("nan")
+
+
 def generation_group_code(hw_id: str | None, generation: str | None = None) -> int:
     return GENERATION_GROUPS.index(generation_group(hw_id, generation))
 
@@ -88,19 +102,39 @@ def precision_family(dtypes) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Domain:
-    """What a fit saw: generation groups, precision families, software eras, the largest cluster."""
+    """What a fit saw: generation groups, precision families, software eras, the largest cluster, and the hardware
+    models (ids) its runs measured. A configuration on a hardware model the fit never measured, of a generation it
+    did, keeps the fitted parameters but takes the wider interval (models.predictor DOMAIN_NEW_HARDWARE): a part's
+    own clocks, power limit and special-function units are not all in its spec row. Fits stored before this field
+    existed record no hardware and treat every model as seen."""
 
     generations: tuple = ()
     precisions: tuple = ()
     eras: tuple = ()
     max_n_gpus: float = 0.0
     families: tuple = field(default=())
+    hardware: tuple = field(default=())
 
     @classmethod
-    def of(cls, generations, precisions, eras, n_gpus, families=()) -> "Domain":
+    def of(cls, generations, precisions, eras, n_gpus, families=(), hardware=()) -> "Domain":
         return cls(tuple(sorted(set(map(str, generations)))), tuple(sorted(set(map(str, precisions)))),
                    tuple(sorted(set(map(str, eras)))), float(np.nanmax(n_gpus)) if len(n_gpus) else 0.0,
-                   tuple(sorted(set(map(str, families)))))
+                   tuple(sorted(set(map(str, families)))),
+                   tuple(sorted({hardware_key(h) for h in hardware if hardware_key(h) not in ("", "?")})))
+
+    def hardware_seen(self, codes) -> np.ndarray:
+        """Row-wise: the hardware model (``hardware_code``) was measured in the fit; True where the row has no code
+        or the fit recorded no hardware (a fit stored before the field existed)."""
+        codes = np.asarray(codes, dtype=np.float64)
+        seen_ids = getattr(self, "hardware", ())
+        if not seen_ids:
+            return np.ones(codes.shape, dtype=bool)
+        seen = np.array([hardware_code(h) for h in seen_ids])
+        return np.isnan(codes) | np.isin(codes, seen)
+
+    def hardware_of_group(self, group: str) -> list[str]:
+        """The hardware models of one generation group the fit measured."""
+        return [h for h in getattr(self, "hardware", ()) if generation_group(h) == group]
 
     def codes(self):
         """Boolean lookup tables over GENERATION_GROUPS / PRECISION_FAMILIES / SOFTWARE_ERAS."""
@@ -133,4 +167,5 @@ class Domain:
 
     def to_dict(self) -> dict:
         return {"generations": list(self.generations), "precisions": list(self.precisions), "eras": list(self.eras),
-                "max_n_gpus": self.max_n_gpus, "families": list(self.families)}
+                "max_n_gpus": self.max_n_gpus, "families": list(self.families),
+                "hardware": list(getattr(self, "hardware", ()))}

@@ -40,7 +40,7 @@ from typing import Mapping
 import numpy as np
 import polars as pl
 
-from models.domains import generation_group_code
+from models.domains import generation_group_code, hardware_code
 from models.params import DTYPE_CODES
 
 PEAK_COLUMNS = (
@@ -226,6 +226,8 @@ def resolve_hardware(
         r["sm_count_fallback"] = sm_fallback
         # calibration domain: the generation group of the part (models.domains), as a code for the arrays
         r["generation_code"] = float(generation_group_code(r.get("id"), r.get("generation")))
+        # and the hardware model itself (models.domains.hardware_code): a model the fit never measured is extrapolated
+        r["hardware_code"] = hardware_code(r.get("id"))
         out_rows.append(r)
 
     schema = dict(df.schema)
@@ -239,6 +241,7 @@ def resolve_hardware(
             "fp32_only": pl.Boolean,
             "hardware_error": pl.Utf8,
             "generation_code": pl.Float64,
+            "hardware_code": pl.Float64,
             "sm_count_fallback": pl.Boolean,
         }
     )

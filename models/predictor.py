@@ -43,8 +43,10 @@ BREAKDOWN = ("compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_expo
              "optimizer_s")
 EXTRA_COLUMNS = ("analytical_step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu_lo",
                  "tokens_per_s_per_gpu_hi", "domain_code")
-# domain_code values
-DOMAIN_ANALYTICAL, DOMAIN_INSIDE, DOMAIN_OUTSIDE, DOMAIN_SCALE = 0, 1, 2, 3
+# domain_code values: a configuration inside the fit's domain, outside it (generation, precision or era unseen), on
+# more accelerators than any run of the fit, or on a hardware model the fit never measured (of a generation it did):
+# the last two keep the fitted parameters and take the wider interval
+DOMAIN_ANALYTICAL, DOMAIN_INSIDE, DOMAIN_OUTSIDE, DOMAIN_SCALE, DOMAIN_NEW_HARDWARE = 0, 1, 2, 3, 4
 
 FEATURE_NAMES = (
     # where the physics time goes (fractions of the predicted step)
@@ -388,6 +390,9 @@ def predict_arrays(a: Mapping[str, np.ndarray], model: Model = None) -> dict[str
         shift = np.where(inside & np.isfinite(s), s, 0.0)
     beyond = _b(np.asarray(a["n_gpus"], dtype=float), n) > cal.domain.max_n_gpus
     code = np.where(~inside, DOMAIN_OUTSIDE, np.where(beyond, DOMAIN_SCALE, DOMAIN_INSIDE))
+    if a.get("hardware_code") is not None:  # a hardware model the fit never measured: the wider interval
+        new_hw = ~cal.domain.hardware_seen(_b(np.asarray(a["hardware_code"], dtype=float), n))
+        code = np.where(inside & new_hw, DOMAIN_NEW_HARDWARE, code)
     width = np.where(code == DOMAIN_INSIDE, cal.q_inside, cal.q_extrapolated) * width_scale(cal, a, n)
     return _finish(out, n, cal, shift, width, code)
 
@@ -454,9 +459,17 @@ def domain_text(model: Model, arrays: Mapping[str, np.ndarray], codes: np.ndarra
     cache: dict = {}
     texts = []
     for i in range(n):
-        key = (int(gen[i]), int(dt[i]), int(era[i]), int(codes[i]), float(N[i]) if codes[i] == DOMAIN_SCALE else 0)
+        key = (int(gen[i]), int(dt[i]), int(era[i]), int(codes[i]),
+               float(N[i]) if codes[i] in (DOMAIN_SCALE, DOMAIN_NEW_HARDWARE) else 0)
         if key not in cache:
-            if codes[i] == DOMAIN_SCALE:
+            if codes[i] == DOMAIN_NEW_HARDWARE:
+                group = GENERATION_GROUPS[int(np.clip(gen[i], 0, len(GENERATION_GROUPS) - 1))]
+                seen = ", ".join(dom.hardware_of_group(group)) or "none"
+                more = (f"; {N[i]:,.0f} accelerators > the largest cluster in the fit ({dom.max_n_gpus:,.0f})"
+                        if N[i] > dom.max_n_gpus else "")
+                cache[key] = (f"extrapolated: hardware model not in the fit (its generation {group} is: {seen})"
+                              f"{more}; fitted parameters, wider interval")
+            elif codes[i] == DOMAIN_SCALE:
                 cache[key] = (f"extrapolated: {N[i]:,.0f} accelerators > the largest cluster in the fit "
                               f"({dom.max_n_gpus:,.0f}); fitted parameters, wider interval")
             elif gen[i] < 0:

@@ -64,6 +64,7 @@ HARDWARE_COLUMNS = (
     "inter_node_bw_gbps",
     "scaleup_size",
     "generation_code",
+    "hardware_code",
     "sm_count",
     "scaleup_link_code",
 )

@@ -358,3 +358,37 @@ def test_a_stage_that_stays_gathered_is_gathered_once_per_step_not_per_micro_bat
     assert kept_large == pytest.approx(kept_small, rel=1e-9)
     assert reshard_large > 2.0 * reshard_small > 0.0
     assert kept_large < reshard_large
+
+
+# ---------------------------------------------------------------- hardware models the fit never measured
+
+def test_a_hardware_model_the_fit_never_measured_is_extrapolated_with_the_wider_interval(served):
+    """The served fit records the hardware models of its runs; GB300 (Blackwell, like the corpus's B200 and GB200,
+    but never measured there) keeps the fitted parameters and the Blackwell GEMM efficiencies, and takes
+    q_extrapolated; the same configuration on GB200 is inside and takes q_inside."""
+    from models.domains import Domain, hardware_code
+    from models.predictor import DOMAIN_INSIDE, DOMAIN_NEW_HARDWARE, encode, predict_arrays
+
+    assert "gb200" in served.domain.hardware and "gb300" not in served.domain.hardware
+    assert served.q_extrapolated > served.q_inside
+    meas = Settings.load().measurements
+
+    def one(gpu):
+        c = dict(arch=catalog.find_architecture(meas, "llama3-70b"), hw=catalog.find_hardware(meas, gpu), tp=4,
+                 pp=2, dp=8, micro_batch=1, global_batch=512, seq_len=8192, sharding="zero1", recompute="selective",
+                 dtype="fp8")
+        frame = _frame(c)
+        res = predict_arrays(encode(frame), served)
+        return res, predict(frame, served).row(0, named=True)
+
+    (r300, p300), (r200, p200) = one("gb300"), one("gb200")
+    assert r300["domain_code"][0] == DOMAIN_NEW_HARDWARE and r200["domain_code"][0] == DOMAIN_INSIDE
+    assert p300["calibration_domain"].startswith("extrapolated: hardware model not in the fit (its generation "
+                                                 "Blackwell is: ")
+    assert p200["calibration_domain"] == "inside"
+    half = lambda p: np.log(p["step_time_hi_s"] / p["step_time_s"])  # noqa: E731
+    assert half(p300) / half(p200) == pytest.approx(served.q_extrapolated / served.q_inside, rel=1e-9)
+    # a fit stored before the domain recorded hardware treats every model as seen
+    assert Domain().hardware_seen([hardware_code("gb300"), float("nan")]).all()
+    assert not Domain.of(["Blackwell"], ["16-bit"], ["default"], [8], hardware=["GB200 "]).hardware_seen(
+        [hardware_code("gb300")])[0]
