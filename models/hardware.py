@@ -357,6 +357,21 @@ def peak_tflops_for(dtype, hw: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np
     return choose_peak(codes, peaks, flags)
 
 
+#: the code of Google's inter-chip interconnect: the parts on it are TPUs (``compiler_overlaps_tp``)
+ICI_LINK_CODE = LINK_CODES["ici"]
+
+
+def compiler_overlaps_tp(link_code) -> np.ndarray:
+    """Rows whose compiler overlaps the tensor-parallel collectives with the matmuls: TPUs (scale-up link ICI), whose
+    programs only XLA compiles. XLA's TPU backend issues collectives asynchronously and decomposes a sharded matmul's
+    all-gather / reduce-scatter into ring steps interleaved with the partial matmuls (collective matmul: Wang et al.,
+    ASPLOS 2023, "Overlap Communication with Dependent Computation via Decomposition in Large Deep Learning
+    Models"), switched on by the LIBTPU flags MaxText's TPU recipes set (--xla_tpu_enable_async_collective_fusion,
+    --xla_tpu_overlap_compute_collective_tc: AI-Hypercomputer/maxtext MaxText/configs/v5e/128b.sh, v5p/512b.sh,
+    Dec 2023). Such rows hide their TP traffic behind compute while it lasts (models.parts.overlap)."""
+    return np.asarray(link_code, dtype=np.float64) == ICI_LINK_CODE
+
+
 def is_pcie(link_code) -> np.ndarray:
     """Rows whose scale-up link is PCIe (``scaleup_link_code`` == PCIE_LINK_CODE; NaN: not PCIe)."""
     return np.asarray(link_code, dtype=np.float64) == PCIE_LINK_CODE

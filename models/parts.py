@@ -78,6 +78,7 @@ class Inputs:
     # hardware (efficiencies applied)
     mem_cap: np.ndarray  # memory_gb
     ke: np.ndarray | float  # kernel efficiency of the software stack
+    tp_ov: np.ndarray | float  # share of TP traffic that may hide behind compute (``overlap``; 1 on TPUs)
     gemm_eff: np.ndarray  # GEMM efficiency of the row's dtype
     head_16bit: np.ndarray  # the LM head runs in 16 bits (low-precision recipes; ``lm_head``)
     layers_16bit: np.ndarray  # layers a low-precision recipe keeps in 16 bits (``layers_kept_in_16bit``; 0: none)
@@ -621,13 +622,15 @@ def ep_a2a_hidden(cm: Compute, ep_total: np.ndarray, merged: np.ndarray | float)
 
 
 def overlap(cm: Compute, cp_mb: np.ndarray, hidden_cp: np.ndarray, tp_total: np.ndarray, ep_total: np.ndarray,
-            pp_total: np.ndarray, P: PhysParams, a2a: np.ndarray | float = 0.0) -> Overlap:
+            pp_total: np.ndarray, P: PhysParams, a2a: np.ndarray | float = 0.0,
+            tp_overlap: np.ndarray | float | None = None) -> Overlap:
     """One overlap budget per micro-batch: TP, EP and PP traffic hide behind the compute not already hiding CP
     traffic, in that order, never more than it (an overlap of 1 hides all of it only while compute lasts). EP
     hides ``ep_overlap`` of its traffic, or what the EP A2A overlap of the row's recipe hides (``ep_a2a_hidden``;
-    ``a2a`` its merged share), whichever is more."""
+    ``a2a`` its merged share), whichever is more. TP hides ``tp_overlap`` of its traffic (per row; ``P.tp_overlap``
+    when None): all of it where the compiler overlaps it (TPUs, models.hardware.compiler_overlaps_tp)."""
     budget = np.maximum(cm.compute_mb - hidden_cp, 0.0)
-    hidden_tp = np.minimum(P.tp_overlap * tp_total, budget)
+    hidden_tp = np.minimum((P.tp_overlap if tp_overlap is None else tp_overlap) * tp_total, budget)
     hidden_ep = np.minimum(np.maximum(P.ep_overlap * ep_total, ep_a2a_hidden(cm, ep_total, a2a)), budget - hidden_tp)
     hidden_pp = np.minimum(P.pp_overlap * pp_total, budget - hidden_tp - hidden_ep)
     return Overlap(tp_mb=tp_total - hidden_tp, cp_mb=cp_mb, ep_mb=ep_total - hidden_ep, pp_mb=pp_total - hidden_pp,

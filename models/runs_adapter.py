@@ -45,6 +45,7 @@ never silently rests on a guess:
 | software era | `megatron_2022` (attention scores materialised, full-square softmax, no DP overlap: `models.params.MEGATRON_2022`) for DeepSpeed-based stacks (plain DeepSpeed up to 2023) and for Megatron stacks reported up to 2022; `default` (FlashAttention-era) otherwise | FlashAttention (Dao 2022) became the default attention in Megatron-Core/TE, PyTorch SDPA, llm-foundry and torchtitan after 2022; Hugging Face Transformers v4.36 (Dec 2023) made SDPA the default attention of the models DeepSpeed runs |
 | software stack | `pytorch_native` for stacks built on PyTorch-native kernels that are not Megatron-based (`NATIVE_KERNEL_STACKS`: torchtitan, FSDP, llm-foundry/Composer, fms-fsdp, Hugging Face Transformers/Accelerate, nanotron, Colossal-AI, Lightning/LitGPT, OLMo, OpenLM; plain DeepSpeed from 2024): the reference physics with its own fitted `kernel_eff` | TransformerEngine fuses norm, RoPE and softmax into the GEMMs and uses cuDNN/FlashAttention-3 attention on Hopper; PyTorch SDPA uses FlashAttention-2 |
 | software stack, no framework stated | `pytorch_native` (and PyTorch FSDP's memory preset) when the run's sharding is FSDP or HSDP | PyTorch's FullyShardedDataParallel; Megatron-Core names its own sharding the distributed optimizer |
+| TP overlap on a TPU (scale-up link ICI) | the TP traffic hides behind the matmuls while compute lasts; a run before 2023 (`XLA_ASYNC_COLLECTIVES_YEAR`) keeps it exposed (`xla_async_collectives` 0) | XLA, the TPU's only compiler, overlaps collectives with compute (async collective fusion, collective matmul: Wang et al. ASPLOS 2023; MaxText's TPU recipes set `--xla_tpu_enable_async_collective_fusion`, `--xla_tpu_overlap_compute_collective_tc` from 2023); PaLM (2022) measures as exposed |
 | software stack, an XLA-compiled stack (`XLA_STACKS`: MaxText, JAX, Pax/Praxis, T5X, Levanter, EasyLM, Flax) on a GPU | `pytorch_native`: the non-TransformerEngine kernel class and its fitted `kernel_eff`; on a TPU (vendor Google) the reference preset | XLA's fusions, cuBLAS GEMMs and cuDNN attention are not TransformerEngine's fused kernels; XLA is the TPU's own compiler. MaxText's A3 (H100) Llama 2 7B table (2024) runs at 38-50% MFU where the TE-class prediction said 66% |
 
 A run that cannot be predicted at all (no n_gpus, no architecture shape, an accelerator that is not known)
@@ -81,6 +82,11 @@ DEEPSPEED_SDPA_YEAR = 2024
 XLA_STACKS = ("maxtext", "jax", "pax", "praxis", "t5x", "levanter", "easylm", "flax")
 #: vendor words of accelerators whose native compiler is XLA (models.hardware rows' ``vendor``)
 XLA_NATIVE_VENDORS = ("google",)
+#: from this year on a TPU run's XLA overlaps the tensor-parallel collectives with the matmuls (async collective
+#: fusion and collective matmul: Wang et al., ASPLOS 2023; the LIBTPU flags every MaxText TPU recipe sets from its
+#: 2023 releases on, models.hardware.compiler_overlaps_tp). An earlier TPU run (PaLM, 2022) is read with the TP
+#: traffic exposed, as a GPU stack's
+XLA_ASYNC_COLLECTIVES_YEAR = 2023
 
 
 def _has_any(col: str, words: tuple[str, ...]) -> pl.Expr:
@@ -418,6 +424,17 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     if override:
         out = out.with_columns([pl.coalesce(c, f"_hw_{c}").alias(c) for c in override]).drop(
             [f"_hw_{c}" for c in override])
+    if "scaleup_link" in out.columns:  # TPUs: whether the run's XLA overlaps its TP collectives (its era)
+        tpu = (pl.col("scaleup_link") == "ici").fill_null(False)
+        early = tpu & (pl.col("year").fill_null(XLA_ASYNC_COLLECTIVES_YEAR) < XLA_ASYNC_COLLECTIVES_YEAR)
+        out = out.with_columns(pl.when(early).then(pl.lit(0.0)).otherwise(pl.lit(None, dtype=pl.Float64))
+                               .alias("xla_async_collectives"),
+                               pl.concat_str([pl.col("assumptions"), pl.when(early & (pl.col("tp") > 1)).then(pl.lit(
+                                   f"TP traffic exposed (a TPU run before XLA's async collectives, "
+                                   f"{XLA_ASYNC_COLLECTIVES_YEAR})")).when(tpu & (pl.col("tp") > 1)).then(pl.lit(
+                                   "TP traffic hidden behind the matmuls while compute lasts (XLA on a TPU)"))],
+                                   separator="; ", ignore_nulls=True).str.strip_chars("; ").replace("", None)
+                               .alias("assumptions"))
     out = infer_layout(out)
     out = fw.recipe_micro_batch(out)  # a summary row that states another system's micro-batch (models.frameworks)
     out = _recipe_moe_options(out)

@@ -18,7 +18,7 @@ from models import collectives as coll
 from models import mamba, mla, moe, parts, tp2d
 from models.accounting import ARCH_COLUMNS, layer_shapes, normalize_arch, param_counts
 from models.fastops import divisible
-from models.hardware import A100_TFLOPS_PER_SM, choose_peak, is_pcie, peak_table
+from models.hardware import A100_TFLOPS_PER_SM, choose_peak, compiler_overlaps_tp, is_pcie, peak_table
 from models.memory import GB, capacity_bytes, memory_per_gpu
 from models.memo import IdentityMemo
 from models.params import (
@@ -352,6 +352,11 @@ def _decode_static(a: Mapping[str, np.ndarray], n: int) -> dict:
         sm = np.where(np.isnan(sm), peaks[0] / A100_TFLOPS_PER_SM, sm)
     # the PCIe/host scale-up tier where the part's accelerators talk over PCIe (models.hardware `scaleup_link_code`)
     pcie = is_pcie(g("scaleup_link_code")) if "scaleup_link_code" in a else None
+    # TPUs: XLA overlaps the TP collectives with the matmuls (models.hardware.compiler_overlaps_tp), except on a
+    # row whose stack predates the async collectives (``xla_async_collectives`` 0: models.runs_adapter; NaN: on)
+    tp_hidden = compiler_overlaps_tp(g("scaleup_link_code")) if "scaleup_link_code" in a else None
+    if tp_hidden is not None and a.get("xla_async_collectives") is not None:
+        tp_hidden = tp_hidden & (g("xla_async_collectives", 1.0) != 0.0)
     fields = dict(
         n=n, arch=arch, hy=arch.get("hybrid"), L=L, h=arch["d_model"], heads=arch["n_heads"], kvh=arch["n_kv_heads"],
         V=arch["vocab"], E=arch["n_experts"], k=arch["top_k"], ns=arch["n_shared_experts"], act=arch["activation"],
@@ -367,7 +372,8 @@ def _decode_static(a: Mapping[str, np.ndarray], n: int) -> dict:
         flex=(g("moe_dispatcher", 0.0) == moe.DISPATCHER_FLEX) if "moe_dispatcher" in a else False,
         rc_modules=g("recompute_modules") if a.get("recompute_modules") is not None else None,
     )
-    given = dict(low=low, pad=pad, pcie=pcie, intra=g("intra_node_bw_gbps"), inter=g("inter_node_bw_gbps"),
+    given = dict(low=low, pad=pad, pcie=pcie, tp_hidden=tp_hidden if tp_hidden is not None and tp_hidden.any() else None,
+                 intra=g("intra_node_bw_gbps"), inter=g("inter_node_bw_gbps"),
                  mbw=g("memory_bw_gbps"))
     return {"fields": fields, "given": given}
 
@@ -405,8 +411,12 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
     if (pcie := gv["pcie"]) is not None and pcie.any():
         bw_up = np.where(pcie, gv["intra"] * 1e9 * P.pcie_eff, bw_up)
         a_up = np.where(pcie, P.alpha_pcie_s, a_up)
+    # share of the TP traffic that can hide behind compute: the params' (Megatron-class stacks expose it), all of it
+    # where the compiler overlaps it (TPUs)
+    tp_ov = P.tp_overlap if gv["tp_hidden"] is None else np.where(gv["tp_hidden"], 1.0, P.tp_overlap)
     return Inputs(
-        **fx, ke=ke, gemm_eff=eff, gemm_eff_16=e16_rows, hbm_bw=gv["mbw"] * 1e9 * (P.hbm_eff * ke), bw_up=bw_up,
+        **fx, ke=ke, tp_ov=tp_ov, gemm_eff=eff, gemm_eff_16=e16_rows, hbm_bw=gv["mbw"] * 1e9 * (P.hbm_eff * ke),
+        bw_up=bw_up,
         bw_out=gv["inter"] * 1e9 * P.scaleout_eff, a_up=a_up, a_out=P.alpha_scaleout_s, rho=rho,
     )
 
@@ -487,7 +497,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     cm = parts.module_recompute(x, r, parts.layers_kept_in_16bit(x, r, parts.compute(x, r, P), P))
     cp_mb, hidden_cp = parts.cp_comm(x, r, cm)
     ov = parts.overlap(cm, cp_mb, hidden_cp, parts.tp_comm(x, r, cm), parts.ep_comm(x, r, cm), parts.pp_comm(x, r), P,
-                       x.a2a)
+                       x.a2a, x.tp_ov)
     mem = _memory_memo(a, n, P, lambda mp: memory_per_gpu(
         arch=x.arch, shapes=sh, seq_len=x.s, micro_batch=x.b, n_micro=x.m, tp=x.t, pp=x.p, dp=x.d, cp=x.c, ep=x.e,
         vpp=x.v, sharding=x.shard, recompute=x.rc, sequence_parallel=x.sp, is_fp32=x.is_fp32, node_size=x.node,
@@ -607,6 +617,8 @@ def encode_configs(configs: pl.DataFrame) -> dict[str, np.ndarray]:
         exprs.append(pl.col("n_layers_16bit").cast(pl.Float64, strict=False).alias("n_layers_16bit"))
     if "trainable_frac" in cols:
         exprs.append(pl.col("trainable_frac").cast(pl.Float64, strict=False).fill_null(1.0))
+    if "xla_async_collectives" in cols:  # 0: a TPU run whose XLA predates async collectives (models.runs_adapter)
+        exprs.append(pl.col("xla_async_collectives").cast(pl.Float64, strict=False))
     for c_ in ROW_MEMORY_OPTIONS:  # what a run's recipe sets for memory (models.frameworks.recipe_memory; null: preset's)
         if c_ in cols:
             exprs.append(pl.col(c_).cast(pl.Float64, strict=False).alias(c_))

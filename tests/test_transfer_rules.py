@@ -392,3 +392,41 @@ def test_a_hardware_model_the_fit_never_measured_is_extrapolated_with_the_wider_
     assert Domain().hardware_seen([hardware_code("gb300"), float("nan")]).all()
     assert not Domain.of(["Blackwell"], ["16-bit"], ["default"], [8], hardware=["GB200 "]).hardware_seen(
         [hardware_code("gb300")])[0]
+
+
+def test_a_tpu_hides_its_tensor_parallel_traffic_behind_compute_and_a_gpu_does_not():
+    """XLA on a TPU overlaps the TP collectives with the matmuls (models.hardware.compiler_overlaps_tp): the same
+    TPU configuration read as if its link were NVLink exposes the prior's TP traffic, on ICI none of it while compute
+    lasts; the step is never slower for it."""
+    from models.hardware import LINK_CODES
+    from models.step_time import predict as physics
+
+    meas = Settings.load().measurements
+    c = dict(arch=catalog.find_architecture(meas, "llama3-70b"), hw=catalog.find_hardware(meas, "tpu-v5p"),
+             tp=8, pp=1, dp=32, micro_batch=1, global_batch=256, seq_len=4096, sharding="fsdp", recompute="full",
+             dtype="bf16")
+    ici = physics(_frame(c)).row(0, named=True)
+    nvl = physics(_frame(c).with_columns(pl.lit(float(LINK_CODES["nvlink"])).alias("scaleup_link_code"))).row(
+        0, named=True)
+    assert nvl["tp_comm_s"] > 0.05 * nvl["step_time_s"]
+    assert ici["tp_comm_s"] == pytest.approx(0.0, abs=1e-12)
+    assert ici["step_time_s"] < nvl["step_time_s"]
+
+
+def test_a_tpu_run_before_xlas_async_collectives_keeps_its_tp_traffic_exposed():
+    """PaLM's era (2022) predates the XLA async collective fusion MaxText's TPU recipes switch on from 2023: the same
+    TPU run file row is read with the TP traffic exposed when it says 2022, hidden when it says 2024, and says so."""
+    from pipeline.predict_runs import predict_frame
+
+    def row(year):
+        frame = pl.DataFrame({"run_id": ["r"], "model_name": ["llama2-70b"], "gpu": ["tpu-v5p"], "n_gpus": [256],
+                              "framework": ["MaxText"], "year": [year], "seq_len": [4096],
+                              "global_batch_seqs": [512], "tp": [8], "pp": [1], "sharding": ["fsdp"],
+                              "recompute": ["full"], "metric": ["tokens_per_s_per_gpu"], "value": [500.0]})
+        return predict_frame(frame, Settings.load().measurements).row(0, named=True)
+
+    old, new = row(2022), row(2024)
+    assert "TP traffic exposed (a TPU run before XLA's async collectives" in old["assumptions"]
+    assert "TP traffic hidden behind the matmuls" in new["assumptions"]
+    assert old["tp_comm_s"] > 0.05 * old["step_time_s"] and new["tp_comm_s"] < 0.5 * old["tp_comm_s"]
+    assert new["step_time_s"] < old["step_time_s"]
