@@ -44,7 +44,7 @@ never silently rests on a guess:
 | mtp_layers (multi-token prediction modules, models.mla) | 0 when model_name says "w/o MTP" (or "without MTP"); the architecture table's mtp_layers when it says "w/ MTP" or nothing | the corpus names DeepSeek-V3 runs "DeepSeekV3 (w/o MTP)" / "(w/ MTP)"; DeepSeek-V3 was trained with one MTP module (arXiv:2412.19437 section 2.2) |
 | software era | `megatron_2022` (attention scores materialised, full-square softmax, no DP overlap: `models.params.MEGATRON_2022`) for DeepSpeed-based stacks (plain DeepSpeed up to 2023) and for Megatron stacks reported up to 2022; `default` (FlashAttention-era) otherwise | FlashAttention (Dao 2022) became the default attention in Megatron-Core/TE, PyTorch SDPA, llm-foundry and torchtitan after 2022; Hugging Face Transformers v4.36 (Dec 2023) made SDPA the default attention of the models DeepSpeed runs |
 | software stack | `pytorch_native` for stacks built on PyTorch-native kernels that are not Megatron-based (`NATIVE_KERNEL_STACKS`: torchtitan, FSDP, llm-foundry/Composer, fms-fsdp, Hugging Face Transformers/Accelerate, nanotron, Colossal-AI, Lightning/LitGPT, OLMo, OpenLM; plain DeepSpeed from 2024): the reference physics with its own fitted `kernel_eff` | TransformerEngine fuses norm, RoPE and softmax into the GEMMs and uses cuDNN/FlashAttention-3 attention on Hopper; PyTorch SDPA uses FlashAttention-2 |
-| software stack, no framework stated | `pytorch_native` (and PyTorch FSDP's memory preset) when the run's sharding is FSDP or HSDP | PyTorch's FullyShardedDataParallel; Megatron-Core names its own sharding the distributed optimizer |
+| software stack, no framework stated | `pytorch_native` (and PyTorch FSDP's memory preset) when the run's sharding is FSDP or HSDP, except on a TPU | PyTorch's FullyShardedDataParallel; Megatron-Core names its own sharding the distributed optimizer; a TPU's stack is XLA, whose FSDP is its own sharding |
 | TP overlap on a TPU (scale-up link ICI) | the TP traffic hides behind the matmuls while compute lasts; a run before 2023 (`XLA_ASYNC_COLLECTIVES_YEAR`) keeps it exposed (`xla_async_collectives` 0) | XLA, the TPU's only compiler, overlaps collectives with compute (async collective fusion, collective matmul: Wang et al. ASPLOS 2023; MaxText's TPU recipes set `--xla_tpu_enable_async_collective_fusion`, `--xla_tpu_overlap_compute_collective_tc` from 2023); PaLM (2022) measures as exposed |
 | software stack, an XLA-compiled stack (`XLA_STACKS`: MaxText, JAX, Pax/Praxis, T5X, Levanter, EasyLM, Flax) on a GPU | `pytorch_native`: the non-TransformerEngine kernel class and its fitted `kernel_eff`; on a TPU (vendor Google) the reference preset | XLA's fusions, cuBLAS GEMMs and cuDNN attention are not TransformerEngine's fused kernels; XLA is the TPU's own compiler. MaxText's A3 (H100) Llama 2 7B table (2024) runs at 38-50% MFU where the TE-class prediction said 66% |
 
@@ -363,10 +363,12 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
         notes.append(pl.col("_shape_note"))
     megatron = _has_any("framework", MEGATRON_STACKS)
     # no framework named, but FSDP/HSDP sharding: PyTorch's FullyShardedDataParallel, a PyTorch-native stack
-    fsdp_unnamed = (pl.col("framework").fill_null("").str.strip_chars() == "") & \
+    # (not on a TPU, whose stack is XLA whatever it shards: MaxText's and Pax's FSDP are XLA's sharding)
+    on_xla = pl.col("gpu").is_in(_xla_native_ids(hardware)).fill_null(False)
+    fsdp_unnamed = (pl.col("framework").fill_null("").str.strip_chars() == "") & ~on_xla & \
         pl.col("sharding").is_in(["fsdp", "hsdp"]).fill_null(False) if "sharding" in r.columns else pl.lit(False)
     note(fsdp_unnamed, "software stack pytorch_native (no framework stated; FSDP/HSDP sharding is PyTorch's)")
-    xla_gpu = _has_any("framework", XLA_STACKS) & ~megatron & ~pl.col("gpu").is_in(_xla_native_ids(hardware))
+    xla_gpu = _has_any("framework", XLA_STACKS) & ~megatron & ~on_xla
     note(xla_gpu, "software stack pytorch_native (an XLA-compiled stack on a GPU: kernels outside "
                   "TransformerEngine)")
     if "arch_id" in r.columns:

@@ -430,3 +430,21 @@ def test_a_tpu_run_before_xlas_async_collectives_keeps_its_tp_traffic_exposed():
     assert "TP traffic hidden behind the matmuls" in new["assumptions"]
     assert old["tp_comm_s"] > 0.05 * old["step_time_s"] and new["tp_comm_s"] < 0.5 * old["tp_comm_s"]
     assert new["step_time_s"] < old["step_time_s"]
+
+
+def test_a_tpu_run_with_fsdp_and_no_framework_is_read_as_xla_and_predicted_as_predict_does():
+    """A TPU row that names no framework but shards with FSDP is XLA's sharding, not PyTorch FSDP: it keeps the
+    reference stack (sequence parallelism by the era rule, no PyTorch memory preset), so `predict --runs` and
+    `predict` with the same flags give the same step (one model, one answer)."""
+    import stepcast
+    from pipeline.predict_runs import predict_frame
+
+    frame = pl.DataFrame({"run_id": ["r"], "model_name": ["llama3-70b"], "gpu": ["tpu-v5p"], "n_gpus": [256],
+                          "seq_len": [8192], "global_batch_seqs": [512], "micro_batch": [1], "tp": [4], "pp": [1],
+                          "dp": [64], "sharding": ["fsdp"], "recompute": ["full"], "year": [2025],
+                          "metric": ["tokens_per_s_per_gpu"], "value": [500.0]})
+    run = predict_frame(frame, Settings.load().measurements).row(0, named=True)
+    assert run["software_preset"] == "default" and "pytorch_native" not in (run["assumptions"] or "")
+    one = stepcast.predict(model="llama3-70b", gpu="tpu-v5p", gpus=256, global_batch=512, seq_len=8192, tp=4, pp=1,
+                           sharding="fsdp", recompute="full").row(0, named=True)
+    assert run["step_time_s"] == pytest.approx(one["step_time_s"], rel=1e-9)
