@@ -134,7 +134,10 @@ PRESETS: dict[str, MemoryPreset] = {
     # gradient buffers.
     "megatron_bridge": replace(
         _MEGATRON, grad_bytes=2.0,
-        source="Megatron-Bridge performance scripts set cfg.mixed_precision.grad_reduce_in_fp32 = False and "
+        source="NeMo 2 performance recipes (container 24.12 on: NEMO2_PERF_RELEASE) set "
+               "recipe.trainer.plugins.grad_reduce_in_fp32 = False (NVIDIA/NeMo nemo/collections/llm/recipes/*, "
+               "performance_mode; scripts/performance/llm). "
+               "Megatron-Bridge performance scripts set cfg.mixed_precision.grad_reduce_in_fp32 = False and "
                "cfg.ddp.grad_reduce_in_fp32 = False for every model they benchmark (25.11-26.06: "
                "scripts/performance/configs/<model>/*_llm_pretrain.py and llama3_llm_finetune.py; 26.08: "
                "src/megatron/bridge/perf_recipes/_common.py), so Megatron-Core's DistributedDataParallel allocates "
@@ -185,6 +188,10 @@ def framework_preset(framework, year=None) -> pl.Expr:
             hit = hit | fw.str.contains(w, literal=True)
         if name == "megatron" and yr is not None:
             expr = expr.when(hit & (yr.fill_null(2100) < 2022)).then(pl.lit("megatron_deepspeed"))
+        if name == "megatron":  # NeMo 2's performance recipes (container 24.12 on): 16-bit gradient buffers
+            release = fw.str.extract(NEMO2_RELEASE_PATTERN, 1)
+            expr = expr.when(hit & release.is_not_null() & (release >= NEMO2_PERF_RELEASE)).then(
+                pl.lit("megatron_bridge"))
         expr = expr.when(hit).then(pl.lit(name))
     return expr.otherwise(pl.lit("default")).alias("memory_preset")
 
@@ -500,6 +507,14 @@ TE_INPLACE_LOGITS_BYTES = 2.0
 #: a NeMo container release in a run's `framework`: "NeMo 26.04", "Megatron-Bridge / NeMo 26.04 (Megatron-Core)",
 #: "NeMo 26.04.01" (a patch of 26.04's recipes) or "Megatron-Bridge 26.04" (the release its performance summary names)
 CONTAINER_PATTERN = r"(?i)(?:NeMo|Megatron[- ]Bridge)[^0-9]{0,3}(\d\d\.\d\d)(?:\.\d+)?\b"
+#: the first NeMo container whose performance recipes (NeMo 2, scripts/performance/llm and the recipes'
+#: performance_mode) set ``recipe.trainer.plugins.grad_reduce_in_fp32 = False``: a run of a NeMo release from this one
+#: on (the NeMo performance summaries 24.12-25.09, NVIDIA's DGX Cloud benchmarking recipes) keeps its gradient buffer
+#: in bf16, as Megatron-Bridge's recipes, their successors, do (preset ``megatron_bridge``)
+NEMO2_PERF_RELEASE = "24.12"
+#: a NeMo container release as the performance summaries and recipes name it ("NeMo 25.02", "NeMo Framework 25.04.01",
+#: "Megatron-Bridge / NeMo 26.04"); not MLPerf's "NVIDIA NeMo Framework Release 24.09" (its own implementation)
+NEMO2_RELEASE_PATTERN = r"(?i)nemo(?: framework)?[^0-9a-z]{0,3}(\d\d\.\d\d)(?:\.\d+)?\b"
 
 
 def recipe_container() -> pl.Expr:

@@ -208,6 +208,10 @@ def test_capacity_fraction_allowance_scales_with_the_device():
     ("llm-foundry / Composer (PyTorch FSDP)", 2023, "llm_foundry"),
     ("Megatron-Bridge / NeMo 26.06 (Megatron-Core)", 2026, "megatron_bridge"),
     ("NeMo 24.07 (Megatron-Core)", 2024, "megatron"),
+    # NeMo 2 performance recipes, container 24.12 on: grad_reduce_in_fp32 = False (16-bit gradient buffers)
+    ("NeMo 24.12", 2024, "megatron_bridge"), ("NeMo 25.02 (Megatron-Core)", 2025, "megatron_bridge"),
+    ("NeMo Framework 25.04.01", 2025, "megatron_bridge"), ("NeMo 24.03.01 (Megatron-Core)", 2024, "megatron"),
+    ("NVIDIA NeMo Framework Release 24.09", 2024, "megatron"),  # MLPerf's own implementation
     ("PyTorch NVIDIA Release 23.09", 2023, "megatron"),
     ("Megatron-LM", 2021, "megatron_deepspeed"),
     ("Megatron-DeepSpeed", 2024, "megatron_deepspeed"),
@@ -313,3 +317,26 @@ def test_remat_words():
     out = df.select(remat_words("w")).unnest("remat")
     assert out["recompute"].to_list() == ["full", "selective", "none", None, None]
     assert out["selective_policy"].to_list() == [None, 4, None, None, None]
+
+
+def test_a_nemo_2_performance_run_keeps_16_bit_gradients_and_fits():
+    """DGX Cloud's NeMo 25.02 recipe for Llama 3.1 8B on one H100 node (dp 4 x cp 2, no recompute) ran; with the
+    fp32 gradient buffer of NeMo 1.x it would need 16 GB more (8e9 x 2 B) and not fit 80 GB, with NeMo 2's bf16
+    buffer it fits."""
+    from pipeline.predict_runs import predict_frame
+    from pipeline.settings import Settings
+
+    def row(framework):
+        frame = pl.DataFrame({"run_id": ["r"], "model_name": ["Llama 3.1 8B"], "gpu": ["h100-sxm5-80gb"],
+                              "n_gpus": [8], "seq_len": [8192], "global_batch_seqs": [128], "micro_batch": [1],
+                              "tp": [1], "pp": [1], "cp": [2], "dp": [4], "recompute": ["none"], "dtype": ["bf16"],
+                              "framework": [framework], "year": [2025],
+                              "metric": ["tokens_per_s_per_gpu"], "value": [10256.0]})
+        return predict_frame(frame, Settings.load().measurements).row(0, named=True)
+
+    nemo1, nemo2 = row("NeMo 24.07 (Megatron-Core)"), row("NeMo 25.02")
+    # 2 bytes per parameter, with the allocator's fragmentation allowance on top (models.params)
+    assert nemo1["memory_gb_per_gpu"] - nemo2["memory_gb_per_gpu"] == pytest.approx(
+        8.03e9 * 2 / 1e9 * (1 + DEFAULT.mem_fragmentation_frac), rel=0.01)
+    assert nemo2["memory_fits"] and not nemo1["memory_fits"]
+
