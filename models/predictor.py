@@ -47,6 +47,9 @@ EXTRA_COLUMNS = ("analytical_step_time_s", "step_time_lo_s", "step_time_hi_s", "
 # more accelerators than any run of the fit, or on a hardware model the fit never measured (of a generation it did):
 # the last two keep the fitted parameters and take the wider interval
 DOMAIN_ANALYTICAL, DOMAIN_INSIDE, DOMAIN_OUTSIDE, DOMAIN_SCALE, DOMAIN_NEW_HARDWARE = 0, 1, 2, 3, 4
+# ... or a PyTorch-native stack on a generation whose native kernel efficiency the fit did not fit (an earlier
+# generation's carried, or the prior): fitted parameters, the wider interval
+DOMAIN_NATIVE_CARRIED = 5
 
 FEATURE_NAMES = (
     # where the physics time goes (fractions of the predicted step)
@@ -170,6 +173,12 @@ def native_kernel_effs(overrides: dict | None) -> dict[str, float]:
         elif carry is not None:
             out[g] = carry
     return out
+
+
+def native_kernel_own(overrides: dict | None) -> set[str]:
+    """The generation groups whose PyTorch-native kernel efficiency a fit fitted from their own runs."""
+    return {k[len(NATIVE_GEN_KEY):] for k, v in (overrides or {}).items()
+            if k.startswith(NATIVE_GEN_KEY) and "kernel_eff" in (v or {})}
 
 
 def native_kernel_eff_rows(overrides: dict | None, groups: np.ndarray, native: np.ndarray) -> np.ndarray | None:
@@ -374,12 +383,16 @@ def predict_arrays(a: Mapping[str, np.ndarray], model: Model = None) -> dict[str
             if np.isfinite(vals).any():
                 a[f] = vals
     native = era == PRESETS.index("pytorch_native")
+    native_unfitted = None
     if native.any():  # their generation's fitted kernel efficiency (a fitted value, in or out of the domain)
         labels = np.where(gen >= 0, np.array(GENERATION_GROUPS, dtype=object)[np.clip(gen, 0, None)], "unknown")
         ke = native_kernel_eff_rows(cal.preset_overrides, labels, native)
         if ke is not None:
             a = dict(a)
             a["kernel_eff"] = ke
+        own = native_kernel_own(cal.preset_overrides)
+        if own:  # per generation: a row of a generation without its own takes another's value or the prior
+            native_unfitted = native & ~np.isin(labels.astype(str), sorted(own))
     if len(groups) == 1:
         groups = [(None, groups[0][1])]
     out = _physics_groups(a, n, groups)
@@ -393,6 +406,8 @@ def predict_arrays(a: Mapping[str, np.ndarray], model: Model = None) -> dict[str
     if a.get("hardware_code") is not None:  # a hardware model the fit never measured: the wider interval
         new_hw = ~cal.domain.hardware_seen(_b(np.asarray(a["hardware_code"], dtype=float), n))
         code = np.where(inside & new_hw, DOMAIN_NEW_HARDWARE, code)
+    if native_unfitted is not None:
+        code = np.where(inside & native_unfitted & (code != DOMAIN_NEW_HARDWARE), DOMAIN_NATIVE_CARRIED, code)
     width = np.where(code == DOMAIN_INSIDE, cal.q_inside, cal.q_extrapolated) * width_scale(cal, a, n)
     return _finish(out, n, cal, shift, width, code)
 
@@ -462,7 +477,15 @@ def domain_text(model: Model, arrays: Mapping[str, np.ndarray], codes: np.ndarra
         key = (int(gen[i]), int(dt[i]), int(era[i]), int(codes[i]),
                float(N[i]) if codes[i] in (DOMAIN_SCALE, DOMAIN_NEW_HARDWARE) else 0)
         if key not in cache:
-            if codes[i] == DOMAIN_NEW_HARDWARE:
+            if codes[i] == DOMAIN_NATIVE_CARRIED:
+                group = GENERATION_GROUPS[int(np.clip(gen[i], 0, len(GENERATION_GROUPS) - 1))]
+                own = native_kernel_own(model.calibration.preset_overrides)
+                took = native_kernel_effs(model.calibration.preset_overrides)
+                src = next((g for g in own if g in took and took.get(group) == took[g]), None)
+                cache[key] = (f"extrapolated: PyTorch-native kernels not fitted on {group} ("
+                              + (f"{src}'s efficiency carried" if src and group in took else "the prior")
+                              + f"; fitted on {', '.join(sorted(own))}); fitted parameters, wider interval")
+            elif codes[i] == DOMAIN_NEW_HARDWARE:
                 group = GENERATION_GROUPS[int(np.clip(gen[i], 0, len(GENERATION_GROUPS) - 1))]
                 seen = ", ".join(dom.hardware_of_group(group)) or "none"
                 more = (f"; {N[i]:,.0f} accelerators > the largest cluster in the fit ({dom.max_n_gpus:,.0f})"

@@ -448,3 +448,23 @@ def test_a_tpu_run_with_fsdp_and_no_framework_is_read_as_xla_and_predicted_as_pr
     one = stepcast.predict(model="llama3-70b", gpu="tpu-v5p", gpus=256, global_batch=512, seq_len=8192, tp=4, pp=1,
                            sharding="fsdp", recompute="full").row(0, named=True)
     assert run["step_time_s"] == pytest.approx(one["step_time_s"], rel=1e-9)
+
+
+def test_a_native_stack_on_a_generation_without_its_own_kernel_efficiency_is_extrapolated(served):
+    """torchtitan on a B200 takes Hopper's fitted PyTorch-native kernel efficiency (the corpus has no PyTorch-native
+    Blackwell run): the parameter answering was not fitted there, so the row keeps it but takes the wider interval
+    and says so; the same row on an H100 (its own fitted value) is inside."""
+    from models.predictor import DOMAIN_INSIDE, DOMAIN_NATIVE_CARRIED, encode, native_kernel_own, predict_arrays
+
+    assert {"Ampere", "Hopper"} <= native_kernel_own(served.preset_overrides)
+    assert "Blackwell" not in native_kernel_own(served.preset_overrides)
+
+    def one(gpu):
+        frame = _native_row(gpu, "pytorch_native")
+        return predict_arrays(encode(frame), served)["domain_code"][0], predict(frame, served).row(0, named=True)
+
+    (c_b, p_b), (c_h, p_h) = one("b200"), one("h100-sxm5-80gb")
+    assert c_b == DOMAIN_NATIVE_CARRIED and c_h == DOMAIN_INSIDE
+    assert p_b["calibration_domain"].startswith("extrapolated: PyTorch-native kernels not fitted on Blackwell "
+                                                "(Hopper's efficiency carried")
+    assert p_h["calibration_domain"] == "inside"
