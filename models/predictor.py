@@ -164,8 +164,7 @@ def native_kernel_effs(overrides: dict | None) -> dict[str, float]:
     (`NATIVE_GEN_KEY` + group), and for a later NVIDIA generation without its own the latest earlier one's.
     Other groups take the preset's value (the prior, or one fitted from all native runs when no generation has
     enough of them: models.calibration._slots)."""
-    own = {k[len(NATIVE_GEN_KEY):]: v["kernel_eff"] for k, v in (overrides or {}).items()
-           if k.startswith(NATIVE_GEN_KEY) and "kernel_eff" in (v or {})}
+    own = _native_own_effs(overrides)
     out, carry = dict(own), None
     for g in _NVIDIA_ORDER:
         if g in own:
@@ -177,7 +176,22 @@ def native_kernel_effs(overrides: dict | None) -> dict[str, float]:
 
 def native_kernel_own(overrides: dict | None) -> set[str]:
     """The generation groups whose PyTorch-native kernel efficiency a fit fitted from their own runs."""
-    return {k[len(NATIVE_GEN_KEY):] for k, v in (overrides or {}).items()
+    return set(_native_own_effs(overrides))
+
+
+def native_kernel_carried_from(overrides: dict | None, group: str) -> str | None:
+    """The generation whose fitted PyTorch-native kernel efficiency `group` takes without one of its own (the latest
+    earlier NVIDIA generation with its own, as `native_kernel_effs` carries it); None: the preset's value."""
+    own = _native_own_effs(overrides)
+    if group not in _NVIDIA_ORDER:
+        return None
+    earlier = [g for g in _NVIDIA_ORDER[:_NVIDIA_ORDER.index(group)] if g in own]
+    return earlier[-1] if earlier else None
+
+
+def _native_own_effs(overrides: dict | None) -> dict[str, float]:
+    """{generation group: its own fitted PyTorch-native kernel efficiency} (keys `NATIVE_GEN_KEY` + group)."""
+    return {k[len(NATIVE_GEN_KEY):]: v["kernel_eff"] for k, v in (overrides or {}).items()
             if k.startswith(NATIVE_GEN_KEY) and "kernel_eff" in (v or {})}
 
 
@@ -479,12 +493,12 @@ def domain_text(model: Model, arrays: Mapping[str, np.ndarray], codes: np.ndarra
         if key not in cache:
             if codes[i] == DOMAIN_NATIVE_CARRIED:
                 group = GENERATION_GROUPS[int(np.clip(gen[i], 0, len(GENERATION_GROUPS) - 1))]
-                own = native_kernel_own(model.calibration.preset_overrides)
-                took = native_kernel_effs(model.calibration.preset_overrides)
-                src = next((g for g in own if g in took and took.get(group) == took[g]), None)
+                over = model.calibration.preset_overrides
+                src = native_kernel_carried_from(over, group)
                 cache[key] = (f"extrapolated: PyTorch-native kernels not fitted on {group} ("
-                              + (f"{src}'s efficiency carried" if src and group in took else "the prior")
-                              + f"; fitted on {', '.join(sorted(own))}); fitted parameters, wider interval")
+                              + (f"{src}'s efficiency carried" if src else "the prior")
+                              + f"; fitted on {', '.join(sorted(native_kernel_own(over)))}); fitted parameters, "
+                              "wider interval")
             elif codes[i] == DOMAIN_NEW_HARDWARE:
                 group = GENERATION_GROUPS[int(np.clip(gen[i], 0, len(GENERATION_GROUPS) - 1))]
                 seen = ", ".join(dom.hardware_of_group(group)) or "none"

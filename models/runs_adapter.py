@@ -47,7 +47,7 @@ never silently rests on a guess:
 | software stack, no framework stated | `pytorch_native` (and PyTorch FSDP's memory preset) when the run's sharding is FSDP or HSDP, except on a TPU | PyTorch's FullyShardedDataParallel; Megatron-Core names its own sharding the distributed optimizer; a TPU's stack is XLA, whose FSDP is its own sharding |
 | TP overlap on a TPU (scale-up link ICI) | the TP traffic hides behind the matmuls while compute lasts; a run before 2023 (`XLA_ASYNC_COLLECTIVES_YEAR`) keeps it exposed (`xla_async_collectives` 0) | XLA, the TPU's only compiler, overlaps collectives with compute (async collective fusion, collective matmul: Wang et al. ASPLOS 2023; MaxText's TPU recipes set `--xla_tpu_enable_async_collective_fusion`, `--xla_tpu_overlap_compute_collective_tc` from 2023); PaLM (2022) measures as exposed |
 | gradient buffer of a NeMo 2 performance run (a framework naming NeMo container 24.12 or later: "NeMo 25.02", "NeMo Framework 25.04.01") | 16-bit (memory preset `megatron_bridge`) | NeMo 2's recipes in performance mode and scripts/performance/llm set `grad_reduce_in_fp32 = False` (`models.frameworks.NEMO2_PERF_RELEASE`); NeMo 1.x (24.07 and before) keeps fp32 `main_grad` |
-| software stack, an XLA-compiled stack (`XLA_STACKS`: MaxText, JAX, Pax/Praxis, T5X, Levanter, EasyLM, Flax) on a GPU | `pytorch_native`: the non-TransformerEngine kernel class and its fitted `kernel_eff`; on a TPU (vendor Google) the reference preset | XLA's fusions, cuBLAS GEMMs and cuDNN attention are not TransformerEngine's fused kernels; XLA is the TPU's own compiler. MaxText's A3 (H100) Llama 2 7B table (2024) runs at 38-50% MFU where the TE-class prediction said 66% |
+| software stack, an XLA-compiled stack (`XLA_STACKS`: MaxText, JAX, Pax/Praxis, T5X, Levanter, EasyLM, Flax) on a GPU | `pytorch_native`: the non-TransformerEngine kernel class and its fitted `kernel_eff`; on a TPU (scale-up link ICI) the reference preset | XLA's fusions, cuBLAS GEMMs and cuDNN attention are not TransformerEngine's fused kernels; XLA is the TPU's own compiler. MaxText's A3 (H100) Llama 2 7B table (2024) runs at 38-50% MFU where the TE-class prediction said 66% |
 
 A run that cannot be predicted at all (no n_gpus, no architecture shape, an accelerator that is not known)
 keeps its row with the reason in `config_error`. Memory never refuses a measured run: its time is predicted
@@ -81,8 +81,6 @@ DEEPSPEED_SDPA_YEAR = 2024
 #: kernels outside TransformerEngine relative to it). On a TPU XLA *is* the vendor's stack: those rows keep the
 #: reference preset
 XLA_STACKS = ("maxtext", "jax", "pax", "praxis", "t5x", "levanter", "easylm", "flax")
-#: vendor words of accelerators whose native compiler is XLA (models.hardware rows' ``vendor``)
-XLA_NATIVE_VENDORS = ("google",)
 #: from this year on a TPU run's XLA overlaps the tensor-parallel collectives with the matmuls (async collective
 #: fusion and collective matmul: Wang et al., ASPLOS 2023; the LIBTPU flags every MaxText TPU recipe sets from its
 #: 2023 releases on, models.hardware.compiler_overlaps_tp). An earlier TPU run (PaLM, 2022) is read with the TP
@@ -318,16 +316,13 @@ def infer_dense_shape(frame: pl.DataFrame) -> pl.DataFrame:
     return out
 
 
-def _xla_native_ids(hardware: pl.DataFrame) -> list[str]:
-    """Hardware ids whose vendor's own compiler is XLA (TPUs): an XLA stack there is the reference stack."""
+def _tpu_ids(hardware: pl.DataFrame) -> list[str]:
+    """Hardware ids of TPUs: scale-up link ICI (models.hardware.resolve_hardware's ``scaleup_link``, the test
+    models.hardware.compiler_overlaps_tp makes on the arrays), whose only compiler is XLA."""
     idcol = "id" if "id" in hardware.columns else "gpu"
-    if "vendor" not in hardware.columns or idcol not in hardware.columns:
-        return [i for i in hardware[idcol].to_list() if str(i).lower().startswith("tpu")] if idcol in \
-            hardware.columns else []
-    vendor = hardware["vendor"].cast(pl.Utf8).fill_null("").str.to_lowercase()
-    ids = hardware[idcol].cast(pl.Utf8).to_list()
-    return [i for i, v in zip(ids, vendor.to_list()) if any(w in v for w in XLA_NATIVE_VENDORS)
-            or str(i).lower().startswith("tpu")]
+    if "scaleup_link" not in hardware.columns:
+        return []
+    return hardware.filter(pl.col("scaleup_link") == "ici")[idcol].cast(pl.Utf8).to_list()
 
 
 def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFrame:
@@ -365,7 +360,7 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     megatron = _has_any("framework", MEGATRON_STACKS)
     # no framework named, but FSDP/HSDP sharding: PyTorch's FullyShardedDataParallel, a PyTorch-native stack
     # (not on a TPU, whose stack is XLA whatever it shards: MaxText's and Pax's FSDP are XLA's sharding)
-    on_xla = pl.col("gpu").is_in(_xla_native_ids(hardware)).fill_null(False)
+    on_xla = pl.col("gpu").is_in(_tpu_ids(hardware)).fill_null(False)
     fsdp_unnamed = (pl.col("framework").fill_null("").str.strip_chars() == "") & ~on_xla & \
         pl.col("sharding").is_in(["fsdp", "hsdp"]).fill_null(False) if "sharding" in r.columns else pl.lit(False)
     note(fsdp_unnamed, "software stack pytorch_native (no framework stated; FSDP/HSDP sharding is PyTorch's)")
@@ -427,17 +422,17 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     if override:
         out = out.with_columns([pl.coalesce(c, f"_hw_{c}").alias(c) for c in override]).drop(
             [f"_hw_{c}" for c in override])
-    if "scaleup_link" in out.columns:  # TPUs: whether the run's XLA overlaps its TP collectives (its era)
-        tpu = (pl.col("scaleup_link") == "ici").fill_null(False)
-        early = tpu & (pl.col("year").fill_null(XLA_ASYNC_COLLECTIVES_YEAR) < XLA_ASYNC_COLLECTIVES_YEAR)
-        out = out.with_columns(pl.when(early).then(pl.lit(0.0)).otherwise(pl.lit(None, dtype=pl.Float64))
-                               .alias("xla_async_collectives"),
-                               pl.concat_str([pl.col("assumptions"), pl.when(early & (pl.col("tp") > 1)).then(pl.lit(
-                                   f"TP traffic exposed (a TPU run before XLA's async collectives, "
-                                   f"{XLA_ASYNC_COLLECTIVES_YEAR})")).when(tpu & (pl.col("tp") > 1)).then(pl.lit(
-                                   "TP traffic hidden behind the matmuls while compute lasts (XLA on a TPU)"))],
-                                   separator="; ", ignore_nulls=True).str.strip_chars("; ").replace("", None)
-                               .alias("assumptions"))
+    # TPUs: whether the run's XLA overlaps its TP collectives (its era), said where it has TP traffic
+    early = on_xla & (pl.col("year").fill_null(XLA_ASYNC_COLLECTIVES_YEAR) < XLA_ASYNC_COLLECTIVES_YEAR)
+    has_tp = pl.col("tp") > 1
+    tp_note = (pl.when(early & has_tp).then(pl.lit(f"TP traffic exposed (a TPU run before XLA's async collectives, "
+                                                   f"{XLA_ASYNC_COLLECTIVES_YEAR})"))
+               .when(on_xla & has_tp).then(pl.lit("TP traffic hidden behind the matmuls while compute lasts (XLA on "
+                                                  "a TPU)")))
+    out = out.with_columns(
+        pl.when(early).then(pl.lit(0.0)).otherwise(pl.lit(None, dtype=pl.Float64)).alias("xla_async_collectives"),
+        pl.concat_str([pl.col("assumptions"), tp_note], separator="; ", ignore_nulls=True).str.strip_chars("; ")
+        .replace("", None).alias("assumptions"))
     out = infer_layout(out)
     out = fw.recipe_micro_batch(out)  # a summary row that states another system's micro-batch (models.frameworks)
     out = _recipe_moe_options(out)

@@ -372,9 +372,10 @@ def _decode_static(a: Mapping[str, np.ndarray], n: int) -> dict:
         flex=(g("moe_dispatcher", 0.0) == moe.DISPATCHER_FLEX) if "moe_dispatcher" in a else False,
         rc_modules=g("recompute_modules") if a.get("recompute_modules") is not None else None,
     )
-    given = dict(low=low, pad=pad, pcie=pcie, tp_hidden=tp_hidden if tp_hidden is not None and tp_hidden.any() else None,
-                 intra=g("intra_node_bw_gbps"), inter=g("inter_node_bw_gbps"),
-                 mbw=g("memory_bw_gbps"))
+    if tp_hidden is not None and not tp_hidden.any():
+        tp_hidden = None
+    given = dict(low=low, pad=pad, pcie=pcie, tp_hidden=tp_hidden, intra=g("intra_node_bw_gbps"),
+                 inter=g("inter_node_bw_gbps"), mbw=g("memory_bw_gbps"))
     return {"fields": fields, "given": given}
 
 
@@ -617,7 +618,7 @@ def encode_configs(configs: pl.DataFrame) -> dict[str, np.ndarray]:
         exprs.append(pl.col("n_layers_16bit").cast(pl.Float64, strict=False).alias("n_layers_16bit"))
     if "trainable_frac" in cols:
         exprs.append(pl.col("trainable_frac").cast(pl.Float64, strict=False).fill_null(1.0))
-    if "xla_async_collectives" in cols:  # 0: a TPU run whose XLA predates async collectives (models.runs_adapter)
+    if "xla_async_collectives" in cols:  # 0: a TPU run whose XLA predates async collectives (runs_adapter)
         exprs.append(pl.col("xla_async_collectives").cast(pl.Float64, strict=False))
     for c_ in ROW_MEMORY_OPTIONS:  # what a run's recipe sets for memory (models.frameworks.recipe_memory; null: preset's)
         if c_ in cols:
