@@ -47,7 +47,7 @@ from models.predictor import (FEATURE_NAMES, GEN_KEY, GENERATION_FIELDS, NATIVE_
 from models.predictor import predict_arrays as serve_arrays
 from models.step_time import OUTPUT_COLUMNS, encode_configs, predict_arrays
 
-FIT_CODE_VERSION = "stepcast-calibration/11"  # 7: the EP all-to-all across nodes on each rank's own NIC; 8: native kernel efficiency per generation, never applied to an earlier one; 9: DP traffic hides in the pipeline's idle warm-up and cool-down; 10: the shared GEMM efficiencies from two sources at least, an unseen generation's from the priors; 11: a hardware model the fit never measured takes the wider interval
+FIT_CODE_VERSION = "stepcast-calibration/12"  # 12: a LoRA run computes and reduces its adapters' weight gradients only; TransformerEngine low-precision rows all-gather quantized activations for sequence parallelism; 7: the EP all-to-all across nodes on each rank's own NIC; 8: native kernel efficiency per generation, never applied to an earlier one; 9: DP traffic hides in the pipeline's idle warm-up and cool-down; 10: the shared GEMM efficiencies from two sources at least, an unseen generation's from the priors; 11: a hardware model the fit never measured takes the wider interval
 FIT_FIELDS = ("matmul_eff_16bit", "matmul_eff_8bit", "attn_eff", "gemm_ramp_flops_per_sm", "host_overhead_s_per_op",
               "scaleup_eff", "scaleout_eff", "alpha_scaleup_s", "tp_overlap", "dp_overlap", "fsdp_gather_overlap")
 PRESET_FIELDS = {"megatron_2022": ("host_overhead_s_per_op",), "pytorch_native": ("kernel_eff",)}

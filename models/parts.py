@@ -105,6 +105,9 @@ class Inputs:
     a2a: np.ndarray | float  # passes run merged with another micro-batch's by the EP A2A overlap (0: no overlap)
     flex: np.ndarray | bool  # the flex dispatcher (DeepEP/HybridEP; models.moe.DISPATCHER_FLEX); False: all-to-all
     rc_modules: np.ndarray | None = None  # Megatron-Core recompute_modules bits (models.memory); None: no row has them
+    # share of the GEMM weights whose gradient the backward computes (``compute``, ``dp_comm``): 1.0, or a LoRA
+    # run's trainable share (its frozen base weights get no weight-gradient GEMM and no gradient traffic)
+    wgrad: np.ndarray | float = 1.0
 
 
 @dataclass(slots=True)
@@ -328,7 +331,9 @@ def compute(x: Inputs, r: Rates, P: PhysParams, casts: bool = True) -> Compute:
     any_cast = casts and bool(np.any(cast > 0))  # layers kept in 16 bits cast nothing
     cf_d, cb_d = quantize_casts(x, r, cast, F_dense, 0.0) if any_cast else (0.0, 0.0)
     fwd_layers = r.Ls_dense * (gemm_core_d + t_ew_d + cf_d)
-    bwd_layers = r.Ls_dense * (2.0 * gemm_core_d + P.elementwise_bwd_factor * t_ew_d + cb_d)
+    bwd_gemm = 1.0 + x.wgrad  # backward GEMMs per forward GEMM: the data gradient, and the weight gradient if trained
+    bwd_layers = r.Ls_dense * (bwd_gemm * (t_attn_gemm + t_mlp_d) + 2.0 * t_core + P.elementwise_bwd_factor * t_ew_d
+                               + cb_d)
     Ls_moe = r.Ls_moe
     if r.any_moe:
         t_mlp_m, F_moe = moe_mlp_gemms(x, r)
@@ -337,7 +342,8 @@ def compute(x: Inputs, r: Rates, P: PhysParams, casts: bool = True) -> Compute:
         cf_m, cb_m = quantize_casts(x, r, cast, F_moe, moe.routed_tokens_factor(x.k, x.ns, x.rho)) if any_cast \
             else (0.0, 0.0)
         fwd_layers = fwd_layers + Ls_moe * (gemm_core_m + t_ew_m + cf_m)
-        bwd_layers = bwd_layers + Ls_moe * (2.0 * gemm_core_m + P.elementwise_bwd_factor * t_ew_m + cb_m)
+        bwd_layers = bwd_layers + Ls_moe * (bwd_gemm * (t_attn_gemm + t_mlp_m) + 2.0 * t_core
+                                            + P.elementwise_bwd_factor * t_ew_m + cb_m)
     tp_per_stage = 2.0 * x.Ls  # TP collective pairs per pass: 2 per transformer layer, 1 per hybrid block
     Ls_attn = x.Ls
     if (hy := x.hy) is not None:  # hybrid rows: blocks of one mixer each (models.mamba, docs/model.md)
@@ -353,9 +359,9 @@ def compute(x: Inputs, r: Rates, P: PhysParams, casts: bool = True) -> Compute:
         tp_per_stage = np.where(hy["hybrid"], x.Ls, tp_per_stage)
     recompute_layers = np.where(rc == 2, fwd_layers, np.where(rc == 1, Ls_attn * (t_core + ew_scores * inv_hbm),
                                                               0.0))
-    t_lm = lm_head(x, r)
+    t_lm = lm_head(x, r) * ((2.0 + x.wgrad) / 3.0)  # forward + data gradient (+ weight gradient if trained)
     compute_mb = fwd_layers + bwd_layers + recompute_layers + t_lm
-    bwd_mb = bwd_layers + 2.0 / 3.0 * t_lm
+    bwd_mb = bwd_layers + (1.0 + x.wgrad) / (2.0 + x.wgrad) * t_lm
     if (mtp := x.arch.get("mtp")) is not None:  # MTP modules on the last stage: a block of the last layer's kind each
         last_moe = r.sh["n_moe_layers"] > 0
         g1, e1 = (np.where(last_moe, gemm_core_m, gemm_core_d), np.where(last_moe, t_ew_m, t_ew_d)) if r.any_moe \
@@ -502,12 +508,12 @@ def hybrid_stage(hy: Mapping[str, np.ndarray], arch: Mapping[str, np.ndarray], p
 
 # ---------------------------------------------------------------------------------------------- communication
 
-def tp_comm(x: Inputs, r: Rates, cm: Compute) -> np.ndarray:
+def tp_comm(x: Inputs, r: Rates, cm: Compute, quantized_gather: np.ndarray | None = None) -> np.ndarray:
     """Tensor parallel, per micro-batch (s, before overlap): 2 all-reduces (or AG+RS pairs) per layer per forward
     pass, 2 in backward (hybrids: 1 per block, + a small all-reduce per Mamba-1 block: models.mamba); 2-D rows: 4 all-gathers / reduce-scatters on the grid's c-group and 4 on its r-group per
     layer and pass (models.tp2d)."""
     tp_bw, tp_a = coll.group_link(x.t, np.minimum(x.t, x.node), x.bw_up, x.bw_out, x.a_up, x.a_out, 1.0, x.tiers)
-    tp_bytes = r.aT * x.h
+    tp_bytes = r.aT * x.h * quantized_gather_share(x, r, quantized_gather)
     tp_one = coll.ring_all_reduce_time(tp_bytes, x.t, tp_bw, tp_a)
     tp_total = cm.tp_per_stage * (r.n_fwd_passes + 1.0) * tp_one
     if (hy := x.hy) is not None and np.any(hy["mamba1"]):  # Mamba-1 blocks: + x_proj's (R + 2N)-wide all-reduce
@@ -521,6 +527,24 @@ def tp_comm(x: Inputs, r: Rates, cm: Compute) -> np.ndarray:
                                x.t, x.node, x.bw_up, x.bw_out, x.a_up, x.a_out, r.act_b, x.tiers, x.grid2d)
         tp_total = np.where(x.tp2d, tp_2d, tp_total)
     return tp_total + expert_tp_comm(x, r, cm, tp_bytes, tp_one)
+
+
+def quantized_gather_share(x: Inputs, r: Rates, rows: np.ndarray | None) -> np.ndarray | float:
+    """The TP traffic of a low-precision TransformerEngine row with sequence parallelism, as a share of the 16-bit
+    traffic: of each all-gather / reduce-scatter pair, the all-gather moves the GEMM input already quantized (its
+    bytes per element, models.precision.SAVED_GEMM_INPUT_BYTES: 1 for FP8, 1 + 1/32 for MXFP8 with its block
+    scales, 0.5 + 1/16 for NVFP4), the reduce-scatter the 16-bit GEMM output. TransformerEngine quantizes the
+    LayerNorm output (forward) and the output gradient (backward) before the sequence-parallel all-gather
+    (transformer_engine/pytorch/module/layernorm_linear.py and linear.py: ``gather_along_first_dim`` with the
+    input / grad-output quantizer gathers the quantized tensor). ``rows``: the TransformerEngine rows (memory
+    presets whose low-precision GEMMs keep quantized inputs, models.frameworks ``quantized_saves``); other stacks,
+    16-bit rows and rows without sequence parallelism (an all-reduce of the 16-bit output) keep 1.0."""
+    from models.precision import saved_gemm_input_bytes
+
+    if rows is None or not np.any(rows):
+        return 1.0
+    q_b = saved_gemm_input_bytes(x.dt)
+    return np.where(rows & x.sp & (q_b < r.act_b), 0.5 * (1.0 + q_b / r.act_b), 1.0)
 
 
 def expert_tp_comm(x: Inputs, r: Rates, cm: Compute, tp_bytes, tp_one) -> np.ndarray | float:
@@ -662,8 +686,9 @@ def dp_comm(x: Inputs, r: Rates, mem: Mapping[str, np.ndarray], cm: Compute, ov:
         epd_rpn = clip(np.floor(x.node / (x.et * e)), 1.0, ne)
         epd_bw, epd_a = coll.group_link(ne, epd_rpn, bw_up, bw_out, a_up, a_out, x.et * e, tiers)
     hs = dp_rpn  # HSDP shards over the data-parallel ranks of one node
-    gbytes_d = dense_local * P.grad_reduce_bytes
-    gbytes_e = expert_local * P.grad_reduce_bytes if any_exp else 0.0
+    # a LoRA run reduces the gradients of its trained weights only (x.wgrad: their share)
+    gbytes_d = dense_local * P.grad_reduce_bytes * x.wgrad
+    gbytes_e = expert_local * P.grad_reduce_bytes * x.wgrad if any_exp else 0.0
     wb = r.act_b  # 16-bit weights, 4 bytes for fp32/tf32 runs
     w_d, w_e = dense_local * wb, (expert_local * wb if any_exp else 0.0)  # bytes of the weight all-gathers
     if "quantized_dense_params_local" in mem:  # weights kept quantized (fp8_param_gather; models.memory)
@@ -684,6 +709,12 @@ def dp_comm(x: Inputs, r: Rates, mem: Mapping[str, np.ndarray], cm: Compute, ov:
         ar_d = ar_d + coll.all_reduce_time(gbytes_e, ne, epd_bw, epd_a)
         rs_d = rs_d + coll.reduce_scatter_time(gbytes_e, ne, epd_bw, epd_a)
         ag_w = ag_w + coll.all_gather_time(w_e, ne, epd_bw, epd_a)
+    # ZeRO-1/2 re-gather the weights the optimizer updated: all of them, or a LoRA run's trained ones
+    ag_upd = ag_w
+    if np.any(np.asarray(x.wgrad) < 1.0) and has(1, 2):
+        ag_upd = coll.all_gather_time(w_d * x.wgrad, nd, dp_bw, dp_a)
+        if any_exp:
+            ag_upd = ag_upd + coll.all_gather_time(w_e * x.wgrad, ne, epd_bw, epd_a)
     # HSDP: reduce-scatter inside the node, all-reduce of the 1/hs shard across nodes
     if has(5):
         hs_bw_in, hs_a_in = coll.group_link(hs, hs, bw_up, bw_out, a_up, a_out)
@@ -716,7 +747,7 @@ def dp_comm(x: Inputs, r: Rates, mem: Mapping[str, np.ndarray], cm: Compute, ov:
     dp_hide = np.maximum(P.dp_overlap * (cm.bwd_mb + idle_half) - hidden_gathers - hidden_comm, 0.0)
     dp_exposed = np.maximum(grad_sync - dp_hide, 0.0)
     ag_hide = P.dp_overlap * idle_half
-    dp_exposed = dp_exposed + np.where((shard == 1) | (shard == 2), np.maximum(ag_w - ag_hide, 0.0), 0.0)
+    dp_exposed = dp_exposed + np.where((shard == 1) | (shard == 2), np.maximum(ag_upd - ag_hide, 0.0), 0.0)
     if once is not None:  # the one gather of the step, behind the first micro-batch's forward compute
         fwd_mb = np.maximum(cm.compute_mb - cm.bwd_mb, 0.0)
         dp_exposed = dp_exposed + np.where(once, np.maximum(ag_w - P.fsdp_gather_overlap * fwd_mb, 0.0), 0.0)

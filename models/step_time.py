@@ -371,6 +371,8 @@ def _decode_static(a: Mapping[str, np.ndarray], n: int) -> dict:
         et=et, moe_cf=cap_f, a2a=a2a,
         flex=(g("moe_dispatcher", 0.0) == moe.DISPATCHER_FLEX) if "moe_dispatcher" in a else False,
         rc_modules=g("recompute_modules") if a.get("recompute_modules") is not None else None,
+        # LoRA: the backward computes the weight gradients of the trained share only (NaN / absent: all)
+        wgrad=np.nan_to_num(g("trainable_frac", 1.0), nan=1.0) if a.get("trainable_frac") is not None else 1.0,
     )
     if tp_hidden is not None and not tp_hidden.any():
         tp_hidden = None
@@ -497,7 +499,8 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     r = parts.rates(x, P, sh, pc)
     cm = parts.module_recompute(x, r, parts.layers_kept_in_16bit(x, r, parts.compute(x, r, P), P))
     cp_mb, hidden_cp = parts.cp_comm(x, r, cm)
-    ov = parts.overlap(cm, cp_mb, hidden_cp, parts.tp_comm(x, r, cm), parts.ep_comm(x, r, cm), parts.pp_comm(x, r), P,
+    qg = _memory_options(a, n, x.p).get("quantized_saves")  # TransformerEngine rows gather quantized inputs
+    ov = parts.overlap(cm, cp_mb, hidden_cp, parts.tp_comm(x, r, cm, qg), parts.ep_comm(x, r, cm), parts.pp_comm(x, r), P,
                        x.a2a, x.tp_ov)
     mem = _memory_memo(a, n, P, lambda mp: memory_per_gpu(
         arch=x.arch, shapes=sh, seq_len=x.s, micro_batch=x.b, n_micro=x.m, tp=x.t, pp=x.p, dp=x.d, cp=x.c, ep=x.e,
