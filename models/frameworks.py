@@ -150,9 +150,15 @@ PRESETS: dict[str, MemoryPreset] = {
     "default": MemoryPreset(
         selective_policy=SELECTIVE_ATTENTION_CORE,
         grad_bytes=4.0, logits_bytes=4.0, logits_chunks=1.0, act_offload_frac=0.0,
-        sequence_parallel_with_tp=None, unsharded_weights_with_pp=False, default_sharding="none",
+        sequence_parallel_with_tp=None, unsharded_weights_with_pp=True, default_sharding="none",
         source="models.params.DEFAULT (grad_bytes 4, fp32 logits, Korthikanti selective); sequence parallelism by "
-               "the runs adapter's era rule (models.runs_adapter.UNKNOWN_STACK_SP_YEAR).",
+               "the runs adapter's era rule (models.runs_adapter.UNKNOWN_STACK_SP_YEAR). FSDP (zero3/fsdp/hsdp) with "
+               "pp > 1 keeps the stage gathered over the step, as the stacks that run the two together do: "
+               "PyTorch's pipelining with FSDP2 (torchtitan apply_fsdp: reshard_after_forward=False when pp is "
+               "enabled) and Meta's Llama 3 4D parallelism (Dubey et al. 2024, section 3.3.2: model weights not "
+               "resharded after the forward pass); DeepSpeed's pipeline engine refuses ZeRO-2/3 "
+               "(deepspeed/runtime/pipe/engine.py: 'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism', "
+               "because their gathers would run on every one of the 10s-100s of micro-batches).",
     ),
 }
 

@@ -340,3 +340,26 @@ def test_a_nemo_2_performance_run_keeps_16_bit_gradients_and_fits():
         8.03e9 * 2 / 1e9 * (1 + DEFAULT.mem_fragmentation_frac), rel=0.01)
     assert nemo2["memory_fits"] and not nemo1["memory_fits"]
 
+
+
+def test_unnamed_stack_with_fsdp_and_pp_keeps_the_stage_gathered():
+    """A stack the adapter does not name (memory preset `default`) that runs FSDP with pp > 1 does what the stacks
+    that run the two together do (PyTorch's pipelining, Meta's Llama 3 4D parallelism): one all-gather of the stage
+    per step, not two per micro-batch; the memory model holds the stage gathered, as torchtitan's preset does."""
+    from models.frameworks import keeps_stage_gathered
+    from models.step_time import predict_arrays
+
+    assert keeps_stage_gathered(np.array(["default", "default", "megatron"]), np.array([8, 1, 8])).tolist() == \
+        [True, False, False]
+    row = dict(n_layers=126.0, d_model=16384.0, n_heads=128.0, n_kv_heads=8.0, ffn_dim=53248.0, vocab=128256.0,
+               activation=1.0, seq_len=8192.0, global_batch_seqs=2048.0, micro_batch=1.0, n_gpus=8192.0, tp=8.0,
+               pp=16.0, dp=64.0, cp=1.0, vpp=1.0, sharding=3, recompute=0, dtype=0, peak_fp32_tflops=66.9,
+               peak_tf32_tflops=494.7, peak_bf16_tflops=989.4, peak_fp16_tflops=989.4, peak_fp8_tflops=1978.9,
+               memory_gb=80.0, memory_bw_gbps=3350.0, intra_node_bw_gbps=450.0, inter_node_bw_gbps=50.0,
+               gpus_per_node=8.0, scaleup_size=8.0)
+    a = {k: np.atleast_1d(np.asarray(v)) for k, v in row.items()}
+    once = predict_arrays({**a, "memory_preset": preset_codes(np.array(["default"]))}, DEFAULT)
+    every = predict_arrays({**a, "memory_preset": preset_codes(np.array(["pytorch_fsdp"]))}, DEFAULT)
+    assert once["dp_comm_exposed_s"][0] < 0.1 * every["dp_comm_exposed_s"][0]
+    assert once["step_time_s"][0] < every["step_time_s"][0]
+    assert once["memory_gb_per_gpu"][0] > every["memory_gb_per_gpu"][0]
