@@ -235,7 +235,8 @@ def test_preset_codes_and_names_give_the_same_arguments():
     for k in by_name:
         np.testing.assert_array_equal(by_name[k], by_code[k])
     assert by_name["logits_bytes"].tolist() == [12.0, 6.0, 4.0, 4.0]  # unknown -> default
-    assert by_name["fsdp_unsharded_stage"].tolist() == [True, False, False, False]
+    # with pp > 1 torchtitan and an unknown stack keep the stage gathered (when they shard it: FSDP), Megatron does not
+    assert by_name["fsdp_unsharded_stage"].tolist() == [True, False, True, False]
 
 
 def test_every_preset_names_its_source():
