@@ -361,7 +361,10 @@ class Daemon:
         self.incoming.mkdir()
         self.env = dict(os.environ, DAGSTER_HOME=str(self.home), STEPCAST_STORE=str(self.store),
                         STEPCAST_INCOMING=str(self.incoming), STEPCAST_SENSOR_INTERVAL_S="1",
-                        STEPCAST_INCOMING_SETTLE_S="0", STEPCAST_RETRY_BACKOFF_S="1", STEPCAST_LOCK_WAIT_S="1")
+                        STEPCAST_INCOMING_SETTLE_S="0", STEPCAST_RETRY_BACKOFF_S="1", STEPCAST_LOCK_WAIT_S="1",
+                        # the nightly schedule runs on the wall clock: twelve hours from now, so that it cannot
+                        # fire (and take the store's lock, and add a run) while these tests run
+                        STEPCAST_REFIT_CRON=f"0 {(time.gmtime().tm_hour + 12) % 24} * * *")
         for var in ("STEPCAST_SNAPSHOT", "STEPCAST_REPORTS"):
             self.env.pop(var, None)
         self.log_path = folder / "daemon.log"
@@ -374,8 +377,9 @@ class Daemon:
         return self.log_path.read_text()[-3000:]
 
     def runs(self) -> list[dg.DagsterRun]:
-        """The refit runs, oldest first."""
-        return [r.dagster_run for r in reversed(self.instance.get_run_records(dg.RunsFilter(job_name="refit")))]
+        """The refit runs the incoming-files sensor started, oldest first."""
+        return [r.dagster_run for r in reversed(self.instance.get_run_records(dg.RunsFilter(job_name="refit")))
+                if r.dagster_run.tags.get("dagster/sensor_name") == "incoming_files"]
 
     def wait(self, done, timeout_s: float = 900, what: str = "") -> list[dg.DagsterRun]:
         """Poll the runs until done(runs) (bounded: start-up plus a full run of the graph, fit included, on 2

@@ -340,8 +340,9 @@ def test_a_summary_row_of_another_file_takes_its_releases_recipe(framework, over
 def test_a_stage_that_stays_gathered_is_gathered_once_per_step_not_per_micro_batch():
     """torchtitan's FSDP with pp > 1 keeps a stage's weights gathered over the step (the memory model holds them:
     models.frameworks ``unsharded_weights_with_pp``), so the time model gathers them once per step and the exposed
-    data-parallel time does not grow with the micro-batches; a stack that reshards (the reference preset) gathers in
-    every micro-batch's forward and backward, so on a slow network four times the micro-batches cost more of it."""
+    data-parallel time does not grow with the micro-batches; a stack that reshards (PyTorch FSDP scripts without a
+    pipeline schedule, preset ``pytorch_fsdp``) gathers in every micro-batch's forward and backward, so on a slow
+    network four times the micro-batches cost more of it."""
     from models.step_time import predict as physics
 
     meas = Settings.load().measurements
@@ -354,7 +355,7 @@ def test_a_stage_that_stays_gathered_is_gathered_once_per_step_not_per_micro_bat
         return physics(f)["dp_comm_exposed_s"][0]
 
     kept_small, kept_large = dp_time("torchtitan", 32), dp_time("torchtitan", 128)
-    reshard_small, reshard_large = dp_time("default", 32), dp_time("default", 128)
+    reshard_small, reshard_large = dp_time("pytorch_fsdp", 32), dp_time("pytorch_fsdp", 128)
     assert kept_large == pytest.approx(kept_small, rel=1e-9)
     assert reshard_large > 2.0 * reshard_small > 0.0
     assert kept_large < reshard_large
