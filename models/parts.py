@@ -108,6 +108,9 @@ class Inputs:
     # share of the GEMM weights whose gradient the backward computes (``compute``, ``dp_comm``): 1.0, or a LoRA
     # run's trainable share (its frozen base weights get no weight-gradient GEMM and no gradient traffic)
     wgrad: np.ndarray | float = 1.0
+    # rows whose stack all-gathers quantized GEMM inputs under sequence parallelism (``quantized_gather_share``: the
+    # TransformerEngine presets); None: no such row
+    quantized_gather: np.ndarray | None = None
 
 
 @dataclass(slots=True)
@@ -508,12 +511,12 @@ def hybrid_stage(hy: Mapping[str, np.ndarray], arch: Mapping[str, np.ndarray], p
 
 # ---------------------------------------------------------------------------------------------- communication
 
-def tp_comm(x: Inputs, r: Rates, cm: Compute, quantized_gather: np.ndarray | None = None) -> np.ndarray:
+def tp_comm(x: Inputs, r: Rates, cm: Compute) -> np.ndarray:
     """Tensor parallel, per micro-batch (s, before overlap): 2 all-reduces (or AG+RS pairs) per layer per forward
     pass, 2 in backward (hybrids: 1 per block, + a small all-reduce per Mamba-1 block: models.mamba); 2-D rows: 4 all-gathers / reduce-scatters on the grid's c-group and 4 on its r-group per
     layer and pass (models.tp2d)."""
     tp_bw, tp_a = coll.group_link(x.t, np.minimum(x.t, x.node), x.bw_up, x.bw_out, x.a_up, x.a_out, 1.0, x.tiers)
-    tp_bytes = r.aT * x.h * quantized_gather_share(x, r, quantized_gather)
+    tp_bytes = r.aT * x.h * quantized_gather_share(x, r)
     tp_one = coll.ring_all_reduce_time(tp_bytes, x.t, tp_bw, tp_a)
     tp_total = cm.tp_per_stage * (r.n_fwd_passes + 1.0) * tp_one
     if (hy := x.hy) is not None and np.any(hy["mamba1"]):  # Mamba-1 blocks: + x_proj's (R + 2N)-wide all-reduce
@@ -529,19 +532,20 @@ def tp_comm(x: Inputs, r: Rates, cm: Compute, quantized_gather: np.ndarray | Non
     return tp_total + expert_tp_comm(x, r, cm, tp_bytes, tp_one)
 
 
-def quantized_gather_share(x: Inputs, r: Rates, rows: np.ndarray | None) -> np.ndarray | float:
+def quantized_gather_share(x: Inputs, r: Rates) -> np.ndarray | float:
     """The TP traffic of a low-precision TransformerEngine row with sequence parallelism, as a share of the 16-bit
     traffic: of each all-gather / reduce-scatter pair, the all-gather moves the GEMM input already quantized (its
     bytes per element, models.precision.SAVED_GEMM_INPUT_BYTES: 1 for FP8, 1 + 1/32 for MXFP8 with its block
     scales, 0.5 + 1/16 for NVFP4), the reduce-scatter the 16-bit GEMM output. TransformerEngine quantizes the
     LayerNorm output (forward) and the output gradient (backward) before the sequence-parallel all-gather
     (transformer_engine/pytorch/module/layernorm_linear.py and linear.py: ``gather_along_first_dim`` with the
-    input / grad-output quantizer gathers the quantized tensor). ``rows``: the TransformerEngine rows (memory
-    presets whose low-precision GEMMs keep quantized inputs, models.frameworks ``quantized_saves``); other stacks,
-    16-bit rows and rows without sequence parallelism (an all-reduce of the 16-bit output) keep 1.0."""
+    input / grad-output quantizer gathers the quantized tensor). ``x.quantized_gather``: the TransformerEngine rows
+    (memory presets whose low-precision GEMMs keep quantized inputs, models.frameworks ``quantized_saves``); other
+    stacks, 16-bit rows and rows without sequence parallelism (an all-reduce of the 16-bit output) keep 1.0."""
     from models.precision import saved_gemm_input_bytes
 
-    if rows is None or not np.any(rows):
+    rows = x.quantized_gather
+    if rows is None:
         return 1.0
     q_b = saved_gemm_input_bytes(x.dt)
     return np.where(rows & x.sp & (q_b < r.act_b), 0.5 * (1.0 + q_b / r.act_b), 1.0)

@@ -196,6 +196,18 @@ def _memory_options(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> dict
     return out
 
 
+def _quantized_gather(a: Mapping[str, np.ndarray], n: int) -> np.ndarray | None:
+    """Rows whose stack all-gathers the quantized GEMM input under sequence parallelism: the TransformerEngine
+    presets (models.frameworks ``quantized_saves``, the memory model's flag for the same quantized inputs); None
+    without presets or without such a row."""
+    if a.get("memory_preset") is None:
+        return None
+    from models.frameworks import memory_arguments
+
+    q = memory_arguments(_code(a, "memory_preset", n))["quantized_saves"]
+    return q if q.any() else None
+
+
 def _stage_gathered(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> np.ndarray | None:
     """Rows whose stack keeps a pipeline stage's FSDP weights gathered across the step's micro-batches
     (models.frameworks.keeps_stage_gathered; the memory model's ``fsdp_unsharded_stage``); None without presets."""
@@ -373,6 +385,7 @@ def _decode_static(a: Mapping[str, np.ndarray], n: int) -> dict:
         rc_modules=g("recompute_modules") if a.get("recompute_modules") is not None else None,
         # LoRA: the backward computes the weight gradients of the trained share only (NaN / absent: all)
         wgrad=np.nan_to_num(g("trainable_frac", 1.0), nan=1.0) if a.get("trainable_frac") is not None else 1.0,
+        quantized_gather=_quantized_gather(a, n),
     )
     if tp_hidden is not None and not tp_hidden.any():
         tp_hidden = None
@@ -499,8 +512,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     r = parts.rates(x, P, sh, pc)
     cm = parts.module_recompute(x, r, parts.layers_kept_in_16bit(x, r, parts.compute(x, r, P), P))
     cp_mb, hidden_cp = parts.cp_comm(x, r, cm)
-    qg = _memory_options(a, n, x.p).get("quantized_saves")  # TransformerEngine rows gather quantized inputs
-    ov = parts.overlap(cm, cp_mb, hidden_cp, parts.tp_comm(x, r, cm, qg), parts.ep_comm(x, r, cm), parts.pp_comm(x, r), P,
+    ov = parts.overlap(cm, cp_mb, hidden_cp, parts.tp_comm(x, r, cm), parts.ep_comm(x, r, cm), parts.pp_comm(x, r), P,
                        x.a2a, x.tp_ov)
     mem = _memory_memo(a, n, P, lambda mp: memory_per_gpu(
         arch=x.arch, shapes=sh, seq_len=x.s, micro_batch=x.b, n_micro=x.m, tp=x.t, pp=x.p, dp=x.d, cp=x.c, ep=x.e,
