@@ -47,7 +47,7 @@ from models.predictor import (FEATURE_NAMES, GEN_KEY, GENERATION_FIELDS, NATIVE_
 from models.predictor import predict_arrays as serve_arrays
 from models.step_time import OUTPUT_COLUMNS, encode_configs, predict_arrays
 
-FIT_CODE_VERSION = "stepcast-calibration/12"  # 12: a LoRA run computes and reduces its adapters' weight gradients only; TransformerEngine low-precision rows all-gather quantized activations for sequence parallelism; 7: the EP all-to-all across nodes on each rank's own NIC; 8: native kernel efficiency per generation, never applied to an earlier one; 9: DP traffic hides in the pipeline's idle warm-up and cool-down; 10: the shared GEMM efficiencies from two sources at least, an unseen generation's from the priors; 11: a hardware model the fit never measured takes the wider interval
+FIT_CODE_VERSION = "stepcast-calibration/13"  # 13: a generation with its own 8-bit GEMM fraction but too few 16-bit runs takes 16-bit = its 8-bit x the reference generation's 16-bit / 8-bit; 12: a LoRA run computes and reduces its adapters' weight gradients only; TransformerEngine low-precision rows all-gather quantized activations for sequence parallelism; 7: the EP all-to-all across nodes on each rank's own NIC; 8: native kernel efficiency per generation, never applied to an earlier one; 9: DP traffic hides in the pipeline's idle warm-up and cool-down; 10: the shared GEMM efficiencies from two sources at least, an unseen generation's from the priors; 11: a hardware model the fit never measured takes the wider interval
 FIT_FIELDS = ("matmul_eff_16bit", "matmul_eff_8bit", "attn_eff", "gemm_ramp_flops_per_sm", "host_overhead_s_per_op",
               "scaleup_eff", "scaleout_eff", "alpha_scaleup_s", "tp_overlap", "dp_overlap", "fsdp_gather_overlap")
 PRESET_FIELDS = {"megatron_2022": ("host_overhead_s_per_op",), "pytorch_native": ("kernel_eff",)}
@@ -193,6 +193,7 @@ class Physics:
         self.n = configs.height
         self.configs = configs
         self.parts = []
+        self.reference: str | None = None  # the generation other generations' 16-bit fractions follow
         for name in PRESETS:
             idx = np.flatnonzero(presets == name)
             if len(idx):
@@ -238,7 +239,9 @@ class Physics:
             return list(range(len(self.parts)))
         if key.startswith(NATIVE_GEN_KEY):  # a later generation may take this one's value (native_kernel_effs)
             return [i for i, (name, _, _, _) in enumerate(self.parts) if name == NATIVE]
-        if key.startswith(GEN_KEY):
+        if key.startswith(GEN_KEY):  # a generation's 16-bit fraction may follow the reference's (derive_16bit)
+            if key == self.reference:
+                return list(range(len(self.parts)))
             g = key[len(GEN_KEY):]
             return [i for i, (_, gens, _, _) in enumerate(self.parts) if np.any(gens == g)]
         return [i for i, (name, _, _, _) in enumerate(self.parts) if name == key]
@@ -336,7 +339,37 @@ def _unpack(slots, u, base: PhysParams) -> tuple[PhysParams, dict]:
     for (p, f), x in zip(slots, u):
         if p is not None:
             over.setdefault(p, {})[f] = _from_unit(f, x)
-    return base.with_(**glob), over
+    return base.with_(**glob), derive_16bit(over, slots)
+
+
+def _precision_reference(slots) -> str | None:
+    """The generation group (overrides key) whose 16-bit and 8-bit GEMM fractions are both fitted from its own runs
+    (the first such in `slots`, which lists generations by their number of runs), or None."""
+    own: dict[str, set] = {}
+    for p, f in slots:
+        if p is not None and p.startswith(GEN_KEY) and f in GENERATION_FIELDS:
+            own.setdefault(p, set()).add(f)
+    both = [p for p, fs in own.items() if fs >= {"matmul_eff_16bit", "matmul_eff_8bit"}]
+    return both[0] if both else None
+
+
+def derive_16bit(over: dict, slots) -> dict:
+    """A generation whose 8-bit GEMM fraction is its own but whose 16-bit one is not (too few 16-bit runs) takes
+    16-bit = its 8-bit x (16-bit / 8-bit of the reference generation, the one with both fitted): the two
+    precisions run on the same tensor cores at the same clocks, so a device's derating (power, clocks, memory)
+    shows in both, while the ratio between them is the pipeline's. Without a reference generation nothing is
+    derived (the shared 16-bit value answers)."""
+    ref = _precision_reference(slots)
+    if ref is None or ref not in over:
+        return over
+    r16, r8 = over[ref].get("matmul_eff_16bit"), over[ref].get("matmul_eff_8bit")
+    if not (r16 and r8):
+        return over
+    lo, hi = FITTABLE_BOUNDS["matmul_eff_16bit"]
+    for key, vals in over.items():
+        if key.startswith(GEN_KEY) and "matmul_eff_8bit" in vals and "matmul_eff_16bit" not in vals:
+            vals["matmul_eff_16bit"] = float(np.clip(vals["matmul_eff_8bit"] * r16 / r8, lo, hi))
+    return over
 
 
 def _physics_rows(data: FitData) -> FitData:
@@ -372,6 +405,7 @@ def fit_physics(data: FitData, base: PhysParams = DEFAULT, max_nfev: int | None 
     pw = HYPER["prior_weight"]
 
     parts = phys.parts
+    phys.reference = _precision_reference(slots)
     touched = [phys.parts_touched(s) for s in slots]
     recent: dict[bytes, list] = {}  # parameter vector -> each part's log throughput (the last few evaluations)
 

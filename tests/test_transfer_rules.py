@@ -469,3 +469,71 @@ def test_a_native_stack_on_a_generation_without_its_own_kernel_efficiency_is_ext
     assert p_b["calibration_domain"].startswith("extrapolated: PyTorch-native kernels not fitted on Blackwell "
                                                 "(Hopper's efficiency carried")
     assert p_h["calibration_domain"] == "inside"
+
+
+# ------------------------------------------------- a generation's 16-bit fraction from its 8-bit one
+
+def _gen_configs(n_ampere16: int, n_hopper16: int, n_hopper8: int, n_blackwell16: int, n_blackwell8: int):
+    rows = ([("a100-sxm4-80gb", "bf16")] * n_ampere16 + [("h100-sxm5-80gb", "bf16")] * n_hopper16
+            + [("h100-sxm5-80gb", "fp8")] * n_hopper8 + [("b200", "bf16")] * n_blackwell16
+            + [("b200", "fp8")] * n_blackwell8)
+    return pl.DataFrame({"software_preset": ["default"] * len(rows), "gpu": [g for g, _ in rows],
+                         "dtype": [d for _, d in rows], "source": ["a", "b"] * (len(rows) // 2) + ["a"] * (len(rows) % 2)})
+
+
+def _unpacked(configs: pl.DataFrame, u: float = 0.5):
+    slots = cal._slots(configs)
+    return slots, cal._unpack(slots, np.full(len(slots), u), cal.DEFAULT)[1]
+
+
+def test_a_generation_with_its_own_8bit_fraction_only_takes_16bit_by_the_reference_generations_ratio():
+    """Blackwell with 40 FP8 runs and 8 BF16 ones (too few for its own 16-bit fraction) takes its 8-bit fraction x
+    Hopper's 16-bit / 8-bit (Hopper has both of its own): the device's derating shows in both precisions, the ratio
+    between them is the tensor-core pipeline's."""
+    slots, over = _unpacked(_gen_configs(200, 40, 40, 8, 40))
+    assert (GEN_KEY + "Blackwell", "matmul_eff_16bit") not in slots  # not fitted: derived
+    hop, bw = over[GEN_KEY + "Hopper"], over[GEN_KEY + "Blackwell"]
+    ratio = hop["matmul_eff_16bit"] / hop["matmul_eff_8bit"]
+    assert ratio != pytest.approx(1.0, abs=0.01)  # else the test could not tell the rule from a copy
+    assert bw["matmul_eff_16bit"] == pytest.approx(bw["matmul_eff_8bit"] * ratio, rel=1e-12)
+
+
+@pytest.mark.parametrize("counts, derived", [
+    ((200, 5, 40, 8, 40), False),   # no generation with both of its own: nothing derived, the shared value answers
+    ((200, 40, 40, 40, 40), False),  # Blackwell has its own 16-bit fraction: kept
+    ((200, 40, 40, 8, 5), False),    # Blackwell has neither: the shared values
+])
+def test_no_16bit_fraction_is_derived_without_a_reference_or_over_a_generations_own(counts, derived):
+    slots, over = _unpacked(_gen_configs(*counts), u=0.4)
+    bw = over.get(GEN_KEY + "Blackwell", {})
+    own16 = (GEN_KEY + "Blackwell", "matmul_eff_16bit") in slots
+    if own16:  # its own fitted value, not the ratio's
+        assert bw["matmul_eff_16bit"] == pytest.approx(cal._from_unit("matmul_eff_16bit", 0.4))
+    else:
+        assert ("matmul_eff_16bit" in bw) == derived
+
+
+def test_the_reference_generations_fractions_move_the_derived_generations_16bit_rows():
+    """The fit's Jacobian re-predicts only the parts a parameter can change: Hopper's fractions change Blackwell's
+    BF16 rows through the derived 16-bit fraction, so every part is touched by them."""
+    configs = _gen_configs(200, 40, 40, 8, 40)
+    slots = cal._slots(configs)
+    phys = cal.Physics(configs)
+    phys.reference = cal._precision_reference(slots)
+    assert phys.reference == GEN_KEY + "Hopper"
+    assert phys.parts_touched((GEN_KEY + "Hopper", "matmul_eff_16bit")) == list(range(len(phys.parts)))
+
+
+def test_the_served_fit_answers_blackwell_bf16_with_the_derived_fraction(served):
+    """The shipped corpus has 8 Blackwell BF16 runs (too few for its own 16-bit fraction) and Hopper both of its own:
+    the served fit stores Blackwell's 16-bit fraction as derived, below the shared value, and a B200 BF16 row is
+    predicted with it (slower than with the shared value; an Ampere row is unchanged)."""
+    hop, bw = served.preset_overrides[GEN_KEY + "Hopper"], served.preset_overrides[GEN_KEY + "Blackwell"]
+    assert bw["matmul_eff_16bit"] == pytest.approx(
+        bw["matmul_eff_8bit"] * hop["matmul_eff_16bit"] / hop["matmul_eff_8bit"], rel=1e-9)
+    assert bw["matmul_eff_16bit"] < served.params.matmul_eff_16bit
+    shared = dataclasses.replace(served, preset_overrides={
+        **served.preset_overrides, GEN_KEY + "Blackwell": {"matmul_eff_8bit": bw["matmul_eff_8bit"]}})
+    tput = lambda gpu, fit: predict(_native_row(gpu, "default"), fit)["tokens_per_s_per_gpu"][0]  # noqa: E731
+    assert tput("b200", served) < 0.98 * tput("b200", shared)
+    assert tput("a100-sxm4-80gb", served) == pytest.approx(tput("a100-sxm4-80gb", shared), rel=1e-12)
