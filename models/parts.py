@@ -161,6 +161,11 @@ class Compute:
     Ls_attn: np.ndarray  # attention layers on the stage
     Ls_moe: np.ndarray  # MoE layers on the stage
     tp_per_stage: np.ndarray  # TP collective pairs per pass
+    # the last stage's own work besides its layers: LM head (+ MTP modules), s, its backward part, and what the MTP
+    # modules add to the counts above (``last_stage_balance``)
+    last_mb: np.ndarray | float = 0.0
+    last_bwd: np.ndarray | float = 0.0
+    mtp_counts: tuple = (0.0, 0.0, 0.0)  # (attention layers, MoE layers, TP collective pairs)
 
 
 @dataclass(slots=True)
@@ -365,6 +370,7 @@ def compute(x: Inputs, r: Rates, P: PhysParams, casts: bool = True) -> Compute:
     t_lm = lm_head(x, r) * ((2.0 + x.wgrad) / 3.0)  # forward + data gradient (+ weight gradient if trained)
     compute_mb = fwd_layers + bwd_layers + recompute_layers + t_lm
     bwd_mb = bwd_layers + (1.0 + x.wgrad) / (2.0 + x.wgrad) * t_lm
+    last_mb, last_bwd, mtp_counts = t_lm, (1.0 + x.wgrad) / (2.0 + x.wgrad) * t_lm, (0.0, 0.0, 0.0)
     if (mtp := x.arch.get("mtp")) is not None:  # MTP modules on the last stage: a block of the last layer's kind each
         last_moe = r.sh["n_moe_layers"] > 0
         g1, e1 = (np.where(last_moe, gemm_core_m, gemm_core_d), np.where(last_moe, t_ew_m, t_ew_d)) if r.any_moe \
@@ -374,12 +380,48 @@ def compute(x: Inputs, r: Rates, P: PhysParams, casts: bool = True) -> Compute:
                                           x.h, r.wrt, r.aT, r.aTt, r.inv_rate, inv_hbm, r.wh)
         compute_mb, bwd_mb, tp_per_stage = compute_mb + t_mtp, bwd_mb + b_mtp, tp_per_stage + 2.0 * mtp
         Ls_attn, Ls_moe = Ls_attn + mtp, Ls_moe + mtp * last_moe
+        last_mb, last_bwd, mtp_counts = last_mb + t_mtp, last_bwd + b_mtp, (mtp, mtp * last_moe, 2.0 * mtp)
     # host (CPU) time to issue the ops of one micro-batch; the GPU waits for it when kernels are short
     ops_rc = np.take(np.array([0.0, P.ops_attn_core_fwd, P.ops_per_layer_fwd]), rc, mode="clip")
     host_mb = (0.5 * tp_per_stage) * P.host_overhead_s_per_op * (
         P.ops_per_layer_fwd * (1.0 + P.elementwise_bwd_factor) + ops_rc)
     return Compute(compute_mb=compute_mb, bwd_mb=bwd_mb, host_mb=host_mb, t_core=t_core, Ls_attn=Ls_attn,
-                   Ls_moe=Ls_moe, tp_per_stage=tp_per_stage)
+                   Ls_moe=Ls_moe, tp_per_stage=tp_per_stage, last_mb=last_mb, last_bwd=last_bwd,
+                   mtp_counts=mtp_counts)
+
+
+def last_stage_balance(x: Inputs, cm: Compute) -> Compute:
+    """The stage that paces the pipeline of a DeepSeek-V3-class model (MLA rows) whose layers do not split evenly.
+
+    ``compute`` puts ceil(n_layers / pp) layers and the LM head (+ MTP modules) on one stage. Megatron-Core splits
+    unevenly only by an explicit layout, and Megatron-Bridge's DeepSeek-V3 recipes set one
+    (``set_deepseek_v3_pipeline_model_parallel_layout``) that gives the last stage the remainder of the 61 layers
+    beside the MTP module and the loss: 16/16/16/13 + MTP + loss at pp 4 (also as 4 x 4 virtual stages of 4, the
+    last 1 + MTP + loss), 8 x 7 + 5 + MTP + loss at pp 8, 4 x 15 + 1 + MTP + loss at pp 16. So there the other
+    stages hold ceil(L / pp) layers, the last one L - (pp - 1) ceil(L / pp) with the head and the MTP modules, and
+    the slower of the two paces the step; the traffic counts are the busier stage's. Other rows, and an even
+    split, are unchanged (measured: the same rule on every row, e.g. Llama 3.1 405B's 126 layers at pp 16, made
+    Megatron-Bridge's GB200 405B runs 10-20 points too fast; docs/calibration.md)."""
+    Ls_last = clip(x.L - (x.p - 1.0) * x.Ls, 0.0, x.Ls)
+    ms = x.arch.get("mla")
+    short = (Ls_last < x.Ls) & (ms["mla"] if ms is not None else False)
+    if not np.any(short):
+        return cm
+    ratio = np.where(x.Ls > 0, Ls_last / np.where(x.Ls > 0, x.Ls, 1.0), 1.0)
+    layers, layers_bwd = cm.compute_mb - cm.last_mb, cm.bwd_mb - cm.last_bwd
+    last = layers * ratio + cm.last_mb
+    mid = short & (layers > last)  # a full stage paces: no head, no MTP module on it
+    lst = short & ~mid
+
+    def count(c, extra):  # the busier of the two stages' counts (its exposed traffic adds to its compute)
+        base = c - extra
+        return np.where(short, np.maximum(base, base * ratio + extra), c)
+    ca, cmoe, ctp = cm.mtp_counts
+    return replace(cm, compute_mb=np.where(short, np.maximum(layers, last), cm.compute_mb),
+                   bwd_mb=np.where(mid, layers_bwd, np.where(lst, layers_bwd * ratio + cm.last_bwd, cm.bwd_mb)),
+                   Ls_attn=count(cm.Ls_attn, ca), Ls_moe=count(cm.Ls_moe, cmoe),
+                   tp_per_stage=count(cm.tp_per_stage, ctp))
+
 
 def module_recompute(x: Inputs, r: Rates, cm: Compute) -> Compute:
     """``cm`` plus the forward work Megatron-Core's ``recompute_modules`` (selective rows; bits of

@@ -510,7 +510,8 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     invalid = err != 0
     sh, pc = _SHAPES_MEMO.get((x.arch,), n, lambda: _shapes_and_counts(x.arch))
     r = parts.rates(x, P, sh, pc)
-    cm = parts.module_recompute(x, r, parts.layers_kept_in_16bit(x, r, parts.compute(x, r, P), P))
+    cm = parts.last_stage_balance(x, parts.module_recompute(x, r, parts.layers_kept_in_16bit(
+        x, r, parts.compute(x, r, P), P)))
     cp_mb, hidden_cp = parts.cp_comm(x, r, cm)
     ov = parts.overlap(cm, cp_mb, hidden_cp, parts.tp_comm(x, r, cm), parts.ep_comm(x, r, cm), parts.pp_comm(x, r), P,
                        x.a2a, x.tp_ov)

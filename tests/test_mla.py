@@ -203,7 +203,12 @@ def test_mtp_makes_a_deepseek_v3_step_slower(hw):  # noqa: F811
     none = predict_arrays({k: v for k, v in a.items() if k != "mtp_layers"})
     _same(off, none)
     assert on["step_time_s"][0] > off["step_time_s"][0]
-    assert on["compute_s"][0] > off["compute_s"][0] and on["tp_comm_s"][0] > off["tp_comm_s"][0]
+    # at pp 8 the last stage holds 5 of the 61 layers (Megatron-Bridge's layout), the MTP module and the head: it
+    # paces the step with the module, but the other stages' 8 layers keep the most TP collectives
+    assert on["compute_s"][0] > off["compute_s"][0] and on["tp_comm_s"][0] >= off["tp_comm_s"][0]
+    single = v3_rows(hw, pp=1.0, dp=128.0, ep=64.0)
+    assert predict_arrays(single)["tp_comm_s"][0] > predict_arrays(single | {"mtp_layers": np.array([0.0])})[
+        "tp_comm_s"][0]
     assert on["model_flops_per_token"][0] > off["model_flops_per_token"][0]
     # with pp > 1 the MTP modules sit on the last stage and the first stage (in-flight micro-batches) holds more
     assert on["memory_gb_per_gpu"][0] == off["memory_gb_per_gpu"][0]
@@ -245,3 +250,33 @@ def test_predict_model_deepseek_v3_says_it_uses_the_table_mtp():
     assert result.exit_code == 0, result.output
     row = json.loads(result.stdout)[0]
     assert "mtp_layers=1 (architecture table)" in row["assumptions"]
+
+
+# ---------------------------------------------------------------- the recipe's pipeline layout
+
+def test_a_deepseek_v3_pipeline_gives_its_last_stage_the_remaining_layers(hw):  # noqa: F811
+    """Megatron-Bridge's DeepSeek-V3 layout at pp 16 (set_deepseek_v3_pipeline_model_parallel_layout): embedding + 4
+    layers, 14 stages of 4, and 1 layer + MTP + loss, about as much work as a stage of 4 (the MTP module is a layer
+    and one more head). So the MTP module adds little (it added three quarters of a stage when the last stage held 4
+    layers too), and 64 layers (an even split: 4 + MTP + loss on the last stage) cost far more than 61."""
+    lay = dict(pp=16.0, dp=16.0, tp=1.0, ep=8.0)
+    on = predict_arrays(v3_rows(hw, **lay))["compute_s"][0]
+    off = predict_arrays(v3_rows(hw, **lay) | {"mtp_layers": np.array([0.0])})["compute_s"][0]
+    assert off <= on < 1.2 * off
+    even = predict_arrays(v3_rows(hw, **lay) | {"n_layers": np.array([64.0])})["compute_s"][0]
+    assert even > 1.4 * off  # 4 layers + head + MTP against 4 layers
+
+
+def test_a_model_without_the_recipes_layout_keeps_its_head_on_a_full_stage(hw):  # noqa: F811
+    """Rows without such a layout (a dense Llama, 126 layers at pp 16): ceil(126 / 16) = 8 layers and the head on the
+    pacing stage, as with 128 layers."""
+    llama = table_row("llama3-405b") if "llama3-405b" in catalog.architectures(MEASUREMENTS)["id"].to_list() \
+        else table_row("llama3-70b")
+    a = {c: np.array([np.nan if llama.get(c) is None else float(llama[c])]) for c in ARCH_COLUMNS
+         if c != "activation"} | {"activation": np.array([1])}
+    lay = dict(seq_len=8192.0, global_batch_seqs=512.0, micro_batch=1.0, n_gpus=512.0, tp=8.0, pp=16.0, dp=4.0,
+               cp=1.0, ep=1.0, vpp=1.0, sharding=1, recompute=1, sequence_parallel=1.0, dtype=1, gpus_per_node=8.0)
+    rows = config_rows(a, hw, "h100-sxm5-80gb", lay)
+    r126 = predict_arrays(rows | {"n_layers": np.array([126.0])})
+    r128 = predict_arrays(rows | {"n_layers": np.array([128.0])})
+    assert r126["compute_s"][0] == pytest.approx(r128["compute_s"][0], rel=1e-12)
