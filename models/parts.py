@@ -369,8 +369,9 @@ def compute(x: Inputs, r: Rates, P: PhysParams, casts: bool = True) -> Compute:
                                                               0.0))
     t_lm = lm_head(x, r) * ((2.0 + x.wgrad) / 3.0)  # forward + data gradient (+ weight gradient if trained)
     compute_mb = fwd_layers + bwd_layers + recompute_layers + t_lm
-    bwd_mb = bwd_layers + (1.0 + x.wgrad) / (2.0 + x.wgrad) * t_lm
-    last_mb, last_bwd, mtp_counts = t_lm, (1.0 + x.wgrad) / (2.0 + x.wgrad) * t_lm, (0.0, 0.0, 0.0)
+    lm_bwd = (1.0 + x.wgrad) / (2.0 + x.wgrad) * t_lm
+    bwd_mb = bwd_layers + lm_bwd
+    last_mb, last_bwd, mtp_counts = t_lm, lm_bwd, (0.0, 0.0, 0.0)
     if (mtp := x.arch.get("mtp")) is not None:  # MTP modules on the last stage: a block of the last layer's kind each
         last_moe = r.sh["n_moe_layers"] > 0
         g1, e1 = (np.where(last_moe, gemm_core_m, gemm_core_d), np.where(last_moe, t_ew_m, t_ew_d)) if r.any_moe \
