@@ -270,10 +270,7 @@ def test_a_deepseek_v3_pipeline_gives_its_last_stage_the_remaining_layers(hw):  
 def test_a_model_without_the_recipes_layout_keeps_its_head_on_a_full_stage(hw):  # noqa: F811
     """Rows without such a layout (a dense Llama, 126 layers at pp 16): ceil(126 / 16) = 8 layers and the head on the
     pacing stage, as with 128 layers."""
-    llama = table_row("llama3-405b") if "llama3-405b" in catalog.architectures(MEASUREMENTS)["id"].to_list() \
-        else table_row("llama3-70b")
-    a = {c: np.array([np.nan if llama.get(c) is None else float(llama[c])]) for c in ARCH_COLUMNS
-         if c != "activation"} | {"activation": np.array([1])}
+    a = arrays(table_row("llama3-405b"), mtp=False)
     lay = dict(seq_len=8192.0, global_batch_seqs=512.0, micro_batch=1.0, n_gpus=512.0, tp=8.0, pp=16.0, dp=4.0,
                cp=1.0, ep=1.0, vpp=1.0, sharding=1, recompute=1, sequence_parallel=1.0, dtype=1, gpus_per_node=8.0)
     rows = config_rows(a, hw, "h100-sxm5-80gb", lay)
