@@ -33,10 +33,25 @@ chunk states B^T X 2*N*P*H; state passing between chunks 2*N*P*H/Q; state-to-out
 (Megatron-LM training.py `mamba_layer_flops` uses the coarser 7*d_inner*N for the scan: 7.3e6 against 6.6e6
 for Nemotron-H 8B.) The SSD kernels are batched matmuls on tensor cores in 16 bits (the point of SSD, section 6;
 FP8 recipes cast only the Linear layers), so the scan is timed as a roofline of these FLOPs at the 16-bit peak
-times the fused-attention efficiency and of the bytes the kernels move (mamba_ssm ssd_combined.py
-`_mamba_chunk_scan_combined_fwd`): x, B, C twice and dt once in, y out (16-bit), fp32 chunk states
-(H*P*N per chunk) written, read and rewritten by state passing and read by the output kernel (4 passes),
-fp32 C B^T (G*Q per token) written and read.
+times the fused-attention efficiency and of the bytes the kernels move.
+
+SSD traffic (state-spaces/mamba mamba_ssm/ops/triton/ssd_*.py, as Megatron-Core's MambaMixer calls
+`mamba_split_conv1d_scan_combined` without the norm and out_proj weights: z enters the scan, which writes the
+gated output and the ungated out_x; the RMSNorm then runs on its own, ungated). Per token and layer, with
+d = H*P, g = G*N, c = G*Q (C B^T), s = H*P*N/Q (chunk states), A bytes per activation and 4 per fp32 value, each
+kernel reading each input once and writing each output once (repeats across a launch's programs are taken to hit
+L2):
+
+    forward  (_mamba_chunk_scan_combined_fwd: cumsum, chunk states, state passing to 16-bit states, C B^T in
+              fp32, chunk scan reading C B^T, x, z, C, states, dt and writing out and out_x)
+             = A*(5d + 4g) + (A + 24)*H + 8c + (8 + 2A)*s         (10d + 8g + 26H + 8c + 12s at A = 2)
+    backward (_mamba_chunk_scan_combined_bwd: the forward's cumsum, C B^T, chunk states and state passing
+              recomputed in fp32, then dz, dstates, state-passing backward, dx/ddt, dB, dC, dCB and the two
+              C B^T backward products, ddA cumsums)
+             = (A/2)*(34d + 54g) + 32c + 34s + 174*H
+
+The backward moves about 3x the forward (Nemotron-H 56B at tp 1: 0.59 MB forward, 1.86 MB backward per token
+and layer, two thirds of it chunk states); its FLOPs are taken as 2x the forward's, as for every block.
 
 Mamba-1 mixer (Gu & Dao 2023, "Mamba: Linear-Time Sequence Modeling with Selective State Spaces",
 arXiv:2312.00752; mamba_ssm/modules/mamba_simple.py `Mamba`; Jamba: Hugging Face transformers
@@ -123,6 +138,10 @@ FP32_BYTES = 4.0
 DEFAULT_EXPAND = 2.0
 SCAN_CHUNK = 2048.0
 TENSOR_TO_FP32_VECTOR = 16.0
+#: bytes per head per token of the SSD backward's small fp32 per-head tensors (dt, dA cumsum and their gradients,
+#: the atomic partial sums and the flip/cumsum of ddA: 158 + 8 Q/BLOCK_M, with the 128-token chunk and a 64-row
+#: block), module docstring "SSD traffic"
+SSD_BWD_BYTES_PER_HEAD = 174.0
 
 
 def pattern_count_exprs(col: str = "layer_pattern") -> list[pl.Expr]:
@@ -199,18 +218,29 @@ def ssd_flops_per_token(n_heads, head_dim, n_groups, state_dim, chunk) -> np.nda
 
 
 def ssd_bytes_per_token(n_heads, head_dim, n_groups, state_dim, chunk, act_bytes) -> np.ndarray:
-    """HBM bytes the SSD kernels move per token and layer, forward (module docstring)."""
-    d_inner = n_heads * head_dim
-    bc = 2.0 * n_groups * state_dim
-    io = act_bytes * (3.0 * d_inner + 2.0 * bc + n_heads)  # x, B, C read twice (x also), dt once, y written
-    states = FP32_BYTES * (4.0 * n_heads * head_dim * state_dim / chunk + 2.0 * n_groups * chunk)
-    return io + states
+    """HBM bytes the SSD kernels move per token and layer, forward: the five kernels of mamba_ssm
+    `_mamba_chunk_scan_combined_fwd` as Megatron-Core's mem-eff path runs them (z passed to the scan), each input
+    read once and each output written once (module docstring, "SSD traffic")."""
+    d, g, c = n_heads * head_dim, n_groups * state_dim, n_groups * chunk
+    s = n_heads * head_dim * state_dim / chunk  # chunk states per token
+    a, f = act_bytes, FP32_BYTES
+    return a * (5.0 * d + 4.0 * g) + (a + 6.0 * f) * n_heads + 2.0 * f * c + (2.0 * f + 2.0 * a) * s
+
+
+def ssd_bwd_bytes_per_token(n_heads, head_dim, n_groups, state_dim, chunk, act_bytes) -> np.ndarray:
+    """HBM bytes the SSD kernels move per token and layer, backward: the recomputed forward pieces (cumsum, C B^T,
+    chunk states, state passing in fp32) and the twelve backward kernels of mamba_ssm
+    `_mamba_chunk_scan_combined_bwd` (module docstring, "SSD traffic"); 16-bit activations scale with act_bytes."""
+    d, g, c = n_heads * head_dim, n_groups * state_dim, n_groups * chunk
+    s = n_heads * head_dim * state_dim / chunk
+    return (act_bytes / 2.0) * (34.0 * d + 54.0 * g) + 32.0 * c + 34.0 * s + SSD_BWD_BYTES_PER_HEAD * n_heads
 
 
 def elementwise_elems_per_token(conv_dim, d_inner) -> np.ndarray:
-    """Elements the mixer's memory-bound kernels read + write per token, forward: the causal conv1d with fused
-    SiLU reads and writes conv_dim (causal_conv1d_fn); the gated RMSNorm reads y and z and writes d_inner."""
-    return 2.0 * conv_dim + 3.0 * d_inner
+    """Elements the mixer's memory-bound kernels outside the scan read + write per token, forward: the causal
+    conv1d with fused SiLU reads and writes conv_dim (causal_conv1d_fn); the RMSNorm reads y and writes d_inner (the
+    z gate is applied inside the scan kernel, ``ssd_bytes_per_token``)."""
+    return 2.0 * conv_dim + 2.0 * d_inner
 
 
 def activation_bytes_per_token(d_model, d_inner, bc, n_heads, dropout_mask_elems):

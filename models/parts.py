@@ -521,7 +521,7 @@ def hybrid_stage(hy: Mapping[str, np.ndarray], arch: Mapping[str, np.ndarray], p
     t_moe = np.maximum(Tt2 * moe_flops * inv_rate + (n_mats * calls + n_lat_gemms) * wh, moe_bytes * inv_hbm)
     perm = moe_permute_elems(k, v["e"], arch["n_experts"])
     t_ew_moe = (ew_half + aTt_ef * (kns * fe) + aTt * (0.5 * v["h2"]) * perm) * inv_hbm
-    # Mamba blocks: in_proj + out_proj GEMMs, SSD scan (16-bit tensor-core roofline), conv + gated norm traffic
+    # Mamba blocks: in_proj + out_proj GEMMs, SSD scan (16-bit tensor-core roofline), conv + norm traffic
     mm = hc["mamba_matmul"]
     m_bytes = wrt * mm + aT * v["h2"] + aTt * (hy["in_proj_out"] + hy["d_inner"])
     t_m_gemm = np.maximum(Tt2 * mm * inv_rate + 2.0 * wh, m_bytes * inv_hbm)
@@ -529,8 +529,10 @@ def hybrid_stage(hy: Mapping[str, np.ndarray], arch: Mapping[str, np.ndarray], p
     shape = (hy["mamba_n_heads"], hy["mamba_head_dim"], hy["mamba_n_groups"], hy["mamba_state_dim"],
              hy["mamba_chunk_size"])
     tok_t = v["T"] / v["t"]  # heads and groups (Mamba-1: d_inner) are split over tp
-    t_scan = np.maximum(tok_t * mamba.ssd_flops_per_token(*shape) / ssd_rate,
-                        tok_t * mamba.ssd_bytes_per_token(*shape, v["act_b"]) * inv_hbm)
+    t_ssd_flops = tok_t * mamba.ssd_flops_per_token(*shape) / ssd_rate
+    t_scan = np.maximum(t_ssd_flops, tok_t * mamba.ssd_bytes_per_token(*shape, v["act_b"]) * inv_hbm)
+    # backward: 2x the FLOPs, but about 3x the forward's traffic (models.mamba, "SSD traffic")
+    t_scan_bwd = np.maximum(2.0 * t_ssd_flops, tok_t * mamba.ssd_bwd_bytes_per_token(*shape, v["act_b"]) * inv_hbm)
     t_ew_m = (ew_half + aTt * mamba.elementwise_elems_per_token(hy["conv_dim"], hy["d_inner"])) * inv_hbm
     if np.any(m1 := hy["mamba1"]):  # Mamba-1 rows (Jamba, models.mamba): 4 GEMMs, selective scan on CUDA cores
         di, xo, N1 = hy["d_inner"], hy["x_proj_out"], hy["mamba_state_dim"]
@@ -543,13 +545,15 @@ def hybrid_stage(hy: Mapping[str, np.ndarray], arch: Mapping[str, np.ndarray], p
         t_scan1 = np.maximum(tok_t * mamba.selective_scan_flops_per_token(di, N1) / scan_rate,
                              tok_t * mamba.selective_scan_bytes_per_token(di, N1, v["act_b"]) * inv_hbm)
         t_ew_m1 = (ew_half + aTt * mamba.mamba1_elementwise_elems_per_token(di, xo)) * inv_hbm
-        t_m_gemm, t_scan, t_ew_m = (np.where(m1, x1, x2) for x1, x2 in ((t_m1_gemm, t_m_gemm), (t_scan1, t_scan),
-                                                                        (t_ew_m1, t_ew_m)))
+        t_m_gemm, t_scan, t_scan_bwd, t_ew_m = (np.where(m1, x1, x2) for x1, x2 in (
+            (t_m1_gemm, t_m_gemm), (t_scan1, t_scan), (2.0 * t_scan1, t_scan_bwd), (t_ew_m1, t_ew_m)))
     m_core = np.nan_to_num(t_m_gemm + t_scan)
+    scan_bwd_extra = np.nan_to_num(t_scan_bwd - 2.0 * t_scan)  # the SSD backward beyond 2x its forward
     t_ew_m = np.nan_to_num(t_ew_m)
     gemm = nA * gemm_attn + nF * v["t_mlp_d"] + nE * t_moe + nM * m_core
     ew = nA * t_ew_attn + nF * t_ew_mlp + nE * t_ew_moe + nM * t_ew_m
-    return {"fwd": gemm + ew, "bwd": 2.0 * gemm + P.elementwise_bwd_factor * ew, "Ls_attn": nA, "Ls_moe": nE}
+    return {"fwd": gemm + ew, "bwd": 2.0 * gemm + nM * scan_bwd_extra + P.elementwise_bwd_factor * ew,
+            "Ls_attn": nA, "Ls_moe": nE}
 
 
 # ---------------------------------------------------------------------------------------------- communication

@@ -87,6 +87,26 @@ def test_ssd_scan_flops_near_megatrons_estimate():
     assert ssd == pytest.approx(7.0 * d_inner * a["mamba_state_dim"], rel=0.15)  # Megatron training.py
 
 
+def test_ssd_traffic_matches_the_kernel_by_kernel_count():
+    """Nemotron-H 56B (H 256, P 64, G 8, N 256, Q 128) at tp 1, 16-bit: summing the reads and writes of each
+    mamba_ssm kernel (state-spaces/mamba ssd_*.py) gives 588,288 B forward and about 1.86 MB backward per token and
+    layer (the backward's per-head fp32 terms depend on autotuned block sizes: within 1 %); the backward moves
+    about 3x the forward, not the 2x every other block is taken to."""
+    a = table_row("nemotron-h-56b")
+    shape = (a["mamba_n_heads"], a["mamba_head_dim"], a["mamba_n_groups"], a["mamba_state_dim"],
+             a["mamba_chunk_size"] or mamba.DEFAULT_CHUNK)
+    assert shape == (256, 64, 8, 256, 128)
+    fwd = mamba.ssd_bytes_per_token(*shape, 2.0)
+    bwd = mamba.ssd_bwd_bytes_per_token(*shape, 2.0)
+    assert fwd == pytest.approx(588_288, rel=1e-9)
+    # by hand: 34 d + 54 g + 32 c + 34 s + 174 H with d 16,384, g 2,048, c 1,024, s 32,768, H 256
+    assert bwd == pytest.approx(557_056 + 110_592 + 32_768 + 1_114_112 + 44_544, rel=1e-9)
+    assert bwd == pytest.approx(1.86e6, rel=0.01) and 2.9 < bwd / fwd < 3.3
+    # splitting heads and groups over tp splits every term: per-token bytes scale with the local heads
+    half = (128, 64, 4, 256, 128)
+    assert mamba.ssd_bwd_bytes_per_token(*half, 2.0) == pytest.approx(bwd / 2, rel=1e-9)
+
+
 def test_pattern_counts_polars_equals_python():
     pats = ["M-M*-E", None, "MEMEM*E"]
     got = pl.DataFrame({"layer_pattern": pats}).select(mamba.pattern_count_exprs()).to_dicts()
