@@ -211,8 +211,10 @@ def remat_words(policy) -> pl.Expr:
     """(recompute, selective_policy) for a MaxText ``remat_policy`` word: 'full' -> full recompute (the layer input
     only), 'none' -> none, a save-list policy -> selective with its models.memory code; a struct column with
     fields ``recompute`` (str) and ``selective_policy`` (int, null when the word is not a MaxText policy)."""
-    w = (pl.col(policy) if isinstance(policy, str) else policy).fill_null("").str.to_lowercase().str.strip_chars()
-    code = w.replace_strict(MAXTEXT_REMAT, default=None, return_dtype=pl.Int64)
+    w = (pl.col(policy) if isinstance(policy, str) else policy).fill_null("").str.to_lowercase() \
+        .str.replace_all(r"[^a-z0-9]", "")  # "save_qkv_proj", "SAVE-QKV-PROJ", "save qkv proj" alike
+    code = w.replace_strict({k.replace("_", ""): v for k, v in MAXTEXT_REMAT.items()}, default=None,
+                            return_dtype=pl.Int64)
     rc = (pl.when(w == "full").then(pl.lit("full")).when(w == "none").then(pl.lit("none"))
           .when(code.is_not_null()).then(pl.lit("selective")).otherwise(pl.lit(None, dtype=pl.Utf8)))
     return pl.struct(rc.alias("recompute"), code.alias("selective_policy")).alias("remat")

@@ -104,10 +104,38 @@ def _activation_elems(tokens, seq_len, d_model, n_heads, inv_t, rep_div_inv, sha
 #:    value, out, mlpwi (gate and up), mlpwo), 3 ``save_dot_except_mlpwi`` (query, key, value, out_proj, mlpwo),
 #:    4 ``save_dot_except_mlp`` (query, key, value, out_proj), 5 ``save_qkv_proj`` (query, key, value),
 #:    6 ``save_dot_with_context_except_mlp`` (query, key, value, context, out_proj).
+#:  7-10 the other policies of the same function: 7 ``qkv_proj_offloaded`` and 8 ``minimal_offloaded``
+#:    (save_and_offload_only_these_names / offload_dot_with_no_batch_dims with offload_dst "pinned_host": the
+#:    named projections go to host memory, the device keeps the layer input), 9 ``minimal_flash`` (minimal's dots
+#:    and the attention context), 10 ``save_out_proj`` (out_proj only). ``custom`` names its tensors in the run's
+#:    config (tensors_on_device, tensors_to_offload), which a row does not give: it is read as an unknown recompute.
 SELECTIVE_ATTENTION_CORE = 0
 SELECTIVE_OP_SAC = 1
 MAXTEXT_REMAT = {"minimal": 2, "save_dot_except_mlpwi": 3, "save_dot_except_mlp": 4, "save_qkv_proj": 5,
-                 "save_dot_with_context_except_mlp": 6}
+                 "save_dot_with_context_except_mlp": 6, "qkv_proj_offloaded": 7, "minimal_offloaded": 8,
+                 "minimal_flash": 9, "save_out_proj": 10}
+#: What the backward recomputes under each ``selective_policy`` code (the forward values it needs that the policy
+#: does not keep), per layer, as flags for (attention core, QKV projections, attention output projection, the MLP's
+#: input GEMMs and activation): the core from the saved q, k, v unless the context is saved; the QKV GEMMs unless
+#: saved; the output projection unless saved and when the core is (its input, the context, is then recomputed for
+#: its weight gradient); the MLP's input GEMMs (mlpwi, gate and up) and activation unless saved, as mlpwo's weight
+#: gradient needs their output (mlpwo's own output is not needed: the residual add's backward reads no value).
+#: Codes 0 and 1 recompute the attention core (Megatron's selective; torchtitan's op SAC keeps its SDPA output but
+#: the time model charges it the same, as before the save lists).
+SAVE_LIST_RECOMPUTE = np.array([
+    # core, qkv, out_proj, mlp_in
+    [1, 0, 0, 0],  # 0 attention core (Megatron-LM selective)
+    [1, 0, 0, 0],  # 1 torchtitan op SAC
+    [1, 0, 0, 0],  # 2 minimal: every weight GEMM's output kept
+    [1, 0, 0, 1],  # 3 save_dot_except_mlpwi
+    [1, 0, 0, 1],  # 4 save_dot_except_mlp
+    [1, 0, 1, 1],  # 5 save_qkv_proj
+    [0, 0, 0, 1],  # 6 save_dot_with_context_except_mlp
+    [1, 0, 1, 1],  # 7 qkv_proj_offloaded (as save_qkv_proj, the saved projections on the host)
+    [1, 0, 0, 0],  # 8 minimal_offloaded (as minimal, on the host)
+    [0, 0, 0, 0],  # 9 minimal_flash
+    [1, 1, 0, 1],  # 10 save_out_proj
+], dtype=np.float64)
 _SAVE_LISTS = np.array([
     # rep_h, rep_h_tp, q, kv, F, F_gated, h_sharded, h_full
     [0, 0, 0, 0, 0, 0, 0, 0],  # 0: not a save list (attention-core recompute)
@@ -117,6 +145,10 @@ _SAVE_LISTS = np.array([
     [2, 0, 2, 4, 0, 0, 2, 0],  # 4: MaxText save_dot_except_mlp
     [2, 0, 2, 4, 0, 0, 0, 0],  # 5: MaxText save_qkv_proj
     [2, 0, 4, 4, 0, 0, 2, 0],  # 6: MaxText save_dot_with_context_except_mlp
+    [2, 0, 0, 0, 0, 0, 0, 0],  # 7: MaxText qkv_proj_offloaded (the layer input on the device)
+    [2, 0, 0, 0, 0, 0, 0, 0],  # 8: MaxText minimal_offloaded (the layer input on the device)
+    [2, 0, 4, 4, 2, 2, 4, 0],  # 9: MaxText minimal_flash (minimal + the attention context)
+    [2, 0, 0, 0, 0, 0, 2, 0],  # 10: MaxText save_out_proj
 ], dtype=np.float64)
 
 

@@ -105,6 +105,7 @@ class Inputs:
     a2a: np.ndarray | float  # passes run merged with another micro-batch's by the EP A2A overlap (0: no overlap)
     flex: np.ndarray | bool  # the flex dispatcher (DeepEP/HybridEP; models.moe.DISPATCHER_FLEX); False: all-to-all
     rc_modules: np.ndarray | None = None  # Megatron-Core recompute_modules bits (models.memory); None: no row has them
+    save_list: np.ndarray | None = None  # selective_policy codes a row states (models.memory); None: no row does
     # share of the GEMM weights whose gradient the backward computes (``compute``, ``dp_comm``): 1.0, or a LoRA
     # run's trainable share (its frozen base weights get no weight-gradient GEMM and no gradient traffic)
     wgrad: np.ndarray | float = 1.0
@@ -166,6 +167,7 @@ class Compute:
     last_mb: np.ndarray | float = 0.0
     last_bwd: np.ndarray | float = 0.0
     mtp_counts: tuple = (0.0, 0.0, 0.0)  # (attention layers, MoE layers, TP collective pairs)
+    rc_core: np.ndarray | float = 0.0  # one attention layer's selective recompute (core + stored scores), s
 
 
 @dataclass(slots=True)
@@ -388,7 +390,7 @@ def compute(x: Inputs, r: Rates, P: PhysParams, casts: bool = True) -> Compute:
         P.ops_per_layer_fwd * (1.0 + P.elementwise_bwd_factor) + ops_rc)
     return Compute(compute_mb=compute_mb, bwd_mb=bwd_mb, host_mb=host_mb, t_core=t_core, Ls_attn=Ls_attn,
                    Ls_moe=Ls_moe, tp_per_stage=tp_per_stage, last_mb=last_mb, last_bwd=last_bwd,
-                   mtp_counts=mtp_counts)
+                   mtp_counts=mtp_counts, rc_core=t_core + ew_scores * inv_hbm)
 
 
 def last_stage_balance(x: Inputs, cm: Compute) -> Compute:
@@ -455,6 +457,38 @@ def module_recompute(x: Inputs, r: Rates, cm: Compute) -> Compute:
         up = [g for g in mla.attn_gemms(ms, x.h, x.heads, x.t, x.sp) if g[0] in ("q_up", "kv_up")]
         t_up = mla.attn_gemm_time(up, r.T, r.inv_rate, r.inv_hbm, r.w_read_b, r.act_b, r.wh, 2.0)
         extra = extra + (bit["mla_up_proj"] & ms["mla"]) * cm.Ls_attn * t_up
+    return replace(cm, compute_mb=cm.compute_mb + extra)
+
+
+def save_list_recompute(x: Inputs, r: Rates, cm: Compute) -> Compute:
+    """``cm`` with the recompute of the selective rows that state a save list (``x.save_list``: a MaxText
+    remat_policy, models.memory SAVE_LIST_RECOMPUTE) in place of the attention core ``compute`` charges them:
+    per layer the core (+ stored scores) where the list does not keep the context, the QKV and output projection
+    GEMMs where it keeps neither, and the MLP's input GEMMs (gate and up; for MoE layers the experts' and shared
+    experts') with the activation where it keeps them not. Hybrid blocks keep the attention-core rule. ``cm``
+    itself where no row states one."""
+    from models.memory import SAVE_LIST_RECOMPUTE
+
+    if x.save_list is None:
+        return cm
+    code = np.nan_to_num(x.save_list).astype(np.int64)
+    on = (code > 1) & (x.rc == 1)
+    if x.hy is not None:
+        on = on & ~x.hy["hybrid"]
+    if not np.any(on):
+        return cm
+    core, qkv, out, mlp_in = (np.take(SAVE_LIST_RECOMPUTE[:, j], code, mode="clip") for j in range(4))
+    attn_m, q, kvd = r.sh["attn_matmul"], r.q, r.kvd
+    t_attn = attention_gemms(x, r)  # QKV + output projection, split by their weights' shares
+    out_share = np.where(attn_m > 0, q * x.h / np.maximum(attn_m, 1.0), 0.0)
+    in_share = (r.n_mats - 1.0) / r.n_mats  # gate and up of n_mats matrices (1 of 2 for a plain MLP)
+    act_hbm = r.aTt * r.n_mats * r.inv_hbm  # the activation reads its n_mats - 1 inputs, writes 1
+    extra = cm.Ls_attn * ((core - 1.0) * cm.rc_core + qkv * (1.0 - out_share) * t_attn + out * out_share * t_attn)
+    mlp = r.Ls_dense * (in_share * dense_mlp_gemms(x, r) + act_hbm * x.arch["ffn_dim"])
+    if r.any_moe:
+        t_mlp_m, F_moe = moe_mlp_gemms(x, r)
+        mlp = mlp + r.Ls_moe * (in_share * t_mlp_m + act_hbm * F_moe)
+    extra = np.where(on, extra + mlp_in * mlp, 0.0)
     return replace(cm, compute_mb=cm.compute_mb + extra)
 
 

@@ -168,7 +168,7 @@ def _code(a: Mapping[str, np.ndarray], key: str, n: int) -> np.ndarray:
 #: bits (models.memory.RECOMPUTE_MODULE_BITS; 0: none), bytes per gradient element and of optimizer state per parameter
 #: (models.frameworks.recipe_optimizer; NaN: the preset's, else PhysParams')
 ROW_MEMORY_OPTIONS = {"act_offload_frac": 0.0, "logits_bytes": 4.0, "fp8_param_gather": 0.0, "recompute_modules": 0.0,
-                      "grad_bytes": np.nan, "optimizer_bytes": np.nan}
+                      "grad_bytes": np.nan, "optimizer_bytes": np.nan, "selective_policy": 0.0}
 
 
 def _memory_options(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> dict:
@@ -187,6 +187,8 @@ def _memory_options(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> dict
         if a.get(c_) is not None:
             row = _f(a[c_], n)
             out[c_] = np.where(np.isnan(row), out.get(c_, default), row)
+    if "selective_policy" in out:  # a code (models.memory): the row's save list (e.g. a MaxText remat_policy)
+        out["selective_policy"] = np.asarray(out["selective_policy"]).astype(np.int64)
     if "fp8_param_gather" in out and a.get("generation_code") is not None:
         # Transformer Engine runs non-TN FP8 GEMMs on compute capability 10.x (utils.py is_non_tn_fp8_gemm_supported):
         # the Blackwell group of models.domains (B200, GB200, B300, GB300); Hopper needs the weight's transpose
@@ -383,6 +385,8 @@ def _decode_static(a: Mapping[str, np.ndarray], n: int) -> dict:
         et=et, moe_cf=cap_f, a2a=a2a,
         flex=(g("moe_dispatcher", 0.0) == moe.DISPATCHER_FLEX) if "moe_dispatcher" in a else False,
         rc_modules=g("recompute_modules") if a.get("recompute_modules") is not None else None,
+        # the row's own save list (models.memory ``selective_policy``; NaN: its stack's, which recomputes the core)
+        save_list=g("selective_policy") if a.get("selective_policy") is not None else None,
         # LoRA: the backward computes the weight gradients of the trained share only (NaN / absent: all)
         wgrad=np.nan_to_num(g("trainable_frac", 1.0), nan=1.0) if a.get("trainable_frac") is not None else 1.0,
         quantized_gather=_quantized_gather(a, n),
@@ -510,8 +514,8 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     invalid = err != 0
     sh, pc = _SHAPES_MEMO.get((x.arch,), n, lambda: _shapes_and_counts(x.arch))
     r = parts.rates(x, P, sh, pc)
-    cm = parts.last_stage_balance(x, parts.module_recompute(x, r, parts.layers_kept_in_16bit(
-        x, r, parts.compute(x, r, P), P)))
+    cm = parts.layers_kept_in_16bit(x, r, parts.compute(x, r, P), P)
+    cm = parts.last_stage_balance(x, parts.save_list_recompute(x, r, parts.module_recompute(x, r, cm)))
     cp_mb, hidden_cp = parts.cp_comm(x, r, cm)
     ov = parts.overlap(cm, cp_mb, hidden_cp, parts.tp_comm(x, r, cm), parts.ep_comm(x, r, cm), parts.pp_comm(x, r), P,
                        x.a2a, x.tp_ov)

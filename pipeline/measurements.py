@@ -146,11 +146,14 @@ RECOMPUTE_SPELLINGS: dict[str, str] = {
                      "noactivationcheckpointing", "nocheckpointing"), "none"),
     **dict.fromkeys(("selective", "selectiveac", "selectiverecompute", "selectiverecomputation", "op", "opsac",
                      "sac", "partial", "coreattention", "attention", "minimal", "savedotexceptmlpwi",
-                     "savedotexceptmlp", "saveqkvproj", "savedotwithcontextexceptmlp"), "selective"),
+                     "savedotexceptmlp", "saveqkvproj", "savedotwithcontextexceptmlp", "qkvprojoffloaded",
+                     "minimaloffloaded", "minimalflash", "saveoutproj"), "selective"),
     **dict.fromkeys(("full", "true", "yes", "on", "1", "fullac", "activationcheckpointing", "fullactivationcheckpointing",
                      "fullrecompute", "fullrecomputation", "activationrecomputation", "gradientcheckpointing",
                      "checkpointactivations", "block", "uniform", "fullremat", "remat"), "full"),
-    **dict.fromkeys(("unknown", "na", "n/a", "?"), "unknown"),
+    # MaxText's remat_policy "custom" saves and offloads the tensors its config names (tensors_on_device,
+    # tensors_to_offload), which a row does not give
+    **dict.fromkeys(("unknown", "na", "n/a", "?", "custom"), "unknown"),
 }
 
 

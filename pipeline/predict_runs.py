@@ -8,6 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
+from models.frameworks import remat_words
 from models.memory import CAPACITY_BYTES_PER_GB
 from pipeline import catalog
 from pipeline.measurements import (BATCH_TOKENS_HEADERS, COLUMN_SYNONYMS, COLUMNS, ENUMS, GRAD_ACCUM_HEADERS,
@@ -469,12 +470,17 @@ def resolve_word_spellings(runs: pl.DataFrame) -> pl.DataFrame:
         raw = pl.col(col).cast(pl.Utf8).str.strip_chars()
         mapped = canonical_word(raw, col)
         cols.append(pl.coalesce(mapped, raw).alias(col))
+        listed = save_list_code(raw).is_not_null() if col == "recompute" else pl.lit(False)
         notes.append(pl.when(mapped.is_not_null() & (raw.str.to_lowercase() != mapped))
-                     .then(pl.format(f"{col} '{{}}' read as {{}}", raw, mapped)))
+                     .then(pl.format(f"{col} '{{}}' read as {{}}{{}}", raw, mapped, pl.when(listed).then(pl.lit(
+                         " with that MaxText remat_policy's save list (memory: what it keeps on the device; time: "
+                         "what the backward recomputes)")).otherwise(pl.lit("")))))
         errors.append(pl.when(raw.is_not_null() & mapped.is_null()).then(pl.format(
             f"unknown {col} '{{}}' (expected one of {', '.join(ENUMS[col])} or a common spelling such as "
             + ("ZeRO-3, FULL_SHARD, distributed optimizer, DDP" if col == "sharding" else
                "full, selective, none, gradient checkpointing, true/false") + ")", raw)))
+    if "recompute" in runs.columns:  # a MaxText remat_policy: the save list memory and recompute time follow
+        cols.append(save_list_code(pl.col("recompute")))
     if not cols:
         return runs.with_columns(pl.lit(None, dtype=pl.Utf8).alias("_word_note"),
                                  pl.lit(None, dtype=pl.Utf8).alias("_word_error"))
@@ -482,6 +488,13 @@ def resolve_word_spellings(runs: pl.DataFrame) -> pl.DataFrame:
                              .alias("_word_note"),
                              pl.concat_str(errors, separator="; ", ignore_nulls=True).replace("", None)
                              .alias("_word_error"))
+
+
+def save_list_code(recompute: pl.Expr) -> pl.Expr:
+    """`selective_policy`: the models.memory code of a recompute cell that names a MaxText remat_policy
+    ("save_qkv_proj", "qkv_proj_offloaded", ...; what it keeps and what the backward recomputes), null otherwise
+    (the stack's own selective recompute)."""
+    return remat_words(recompute).struct.field("selective_policy").cast(pl.Float64).alias("selective_policy")
 
 
 def resolve_dtype_spellings(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFrame:
