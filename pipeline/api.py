@@ -174,11 +174,16 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     from models.step_time import arch_config
     from pipeline.calibrated import model_for
 
+    from models.memory import MAXTEXT_REMAT
+
     check_choice("--sharding", sharding, SHARDINGS)
-    check_choice("--recompute", recompute, RECOMPUTES)
+    check_choice("--recompute", recompute, RECOMPUTES + tuple(MAXTEXT_REMAT))
     check_choice("--dtype", dtype, DTYPES)
     check_choice("--assumptions", assumptions, ASSUMPTION_SETS)
     check_choice("--tp-mode", tp_mode, TP_MODES)
+    save_list = None
+    if recompute in MAXTEXT_REMAT:  # a MaxText remat_policy: selective with its save list (models.memory)
+        save_list, recompute = recompute, "selective"
     for (old, ov), (new, nv) in ((("--gpus-per-node", gpus_per_node), ("--scaleup-size", scaleup_size)),
                                  (("--inter-node-gbps", inter_node_gbps), ("--scaleout-gbps", scaleout_gbps))):
         if ov is not None and nv is not None and ov != nv:
@@ -254,6 +259,10 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
         row["moe_capacity_factor"] = float(capacity_factor)
     if layers_16bit:
         row["n_layers_16bit"] = float(layers_16bit)
+    if save_list is not None:
+        row["selective_policy"] = float(MAXTEXT_REMAT[save_list])
+        defaults.append(f"recompute {save_list}: selective with that MaxText remat_policy's save list (memory: what "
+                        f"it keeps on the device; time: what the backward recomputes)")
     configs = pl.DataFrame([row]).hstack(pl.DataFrame([{k: v for k, v in hw.items() if k not in row}]))
     m = model_for(cfg, analytical_only, assumptions)
     res = predict(configs, m)

@@ -216,7 +216,9 @@ def predict(
                                       "plain 1F1B, listed in assumptions at pp > 1)."),
     sharding: Optional[str] = typer.Option(None, "--sharding",
                                            help="none, zero1, zero2, zero3, fsdp or hsdp [default: zero1]."),
-    recompute: Optional[str] = typer.Option(None, "--recompute", help="none, selective or full [default: selective]."),
+    recompute: Optional[str] = typer.Option(
+        None, "--recompute", help="none, selective or full [default: selective], or a MaxText remat_policy "
+                                  "(minimal, save_qkv_proj, qkv_proj_offloaded, ...: selective with its save list)."),
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
                                                      help="Megatron sequence parallelism [default: on when tp > 1]."),
     dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16, fp8, fp8-cs, mxfp8, nvfp4, fp32 or tf32."),

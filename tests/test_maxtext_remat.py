@@ -102,3 +102,22 @@ def test_every_maxtext_policy_word_is_read_not_refused(tmp_path):
     # the 256-chip v6e recipe offloads q, k, v to the host: its 70B layers fit the 32 GB chips, kept they do not
     assert by_word["qkv_proj_offloaded"]["memory_fits"] and not by_word["save_qkv_proj"]["memory_fits"]
     assert by_word["qkv_proj_offloaded"]["step_time_s"] > by_word["minimal"]["step_time_s"]
+
+
+def test_predict_takes_a_maxtext_policy_as_its_recompute():
+    """`stepcast predict --recompute save_qkv_proj` answers from the same save list as a run file's cell: slower than
+    minimal, which recomputes what Megatron's selective does; an unknown word is named with the choices."""
+    base = ["predict", "--model", "llama2-70b", "--gpu", "tpu-v5p", "--gpus", "256", "--global-batch", "512",
+            "--seq-len", "4096", "--micro-batch", "2", "--sharding", "fsdp", "--format", "json"]
+
+    def step(word):
+        result = runner.invoke(app, base + ["--recompute", word])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)[0]
+
+    qkv, minimal, sel = step("save_qkv_proj"), step("minimal"), step("selective")
+    assert "recompute save_qkv_proj: selective with that MaxText remat_policy's save list" in qkv["assumptions"]
+    assert minimal["step_time_s"] == pytest.approx(sel["step_time_s"], rel=1e-12)
+    assert qkv["step_time_s"] > minimal["step_time_s"] and qkv["memory_gb_per_gpu"] < minimal["memory_gb_per_gpu"]
+    bad = runner.invoke(app, base + ["--recompute", "save_everything"])
+    assert bad.exit_code == 2 and "qkv_proj_offloaded" in bad.output and "save_everything" in bad.output
