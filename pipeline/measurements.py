@@ -104,10 +104,37 @@ def dtype_key(expr: pl.Expr) -> pl.Expr:
 _DTYPE_BY_KEY = {re.sub(_DTYPE_KEY_IGNORED, "", k.lower()): v for k, v in DTYPE_SPELLINGS.items()}
 
 
+#: a dtype spelling the table does not list, by the words it contains (first match wins; on the lower-case text):
+#: a block-scaled or 4-bit format before the plain FP8 it names, current/per-tensor/row-wise scaling (computed from
+#: the tensor at each cast, as Transformer Engine's Float8CurrentScaling and torchao's tensorwise/rowwise recipes do)
+#: before delayed scaling, the FP8 default of Transformer Engine
+DTYPE_KEYWORDS: tuple[tuple[str, str], ...] = (
+    (r"mx\s*-?\s*fp8|mxfp8|fp8.*\bmx\b|\bmx\b.*(fp8|float8)", "mxfp8"),
+    (r"nvfp4|fp4|float4|e2m1", "nvfp4"),
+    (r"(fp8|float8|e4m3|e5m2).*(current|tensorwise|tensor-wise|per[\s-]*tensor|rowwise|row-wise|dynamic)|"
+     r"(current|tensorwise|rowwise|dynamic).*(fp8|float8)", "fp8-cs"),
+    (r"fp8|float8|e4m3|e5m2", "fp8"),
+    (r"bf16|bfloat", "bf16"),
+    (r"fp16|float16|half", "fp16"),
+    (r"tf32", "tf32"),
+    (r"fp32|float32", "fp32"),
+)
+
+
+def by_keywords(expr: pl.Expr, rules: tuple[tuple[str, str], ...]) -> pl.Expr:
+    """The word of the first rule whose pattern the lower-case text contains, null when none does."""
+    text = expr.cast(pl.Utf8).str.to_lowercase()
+    out = pl.lit(None, dtype=pl.Utf8)
+    for pattern, word in reversed(rules):
+        out = pl.when(text.str.contains(pattern)).then(pl.lit(word)).otherwise(out)
+    return out
+
+
 def canonical_dtype(expr: pl.Expr) -> pl.Expr:
-    """The schema's dtype for a spelling (`DTYPE_SPELLINGS`; `MIXED_PRECISION` for "mixed"/"amp"), null for one the
-    table does not know (and for null)."""
-    return dtype_key(expr).replace_strict(_DTYPE_BY_KEY, default=None, return_dtype=pl.Utf8)
+    """The schema's dtype for a spelling (`DTYPE_SPELLINGS`; `MIXED_PRECISION` for "mixed"/"amp"), else by the words
+    it contains (`DTYPE_KEYWORDS`: "FP8 (E4M3)", "float8 rowwise"), null for one neither knows (and for null)."""
+    return pl.coalesce(dtype_key(expr).replace_strict(_DTYPE_BY_KEY, default=None, return_dtype=pl.Utf8),
+                       by_keywords(expr, DTYPE_KEYWORDS))
 
 
 #: metric -> (accepted units, lower bound (exclusive), upper bound (inclusive))
@@ -170,10 +197,34 @@ _WORDS_BY_KEY = {col: {re.sub(_WORD_KEY_IGNORED, "", k.lower()): v for k, v in t
                  for col, table in (("sharding", SHARDING_SPELLINGS), ("recompute", RECOMPUTE_SPELLINGS))}
 
 
+#: a sharding or recompute spelling the tables do not list, by the words it contains (first match wins, on the
+#: lower-case text): the most specific first ("hybrid" before "shard", "selective" and its kinds before "full"
+#: and before a bare "recompute"/"checkpointing", which without a qualifier means full, as in the tables above)
+WORD_KEYWORDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "sharding": (
+        (r"hsdp|hybrid", "hsdp"),
+        (r"zero[\s_-]*(stage)?[\s_-]*3|stage[\s_-]*3", "zero3"),
+        (r"zero[\s_-]*(stage)?[\s_-]*2|stage[\s_-]*2|grad(ient)?s?[\s_-]*(and|\+|&)?[\s_-]*opt", "zero2"),
+        (r"fsdp|full(y)?[\s_-]*shard", "fsdp"),
+        (r"zero[\s_-]*(stage)?[\s_-]*1|stage[\s_-]*1|dist(ributed)?[\s_-]*opt|optim\w*[\s_-]*(state[\s_-]*)?shard",
+         "zero1"),
+        (r"\bddp\b|\bnone\b|\bno\b|replicat", "none"),
+    ),
+    "recompute": (
+        (r"selective|\bsac\b|core[\s_-]*att|attention[\s_-]*core|\bop\b|partial|save[\s_-]", "selective"),
+        (r"\bfull\b|uniform|\bblock\b|every[\s_-]*layer|all[\s_-]*layers", "full"),
+        (r"\bnone\b|\bno\b|\boff\b|disabled|\bfalse\b", "none"),
+        (r"checkpoint|recomput|remat", "full"),
+    ),
+}
+
+
 def canonical_word(expr: pl.Expr, column: str) -> pl.Expr:
     """The schema's word for a spelling of `column` ("sharding": SHARDING_SPELLINGS, "recompute":
-    RECOMPUTE_SPELLINGS), null for one the table does not know (and for null)."""
-    return word_key(expr).replace_strict(_WORDS_BY_KEY[column], default=None, return_dtype=pl.Utf8)
+    RECOMPUTE_SPELLINGS), else by the words it contains (`WORD_KEYWORDS`: "Megatron distributed optimizer",
+    "full (uniform)", "per-op SAC"), null for one neither knows (and for null)."""
+    return pl.coalesce(word_key(expr).replace_strict(_WORDS_BY_KEY[column], default=None, return_dtype=pl.Utf8),
+                       by_keywords(expr, WORD_KEYWORDS[column]))
 
 
 #: header spellings of hand-written run files -> the schema's column, for the lenient `predict --runs` path (the

@@ -160,6 +160,23 @@ def test_predict_runs_reads_sharding_and_recompute_spellings(tmp_path, sharding,
     assert f"sharding '{sharding}' read as {want[0]}" in row["assumptions"]
 
 
+@pytest.mark.parametrize("dtype, sharding, recompute, want", [
+    ("FP8 (E4M3)", "Megatron distributed optimizer", "full (uniform)", ("fp8", "zero1", "full")),
+    ("float8 rowwise", "ZeRO stage 3 (DeepSpeed)", "per-op SAC", ("fp8-cs", "zero3", "selective")),
+    ("MX FP8 block scaling", "FSDP2 fully_shard", "selective (core_attn)", ("mxfp8", "fsdp", "selective")),
+    ("bf16 autocast", "HSDP (8-GPU shards)", "activation recompute: none", ("bf16", "hsdp", "none")),
+    ("bf16", "optimizer state sharding", "recompute_granularity=selective", ("bf16", "zero1", "selective"))])
+def test_predict_runs_reads_spellings_by_their_words(tmp_path, dtype, sharding, recompute, want):
+    """Cells the spelling tables do not list are read by the words they contain (the most specific first) and the
+    reading is listed in `assumptions`; a cell no rule reads is still named (zero-7 above, fp9)."""
+    path = tmp_path / "runs.csv"
+    path.write_text("run_id,model_name,gpu,n_gpus,global_batch_seqs,seq_len,dtype,sharding,recompute\n"
+                    f"a,llama3-8b,b200,64,256,8192,{dtype},{sharding},{recompute}\n")
+    row = json.loads(runner.invoke(app, ["predict", "--runs", str(path), "--format", "json"]).output)[0]
+    assert (row["dtype"], row["sharding"], row["recompute"]) == want and row["step_time_s"] is not None
+    assert f"recompute '{recompute}' read as {want[2]}" in row["assumptions"]
+
+
 def test_predict_runs_reads_thousands_separators_and_percent_signs(tmp_path):
     rows = _predict_text(tmp_path, 'run_id,model_name,gpu,n_gpus,global_batch_seqs,seq_len,metric,value\n'
                                    'a,llama3-8b,h100-sxm5-80gb,"1,024","2,048",8192,tokens_per_s_per_gpu,"8,000"\n'
