@@ -69,6 +69,8 @@ NOISE_WORDS = frozenset({"nvidia", "amd", "instinct", "intel", "habana", "google
 #: words naming an interconnect, not a chip or its variant, dropped before matching: "H100 (NVLink)" is an
 #: NVLink-connected H100, no H100 NVL card (whose "nvl" the word would otherwise fit)
 INTERCONNECT_WORDS = frozenset({"nvlink", "nvswitch", "infiniband", "roce"})
+#: a cloud instance's size word ("48xlarge", "xlarge", "metal")
+INSTANCE_SIZE_RE = re.compile(r"\d*x?large|metal")
 
 
 class UnknownName(ValueError):
@@ -101,6 +103,24 @@ def architectures(measurements: Path) -> pl.DataFrame:
 @lru_cache(maxsize=4)
 def hardware(measurements: Path) -> pl.DataFrame:
     return pl.read_csv(measurements / "hardware_specs.csv", infer_schema_length=None)
+
+
+@lru_cache(maxsize=1)
+def cloud_instance_types() -> dict[str, str]:
+    """Cloud instance types (AWS p5.48xlarge, GCP a3-highgpu-8g, ...; `normalize_name` with dots kept) -> the
+    accelerator id they carry, from measurements/cloud_prices.csv (the skypilot-catalog rows it was built from); a
+    name without its count or host-VM note ("a4-highgpu-8g" for "a4-highgpu-8g + 8x B200 (...)"). Empty when the
+    file is absent."""
+    path = _default_measurements() / "cloud_prices.csv"
+    if not path.exists():
+        return {}
+    rows = pl.read_csv(path, columns=["accelerator_id", "instance_type"], infer_schema_length=0).unique()
+    out: dict[str, str] = {}
+    for aid, inst in rows.iter_rows():
+        key = normalize_name(re.split(r"\s[(+]", str(inst))[0], keep_dots=True)
+        if key and "*" not in key:
+            out[key] = aid if out.get(key, aid) == aid else ""  # one type naming two accelerators: neither
+    return {k: v for k, v in out.items() if v}
 
 
 def _suggest(name: str, options: list[str]) -> str:
@@ -481,6 +501,9 @@ def resolve_gpu(hw: pl.DataFrame, name: str) -> tuple[dict, str | None]:
     hit = exact(normalize_name(name))
     if len(hit) == 1:
         return hit[0], None
+    by_id = {r["id"]: r for r in rows}
+    if (aid := cloud_instance_types().get(normalize_name(name, keep_dots=True))) in by_id:  # "p5.48xlarge"
+        return by_id[aid], f"'{name}': a cloud instance type of {aid} (measurements/cloud_prices.csv)"
     query = [q for q in _words(name) if q not in INTERCONNECT_WORDS]
     if not query:
         raise UnknownName(f"unknown hardware '{name}': give an id from measurements/hardware_specs.csv")
@@ -493,7 +516,9 @@ def resolve_gpu(hw: pl.DataFrame, name: str) -> tuple[dict, str | None]:
         fits, query = fitting(core), core
     ignored = None
     if not fits:  # words that fit no accelerator at all (a slice size, a board or form-factor code) are dropped
-        known = [q for q in query if any(_word_fits(w, q) for ws in with_form.values() for w in ws)]
+        # an instance size ("48xlarge" of "p5.48xlarge") names no chip, though a form factor may spell one out
+        known = [q for q in query if not INSTANCE_SIZE_RE.fullmatch(q)
+                 and any(_word_fits(w, q) for ws in with_form.values() for w in ws)]
         # ... when a model number is among the words kept ("HL-225" is no Gaudi 3 for its "HL-325L"'s "hl")
         if known and len(known) < len(query) and any(c.isdigit() for q in known for c in q):
             fits = fitting(known)

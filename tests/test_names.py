@@ -455,6 +455,9 @@ WRITTEN_GPU_NAMES = [
     ("L40", "l40"), ("V100S", None),  # NVIDIA's "S" parts are other products than the L40 and V100
     ("GTX 1080", None), ("GTX 1080 Ti", "gtx-1080-ti"),  # nor the GTX 1080 a 1080 Ti
     ("H20", "h20"), ("A10G", None), ("Inferentia2", None), ("TPU v5", None), ("8x", None),
+    # cloud instance types (measurements/cloud_prices.csv); an instance size names no chip: p9 is no Trn2
+    ("p5.48xlarge", "h100-sxm5-80gb"), ("p4d.24xlarge", "a100-sxm4-40gb"), ("a3-megagpu-8g", "h100-sxm5-80gb"),
+    ("p5en.48xlarge", "h200-sxm-141gb"), ("trn2.48xlarge", "trn2"), ("p9.48xlarge", None),
 ]
 
 
