@@ -67,6 +67,28 @@ def _batch_cells_in_tokens(frame: pl.DataFrame) -> pl.DataFrame:
         pl.when(move).then(None).otherwise(pl.col("global_batch_seqs")).alias("global_batch_seqs"))
 
 
+def _nodes_in_count_cells(frame: pl.DataFrame) -> pl.DataFrame:
+    """A GPU-count cell that counts nodes ("128 nodes", "16 hosts") moves to the node count (`_nodes`, read by
+    `stated_otherwise` as nodes x GPUs per node) where the row has none there; "16 nodes x 8" / "16 x 8 GPUs" is
+    read as the product where it stays."""
+    if "n_gpus" not in frame.columns:
+        return frame
+    cell = pl.col("n_gpus").cast(pl.Utf8).str.strip_chars()
+    prod = cell.str.extract_groups(r"(?i)^\s*(\d+)\s*(?:nodes?|hosts?|servers?)?\s*[x×*]\s*(\d+)\s*(?:gpus?|chips?|"
+                                   r"devices?|accelerators?)?(?:\s*(?:each|per\s+node))?\s*$")
+    product = (prod.struct.field("1").cast(pl.Float64, strict=False) * prod.struct.field("2").cast(pl.Float64,
+                                                                                                  strict=False))
+    nodes = cell.str.extract(r"(?i)^\s*([\d,]+)\s*(?:nodes?|hosts?|servers?)\s*$", 1)
+    if not frame.select((product.is_not_null() | nodes.is_not_null()).any()).item():
+        return frame
+    have = pl.col("_nodes").cast(pl.Utf8) if "_nodes" in frame.columns else pl.lit(None, dtype=pl.Utf8)
+    move = nodes.is_not_null() & have.is_null()
+    return frame.with_columns(
+        pl.when(move).then(number_text(nodes)).otherwise(have).alias("_nodes"),
+        pl.when(move).then(None).when(product.is_not_null()).then(product.round(0).cast(pl.Int64).cast(pl.Utf8))
+        .otherwise(pl.col("n_gpus")).alias("n_gpus"))
+
+
 def _hardware_in_count_cells(frame: pl.DataFrame) -> pl.DataFrame:
     """A GPU-count cell that names the accelerator too ("512x A100 80GB" under "GPUs") is the row's hardware cell
     where the row has no gpu (`catalog.resolve_gpu_cells` then reads its count), and no count of its own."""
@@ -224,6 +246,8 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             if kept is not None and kept not in renames.values():
                 renames[c] = kept
     frame = frame.rename(renames)
+    frame, unit_notes = _metric_from_unit(frame)
+    notes += unit_notes
     if "run_id" not in frame.columns:
         line = pl.col("_line").cast(pl.Utf8) if "_line" in frame.columns else \
             (pl.int_range(pl.len()) + 2).cast(pl.Utf8)
@@ -276,6 +300,76 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             frame = frame.with_columns(pl.when(pct).then((value / 100.0).cast(pl.Utf8)).otherwise(pl.col("value"))
                                        .alias("value"))
     return frame, notes
+
+
+#: headers of a measured number and of its unit, for a file that names the quantity by its unit alone ("Throughput"
+#: 1500 in "tokens/sec/GPU", "Result" 12.5 in "s/step"; no `metric` column)
+VALUE_HEADERS = ("value", "throughput", "result", "results", "measurement", "measured", "measured_value",
+                 "performance", "perf", "speed", "score")
+UNIT_HEADERS = ("unit", "units", "metric_unit", "unit_of_measure", "measure")
+#: a unit read as a step time, in seconds per unit ("s/step", "ms per iteration"), or as steps per second
+_TIME_UNITS = {"s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0, "ms": 1e-3, "msec": 1e-3,
+               "millisecond": 1e-3, "milliseconds": 1e-3, "min": 60.0, "minute": 60.0, "minutes": 60.0}
+_STEP_WORDS = ("step", "steps", "iter", "iters", "iteration", "iterations", "it", "batch")
+
+
+def unit_metric(unit: str | None) -> tuple[str, float | str] | None:
+    """(the schema's metric, factor) a unit names: a metric spelling (`metric_value_key`: "tokens/sec/GPU", "MFU",
+    "TFLOPS/GPU"), "%" (MFU in percent), samples or sequences per second ("seq_len": x the row's seq_len), a time
+    per step ("s/step", "ms/iter", "seconds") or steps per second ("iter/s", "it/s": "inverse", 1 / the value);
+    None for a unit none of these reads."""
+    if unit is None or not str(unit).strip():
+        return None
+    key = header_key(unit)
+    if key in ("pct", "percent"):
+        return "mfu", 0.01
+    if (m := metric_value_key(key)) is not None:
+        return m
+    if (smp := samples_synonym(key)) is not None:
+        return smp, "seq_len"
+    words = [w for w in re.split(r"_|per", key) if w]
+    if words and words[0] in _TIME_UNITS and all(w in _STEP_WORDS for w in words[1:]):
+        return "step_time_s", _TIME_UNITS[words[0]]
+    if len(words) == 2 and words[0] in _STEP_WORDS and words[1] in ("s", "sec", "second"):
+        return "step_time_s", "inverse"
+    return None
+
+
+def _metric_from_unit(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """`frame` with `metric` and `value` from a value column and a unit column (`VALUE_HEADERS`, `UNIT_HEADERS`)
+    when it has no `metric` column: each row's quantity read from its unit (`unit_metric`), its value in the
+    schema's unit; a row whose unit reads as nothing keeps no measurement. Unchanged otherwise."""
+    if "metric" in frame.columns:
+        return frame, []
+    by_key = {header_key(c): c for c in frame.columns}
+    vcol = next((by_key[k] for k in VALUE_HEADERS if k in by_key), None)
+    ucol = next((by_key[k] for k in UNIT_HEADERS if k in by_key), None)
+    if vcol is None or ucol is None:
+        return frame, []
+    units = {u: unit_metric(u) for u in frame[ucol].drop_nulls().unique().to_list()}
+    read = {u: m for u, m in units.items() if m is not None}
+    if not read:
+        return frame, []
+    value = _cell_number(pl.col(vcol))
+    seq = number_text(pl.col("seq_len")).cast(pl.Float64, strict=False) if "seq_len" in frame.columns else \
+        pl.lit(None, dtype=pl.Float64)
+    metric, scaled = pl.lit(None, dtype=pl.Utf8), pl.lit(None, dtype=pl.Float64)
+    for u, (m, f) in read.items():
+        hit = pl.col(ucol) == u
+        v = value * seq if f == "seq_len" else 1.0 / value if f == "inverse" else value * f
+        metric, scaled = pl.when(hit).then(pl.lit(m)).otherwise(metric), pl.when(hit).then(v).otherwise(scaled)
+    out = frame.with_columns(metric.alias("metric"), scaled.cast(pl.Utf8).alias("value"))
+    if vcol != "value":
+        out = out.drop(vcol)
+    if ucol != "unit":
+        out = out.drop(ucol)
+    said = ", ".join(f"'{u}' as {m}" + ("" if f == 1.0 else " (x seq_len)" if f == "seq_len" else
+                                        " (1 / the value)" if f == "inverse" else f" (x {f:g})")
+                     for u, (m, f) in sorted(read.items()))
+    unread = sorted(u for u, m in units.items() if m is None)
+    return out, [f"column '{vcol}' read as the value of the quantity column '{ucol}' names: {said}"
+                 + (f"; unit(s) {', '.join(repr(u) for u in unread)} not read: those rows keep no measurement"
+                    if unread else "")]
 
 
 #: accelerators per node (host) where it differs from the hardware table's `gpus_per_node_typical`, which is the
@@ -331,11 +425,31 @@ def _named_degrees(names: list[str], text: str | None) -> str | None:
     return " ".join(f"{n}{d}" for n, d in zip(names, nums))
 
 
+#: a dimension written out ("tensor parallel 8", "pipeline-parallel size 4", "expert model parallelism 64") -> its
+#: short name; and the "x" that joins degrees ("TP8xPP4")
+_SPELLED_DEGREES = (
+    (r"virtual[\s_-]*pipeline(?:[\s_-]*model)?[\s_-]*parallel(?:ism)?(?:[\s_-]*size)?", "vpp"),
+    (r"tensor(?:[\s_-]*model)?[\s_-]*parallel(?:ism)?(?:[\s_-]*size)?", "tp"),
+    (r"pipeline(?:[\s_-]*model)?[\s_-]*parallel(?:ism)?(?:[\s_-]*size)?", "pp"),
+    (r"data[\s_-]*parallel(?:ism)?(?:[\s_-]*size)?", "dp"),
+    (r"context[\s_-]*parallel(?:ism)?(?:[\s_-]*size)?", "cp"),
+    (r"expert(?:[\s_-]*model)?[\s_-]*parallel(?:ism)?(?:[\s_-]*size)?", "ep"),
+)
+_DEGREE_JOIN_RE = re.compile(r"(?i)(\d)\s*[x×]\s*(?=[a-z])")
+
+
+def _spelled_degrees(text: str) -> str:
+    for pattern, short in _SPELLED_DEGREES:
+        text = re.sub(rf"(?i)\b{pattern}\b", short, text)
+    return text
+
+
 def parse_layout(text: str | None) -> dict[str, int | str]:
     """The degrees a layout cell states ({"tp": 8, "pp": 16, "dp": 64}; FSDP/HSDP/ZeRO-k/DDP n as "dp": n and
     "sharding"); {} for an empty cell. Sequence parallelism ("SP") is not a degree of its own and is skipped."""
     out: dict[str, int | str] = {}
-    for m in re.finditer(_DEGREE_RE, text or ""):
+    text = _DEGREE_JOIN_RE.sub(r"\1 ", _spelled_degrees(text or ""))  # "TP8xPP4xDP32" -> "TP8 PP4 DP32"
+    for m in re.finditer(_DEGREE_RE, text):
         name, deg = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
         name = re.sub(r"[-_ ]", "", name.lower())
         if name == "sp":
@@ -558,6 +672,7 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
     # a node count, a batch in tokens, a layout in one cell, a batch per data-parallel rank (`read_headers`): kept
     # beside the schema's columns until they can be read (`stated_otherwise`)
     frame = _batch_cells_in_tokens(frame)  # "4M tokens" under a global-batch header: a batch in tokens
+    frame = _nodes_in_count_cells(frame)  # "128 nodes", "16 x 8" under a GPU-count header: nodes x per node
     frame = _hardware_in_count_cells(frame)  # "512x A100 80GB" under a GPU-count header: the hardware cell
     k_cols = [c for c in K_COUNT_COLUMNS if c in frame.columns and frame.select(
         number_text(pl.col(c)).str.contains(_K_COUNT).any()).item()]

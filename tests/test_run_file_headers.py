@@ -37,6 +37,11 @@ def _predict(path) -> dict:
     ("HSDP 64 TP 2", {"dp": 64, "sharding": "hsdp", "tp": 2}),
     ("ZeRO-3 128", {"dp": 128, "sharding": "zero3"}),
     ("TP 8 SP", {"tp": 8}),  # sequence parallelism is no degree of its own
+    ("TP8xPP4xDP32", {"tp": 8, "pp": 4, "dp": 32}), ("TP 8 x PP 4", {"tp": 8, "pp": 4}),
+    ("tensor parallel 8, pipeline parallel 4", {"tp": 8, "pp": 4}),
+    ("tensor-parallel size 2, expert model parallelism 64", {"tp": 2, "ep": 64}),
+    ("virtual pipeline parallel 5, pipeline parallel 4", {"vpp": 5, "pp": 4}),
+    ("(8, 4, 32)", {}),  # degrees without their names are not guessed
     ("", {}), (None, {})])
 def test_a_layout_cell_reads_as_its_degrees(text, want):
     assert parse_layout(text) == want
@@ -406,3 +411,43 @@ def test_a_gpu_count_cell_that_names_the_accelerator(tmp_path):
     f.write_text("Model,GPUs,GBS,Seq len,TFLOPS/GPU\nLlama 2 70B,512x A100 80GB,1024,4096,160\n")
     row = _predict(f)["line 2"]
     assert (row["gpu"], row["n_gpus"]) == ("a100-sxm4-80gb", 512) and row["step_time_s"] is not None
+
+
+@pytest.mark.parametrize("unit, want", [
+    ("tokens/sec/GPU", ("tokens_per_s_per_gpu", 1.0)), ("tokens/s", ("tokens_per_s", 1.0)), ("MFU", ("mfu", 1.0)),
+    ("%", ("mfu", 0.01)), ("TFLOPS/GPU", ("model_tflops_per_gpu", 1.0)), ("s/step", ("step_time_s", 1.0)),
+    ("ms/iter", ("step_time_s", 1e-3)), ("seconds per iteration", ("step_time_s", 1.0)),
+    ("samples/s", ("tokens_per_s", "seq_len")), ("iter/s", ("step_time_s", "inverse")),
+    ("hours per 1B tokens", None), ("", None)])
+def test_a_unit_names_its_quantity(unit, want):
+    from pipeline.predict_runs import unit_metric
+    assert unit_metric(unit) == want
+
+
+def test_a_value_and_its_unit_without_a_metric_column(tmp_path):
+    """"Throughput" beside "Units" (no metric column): each row's quantity is its unit's, in the schema's unit; the
+    same run measured in tokens/s/GPU, s/step, ms/iter and iter/s gives one measured throughput; a unit nothing reads
+    leaves its row without a measurement, and says so."""
+    path = tmp_path / "runs.csv"
+    path.write_text("run_id,Model,Hardware,# GPUs,Global batch size,Sequence length,Parallelism,Throughput,Units\n"
+                    "a,Llama 3 70B,H100,1024,1024,8192,TP=8 PP=4,800,tokens/sec/GPU\n"
+                    "b,Llama 3 70B,H100,1024,1024,8192,TP=8 PP=4,10.24,s/step\n"
+                    "c,Llama 3 70B,H100,1024,1024,8192,TP=8 PP=4,\"10,240\",ms/iter\n"
+                    "d,Llama 3 70B,H100,1024,1024,8192,TP=8 PP=4,0.09765625,iter/s\n"
+                    "e,Llama 3 70B,H100,1024,1024,8192,TP=8 PP=4,1.2,hours per 1B tokens\n")
+    rows = _predict(path)
+    for r in "abcd":
+        assert rows[r]["measured_tokens_per_s_per_gpu"] == pytest.approx(800.0, rel=1e-9), r
+    assert rows["e"]["measured_tokens_per_s_per_gpu"] is None and rows["e"]["step_time_s"] is not None
+    said = rows["a"]["assumptions"]
+    assert "column 'Throughput' read as the value of the quantity column 'Units' names" in said
+    assert "'ms/iter' as step_time_s (x 0.001)" in said and "'hours per 1B tokens' not read" in said
+
+
+@pytest.mark.parametrize("cell, n", [("128 nodes", 1024), ("16 x 8", 128), ("128 nodes x 8 GPUs", 1024),
+                                     ("16 hosts", 128)])
+def test_a_gpu_count_cell_that_counts_nodes(tmp_path, cell, n):
+    path = tmp_path / "runs.csv"
+    path.write_text("run_id,model_name,gpu,# GPUs,global_batch_seqs,seq_len\n"
+                    f"a,llama3-8b,h100-sxm5-80gb,{cell},1024,8192\n")
+    assert _predict(path)["a"]["n_gpus"] == n
