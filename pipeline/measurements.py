@@ -245,7 +245,9 @@ COLUMN_SYNONYMS: dict[str, str] = {
     # llm-foundry's benchmark table: "MicroBatchSize", "SeqLen (T)"
     **dict.fromkeys(("micro_batch_size", "mbs", "micro_batch_seqs", "microbatchsize", "micro_bs"), "micro_batch"),
     **dict.fromkeys(("seq_length", "sequence_length", "seqlen", "max_seq_len", "max_seq_length", "context_length",
-                     "encoder_seq_length", "seqlen_t", "seq_len_t", "sequence_length_t", "seq_len_tokens"),
+                     "encoder_seq_length", "seqlen_t", "seq_len_t", "sequence_length_t", "seq_len_tokens", "seq",
+                     "sequence", "ctx_len", "context_len", "context_size", "context_window", "seq_length_tokens",
+                     "sequence_len", "max_position_embeddings_used"),
                     "seq_len"),
     **dict.fromkeys(("tensor_parallel", "tensor_parallel_size", "tensor_model_parallel_size", "tp_size"), "tp"),
     **dict.fromkeys(("pipeline_parallel", "pipeline_parallel_size", "pipeline_model_parallel_size", "pp_size"), "pp"),

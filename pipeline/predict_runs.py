@@ -230,6 +230,8 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             wide[c] = metric
         elif target is None and (samples := samples_synonym(key)) is not None:
             wide[c] = (samples, "seq_len")  # sequences per second: x the row's seq_len
+        elif target is None and (um := unit_metric(c)) is not None and um[1] == "inverse":
+            wide[c] = um  # steps per second ("it/s", "iter/s"): a step time of 1 / the value
         elif key in FSDP_FLAG_HEADERS and "sharding" not in present and "sharding" not in renames.values():
             # NeMo's performance tables: an "FSDP" column of 0/1 (or a degree): 1 or more is FSDP, 0 states nothing
             frame = frame.with_columns(pl.col(c).map_elements(_fsdp_flag, return_dtype=pl.Utf8).alias(c))
@@ -265,6 +267,9 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
                 scale = number_text(pl.col("seq_len")).cast(pl.Float64, strict=False) if "seq_len" in frame.columns \
                     else pl.lit(None, dtype=pl.Float64)
                 said = " (x seq_len: a sample is one sequence)"
+            elif factor == "inverse":  # steps per second: the step time is its reciprocal
+                v = 1.0 / v
+                scale, said = pl.lit(1.0), " (1 / the value: steps per second)"
             elif metric == "step_time_s":  # a cell that states its own time unit ("2100 ms") is read in it
                 scale = pl.coalesce(_cell_seconds(pl.col(c)), pl.lit(factor))
                 said = f" (x {factor:g})" if factor != 1.0 else ""

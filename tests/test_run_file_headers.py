@@ -451,3 +451,21 @@ def test_a_gpu_count_cell_that_counts_nodes(tmp_path, cell, n):
     path.write_text("run_id,model_name,gpu,# GPUs,global_batch_seqs,seq_len\n"
                     f"a,llama3-8b,h100-sxm5-80gb,{cell},1024,8192\n")
     assert _predict(path)["a"]["n_gpus"] == n
+
+
+def test_step_time_and_sample_headers_as_tables_write_them(tmp_path):
+    """A short "Seq" header is the sequence length, and the wide step-time, sample-rate and steps-per-second columns
+    a table writes give one measured throughput (512 x 8,192 tokens on 64 GPUs in 7.3 s: 8,977.5 tokens/s/GPU)."""
+    heads = ["Step time (s)", "Iteration time (ms)", "Avg. iteration time [s]", "Elapsed time per iteration (ms)",
+             "it/s", "Sequences/sec"]
+    cells = ["7.3", "7300", "7.3", "7300", str(1 / 7.3), str(512 / 7.3)]
+    rows = "".join(f"r{i},llama3-8b,h100-sxm5-80gb,64,512,8192," + ",".join(c if j == i else "" for j, c in
+                                                                          enumerate(cells)) + "\n"
+                   for i in range(len(heads)))
+    path = tmp_path / "runs.csv"
+    path.write_text("Run,Model,GPU,GPUs,GBS,Seq," + ",".join(f'"{h}"' for h in heads) + "\n" + rows)
+    got = _predict(path)
+    for i in range(len(heads)):
+        assert got[f"r{i}"]["seq_len"] == 8192 and got[f"r{i}"]["measured_tokens_per_s_per_gpu"] == \
+            pytest.approx(512 * 8192 / 64 / 7.3, rel=1e-9), heads[i]
+    assert "column 'it/s' read as metric step_time_s (1 / the value: steps per second)" in got["r4"]["assumptions"]
