@@ -11,6 +11,7 @@ never silently rests on a guess:
 | model_name names no architecture but does once its size token is dropped (`stepcast predict --runs`) | that architecture, when its params_b is within 15% of the size (`pipeline.catalog.arch_ids_without_size`; else refused, saying so) | nominal sizes are rounded; a size that far off is another model |
 | architecture the model only approximates (`models.archfile.APPROXIMATED_ARCHITECTURES`: DeepSeek-V4-Flash, Nemotron 3.5 Lightning) | predicted, noted in `assumptions`, left out of the fit (`models.calibration.fit_data`) | a cost the model lacks for them (compressed sparse attention, a hybrid's MTP) would otherwise be spread over every run's fitted constants: with them in the fit, pooled `lopo` 8.1 → 8.9% and `lofo` 7.8 → 8.2% |
 | tp, pp, cp, ep, vpp empty | 1 | the sources state every degree they use |
+| ep empty, a measured MoE run whose sharding keeps the weights whole (not fsdp, hsdp, zero3) and that does not fit with ep = 1 | the smallest power of two dividing the experts and dp x cp that fits with its recompute (selective where unstated); when none fits, the largest such (`resolve_ep`) | a run that was measured fitted, and expert parallelism is how a Megatron-class stack shards its experts (FSDP-class sharding shards them already) |
 | tp, pp empty but dp stated (dp < n_gpus) | model-parallel size n_gpus/(dp*cp): tp = min(that, scale-up domain), pp = the rest | Megatron-LM's layout: tensor parallel inside the node, pipeline across (Narayanan et al. 2021, section 3.3) |
 | tp, pp, dp all empty and tp=pp=1 impossible | the smallest tp*pp (tp <= scale-up domain first, then pp) that divides n_gpus, leaves a dp dividing the batch and fits in memory with the run's recompute, else selective (`resolve_layout`); when none fits, the one of those candidates needing the least memory per GPU (predicted beside its memory figure) | the framework default of a model-parallel stack: as little model parallelism as fits; a run that ran fitted, so the layout nearest to fitting stands in for one the memory model cannot fit |
 | etp (expert tensor parallelism) of an MoE run: the measurement schema has no column | a Megatron-Bridge performance run (`mbYYMM-`): its release's recipe value, 1 (`models.moe_recipes.RECIPE_ETP`); otherwise tp (Megatron-Core's default `--expert-tensor-parallel-size`); where ep does not fold with it (ep does not divide cp*dp), the largest etp dividing tp with etp*ep dividing tp*cp*dp (`models.moe.resolve_etp`) | Megatron-Core refuses an expert grid that does not tile the stage (MoE parallel folding), so a run that ran used such an etp |
@@ -249,6 +250,8 @@ def infer_layout(frame: pl.DataFrame) -> pl.DataFrame:
         pl.Series("seq_len", seq).cast(pl.Int64, strict=False),
         pl.Series("global_batch_seqs", B).cast(pl.Int64, strict=False),
         pl.Series("layout_unstated", layout_unstated), pl.Series("micro_batch_stated", np.isfinite(mb0)),
+        pl.Series("ep_unstated", np.isnan(ep0) & (np.nan_to_num(f("n_experts"), nan=0.0) > 0)
+                  if "n_experts" in frame.columns else np.zeros(frame.height, dtype=bool)),
         pl.concat_str([pl.col("assumptions"), pl.Series(text)], separator="; ", ignore_nulls=True)
         .str.strip_chars("; ").replace("", None).alias("assumptions"),
     )
@@ -780,6 +783,57 @@ def resolve_sharding(configs: pl.DataFrame, predict, measured=None) -> pl.DataFr
             ).str.strip_chars("; ")
         ).otherwise(pl.col("assumptions")).alias("assumptions"),
     ).drop("sharding_open")
+
+
+#: sharding modes that shard the weights themselves (and so an MoE layer's experts) over the data-parallel ranks
+WEIGHT_SHARDING = ("fsdp", "hsdp", "zero3")
+
+
+def resolve_ep(configs: pl.DataFrame, predict, measured=None) -> pl.DataFrame:
+    """A measured MoE run that states no expert-parallel degree (`ep_unstated`), whose sharding leaves the weights
+    whole on every rank (not `WEIGHT_SHARDING`), and does not fit with ep = 1 (every expert on every GPU): the
+    smallest power of two that divides the experts and dp x cp (the ranks Megatron-Core
+    carves expert parallelism from with etp = tp) and fits with the run's recompute (selective where unstated);
+    where none fits, the largest such degree (the least expert memory). A run that was measured fitted, and every
+    MoE stack shards its experts (Megatron-Core's --expert-model-parallel-size, torchtitan's and MaxText's expert
+    axis). `measured`: a boolean Series per row (default: every row, as in the corpus). Rows that state ep, or
+    fit with ep = 1, keep it. `predict` is `models.step_time.predict`."""
+    if "ep_unstated" not in configs.columns:
+        return configs
+    measured = pl.Series([True] * configs.height) if measured is None else pl.Series(measured).fill_null(False)
+    # FSDP-class sharding (fsdp, hsdp, zero3) shards the expert weights already; EP is what shards them otherwise
+    replicated = ~configs["sharding"].fill_null("none").is_in(list(WEIGHT_SHARDING))
+    open_ = (configs["ep_unstated"].fill_null(False) & measured & replicated).to_numpy()
+    if not open_.any():
+        return configs.drop("ep_unstated")
+    rc = configs["recompute"].fill_null(INFERRED_RECOMPUTE[-1])
+    fits1 = predict_by_preset(configs.with_columns(rc.alias("recompute")), predict)["feasible"].to_numpy()
+    todo = open_ & ~fits1
+    if not todo.any():
+        return configs.drop("ep_unstated")
+    E = configs["n_experts"].cast(pl.Float64).fill_null(0.0).to_numpy()
+    ranks = (configs["dp"].cast(pl.Float64).fill_null(1.0) * configs["cp"].cast(pl.Float64).fill_null(1.0)).to_numpy()
+    chosen, largest = np.full(configs.height, np.nan), np.full(configs.height, np.nan)
+    e = 2.0
+    while (todo & (e <= np.minimum(E, ranks))).any():
+        valid = todo & np.isnan(chosen) & (np.mod(E, e) == 0) & (np.mod(ranks, e) == 0)
+        if valid.any():
+            trial = configs.with_columns(rc.alias("recompute"), pl.Series("ep", np.where(valid, e, 1.0)).cast(pl.Int64))
+            fits = predict_by_preset(trial, predict)["feasible"].to_numpy()
+            chosen = np.where(valid & fits, e, chosen)
+            largest = np.where(valid, e, largest)
+        e *= 2.0
+    pick = np.where(np.isfinite(chosen), chosen, largest)
+    hit = todo & np.isfinite(pick)
+    why = np.where(np.isfinite(chosen), "the smallest expert-parallel degree dividing the experts and dp x cp that "
+                   "fits", "no degree fits: the largest dividing the experts and dp x cp, the least expert memory")
+    text = pl.Series([f"ep={p:.0f} (not stated, and the measured run does not fit with every expert on every GPU: "
+                      f"{w})" if h else None for p, w, h in zip(pick, why, hit)], dtype=pl.Utf8)
+    return configs.with_columns(
+        pl.Series("ep", np.where(hit, pick, configs["ep"].cast(pl.Float64).to_numpy())).cast(pl.Int64),
+        pl.concat_str([pl.col("assumptions"), text], separator="; ", ignore_nulls=True).str.strip_chars("; ")
+        .alias("assumptions"),
+    ).drop("ep_unstated")
 
 
 def resolve_recompute(configs: pl.DataFrame, predict, measured=None) -> pl.DataFrame:
