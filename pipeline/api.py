@@ -452,6 +452,33 @@ def run_predictions(cfg: Settings, runs, *, assumptions: str = "realistic",
         raise InputError(str(err), exit_code=1) from err
 
 
+def runs_summary(result: pl.DataFrame) -> str:
+    """One paragraph on a `run_predictions` result: runs predicted (and why the rest are not, by count), and for the
+    runs with a measurement the error of throughput (median and mean absolute, share within 10%), the 90% interval's
+    coverage and the runs the memory model calls over capacity."""
+    n = result.height
+    ok = result.filter(pl.col("step_time_s").is_not_null())
+    lines = [f"{n:,} run(s): {ok.height:,} predicted"]
+    if ok.height < n:
+        why = (result.filter(pl.col("step_time_s").is_null())
+               .with_columns(pl.col("error").fill_null("no reason given").str.replace_all(r"\s*'[^']*'", "")
+                             .str.replace(r"\s*\(.*$", "").str.slice(0, 80))
+               .group_by("error").len().sort("len", descending=True))
+        lines[0] += " (not predicted: " + "; ".join(f"{r['len']} {r['error']}" for r in why.head(4).iter_rows(
+            named=True)) + (", ..." if why.height > 4 else "") + ")"
+    if "error_pct" in ok.columns and (m := ok.filter(pl.col("error_pct").is_not_null())).height:
+        e = m["error_pct"].cast(pl.Float64).abs()
+        meas = m["measured_tokens_per_s_per_gpu"].cast(pl.Float64)
+        covered = ((m["tokens_per_s_per_gpu_lo"].cast(pl.Float64) <= meas)
+                   & (meas <= m["tokens_per_s_per_gpu_hi"].cast(pl.Float64))).drop_nulls()
+        over = int((m["memory_fits"] == False).sum()) if "memory_fits" in m.columns else 0  # noqa: E712
+        lines.append(f"{m.height:,} with a measurement: throughput off by {e.median():.1f}% median, {e.mean():.1f}% "
+                     f"mean; {100 * (e <= 10).mean():.0f}% within 10%"
+                     + (f"; the 90% interval covers {100 * covered.mean():.0f}%" if covered.len() else "")
+                     + f"; {over} over the memory model's capacity")
+    return "; ".join(lines)
+
+
 def layout_search(cfg: Settings, *, model: Optional[str] = None, layers: Optional[int] = None,
                   d_model: Optional[int] = None, heads: Optional[int] = None, kv_heads: Optional[int] = None,
                   ffn_dim: Optional[int] = None, vocab: int = 51200, activation: str = "gelu",

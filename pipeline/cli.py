@@ -284,6 +284,8 @@ def predict(
         except api.InputError as err:
             _fail(str(err), err.exit_code)
         render(result, fmt, out, title=api.title_of("predict --runs", result), table_columns=RUNS_TABLE_COLUMNS)
+        if out is not None or fmt == "table":  # csv/json on stdout stay machine-readable alone
+            err_console.print(api.runs_summary(result))
         return
     try:  # by name, or from --arch-file / --hardware-file
         result = api.prediction(cfg, model=model, gpu=gpu, arch_file=arch_file, hardware_file=hardware_file, gpus=gpus,

@@ -300,3 +300,24 @@ def test_predict_runs_reads_canonical_metric_names_in_any_case(tmp_path):
     assert rows["c"]["measured_tokens_per_s_per_gpu"] == pytest.approx(256 * 8192 / (4.0 * 64))
     assert "metric 'MFU', 'Step_Time_S', 'TOKENS_PER_S_PER_GPU' read in the schema's names and units" in \
         rows["a"]["assumptions"]
+
+
+def test_predict_runs_sums_up_what_it_predicted_and_how_far_off(tmp_path):
+    """Beside the file it writes, `predict --runs` says how many runs it predicted, why the others were not, and
+    for the measured ones the error of throughput, the interval's coverage and the runs over capacity."""
+    from pipeline.api import runs_summary
+
+    path = tmp_path / "runs.csv"
+    path.write_text("run_id,model_name,gpu,n_gpus,global_batch_seqs,seq_len,metric,value\n"
+                    "a,llama3-8b,h100-sxm5-80gb,64,256,8192,tokens_per_s_per_gpu,8000\n"
+                    "b,llama3-8b,h100-sxm5-80gb,64,256,8192,tokens_per_s_per_gpu,100000\n"
+                    "c,llama3-8b,h900,64,256,8192,tokens_per_s_per_gpu,8000\n")
+    result = runner.invoke(app, ["predict", "--runs", str(path), "--format", "csv", "--out", str(tmp_path / "o.csv")])
+    assert result.exit_code == 0, result.output
+    assert "3 run(s): 2 predicted (not predicted: 1 unknown hardware id)" in result.output
+    rows = pl.read_csv(tmp_path / "o.csv").filter(pl.col("error_pct").is_not_null())
+    e = rows["error_pct"].abs()
+    assert f"2 with a measurement: throughput off by {e.median():.1f}% median, {e.mean():.1f}% mean" in result.output
+    assert f"{100 * (e <= 10).mean():.0f}% within 10%" in result.output
+    # an empty result says so
+    assert runs_summary(rows.head(0)).startswith("0 run(s): 0 predicted")
