@@ -398,6 +398,14 @@ _OSS = _MB + "scripts/performance/configs/gpt_oss/"
 #: recomputes nothing: r0.5.0 DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2, r0.6.0 deepseek/gb300/deepseek_v3.py
 #: deepseek_v3_pretrain_256gpu_gb300_fp8mx_config), which a module list cannot state.
 RECIPE_RECOMPUTE_MODULES: dict[tuple[str, str, str, str, str], tuple[tuple[str, ...], str]] = {
+    # 25.09 (r0.1.0): scripts/performance/run_script.py's DeepSeek-V3 recompute_modules, selective granularity
+    **{("deepseek-v3", "pretrain", "h100-sxm5-80gb", d, "25.09"): (
+        ("mla_up_proj", "mlp"), _MB + "scripts/performance/run_script.py DeepSeek-V3 on h100 (r0.1.0, 25.09)")
+       for d in ("bf16", "fp8", "fp8-cs")},
+    **{("deepseek-v3", "pretrain", g, d, "25.09"): (
+        ("mla_up_proj",), _MB + f"scripts/performance/run_script.py DeepSeek-V3 on {g}, the branch's cherry-picked "
+        "perf configs whose layouts the 25.09 table states (r0.1.0, 25.09)")
+       for g in ("b200", "gb200") for d in ("bf16", "fp8", "fp8-cs", "mxfp8")},
     ("deepseek-v3", "pretrain", "gb200", "bf16", "25.11"): (
         ("mla_up_proj",), _DS + "workload_base_configs.py DEEPSEEK_V3_GB200_BASE_CONFIG (r0.2.0, 25.11)"),
     ("deepseek-v3", "pretrain", "b200", "mxfp8", "25.11"): (

@@ -11,7 +11,7 @@ backward step, and vice versa" (Megatron-LM megatron/core/pipeline_parallel/comb
 
 ``RECIPE_A2A_OVERLAP`` lists every (release, architecture id, accelerator, dtype) of the corpus whose recipe turns
 the overlap on. Each entry names the recipe it was read from, in the Megatron-Bridge repository at that release's
-branch (r0.2.0 = 25.11, r0.3.0 = 26.02, r0.4.0 = 26.04, r0.5.0 = 26.06, r0.6.0 = 26.08; the release notes in
+branch (r0.1.0 = 25.09, r0.2.0 = 25.11, r0.3.0 = 26.02, r0.4.0 = 26.04, r0.5.0 = 26.06, r0.6.0 = 26.08; the release notes in
 docs/performance-summary.md of each branch name the container). Up to r0.5.0 the recipes are
 ``scripts/performance/configs/<family>/*workload_base_configs.py`` presets (``moe_a2a_overlap=True``, applied by
 ``scripts/performance/utils`` as ``overlap_moe_expert_parallel_comm = True``); r0.6.0 moved them to
@@ -45,7 +45,13 @@ _RUN_RELEASE = re.compile(RUN_RELEASE_PATTERN)
 
 _B = "Megatron-Bridge"
 #: (release, arch id, gpu id, dtype) -> the recipe (path, release branch, preset) that sets the EP A2A overlap
+#: 25.09 (Megatron-Bridge 0.1.0rc3, branch r0.1.0): scripts/performance/run_script.py sets the overlap (with
+#: delay_wgrad_compute) and the flex dispatcher with DeepEP (moe_enable_deepep) for DeepSeek-V3 on H100 only
+#: (A2A_1F1B = enable_deepep = gpu == "h100"); every other 25.09 MoE preset runs the all-to-all dispatcher without it
+_R0_1_DSV3_H100 = (f"{_B} r0.1.0 scripts/performance/run_script.py (A2A_1F1B, enable_deepep: gpu h100) with "
+                   "scripts/performance/configs/deepseek/deepseek_v3_llm_pretrain.yaml perf_matrix.h100.num_gpus_1024")
 RECIPE_A2A_OVERLAP: dict[tuple[str, str, str, str], str] = {
+    **{("25.09", "deepseek-v3", "h100-sxm5-80gb", d): _R0_1_DSV3_H100 for d in ("bf16", "fp8", "fp8-cs")},
     # 25.11 (r0.2.0): the H100 and B200 Qwen3 presets
     ("25.11", "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8-cs"):
         f"{_B} r0.2.0 scripts/performance/configs/qwen3/workload_base_configs.py QWEN3_235B_A22B_H100_FP8_CS_BASE_CONFIG",
@@ -141,6 +147,7 @@ RECIPE_A2A_OVERLAP: dict[tuple[str, str, str, str], str] = {
 
 #: the token dispatcher of the overlapped recipes (``moe_flex_dispatcher_backend``; None: the all-to-all dispatcher)
 RECIPE_DISPATCHER: dict[tuple[str, str, str, str], str | None] = {
+    **{("25.09", "deepseek-v3", "h100-sxm5-80gb", d): "deepep" for d in ("bf16", "fp8", "fp8-cs")},
     ("25.11", "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8-cs"): None,
     ("25.11", "qwen3-235b-a22b", "b200", "mxfp8"): None,
     ("25.11", "qwen3-30b-a3b", "h100-sxm5-80gb", "fp8-cs"): None,
@@ -158,6 +165,8 @@ RECIPE_DISPATCHER: dict[tuple[str, str, str, str], str | None] = {
 #: expert_tensor_parallel_size of the Megatron-Bridge MoE performance recipes, per release: 1 in every preset (none of
 #: the releases' presets or per-GPU recipes sets another value; grep of ``expert_tensor_parallel_size`` at each branch)
 RECIPE_ETP: dict[str, tuple[int, str]] = {
+    "25.09": (1, f"{_B} r0.1.0 scripts/performance/configs/{{deepseek,qwen3}}/*_llm_pretrain.yaml etp: 1 (the "
+                 "recipes also set expert_tensor_parallel_size=1)"),
     "25.11": (1, f"{_B} r0.2.0 scripts/performance/configs/{{deepseek,gpt_oss,qwen3}}/workload_base_configs.py "
                  "BASE_*_CONFIG expert_tensor_parallel_size=1"),
     "26.02": (1, f"{_B} r0.3.0 scripts/performance/configs/{{deepseek,gpt_oss,qwen,nemotronh}}/*workload_base_configs.py "
@@ -183,6 +192,7 @@ _INFERRED_ETP_NOTE = r"etp=(\d+|tp) \([^)]*\)(; )?"
 #: no backend). Runs inside one scale-up domain are not listed: there the model costs both dispatchers alike (every
 #: other GB300 run, ep <= 64 in the 72-GPU NVLink domain, and every other B300 run, ep 8 in the 8-GPU node).
 RECIPE_FLEX: dict[tuple[str, str, str, str], str] = {
+    **{("25.09", "deepseek-v3", "h100-sxm5-80gb", d): _R0_1_DSV3_H100 + " (DeepEP)" for d in ("bf16", "fp8", "fp8-cs")},
     ("26.04", "nemotron-3-super", "b200", "mxfp8"):
         f"{_B} r0.4.0 scripts/performance/configs/nemotronh/nemotron_3_workload_base_configs.py "
         "NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B200_FP8_MX_V1 (hybridep)",

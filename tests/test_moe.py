@@ -306,6 +306,27 @@ def test_recipe_etp_states_the_megatron_bridge_presets_expert_tp():
     assert out["assumptions"][2] == "etp=tp (x)"
 
 
+def test_the_25_09_release_recipes():
+    """Container 25.09 (Megatron-Bridge r0.1.0): scripts/performance/run_script.py overlaps the EP all-to-all and
+    dispatches with DeepEP for DeepSeek-V3 on H100 only; every 25.09 MoE preset sets etp 1; DeepSeek-V3 recomputes
+    mla_up_proj and mlp on H100, mla_up_proj on B200/GB200."""
+    from models import moe_recipes as mr
+    from models.frameworks import RECIPE_RECOMPUTE_MODULES
+
+    h100 = "mb2509-pre-training-deepseekv3-dropless-h100-1024gpu-fp8-gbs8192"
+    assert mr.recipe_a2a_overlap(h100, "deepseek-v3", "h100-sxm5-80gb", "fp8") is True
+    assert mr.recipe_a2a_overlap("mb2509-pre-training-deepseekv3-tokendrop-b200-256gpu-fp8-gbs2048", "deepseek-v3",
+                                 "b200", "fp8") is False
+    assert mr.recipe_a2a_overlap("mb2509-pre-training-qwen3-235b-a22b-tokendrop-h100-256gpu-fp8-gbs2048",
+                                 "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8") is False
+    assert mr.recipe_etp(h100) == 1 and "r0.1.0" in mr.RECIPE_ETP["25.09"][1]
+    assert mr.RECIPE_DISPATCHER[("25.09", "deepseek-v3", "h100-sxm5-80gb", "fp8")] == "deepep"
+    assert ("25.09", "deepseek-v3", "h100-sxm5-80gb", "fp8-cs") in mr.RECIPE_FLEX
+    assert RECIPE_RECOMPUTE_MODULES[("deepseek-v3", "pretrain", "h100-sxm5-80gb", "fp8", "25.09")][0] == \
+        ("mla_up_proj", "mlp")
+    assert RECIPE_RECOMPUTE_MODULES[("deepseek-v3", "pretrain", "gb200", "fp8-cs", "25.09")][0] == ("mla_up_proj",)
+
+
 def test_cross_node_all_to_all_uses_each_ranks_own_nic():
     from models import collectives as coll
 
