@@ -426,6 +426,23 @@ def last_stage_balance(x: Inputs, cm: Compute) -> Compute:
                    tp_per_stage=count(cm.tp_per_stage, ctp))
 
 
+def _activation_time(r: Rates) -> np.ndarray:
+    """HBM time of an MLP's activation function per element of its width, one layer forward: it reads its
+    n_mats - 1 inputs and writes 1."""
+    return r.aTt * r.n_mats * r.inv_hbm
+
+
+def _mlp_forward(x: Inputs, r: Rates, gemm_share: np.ndarray | float = 1.0) -> tuple[np.ndarray, np.ndarray | float]:
+    """One layer's MLP forward as the recompute parts repeat it, (dense, MoE) in s: ``gemm_share`` of its GEMMs
+    (all of them, or the input GEMMs only) and its activation function; MoE 0.0 where no row has experts."""
+    act = _activation_time(r)
+    dense = gemm_share * dense_mlp_gemms(x, r) + act * x.arch["ffn_dim"]
+    if not r.any_moe:
+        return dense, 0.0
+    t_mlp_m, F_moe = moe_mlp_gemms(x, r)
+    return dense, gemm_share * t_mlp_m + act * F_moe
+
+
 def module_recompute(x: Inputs, r: Rates, cm: Compute) -> Compute:
     """``cm`` plus the forward work Megatron-Core's ``recompute_modules`` (selective rows; bits of
     models.memory.RECOMPUTE_MODULE_BITS) repeat during backward, per micro-batch: ``mlp`` the dense layers' MLP
@@ -442,15 +459,13 @@ def module_recompute(x: Inputs, r: Rates, cm: Compute) -> Compute:
     Ls_dense = r.Ls_dense
     if (hy := x.hy) is not None:
         Ls_dense = np.where(hy["hybrid"], x.Ls * mamba.block_shares(hy)[2], Ls_dense)
-    act_hbm = r.aTt * r.n_mats * r.inv_hbm  # an activation function reads its n_mats - 1 inputs, writes 1
-    extra = bit["mlp"] * Ls_dense * (dense_mlp_gemms(x, r) + act_hbm * x.arch["ffn_dim"])
+    dense, whole = _mlp_forward(x, r)
+    extra = bit["mlp"] * Ls_dense * dense
     if r.any_moe:
-        t_mlp_m, F_moe = moe_mlp_gemms(x, r)
-        whole = t_mlp_m + act_hbm * F_moe
         kns = moe.routed_tokens_factor(x.k, x.ns, x.rho)
         norm = r.aT * r.h2 * r.inv_hbm * np.where(x.sp, r.inv_t, 1.0)
         per = np.where(bit["moe"], whole, bit["shared_experts"] * whole * x.ns / np.where(kns > 0, kns, 1.0)
-                       + bit["moe_act"] * act_hbm * (kns - x.ns) * x.arch["expert_ffn_dim"]
+                       + bit["moe_act"] * _activation_time(r) * (kns - x.ns) * x.arch["expert_ffn_dim"]
                        + bit["layernorm"] * norm)
         extra = extra + cm.Ls_moe * per
     if (ms := x.arch.get("mla")) is not None:
@@ -478,16 +493,13 @@ def save_list_recompute(x: Inputs, r: Rates, cm: Compute) -> Compute:
     if not np.any(on):
         return cm
     core, qkv, out, mlp_in = (np.take(SAVE_LIST_RECOMPUTE[:, j], code, mode="clip") for j in range(4))
-    attn_m, q, kvd = r.sh["attn_matmul"], r.q, r.kvd
+    attn_m = r.sh["attn_matmul"]
     t_attn = attention_gemms(x, r)  # QKV + output projection, split by their weights' shares
-    out_share = np.where(attn_m > 0, q * x.h / np.maximum(attn_m, 1.0), 0.0)
-    in_share = (r.n_mats - 1.0) / r.n_mats  # gate and up of n_mats matrices (1 of 2 for a plain MLP)
-    act_hbm = r.aTt * r.n_mats * r.inv_hbm  # the activation reads its n_mats - 1 inputs, writes 1
+    out_share = np.where(attn_m > 0, r.q * x.h / np.maximum(attn_m, 1.0), 0.0)
     extra = cm.Ls_attn * ((core - 1.0) * cm.rc_core + qkv * (1.0 - out_share) * t_attn + out * out_share * t_attn)
-    mlp = r.Ls_dense * (in_share * dense_mlp_gemms(x, r) + act_hbm * x.arch["ffn_dim"])
-    if r.any_moe:
-        t_mlp_m, F_moe = moe_mlp_gemms(x, r)
-        mlp = mlp + r.Ls_moe * (in_share * t_mlp_m + act_hbm * F_moe)
+    # the MLP's input GEMMs: gate and up of n_mats matrices (1 of 2 for a plain MLP)
+    dense, moe_mlp = _mlp_forward(x, r, (r.n_mats - 1.0) / r.n_mats)
+    mlp = r.Ls_dense * dense + (r.Ls_moe * moe_mlp if r.any_moe else 0.0)
     extra = np.where(on, extra + mlp_in * mlp, 0.0)
     return replace(cm, compute_mb=cm.compute_mb + extra)
 

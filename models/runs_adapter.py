@@ -204,10 +204,11 @@ def infer_layout(frame: pl.DataFrame) -> pl.DataFrame:
     dp = np.where(refit, n / base, dp)
     note(refit, "dp=n_gpus/(tp*pp*cp) (the stated dp did not complete n_gpus)")
     # MoE runs: expert tensor parallelism and dropping are never columns of the schema (models.moe)
+    moe_run = (np.nan_to_num(f("n_experts"), nan=0.0) > 0 if "n_experts" in frame.columns
+               else np.zeros(frame.height, dtype=bool))
     if "n_experts" in frame.columns:
         from models.moe import resolve_etp
 
-        moe_run = np.nan_to_num(f("n_experts"), nan=0.0) > 0
         etp, folded = resolve_etp(np.full(frame.height, np.nan), tp, cp, dp, ep)
         note(moe_run & folded, [f"etp={x:.0f} (ep={e:.0f} does not fold with etp=tp: the largest etp dividing tp "
                                 f"with etp*ep | tp*cp*dp, as Megatron-Core needs)" for x, e in zip(etp, ep)])
@@ -250,8 +251,7 @@ def infer_layout(frame: pl.DataFrame) -> pl.DataFrame:
         pl.Series("seq_len", seq).cast(pl.Int64, strict=False),
         pl.Series("global_batch_seqs", B).cast(pl.Int64, strict=False),
         pl.Series("layout_unstated", layout_unstated), pl.Series("micro_batch_stated", np.isfinite(mb0)),
-        pl.Series("ep_unstated", np.isnan(ep0) & (np.nan_to_num(f("n_experts"), nan=0.0) > 0)
-                  if "n_experts" in frame.columns else np.zeros(frame.height, dtype=bool)),
+        pl.Series("ep_unstated", np.isnan(ep0) & moe_run),
         pl.concat_str([pl.col("assumptions"), pl.Series(text)], separator="; ", ignore_nulls=True)
         .str.strip_chars("; ").replace("", None).alias("assumptions"),
     )

@@ -170,11 +170,10 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     Megatron-Core's; where ep is folded over tp the largest etp that folds, listed in `assumptions`),
     `capacity_factor` the expert capacity factor (default: dropless). `layers_16bit`: layers a low-precision recipe
     keeps in 16 bits at the end of the stack (default: the model's published recipe, models.precision, else 0)."""
+    from models.memory import MAXTEXT_REMAT
     from models.predictor import predict
     from models.step_time import arch_config
     from pipeline.calibrated import model_for
-
-    from models.memory import MAXTEXT_REMAT
 
     check_choice("--sharding", sharding, SHARDINGS)
     check_choice("--recompute", recompute, RECOMPUTES + tuple(MAXTEXT_REMAT))

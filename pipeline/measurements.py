@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from models.memory import MAXTEXT_REMAT
+
 #: every column of the measurement schema, in file order
 COLUMNS: tuple[str, ...] = (
     "run_id", "source", "source_ref", "year", "model_name", "arch", "params_b", "active_params_b",
@@ -172,9 +174,9 @@ RECOMPUTE_SPELLINGS: dict[str, str] = {
     **dict.fromkeys(("none", "no", "false", "off", "0", "disabled", "noac", "norecompute", "noremat",
                      "noactivationcheckpointing", "nocheckpointing"), "none"),
     **dict.fromkeys(("selective", "selectiveac", "selectiverecompute", "selectiverecomputation", "op", "opsac",
-                     "sac", "partial", "coreattention", "attention", "minimal", "savedotexceptmlpwi",
-                     "savedotexceptmlp", "saveqkvproj", "savedotwithcontextexceptmlp", "qkvprojoffloaded",
-                     "minimaloffloaded", "minimalflash", "saveoutproj"), "selective"),
+                     "sac", "partial", "coreattention", "attention",
+                     # MaxText's save-list remat policies (models.memory.MAXTEXT_REMAT: minimal, save_qkv_proj, ...)
+                     *(k.replace("_", "") for k in MAXTEXT_REMAT)), "selective"),
     **dict.fromkeys(("full", "true", "yes", "on", "1", "fullac", "activationcheckpointing", "fullactivationcheckpointing",
                      "fullrecompute", "fullrecomputation", "activationrecomputation", "gradientcheckpointing",
                      "checkpointactivations", "block", "uniform", "fullremat", "remat"), "full"),

@@ -332,7 +332,7 @@ def unit_metric(unit: str | None) -> tuple[str, float | str] | None:
         return m
     if (smp := samples_synonym(key)) is not None:
         return smp, "seq_len"
-    words = [w for w in re.split(r"_|per", key) if w]
+    words = [w for w in key.split("_") if w and w != "per"]  # "ms per iteration", "s/step": the unit words
     if words and words[0] in _TIME_UNITS and all(w in _STEP_WORDS for w in words[1:]):
         return "step_time_s", _TIME_UNITS[words[0]]
     if len(words) == 2 and words[0] in _STEP_WORDS and words[1] in ("s", "sec", "second"):
@@ -589,7 +589,11 @@ def resolve_word_spellings(runs: pl.DataFrame) -> pl.DataFrame:
         raw = pl.col(col).cast(pl.Utf8).str.strip_chars()
         mapped = canonical_word(raw, col)
         cols.append(pl.coalesce(mapped, raw).alias(col))
-        listed = save_list_code(raw).is_not_null() if col == "recompute" else pl.lit(False)
+        listed = pl.lit(False)
+        if col == "recompute":  # a MaxText remat_policy: the save list memory and recompute time follow
+            code = save_list_code(raw)
+            cols.append(code)
+            listed = code.is_not_null()
         notes.append(pl.when(mapped.is_not_null() & (raw.str.to_lowercase() != mapped))
                      .then(pl.format(f"{col} '{{}}' read as {{}}{{}}", raw, mapped, pl.when(listed).then(pl.lit(
                          " with that MaxText remat_policy's save list (memory: what it keeps on the device; time: "
@@ -598,8 +602,6 @@ def resolve_word_spellings(runs: pl.DataFrame) -> pl.DataFrame:
             f"unknown {col} '{{}}' (expected one of {', '.join(ENUMS[col])} or a common spelling such as "
             + ("ZeRO-3, FULL_SHARD, distributed optimizer, DDP" if col == "sharding" else
                "full, selective, none, gradient checkpointing, true/false") + ")", raw)))
-    if "recompute" in runs.columns:  # a MaxText remat_policy: the save list memory and recompute time follow
-        cols.append(save_list_code(pl.col("recompute")))
     if not cols:
         return runs.with_columns(pl.lit(None, dtype=pl.Utf8).alias("_word_note"),
                                  pl.lit(None, dtype=pl.Utf8).alias("_word_error"))
