@@ -112,6 +112,9 @@ class Inputs:
     # rows whose stack all-gathers quantized GEMM inputs under sequence parallelism (``quantized_gather_share``: the
     # TransformerEngine presets); None: no such row
     quantized_gather: np.ndarray | None = None
+    # rows compiled by XLA (a TPU, or an XLA stack such as MaxText on a GPU), whose full recompute skips the layer's
+    # last GEMM (``remat_skipped_gemm``); None: no such row
+    xla: np.ndarray | None = None
 
 
 @dataclass(slots=True)
@@ -345,6 +348,7 @@ def compute(x: Inputs, r: Rates, P: PhysParams, casts: bool = True) -> Compute:
     bwd_layers = r.Ls_dense * (bwd_gemm * (t_attn_gemm + t_mlp_d) + 2.0 * t_core + P.elementwise_bwd_factor * t_ew_d
                                + cb_d)
     Ls_moe = r.Ls_moe
+    t_mlp_m = 0.0
     if r.any_moe:
         t_mlp_m, F_moe = moe_mlp_gemms(x, r)
         t_ew_m = (ew_base + aTt_ef * F_moe + r.aTt * x.h * moe_permute_elems(x.k, x.e, x.E)) * inv_hbm
@@ -369,6 +373,8 @@ def compute(x: Inputs, r: Rates, P: PhysParams, casts: bool = True) -> Compute:
         tp_per_stage = np.where(hy["hybrid"], x.Ls, tp_per_stage)
     recompute_layers = np.where(rc == 2, fwd_layers, np.where(rc == 1, Ls_attn * (t_core + ew_scores * inv_hbm),
                                                               0.0))
+    if x.xla is not None:
+        recompute_layers = recompute_layers - remat_skipped_gemm(x, r, t_mlp_d, t_mlp_m)
     t_lm = lm_head(x, r) * ((2.0 + x.wgrad) / 3.0)  # forward + data gradient (+ weight gradient if trained)
     compute_mb = fwd_layers + bwd_layers + recompute_layers + t_lm
     lm_bwd = (1.0 + x.wgrad) / (2.0 + x.wgrad) * t_lm
@@ -391,6 +397,22 @@ def compute(x: Inputs, r: Rates, P: PhysParams, casts: bool = True) -> Compute:
     return Compute(compute_mb=compute_mb, bwd_mb=bwd_mb, host_mb=host_mb, t_core=t_core, Ls_attn=Ls_attn,
                    Ls_moe=Ls_moe, tp_per_stage=tp_per_stage, last_mb=last_mb, last_bwd=last_bwd,
                    mtp_counts=mtp_counts, rc_core=t_core + ew_scores * inv_hbm)
+
+
+def remat_skipped_gemm(x: Inputs, r: Rates, t_mlp_d: np.ndarray, t_mlp_m: np.ndarray | float) -> np.ndarray:
+    """Time (s per micro-batch) a full-recompute row compiled by XLA does not spend recomputing: each layer's last
+    GEMM, the MLP's down-projection (one of its ``mlp_mats`` equal GEMMs; the routed and shared experts' for an MoE
+    layer). JAX's remat recomputes only what the backward needs: ``remat_partial_eval`` (jax/_src/ad_checkpoint.py)
+    dead-code-eliminates the staged forward (``pe.dce_jaxpr``) down to the residuals of the linearized
+    computation, and a matmul's VJP needs its inputs, not its output, which only the residual sum and the next layer
+    read. PyTorch's ``torch.utils.checkpoint`` re-runs the forward up to its last saving op (the down-projection
+    saves its input as it runs) and Megatron-Core's re-runs it whole: other rows recompute every GEMM. Hybrid rows
+    (their own block costs, ``models.mamba``) are left whole."""
+    skip = x.xla & (x.rc == 2)
+    if x.hy is not None:
+        skip = skip & ~x.hy["hybrid"]
+    saved = (r.Ls_dense * t_mlp_d + r.Ls_moe * t_mlp_m) / r.n_mats
+    return np.where(skip, saved, 0.0)
 
 
 def last_stage_balance(x: Inputs, cm: Compute) -> Compute:
@@ -886,6 +908,11 @@ def flops_per_token(x: Inputs, r: Rates) -> tuple[np.ndarray, np.ndarray]:
     attn_fwd = 4.0 * L * s * q
     hw_fpt = model_fpt + np.where(rc == 2, 2.0 * pc["matmul_params_layers_active"] + attn_fwd,
                                   np.where(rc == 1, attn_fwd, 0.0))
+    if x.xla is not None:  # XLA's full recompute skips each layer's down-projection (``remat_skipped_gemm``)
+        sh = r.sh
+        down = (sh["n_dense_mlp_layers"] * sh["dense_mlp_matmul"]
+                + np.nan_to_num(sh["n_moe_layers"] * (x.k + x.ns) * sh["expert_matmul"])) / sh["mlp_mats"]
+        hw_fpt = hw_fpt - np.where(x.xla & (rc == 2), 2.0 * down, 0.0)
     if (hy := x.hy) is not None:
         h_model, h_hw = hybrid_flops_per_token(x.arch, pc, s, rc)
         model_fpt, hw_fpt = np.where(hy["hybrid"], h_model, model_fpt), np.where(hy["hybrid"], h_hw, hw_fpt)

@@ -49,6 +49,7 @@ never silently rests on a guess:
 | TP overlap on a TPU (scale-up link ICI) | the TP traffic hides behind the matmuls while compute lasts; a run before 2023 (`XLA_ASYNC_COLLECTIVES_YEAR`) keeps it exposed (`xla_async_collectives` 0) | XLA, the TPU's only compiler, overlaps collectives with compute (async collective fusion, collective matmul: Wang et al. ASPLOS 2023; MaxText's TPU recipes set `--xla_tpu_enable_async_collective_fusion`, `--xla_tpu_overlap_compute_collective_tc` from 2023); PaLM (2022) measures as exposed |
 | gradient buffer of a NeMo 2 performance run (a framework naming NeMo container 24.12 or later: "NeMo 25.02", "NeMo Framework 25.04.01") | 16-bit (memory preset `megatron_bridge`) | NeMo 2's recipes in performance mode and scripts/performance/llm set `grad_reduce_in_fp32 = False` (`models.frameworks.NEMO2_PERF_RELEASE`); NeMo 1.x (24.07 and before) keeps fp32 `main_grad` |
 | software stack, an XLA-compiled stack (`XLA_STACKS`: MaxText, JAX, Pax/Praxis, T5X, Levanter, EasyLM, Flax) on a GPU | `pytorch_native`: the non-TransformerEngine kernel class and its fitted `kernel_eff`; on a TPU (scale-up link ICI) the reference preset | XLA's fusions, cuBLAS GEMMs and cuDNN attention are not TransformerEngine's fused kernels; XLA is the TPU's own compiler. MaxText's A3 (H100) Llama 2 7B table (2024) runs at 38-50% MFU where the TE-class prediction said 66% |
+| full recompute on an XLA-compiled row (a TPU, or `XLA_STACKS` on a GPU: `xla_compiled` 1) | the recomputed forward skips each layer's last GEMM, the MLP's down-projection (`models.parts.remat_skipped_gemm`) | JAX's remat stages only what the backward needs (jax/_src/ad_checkpoint.py `remat_partial_eval`: `pe.dce_jaxpr`), and a matmul's backward needs its inputs, not its output; PyTorch's checkpoint and Megatron-Core's re-run the forward through it |
 
 A run that cannot be predicted at all (no n_gpus, no architecture shape, an accelerator that is not known)
 keeps its row with the reason in `config_error`. Memory never refuses a measured run: its time is predicted
@@ -389,8 +390,12 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     note(pl.col("ffn_dim").is_null(), "ffn_dim=4*d_model")
     note(pl.col("n_kv_heads").is_null(), "n_kv_heads=n_heads")
     note(pl.col("vocab").is_null(), "vocab=51200")
+    note((on_xla | xla_gpu) & (pl.col("recompute") == "full").fill_null(False),
+         "full recompute under XLA: each layer's down-projection not recomputed (JAX remat keeps only what the "
+         "backward needs)")
 
     out = r.with_columns(
+        pl.when(xla_gpu).then(pl.lit(1.0)).otherwise(pl.lit(None, dtype=pl.Float64)).alias("xla_compiled"),
         pl.col("sharding").is_null().alias("sharding_from_default"),  # a recipe may say otherwise (fw.recipe_memory)
         pl.coalesce(pl.col("sharding"), fw.default_sharding(pl.col("memory_preset"))).alias("sharding"),
         pl.col("recompute").replace("unknown", None).alias("recompute"),

@@ -390,12 +390,24 @@ def _decode_static(a: Mapping[str, np.ndarray], n: int) -> dict:
         # LoRA: the backward computes the weight gradients of the trained share only (NaN / absent: all)
         wgrad=np.nan_to_num(g("trainable_frac", 1.0), nan=1.0) if a.get("trainable_frac") is not None else 1.0,
         quantized_gather=_quantized_gather(a, n),
+        xla=_xla_rows(a, n),
     )
     if tp_hidden is not None and not tp_hidden.any():
         tp_hidden = None
     given = dict(low=low, pad=pad, pcie=pcie, tp_hidden=tp_hidden, intra=g("intra_node_bw_gbps"),
                  inter=g("inter_node_bw_gbps"), mbw=g("memory_bw_gbps"))
     return {"fields": fields, "given": given}
+
+
+def _xla_rows(a: Mapping[str, np.ndarray], n: int) -> np.ndarray | None:
+    """Rows XLA compiles: a TPU (scale-up link ICI: XLA is its only compiler, models.hardware) or a row whose stack
+    is an XLA one (``xla_compiled`` 1: models.runs_adapter, e.g. MaxText on a GPU); None when no row is."""
+    rows = np.zeros(n, dtype=bool)
+    if a.get("scaleup_link_code") is not None:
+        rows |= compiler_overlaps_tp(_f(a["scaleup_link_code"], n))
+    if a.get("xla_compiled") is not None:
+        rows |= _f(a["xla_compiled"], n) == 1.0
+    return rows if rows.any() else None
 
 
 def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
@@ -640,6 +652,8 @@ def encode_configs(configs: pl.DataFrame) -> dict[str, np.ndarray]:
         exprs.append(pl.col("trainable_frac").cast(pl.Float64, strict=False).fill_null(1.0))
     if "xla_async_collectives" in cols:  # 0: a TPU run whose XLA predates async collectives (runs_adapter)
         exprs.append(pl.col("xla_async_collectives").cast(pl.Float64, strict=False))
+    if "xla_compiled" in cols:  # 1: an XLA-compiled stack on a GPU (runs_adapter; a TPU is XLA's by its hardware)
+        exprs.append(pl.col("xla_compiled").cast(pl.Float64, strict=False))
     for c_ in ROW_MEMORY_OPTIONS:  # what a run's recipe sets for memory (models.frameworks.recipe_memory; null: preset's)
         if c_ in cols:
             exprs.append(pl.col(c_).cast(pl.Float64, strict=False).alias(c_))
