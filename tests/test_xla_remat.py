@@ -64,3 +64,23 @@ def test_a_tpu_and_an_xla_stack_on_a_gpu_say_so_and_a_megatron_run_does_not():
     assert note in row("tpu-v5p", "MaxText")["assumptions"]
     assert note in row("h100-sxm5-80gb", "MaxText")["assumptions"]
     assert note not in (row("h100-sxm5-80gb", "Megatron-LM")["assumptions"] or "")
+
+
+def test_predict_on_a_tpu_says_which_xla_rules_answered():
+    """`stepcast predict` on a TPU lists the XLA rules its step used (one model, one answer with `--runs`); on a GPU
+    the same flags list neither."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    def assumptions(gpu):
+        res = CliRunner().invoke(app, ["predict", "-m", "llama3-70b", "--gpu", gpu, "-n", "256", "-b", "512", "-s", "4096",
+                                       "--tp", "8", "--recompute", "full", "--sharding", "fsdp", "--format", "json"])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.stdout[res.stdout.index("["):])[0]["assumptions"]
+
+    tpu, gpu = assumptions("tpu-v5p"), assumptions("h100-sxm5-80gb")
+    for note in ("full recompute under XLA", "TP traffic hidden behind the matmuls"):
+        assert note in tpu and note not in gpu
