@@ -423,7 +423,8 @@ WRITTEN_MODEL_NAMES = [
     ("SmolLM3-3B", "smollm3-3b"), ("HuggingFaceTB/SmolLM3-3B-Base", "smollm3-3b"), ("SmolLM3", "smollm3-3b"),
     ("GLM-4.6", "glm-4.5"), ("zai-org/GLM-4.6", "glm-4.5"),  # the GLM-4.5 architecture (alias)
     ("Granite", None), ("SmolLM", None), ("StarCoder2", None),  # families of several sizes stay unresolved
-    ("Command R Plus", None), ("c4ai-command-r-plus", None),  # Command R+ (104B) is not Command R
+    ("Command R Plus", "command-r-plus"), ("c4ai-command-r-plus", "command-r-plus"),  # Command R+ (104B), not Command R
+    ("Command R", "command-r"), ("Llama 3.1 Nemotron 70B", "llama3-70b"),  # a Llama 3.1 70B fine-tune: its shape
 ]
 
 
