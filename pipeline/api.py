@@ -193,6 +193,10 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
                                                      pod_size))
     check_precision(dtype, hw)
     defaults = []
+    from pipeline.catalog import instance_network
+
+    if gpu is not None and scaleout_gbps is None and (net := instance_network(gpu)) is not None:
+        defaults.append(net[1])  # a cloud instance type's own scale-out network (`resolve_gpu`)
     if dp is None:
         if gpus % (tp * pp * cp):
             raise InputError(f"--gpus {gpus} is not divisible by tp*pp*cp = {tp * pp * cp}")
@@ -437,8 +441,8 @@ def prediction(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[str]
         raise InputError(f"{arch_row['id']}: cp={layout['cp']}: Mamba-1 mixers (mamba_dt_rank) have no "
                          "context-parallel model (no context-parallel selective scan is published; Megatron-"
                          "Core's MambaContextParallel is for Mamba-2); use cp=1")
-    result = predict_config(cfg, arch=arch_row, hw_row=hw_row, gpus=gpus, global_batch=global_batch,
-                            seq_len=seq_len, **layout)
+    result = predict_config(cfg, arch=arch_row, hw_row=hw_row, gpu=None if hardware_file or hardware else gpu,
+                            gpus=gpus, global_batch=global_batch, seq_len=seq_len, **layout)
     extra = [c for c in result.columns if c not in PREDICT_COLUMNS]
     return result.select(PREDICT_COLUMNS + extra)
 

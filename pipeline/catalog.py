@@ -123,6 +123,30 @@ def cloud_instance_types() -> dict[str, str]:
     return {k: v for k, v in out.items() if v}
 
 
+@lru_cache(maxsize=1)
+def instance_networks() -> dict[str, tuple[float, str]]:
+    """Cloud instance types (`normalize_name` with dots kept) -> (scale-out GB/s per accelerator, source): the
+    accelerator-to-accelerator network of the instance (Gbit/s) over its accelerators, from
+    measurements/instance_networks.csv (the cloud's own pages). Empty when the file is absent."""
+    path = _default_measurements() / "instance_networks.csv"
+    if not path.exists():
+        return {}
+    rows = pl.read_csv(path, infer_schema_length=0).to_dicts()
+    return {normalize_name(r["instance_type"], keep_dots=True):
+            (float(r["gpu_network_gbps"]) / 8.0 / float(r["accelerators"]), r["source"]) for r in rows}
+
+
+def instance_network(name: str | None) -> tuple[float, str] | None:
+    """(scale-out GB/s per accelerator, note) of a cloud instance type a hardware cell names, or None."""
+    if name is None:
+        return None
+    key = normalize_name(re.split(r"\s[(+]", str(name))[0], keep_dots=True)
+    if (net := instance_networks().get(key)) is None:
+        return None
+    return net[0], f"inter_node_bw_gbps={net[0]:g} GB/s per accelerator: the network of {name.strip()} " \
+                   f"(measurements/instance_networks.csv)"
+
+
 def _suggest(name: str, options: list[str]) -> str:
     close = difflib.get_close_matches(name.lower(), options, n=3, cutoff=0.5)
     return f" Did you mean {', '.join(close)}?" if close else ""
@@ -468,8 +492,10 @@ def _word_fits(word: str, query: str) -> bool:
     return query.isalpha() or not (word[len(query)].isdigit() or word[len(query):] == TIER_SUFFIX)
 
 
-def resolve_gpu(hw: pl.DataFrame, name: str) -> tuple[dict, str | None]:
-    """The hardware row a name means, and a note when a documented default chose among variants.
+def resolve_gpu(hw: pl.DataFrame, name: str, network: bool = True) -> tuple[dict, str | None]:
+    """The hardware row a name means, and a note when a documented default chose among variants. A cloud
+    instance type's row carries the instance's scale-out network (`instance_network`) unless `network` is False
+    (a run table says its own, `resolve_gpu_cells`).
 
     Raises UnknownName when nothing fits, or when several different chips fit (the message lists them)."""
     times, bare = split_count(name)
@@ -503,7 +529,10 @@ def resolve_gpu(hw: pl.DataFrame, name: str) -> tuple[dict, str | None]:
         return hit[0], None
     by_id = {r["id"]: r for r in rows}
     if (aid := cloud_instance_types().get(normalize_name(name, keep_dots=True))) in by_id:  # "p5.48xlarge"
-        return by_id[aid], f"'{name}': a cloud instance type of {aid} (measurements/cloud_prices.csv)"
+        said = f"'{name}': a cloud instance type of {aid} (measurements/cloud_prices.csv)"
+        if not network or (net := instance_network(name)) is None:
+            return by_id[aid], said
+        return {**by_id[aid], "inter_node_bw_gbps": net[0]}, f"{said}; {net[1]}"  # its own scale-out network
     query = [q for q in _words(name) if q not in INTERCONNECT_WORDS]
     if not query:
         raise UnknownName(f"unknown hardware '{name}': give an id from measurements/hardware_specs.csv")
@@ -561,7 +590,7 @@ def resolve_gpu_column(gpus: pl.Series, hw: pl.DataFrame) -> tuple[pl.Series, pl
     ids, notes = {}, {}
     for g in gpus.drop_nulls().unique().to_list():
         try:
-            row, note = resolve_gpu(hw, g)
+            row, note = resolve_gpu(hw, g, network=False)  # the network: `resolve_gpu_cells`, where none is stated
             ids[g], notes[g] = row["id"], (f"gpu {note}" if note else None)
         except UnknownName:
             ids[g], notes[g] = g, None
@@ -588,10 +617,18 @@ def resolve_gpu_cells(runs: pl.DataFrame, hw: pl.DataFrame) -> pl.DataFrame:
     use = ~stated & count.is_not_null()
     n_gpus = pl.col("n_gpus") if "n_gpus" in runs.columns else pl.lit(None, dtype=pl.Int64)
     dtype = runs.schema.get("n_gpus", pl.Int64)
+    # a cloud instance type names its network too (`instance_network`): the row's unless it states its own
+    nets = {g: net for g in cells.drop_nulls().unique().to_list() if (net := instance_network(g)) is not None}
+    net_bw = cells.replace_strict({g: v for g, (v, _) in nets.items()}, default=None, return_dtype=pl.Float64)
+    net_said = cells.replace_strict({g: w for g, (_, w) in nets.items()}, default=None, return_dtype=pl.Utf8)
+    own = pl.col("inter_node_bw_gbps").cast(pl.Float64, strict=False) if "inter_node_bw_gbps" in runs.columns \
+        else pl.lit(None, dtype=pl.Float64)
+    net_use = own.is_null() & net_bw.is_not_null()
     return runs.with_columns(
         ids, pl.when(use).then(count.cast(dtype)).otherwise(n_gpus).alias("n_gpus"),
-        pl.concat_str([notes, pl.when(use).then(said)], separator="; ", ignore_nulls=True).replace("", None)
-        .alias("_gpu_note"))
+        pl.when(net_use).then(net_bw).otherwise(own).alias("inter_node_bw_gbps"),
+        pl.concat_str([notes, pl.when(use).then(said), pl.when(net_use).then(net_said)], separator="; ",
+                      ignore_nulls=True).replace("", None).alias("_gpu_note"))
 
 
 # ---------------------------------------------------------------- architecture and hardware files

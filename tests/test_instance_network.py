@@ -1,0 +1,87 @@
+"""A cloud instance type names its scale-out network as well as its accelerator (measurements/instance_networks.csv,
+`pipeline.catalog.instance_network`): a p4d.24xlarge's 400 Gbit/s of EFA is 6.25 GB/s per A100, a quarter of the
+DGX A100 default; a run that states its own network keeps it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.catalog import cloud_instance_types, hardware, instance_networks, normalize_name, resolve_gpu
+from pipeline.cli import app
+from pipeline.predict_runs import predict_frame
+from pipeline.settings import Settings
+
+MEAS = Path(__file__).resolve().parents[1] / "measurements"
+
+
+@pytest.fixture(autouse=True)
+def no_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("STEPCAST_STORE", str(tmp_path / "none" / "stepcast.duckdb"))
+
+
+def test_every_instance_network_row_names_a_known_instance_with_a_source():
+    rows = pl.read_csv(MEAS / "instance_networks.csv", infer_schema_length=0).to_dicts()
+    types = cloud_instance_types()
+    assert len(rows) >= 8
+    for r in rows:
+        key = normalize_name(r["instance_type"], keep_dots=True)
+        assert key in types, r["instance_type"]  # it resolves to an accelerator (cloud_prices.csv)
+        assert r["source"] and float(r["gpu_network_gbps"]) > 0 and int(r["accelerators"]) > 0
+        assert instance_networks()[key][0] == pytest.approx(float(r["gpu_network_gbps"]) / 8 / int(r["accelerators"]))
+
+
+@pytest.mark.parametrize("name,gpu,gb_per_s", [
+    ("p4d.24xlarge", "a100-sxm4-40gb", 6.25),  # 400 Gbit/s EFA over 8 GPUs
+    ("p5.48xlarge", "h100-sxm5-80gb", 50.0),  # 3,200 Gbit/s
+    ("a3-megagpu-8g", "h100-sxm5-80gb", 25.0),  # 8 x 200 Gbit/s GPUDirect-TCPXO
+    ("a2-highgpu-8g", "a100-sxm4-40gb", 1.5625),  # 100 Gbit/s for the whole VM
+])
+def test_an_instance_type_carries_its_network(name, gpu, gb_per_s):
+    row, note = resolve_gpu(hardware(MEAS), name)
+    assert row["id"] == gpu and row["inter_node_bw_gbps"] == pytest.approx(gb_per_s)
+    assert "instance_networks.csv" in note
+    plain, _ = resolve_gpu(hardware(MEAS), gpu)
+    assert plain["inter_node_bw_gbps"] != pytest.approx(gb_per_s) or gpu == "h100-sxm5-80gb"
+
+
+def test_an_instance_without_a_network_row_keeps_the_table_default():
+    row, note = resolve_gpu(hardware(MEAS), "p5en.48xlarge")
+    plain, _ = resolve_gpu(hardware(MEAS), row["id"])
+    assert row["inter_node_bw_gbps"] == plain["inter_node_bw_gbps"] and "instance_networks" not in note
+
+
+def _runs(**over):
+    base = {"model_name": "llama2-70b", "n_gpus": "256", "seq_len": "4096", "global_batch_seqs": "512",
+            "micro_batch": "1", "tp": "8", "pp": "4", "framework": "Megatron-LM", "dtype": "bf16", "sharding": "zero1",
+            "recompute": "selective", "metric": "tokens_per_s_per_gpu", "value": "300"}
+    rows = [base | {"run_id": rid} | cells for rid, cells in over.items()]
+    return predict_frame(pl.DataFrame(rows), Settings.load().measurements)
+
+
+def test_a_run_on_an_instance_pays_its_network_unless_it_states_one():
+    out = {r["run_id"]: r for r in _runs(p4d={"gpu": "p4d.24xlarge"}, a100={"gpu": "a100-sxm4-40gb"},
+                                         stated={"gpu": "p4d.24xlarge", "inter_node_bw_gbps": "25"}).to_dicts()}
+    assert out["p4d"]["gpu"] == out["a100"]["gpu"] == "a100-sxm4-40gb"
+    # 6.25 GB/s per GPU instead of 25: the data- and pipeline-parallel traffic across nodes takes longer
+    assert out["p4d"]["dp_comm_exposed_s"] > 2 * out["a100"]["dp_comm_exposed_s"]
+    assert out["p4d"]["step_time_s"] > out["a100"]["step_time_s"]
+    assert "network of p4d.24xlarge" in out["p4d"]["assumptions"]
+    assert out["stated"]["step_time_s"] == pytest.approx(out["a100"]["step_time_s"], rel=1e-12)
+    assert "network of p4d.24xlarge" not in out["stated"]["assumptions"]
+
+
+def test_predict_and_predict_runs_give_one_answer_on_an_instance():
+    run = _runs(p4d={"gpu": "p4d.24xlarge"}).row(0, named=True)
+    res = CliRunner().invoke(app, ["predict", "-m", "llama2-70b", "--gpu", "p4d.24xlarge", "-n", "256", "-b", "512",
+                                   "-s", "4096", "--tp", "8", "--pp", "4", "--vpp", str(run["vpp"]),
+                                   "--format", "json"])
+    assert res.exit_code == 0, res.output
+    cli = json.loads(res.stdout[res.stdout.index("["):])[0]
+    assert cli["step_time_s"] == pytest.approx(run["step_time_s"], rel=1e-9)
+    assert cli["inter_node_bw_gbps"] == pytest.approx(6.25)
+    assert "network of p4d.24xlarge" in cli["assumptions"]
