@@ -120,20 +120,32 @@ def cloud_instance_types() -> dict[str, str]:
         key = normalize_name(re.split(r"\s[(+]", str(inst))[0], keep_dots=True)
         if key and "*" not in key:
             out[key] = aid if out.get(key, aid) == aid else ""  # one type naming two accelerators: neither
+    for key, (aid, _, _) in _instance_network_rows().items():  # types with a network row (Azure's ND series)
+        out[key] = aid if out.get(key, aid) == aid else ""
     return {k: v for k, v in out.items() if v}
 
 
 @lru_cache(maxsize=1)
-def instance_networks() -> dict[str, tuple[float, str]]:
-    """Cloud instance types (`normalize_name` with dots kept) -> (scale-out GB/s per accelerator, source): the
-    accelerator-to-accelerator network of the instance (Gbit/s) over its accelerators, from
-    measurements/instance_networks.csv (the cloud's own pages). Empty when the file is absent."""
+def _instance_network_rows() -> dict[str, tuple[str, float, str]]:
+    """measurements/instance_networks.csv by instance type and alias (`normalize_name`, dots kept) -> (accelerator
+    id, scale-out GB/s per accelerator, source); empty when the file is absent."""
     path = _default_measurements() / "instance_networks.csv"
     if not path.exists():
         return {}
-    rows = pl.read_csv(path, infer_schema_length=0).to_dicts()
-    return {normalize_name(r["instance_type"], keep_dots=True):
-            (float(r["gpu_network_gbps"]) / 8.0 / float(r["accelerators"]), r["source"]) for r in rows}
+    out = {}
+    for r in pl.read_csv(path, infer_schema_length=0).to_dicts():
+        value = (r["accelerator_id"], float(r["gpu_network_gbps"]) / 8.0 / float(r["accelerators"]), r["source"])
+        for name in [r["instance_type"], *str(r.get("aliases") or "").split("|")]:
+            if name.strip():
+                out[normalize_name(name, keep_dots=True)] = value
+    return out
+
+
+def instance_networks() -> dict[str, tuple[float, str]]:
+    """Cloud instance types and their aliases (`normalize_name` with dots kept) -> (scale-out GB/s per accelerator,
+    source): the accelerator-to-accelerator network of the instance (Gbit/s) over its accelerators, from
+    measurements/instance_networks.csv (the cloud's own pages). Empty when the file is absent."""
+    return {k: (bw, src) for k, (_, bw, src) in _instance_network_rows().items()}
 
 
 def instance_network(name: str | None) -> tuple[float, str] | None:
@@ -529,7 +541,9 @@ def resolve_gpu(hw: pl.DataFrame, name: str, network: bool = True) -> tuple[dict
         return hit[0], None
     by_id = {r["id"]: r for r in rows}
     if (aid := cloud_instance_types().get(normalize_name(name, keep_dots=True))) in by_id:  # "p5.48xlarge"
-        said = f"'{name}': a cloud instance type of {aid} (measurements/cloud_prices.csv)"
+        table = "instance_networks.csv" if normalize_name(name, keep_dots=True) in _instance_network_rows() \
+            else "cloud_prices.csv"
+        said = f"'{name}': a cloud instance type of {aid} (measurements/{table})"
         if not network or (net := instance_network(name)) is None:
             return by_id[aid], said
         return {**by_id[aid], "inter_node_bw_gbps": net[0]}, f"{said}; {net[1]}"  # its own scale-out network

@@ -30,7 +30,7 @@ def test_every_instance_network_row_names_a_known_instance_with_a_source():
     assert len(rows) >= 8
     for r in rows:
         key = normalize_name(r["instance_type"], keep_dots=True)
-        assert key in types, r["instance_type"]  # it resolves to an accelerator (cloud_prices.csv)
+        assert types.get(key) == r["accelerator_id"], r["instance_type"]  # it resolves to its accelerator
         assert r["source"] and float(r["gpu_network_gbps"]) > 0 and int(r["accelerators"]) > 0
         assert instance_networks()[key][0] == pytest.approx(float(r["gpu_network_gbps"]) / 8 / int(r["accelerators"]))
 
@@ -47,6 +47,17 @@ def test_an_instance_type_carries_its_network(name, gpu, gb_per_s):
     assert "instance_networks.csv" in note
     plain, _ = resolve_gpu(hardware(MEAS), gpu)
     assert plain["inter_node_bw_gbps"] != pytest.approx(gb_per_s) or gpu == "h100-sxm5-80gb"
+
+
+@pytest.mark.parametrize("name,gpu", [("ND H100 v5", "h100-sxm5-80gb"), ("Standard_ND96isr_H100_v5", "h100-sxm5-80gb"),
+                                      ("ND A100 v4", "a100-sxm4-40gb")])
+def test_azure_nd_series_names_read_as_their_accelerators(name, gpu):
+    """Azure's ND VMs are not in the price table; their network rows name them (one InfiniBand HCA per GPU: the
+    table's default, 25 GB/s per A100 and 50 per H100)."""
+    row, note = resolve_gpu(hardware(MEAS), name)
+    plain, _ = resolve_gpu(hardware(MEAS), gpu)
+    assert row["id"] == gpu and row["inter_node_bw_gbps"] == plain["inter_node_bw_gbps"]
+    assert "instance_networks.csv" in note
 
 
 def test_an_instance_without_a_network_row_keeps_the_table_default():
