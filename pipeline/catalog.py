@@ -617,7 +617,8 @@ def resolve_gpu_cells(runs: pl.DataFrame, hw: pl.DataFrame) -> pl.DataFrame:
     accelerators a cell states (`accelerator_count`: "8x H100", "4 x DGX H100", "GB200 NVL72", "v5p-128") where
     the row states neither n_gpus nor a node count (`_nodes`, which `pipeline.predict_runs.stated_otherwise` reads
     with the GPUs per node); each such reading is appended to `_gpu_note` ("n_gpus=512 from the hardware cell
-    '512x A100 80GB'"). A stated n_gpus is never replaced."""
+    '512x A100 80GB'"). A stated n_gpus is never replaced. A cell naming a cloud instance type with a network row
+    (`instance_network`: "p4d.24xlarge") sets `inter_node_bw_gbps` where the row states none, and says so."""
     cells = runs["gpu"]
     ids, notes = resolve_gpu_column(cells, hw)
     read = {g: accelerator_count(g) for g in cells.drop_nulls().unique().to_list()}
