@@ -126,6 +126,29 @@ def cloud_instance_types() -> dict[str, str]:
 
 
 @lru_cache(maxsize=1)
+def instance_accelerators() -> dict[str, int]:
+    """Cloud instance types (`normalize_name` with dots kept) -> the accelerators one instance holds, from
+    measurements/cloud_prices.csv (`accelerator_count`) and instance_networks.csv (`accelerators`); a type the
+    tables give two counts for is left out."""
+    out: dict[str, int | None] = {}
+    path = _default_measurements() / "cloud_prices.csv"
+    if path.exists():
+        rows = pl.read_csv(path, columns=["instance_type", "accelerator_count"], infer_schema_length=0).unique()
+        for inst, count in rows.iter_rows():
+            key = normalize_name(re.split(r"\s[(+]", str(inst))[0], keep_dots=True)
+            if key and "*" not in key and count:
+                out[key] = int(count) if out.get(key, int(count)) == int(count) else None
+    path = _default_measurements() / "instance_networks.csv"
+    if path.exists():
+        for r in pl.read_csv(path, infer_schema_length=0).to_dicts():
+            for name in [r["instance_type"], *str(r.get("aliases") or "").split("|")]:
+                if name.strip():
+                    key, count = normalize_name(name, keep_dots=True), int(r["accelerators"])
+                    out[key] = count if out.get(key, count) == count else None
+    return {k: v for k, v in out.items() if v}
+
+
+@lru_cache(maxsize=1)
 def _instance_network_rows() -> dict[str, tuple[str, float, str]]:
     """measurements/instance_networks.csv by instance type and alias (`normalize_name`, dots kept) -> (accelerator
     id, scale-out GB/s per accelerator, source); empty when the file is absent."""
@@ -152,10 +175,11 @@ def instance_network(name: str | None) -> tuple[float, str] | None:
     """(scale-out GB/s per accelerator, note) of a cloud instance type a hardware cell names, or None."""
     if name is None:
         return None
-    key = normalize_name(re.split(r"\s[(+]", str(name))[0], keep_dots=True)
+    bare = split_count(str(name))[1]  # "16x p4d.24xlarge": sixteen of them, each with its network
+    key = normalize_name(re.split(r"\s[(+]", bare)[0], keep_dots=True)
     if (net := instance_networks().get(key)) is None:
         return None
-    return net[0], f"inter_node_bw_gbps={net[0]:g} GB/s per accelerator: the network of {name.strip()} " \
+    return net[0], f"inter_node_bw_gbps={net[0]:g} GB/s per accelerator: the network of {bare.strip()} " \
                    f"(measurements/instance_networks.csv)"
 
 
@@ -460,7 +484,8 @@ def accelerator_count(cell: str | None) -> tuple[int | None, str]:
     * a count of systems ("4 x DGX H100", "4x HGX H200", "2x DGX B200"): x the GPUs of one (`GPUS_PER_SYSTEM`);
     * an NVLink domain ("GB200 NVL72", "1x GB200 NVL72"): its GPUs, x the count where one is written;
     * a Cloud TPU slice ("v5p-128", "TPU v4-256": TensorCores, 2 a chip; "v5e-256", "v5litepod-256", "v6e-256",
-      "Trillium 256": chips; `TPU_SLICE_UNIT`), x the count of slices where one is written.
+      "Trillium 256": chips; `TPU_SLICE_UNIT`), x the count of slices where one is written;
+    * a count of cloud instances ("16x p4d.24xlarge"): x the accelerators of one (`instance_accelerators`).
     A system named without a count ("DGX H100") states none: the name often only says which GPU the cluster has."""
     text = str(cell or "").strip()
     times, rest = split_count(text)
@@ -476,6 +501,10 @@ def accelerator_count(cell: str | None) -> tuple[int | None, str]:
         chips = size // per_chip
         counts = f"TensorCores, {per_chip} a chip" if per_chip > 1 else "chips"
         return k * chips, f"{several('slice')}{chips} chips: a {name} slice's name counts {counts}"
+    if per := instance_accelerators().get(normalize_name(re.split(r"\s[(+]", rest)[0], keep_dots=True)):
+        if times is None:  # "p5.48xlarge": which accelerator, not how many instances
+            return None, f"'{text}' names a cloud instance type without a count"
+        return k * per, f"{several('instance')}{per} accelerators: one {rest} holds {per}"
     if nvl := NVL_DOMAIN_RE.search(rest):
         size = int(nvl.group(1))
         if size >= 1:

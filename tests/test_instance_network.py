@@ -96,3 +96,21 @@ def test_predict_and_predict_runs_give_one_answer_on_an_instance():
     assert cli["step_time_s"] == pytest.approx(run["step_time_s"], rel=1e-9)
     assert cli["inter_node_bw_gbps"] == pytest.approx(6.25)
     assert "network of p4d.24xlarge" in cli["assumptions"]
+
+
+def test_a_count_of_instances_counts_their_accelerators():
+    """"16x p4d.24xlarge" is sixteen instances of eight A100s: 128 GPUs, each with the p4d's network; an instance
+    type alone names the accelerator, not how many."""
+    from pipeline.catalog import accelerator_count
+
+    assert accelerator_count("16x p4d.24xlarge")[0] == 128
+    assert accelerator_count("2 x a2-megagpu-16g")[0] == 32
+    assert accelerator_count("4x ND H100 v5")[0] == 32
+    assert accelerator_count("p5.48xlarge")[0] is None
+    assert accelerator_count("8x H100")[0] == 8  # a count with an accelerator counts accelerators
+    run = predict_frame(pl.DataFrame([{"run_id": "r", "model_name": "llama2-70b", "gpu": "16x p4d.24xlarge",
+                                       "seq_len": "4096", "global_batch_seqs": "512", "tp": "8", "pp": "4",
+                                       "metric": "tokens_per_s_per_gpu", "value": "300"}]),
+                        Settings.load().measurements).row(0, named=True)
+    assert run["n_gpus"] == 128 and run["gpu"] == "a100-sxm4-40gb"
+    assert "16 instances x 8 accelerators" in run["assumptions"] and "network of p4d.24xlarge" in run["assumptions"]
