@@ -88,6 +88,10 @@ XLA_STACKS = ("maxtext", "jax", "pax", "praxis", "t5x", "levanter", "easylm", "f
 #: 2023 releases on, models.hardware.compiler_overlaps_tp). An earlier TPU run (PaLM, 2022) is read with the TP
 #: traffic exposed, as a GPU stack's
 XLA_ASYNC_COLLECTIVES_YEAR = 2023
+#: the two XLA rules as `assumptions` states them (here and in `stepcast predict`, pipeline.api.predict_config)
+XLA_TP_NOTE = "TP traffic hidden behind the matmuls while compute lasts (XLA on a TPU)"
+XLA_REMAT_NOTE = ("full recompute under XLA: each layer's down-projection not recomputed (JAX remat keeps only what "
+                  "the backward needs)")
 
 
 def _has_any(col: str, words: tuple[str, ...]) -> pl.Expr:
@@ -390,9 +394,7 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     note(pl.col("ffn_dim").is_null(), "ffn_dim=4*d_model")
     note(pl.col("n_kv_heads").is_null(), "n_kv_heads=n_heads")
     note(pl.col("vocab").is_null(), "vocab=51200")
-    note((on_xla | xla_gpu) & (pl.col("recompute") == "full").fill_null(False),
-         "full recompute under XLA: each layer's down-projection not recomputed (JAX remat keeps only what the "
-         "backward needs)")
+    note((on_xla | xla_gpu) & (pl.col("recompute") == "full").fill_null(False), XLA_REMAT_NOTE)
 
     out = r.with_columns(
         pl.when(xla_gpu).then(pl.lit(1.0)).otherwise(pl.lit(None, dtype=pl.Float64)).alias("xla_compiled"),
@@ -435,8 +437,7 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     has_tp = pl.col("tp") > 1
     tp_note = (pl.when(early & has_tp).then(pl.lit(f"TP traffic exposed (a TPU run before XLA's async collectives, "
                                                    f"{XLA_ASYNC_COLLECTIVES_YEAR})"))
-               .when(on_xla & has_tp).then(pl.lit("TP traffic hidden behind the matmuls while compute lasts (XLA on "
-                                                  "a TPU)")))
+               .when(on_xla & has_tp).then(pl.lit(XLA_TP_NOTE)))
     out = out.with_columns(
         pl.when(early).then(pl.lit(0.0)).otherwise(pl.lit(None, dtype=pl.Float64)).alias("xla_async_collectives"),
         pl.concat_str([pl.col("assumptions"), tp_note], separator="; ", ignore_nulls=True).str.strip_chars("; ")

@@ -219,13 +219,13 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
         sequence_parallel = tp > 1
         defaults.append(f"sequence_parallel={'on' if sequence_parallel else 'off'}")
     from models.hardware import compiler_overlaps_tp
+    from models.runs_adapter import XLA_REMAT_NOTE, XLA_TP_NOTE
 
     if bool(compiler_overlaps_tp(hw.get("scaleup_link_code", float("nan")))):  # a TPU: XLA compiles (models.parts)
         if tp > 1:
-            defaults.append("TP traffic hidden behind the matmuls while compute lasts (XLA on a TPU)")
+            defaults.append(XLA_TP_NOTE)
         if recompute == "full":
-            defaults.append("full recompute under XLA: each layer's down-projection not recomputed (JAX remat keeps "
-                            "only what the backward needs)")
+            defaults.append(XLA_REMAT_NOTE)
     if gpus_per_node is None:
         gpus_per_node = int(min(hw["scaleup_size"] or 8, gpus))
         defaults.append(f"gpus_per_node={gpus_per_node}")

@@ -105,70 +105,65 @@ def hardware(measurements: Path) -> pl.DataFrame:
     return pl.read_csv(measurements / "hardware_specs.csv", infer_schema_length=None)
 
 
+def _instance_key(name) -> str:
+    """An instance type as the tables and `resolve_gpu` compare it: `normalize_name` with dots kept, without a count
+    or host-VM note ("a4-highgpu-8g" for "a4-highgpu-8g + 8x B200 (...)")."""
+    return normalize_name(re.split(r"\s[(+]", str(name))[0], keep_dots=True)
+
+
+@lru_cache(maxsize=1)
+def _instance_rows() -> tuple[list[tuple[str, str, int]], dict[str, tuple[float, str]]]:
+    """Each file read once: (instance key, accelerator id, accelerators per instance) from
+    measurements/cloud_prices.csv and from instance_networks.csv (its types and their aliases), and per key of the
+    latter (scale-out GB/s per accelerator, source). Empty where a file is absent."""
+    rows, nets = [], {}
+    path = _default_measurements() / "cloud_prices.csv"
+    if path.exists():
+        prices = pl.read_csv(path, columns=["accelerator_id", "instance_type", "accelerator_count"],
+                             infer_schema_length=0).unique()
+        rows += [(key, aid, int(count) if count else 0) for aid, inst, count in prices.iter_rows()
+                 if (key := _instance_key(inst)) and "*" not in key]
+    path = _default_measurements() / "instance_networks.csv"
+    if path.exists():
+        for r in pl.read_csv(path, infer_schema_length=0).to_dicts():
+            per = int(r["accelerators"])
+            for name in [r["instance_type"], *str(r.get("aliases") or "").split("|")]:
+                if name.strip():
+                    key = _instance_key(name)
+                    rows.append((key, r["accelerator_id"], per))
+                    nets[key] = (float(r["gpu_network_gbps"]) / 8.0 / per, r["source"])
+    return rows, nets
+
+
+def _agreed(pairs) -> dict:
+    """{key: value} of (key, value) pairs, without a key the pairs give two values for."""
+    out: dict = {}
+    for key, value in pairs:
+        out[key] = value if out.get(key, value) == value else None
+    return {k: v for k, v in out.items() if v}
+
+
 @lru_cache(maxsize=1)
 def cloud_instance_types() -> dict[str, str]:
-    """Cloud instance types (AWS p5.48xlarge, GCP a3-highgpu-8g, ...; `normalize_name` with dots kept) -> the
-    accelerator id they carry, from measurements/cloud_prices.csv (the skypilot-catalog rows it was built from); a
-    name without its count or host-VM note ("a4-highgpu-8g" for "a4-highgpu-8g + 8x B200 (...)"). Empty when the
-    file is absent."""
-    path = _default_measurements() / "cloud_prices.csv"
-    if not path.exists():
-        return {}
-    rows = pl.read_csv(path, columns=["accelerator_id", "instance_type"], infer_schema_length=0).unique()
-    out: dict[str, str] = {}
-    for aid, inst in rows.iter_rows():
-        key = normalize_name(re.split(r"\s[(+]", str(inst))[0], keep_dots=True)
-        if key and "*" not in key:
-            out[key] = aid if out.get(key, aid) == aid else ""  # one type naming two accelerators: neither
-    for key, (aid, _, _) in _instance_network_rows().items():  # types with a network row (Azure's ND series)
-        out[key] = aid if out.get(key, aid) == aid else ""
-    return {k: v for k, v in out.items() if v}
+    """Cloud instance types (AWS p5.48xlarge, GCP a3-highgpu-8g, Azure's ND H100 v5, ...; `_instance_key`) -> the
+    accelerator id they carry, from measurements/cloud_prices.csv (the skypilot-catalog rows it was built from) and
+    instance_networks.csv; a type naming two accelerators names neither. Empty when the files are absent."""
+    return _agreed((key, aid) for key, aid, _ in _instance_rows()[0])
 
 
 @lru_cache(maxsize=1)
 def instance_accelerators() -> dict[str, int]:
-    """Cloud instance types (`normalize_name` with dots kept) -> the accelerators one instance holds, from
+    """Cloud instance types (`_instance_key`) -> the accelerators one instance holds, from
     measurements/cloud_prices.csv (`accelerator_count`) and instance_networks.csv (`accelerators`); a type the
     tables give two counts for is left out."""
-    out: dict[str, int | None] = {}
-    path = _default_measurements() / "cloud_prices.csv"
-    if path.exists():
-        rows = pl.read_csv(path, columns=["instance_type", "accelerator_count"], infer_schema_length=0).unique()
-        for inst, count in rows.iter_rows():
-            key = normalize_name(re.split(r"\s[(+]", str(inst))[0], keep_dots=True)
-            if key and "*" not in key and count:
-                out[key] = int(count) if out.get(key, int(count)) == int(count) else None
-    path = _default_measurements() / "instance_networks.csv"
-    if path.exists():
-        for r in pl.read_csv(path, infer_schema_length=0).to_dicts():
-            for name in [r["instance_type"], *str(r.get("aliases") or "").split("|")]:
-                if name.strip():
-                    key, count = normalize_name(name, keep_dots=True), int(r["accelerators"])
-                    out[key] = count if out.get(key, count) == count else None
-    return {k: v for k, v in out.items() if v}
-
-
-@lru_cache(maxsize=1)
-def _instance_network_rows() -> dict[str, tuple[str, float, str]]:
-    """measurements/instance_networks.csv by instance type and alias (`normalize_name`, dots kept) -> (accelerator
-    id, scale-out GB/s per accelerator, source); empty when the file is absent."""
-    path = _default_measurements() / "instance_networks.csv"
-    if not path.exists():
-        return {}
-    out = {}
-    for r in pl.read_csv(path, infer_schema_length=0).to_dicts():
-        value = (r["accelerator_id"], float(r["gpu_network_gbps"]) / 8.0 / float(r["accelerators"]), r["source"])
-        for name in [r["instance_type"], *str(r.get("aliases") or "").split("|")]:
-            if name.strip():
-                out[normalize_name(name, keep_dots=True)] = value
-    return out
+    return _agreed((key, count) for key, _, count in _instance_rows()[0])
 
 
 def instance_networks() -> dict[str, tuple[float, str]]:
-    """Cloud instance types and their aliases (`normalize_name` with dots kept) -> (scale-out GB/s per accelerator,
-    source): the accelerator-to-accelerator network of the instance (Gbit/s) over its accelerators, from
+    """Cloud instance types and their aliases (`_instance_key`) -> (scale-out GB/s per accelerator, source): the
+    accelerator-to-accelerator network of the instance (Gbit/s) over its accelerators, from
     measurements/instance_networks.csv (the cloud's own pages). Empty when the file is absent."""
-    return {k: (bw, src) for k, (_, bw, src) in _instance_network_rows().items()}
+    return _instance_rows()[1]
 
 
 def instance_network(name: str | None) -> tuple[float, str] | None:
@@ -176,8 +171,7 @@ def instance_network(name: str | None) -> tuple[float, str] | None:
     if name is None:
         return None
     bare = split_count(str(name))[1]  # "16x p4d.24xlarge": sixteen of them, each with its network
-    key = normalize_name(re.split(r"\s[(+]", bare)[0], keep_dots=True)
-    if (net := instance_networks().get(key)) is None:
+    if (net := instance_networks().get(_instance_key(bare))) is None:
         return None
     return net[0], f"inter_node_bw_gbps={net[0]:g} GB/s per accelerator: the network of {bare.strip()} " \
                    f"(measurements/instance_networks.csv)"
@@ -501,7 +495,7 @@ def accelerator_count(cell: str | None) -> tuple[int | None, str]:
         chips = size // per_chip
         counts = f"TensorCores, {per_chip} a chip" if per_chip > 1 else "chips"
         return k * chips, f"{several('slice')}{chips} chips: a {name} slice's name counts {counts}"
-    if per := instance_accelerators().get(normalize_name(re.split(r"\s[(+]", rest)[0], keep_dots=True)):
+    if per := instance_accelerators().get(_instance_key(rest)):
         if times is None:  # "p5.48xlarge": which accelerator, not how many instances
             return None, f"'{text}' names a cloud instance type without a count"
         return k * per, f"{several('instance')}{per} accelerators: one {rest} holds {per}"
@@ -569,9 +563,8 @@ def resolve_gpu(hw: pl.DataFrame, name: str, network: bool = True) -> tuple[dict
     if len(hit) == 1:
         return hit[0], None
     by_id = {r["id"]: r for r in rows}
-    if (aid := cloud_instance_types().get(normalize_name(name, keep_dots=True))) in by_id:  # "p5.48xlarge"
-        table = "instance_networks.csv" if normalize_name(name, keep_dots=True) in _instance_network_rows() \
-            else "cloud_prices.csv"
+    if (aid := cloud_instance_types().get(key := normalize_name(name, keep_dots=True))) in by_id:  # "p5.48xlarge"
+        table = "instance_networks.csv" if key in instance_networks() else "cloud_prices.csv"
         said = f"'{name}': a cloud instance type of {aid} (measurements/{table})"
         if not network or (net := instance_network(name)) is None:
             return by_id[aid], said
