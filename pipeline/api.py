@@ -451,6 +451,7 @@ def run_predictions(cfg: Settings, runs, *, assumptions: str = "realistic",
                     analytical_only: bool = False) -> pl.DataFrame:
     """`stepcast predict --runs`: every run of a measurement-schema file (a path) or frame, one row per run_id."""
     from pipeline.calibrated import model_for
+    from pipeline.catalog import UnknownName
     from pipeline.predict_runs import predict_file, predict_frame
     from pipeline.readers import FileRejected
 
@@ -459,7 +460,7 @@ def run_predictions(cfg: Settings, runs, *, assumptions: str = "realistic",
         if isinstance(runs, pl.DataFrame):
             return predict_frame(runs, cfg.measurements, model_for(cfg, analytical_only, assumptions))
         return predict_file(runs, cfg.measurements, model_for(cfg, analytical_only, assumptions))
-    except FileRejected as err:
+    except (FileRejected, UnknownName) as err:  # UnknownName: a reference table the reading needs is malformed
         raise InputError(str(err), exit_code=1) from err
 
 

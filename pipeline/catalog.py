@@ -125,8 +125,14 @@ def _instance_rows() -> tuple[list[tuple[str, str, int]], dict[str, tuple[float,
                  if (key := _instance_key(inst)) and "*" not in key]
     path = _default_measurements() / "instance_networks.csv"
     if path.exists():
-        for r in pl.read_csv(path, infer_schema_length=0).to_dicts():
-            per = int(r["accelerators"])
+        for line, r in enumerate(pl.read_csv(path, infer_schema_length=0).to_dicts(), start=2):
+            for col in ("instance_type", "accelerator_id", "accelerators", "gpu_network_gbps"):
+                cell = str(r.get(col) or "").strip()
+                number = col in ("accelerators", "gpu_network_gbps")
+                if not cell or (number and not (re.fullmatch(r"\d+(\.\d+)?", cell) and float(cell) > 0)):
+                    raise UnknownName(f"{path}: line {line}, column {col}: expected "
+                                      f"{'a number > 0' if number else 'a value'}, got {cell!r}")
+            per = int(float(r["accelerators"]))
             for name in [r["instance_type"], *str(r.get("aliases") or "").split("|")]:
                 if name.strip():
                     key = _instance_key(name)

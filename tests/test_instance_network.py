@@ -114,3 +114,36 @@ def test_a_count_of_instances_counts_their_accelerators():
                         Settings.load().measurements).row(0, named=True)
     assert run["n_gpus"] == 128 and run["gpu"] == "a100-sxm4-40gb"
     assert "16 instances x 8 accelerators" in run["assumptions"] and "network of p4d.24xlarge" in run["assumptions"]
+
+
+def test_a_malformed_instance_table_is_named_by_file_line_and_column(tmp_path, monkeypatch):
+    """A network row whose bandwidth is not a number stops the reading with the file, line and column, through
+    `predict` (exit 2) and `predict --runs` (exit 1) alike; the shipped table is untouched."""
+    from pipeline import catalog
+
+    bad = tmp_path / "meas"
+    bad.mkdir()
+    text = (MEAS / "instance_networks.csv").read_text().splitlines()
+    head, row = text[0].split(","), text[1]
+    text[1] = row.replace(",400,", ",fast,", 1)  # p4d.24xlarge's gpu_network_gbps
+    (bad / "instance_networks.csv").write_text("\n".join(text) + "\n")
+    monkeypatch.setattr(catalog, "_default_measurements", lambda: bad)
+    catalog._instance_rows.cache_clear()
+    catalog.cloud_instance_types.cache_clear()
+    catalog.instance_accelerators.cache_clear()
+    try:
+        with pytest.raises(catalog.UnknownName, match=r"instance_networks\.csv: line 2, column gpu_network_gbps: "
+                                                         r"expected a number > 0, got 'fast'"):
+            catalog.instance_networks()
+        res = CliRunner().invoke(app, ["predict", "-m", "llama2-70b", "--gpu", "p4d.24xlarge", "-n", "256", "-b",
+                                       "512", "-s", "4096", "--tp", "8", "--pp", "4"])
+        assert res.exit_code == 2 and "line 2, column gpu_network_gbps" in res.output
+        runs = tmp_path / "runs.csv"
+        runs.write_text("run_id,model_name,gpu,n_gpus,seq_len,global_batch_seqs,tp,pp\nr,llama2-70b,p4d.24xlarge,256,"
+                        "4096,512,8,4\n")
+        res = CliRunner().invoke(app, ["predict", "--runs", str(runs)])
+        assert res.exit_code == 1 and "line 2, column gpu_network_gbps" in res.output
+    finally:
+        for f in (catalog._instance_rows, catalog.cloud_instance_types, catalog.instance_accelerators):
+            f.cache_clear()
+    assert "gpu_network_gbps" in head and (MEAS / "instance_networks.csv").read_text().count(",400,") >= 1
