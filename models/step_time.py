@@ -244,6 +244,13 @@ def predict_arrays(a: Mapping[str, np.ndarray], params: PhysParams = DEFAULT) ->
         raise ValueError(f"moe_imbalance must be >= 1 (the most loaded EP rank's tokens / the mean), got "
                          f"{params.moe_imbalance}")
     n = len(np.asarray(a["n_layers"]))
+    # rows with invalid inputs (a layout that does not tile the accelerators, a zero count) are computed with the
+    # rest and then set to NaN with their error bits: their arithmetic warns nothing to the user
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        return _predict_chunks(a, n, params)
+
+
+def _predict_chunks(a: Mapping[str, np.ndarray], n: int, params: PhysParams) -> dict[str, np.ndarray]:
     if n <= CHUNK:
         return _predict_chunk(a, n, params)
     out: dict[str, np.ndarray] = {}
