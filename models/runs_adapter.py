@@ -11,9 +11,10 @@ never silently rests on a guess:
 | model_name names no architecture but does once its size token is dropped (`stepcast predict --runs`) | that architecture, when its params_b is within 15% of the size (`pipeline.catalog.arch_ids_without_size`; else refused, saying so) | nominal sizes are rounded; a size that far off is another model |
 | architecture the model only approximates (`models.archfile.APPROXIMATED_ARCHITECTURES`: DeepSeek-V4-Flash, Nemotron 3.5 Lightning) | predicted, noted in `assumptions`, left out of the fit (`models.calibration.fit_data`) | a cost the model lacks for them (compressed sparse attention, a hybrid's MTP) would otherwise be spread over every run's fitted constants: with them in the fit, pooled `lopo` 8.1 → 8.9% and `lofo` 7.8 → 8.2% |
 | tp, pp, cp, ep, vpp empty | 1 | the sources state every degree they use |
-| ep empty, a measured MoE run whose sharding keeps the weights whole (not fsdp, hsdp, zero3) and that does not fit with ep = 1 | the smallest power of two dividing the experts and dp x cp that fits with its recompute (selective where unstated); when none fits, the largest such (`resolve_ep`) | a run that was measured fitted, and expert parallelism is how a Megatron-class stack shards its experts (FSDP-class sharding shards them already) |
+| ep empty, a measured MoE run whose sharding keeps the weights whole (not fsdp, hsdp, zero3) | of 1 and every power of two dividing the experts and dp x cp, the fastest that fits with its recompute (selective where unstated), ranked by the served model in `stepcast predict --runs` and by the physics priors when the fit reads the corpus; when none fits, the largest (`resolve_ep`) | a published measurement is of a tuned run, and expert parallelism is how a Megatron-class stack shards its experts (FSDP-class sharding shards them already); the smallest degree that fits, the rule before, kept every expert on every GPU wherever that fitted |
 | tp, pp empty but dp stated (dp < n_gpus) | model-parallel size n_gpus/(dp*cp): tp = min(that, scale-up domain), pp = the rest | Megatron-LM's layout: tensor parallel inside the node, pipeline across (Narayanan et al. 2021, section 3.3) |
-| tp, pp, dp all empty and tp=pp=1 impossible | the smallest tp*pp (tp <= scale-up domain first, then pp) that divides n_gpus, leaves a dp dividing the batch and fits in memory with the run's recompute, else selective (`resolve_layout`); when none fits, the one of those candidates needing the least memory per GPU (predicted beside its memory figure) | the framework default of a model-parallel stack: as little model parallelism as fits; a run that ran fitted, so the layout nearest to fitting stands in for one the memory model cannot fit |
+| tp, pp, dp all empty, a stack that shards its weights (fsdp, hsdp, zero3) or a 2021-22 Megatron stack (software era `megatron_2022`), and tp=pp=1 impossible | the smallest tp*pp (tp <= scale-up domain first, then pp) that divides n_gpus, leaves a dp dividing the batch and fits in memory with the run's recompute, else selective (`resolve_layout`); when none fits, the one of those candidates needing the least memory per GPU (predicted beside its memory figure) | an FSDP stack starts from pure data parallelism and adds model parallelism only as memory needs it; the Megatron-LM of 2021-22 put tensor parallelism inside the node and pipelines across (Narayanan et al. 2021, section 3.3) |
+| tp, pp, dp all empty, any other stack | of every tp (up to the scale-up domain, dividing the heads) x pp (up to the layers), and for an MoE run without ep every power of two dividing its experts and dp x cp, with cp and the micro-batch by their own rules and vpp by the stack's typical interleave: the fastest that fits in memory with the run's recompute, else selective, ranked by the served model in `stepcast predict --runs` (as `stepcast search` ranks) and by the physics priors when the fit reads the corpus; when none fits, the one needing the least memory per GPU (`resolve_layout`) | a published measurement is of a tuned run; the smallest model parallelism that fits, the rule before, read a 671B MoE as tp 8 x pp 16 with every expert on every GPU (97% too slow) |
 | etp (expert tensor parallelism) of an MoE run: the measurement schema has no column | a Megatron-Bridge performance run (`mbYYMM-`): its release's recipe value, 1 (`models.moe_recipes.RECIPE_ETP`); otherwise tp (Megatron-Core's default `--expert-tensor-parallel-size`); where ep does not fold with it (ep does not divide cp*dp), the largest etp dividing tp with etp*ep dividing tp*cp*dp (`models.moe.resolve_etp`) | Megatron-Core refuses an expert grid that does not tile the stage (MoE parallel folding), so a run that ran used such an etp |
 | capacity factor of an MoE run | dropless, unless the notes state otherwise (only "dropless" is stated in the corpus) | Megatron-Core's default (`--moe-expert-capacity-factor` None) |
 | dp stated but tp*pp*cp*dp != n_gpus | dp*ep when that completes n_gpus (the source counted dp without the expert ranks), else n_gpus/(tp*pp*cp) | |
@@ -256,6 +257,7 @@ def infer_layout(frame: pl.DataFrame) -> pl.DataFrame:
         pl.Series("seq_len", seq).cast(pl.Int64, strict=False),
         pl.Series("global_batch_seqs", B).cast(pl.Int64, strict=False),
         pl.Series("layout_unstated", layout_unstated), pl.Series("micro_batch_stated", np.isfinite(mb0)),
+        pl.Series("vpp_stated", np.isfinite(vpp0)),
         pl.Series("ep_unstated", np.isnan(ep0) & moe_run),
         pl.concat_str([pl.col("assumptions"), pl.Series(text)], separator="; ", ignore_nulls=True)
         .str.strip_chars("; ").replace("", None).alias("assumptions"),
@@ -618,24 +620,154 @@ def _lora_fraction(out: pl.DataFrame) -> pl.DataFrame:
     return out.with_columns(pl.Series("trainable_frac", frac))
 
 
-#: model-parallel layouts tried, in order, for a run that states none (tp inside the node first, then pp)
+#: model-parallel layouts tried, in order, for a run that states none and whose sharding shards the weights (FSDP
+#: class) or whose stack is a 2021-22 Megatron one: tp inside the node first, then pp
 LAYOUT_CANDIDATES = ((1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16), (8, 32), (8, 64))
+#: degrees `resolve_layout` searches for a run of another stack that states no layout: tp (up to the scale-up
+#: domain, dividing the heads) and pp (up to the layers), and for an MoE run that states no ep every power of two
+#: dividing the experts and dp x cp; cp and the micro-batch keep their rules (stated, else 1: searching them too
+#: chose context parallelism for 2,048-token GPT-3 runs and scored worse on runs outside the corpus)
+SEARCH_TP = (1, 2, 4, 8, 16, 32, 64)
+SEARCH_PP = (1, 2, 4, 8, 16, 32, 64)
+_LAYOUT_NOTES = r"tp=1 \(not stated\); |pp=1 \(not stated\); |vpp=1 \(not stated\); "
 
 
-def resolve_layout(configs: pl.DataFrame, predict) -> pl.DataFrame:
-    """Runs that state no layout at all (`layout_unstated`) and cannot run as pure data parallel (the batch
-    does not split over n_gpus replicas, or the model does not fit): the first of LAYOUT_CANDIDATES whose tp
-    fits the scale-up domain and divides the heads, whose dp divides the batch and that fits in memory with the
-    recompute the run will be predicted with: its stated one, else selective (the most `resolve_recompute` ever
-    assumes for a measured run; testing with full recompute chose layouts the run's own prediction then called
-    too big). Where no candidate fits, the valid candidate whose dp divides the batch with the least memory per
-    GPU in the memory model (ties: the first in LAYOUT_CANDIDATES), so the row is predicted beside its memory
-    figure rather than left as pure data parallelism that does not split the batch.
-    `predict` is `models.step_time.predict`."""
+def _strip_layout_notes(col: str = "assumptions") -> pl.Expr:
+    return pl.col(col).str.replace_all(_LAYOUT_NOTES, "").str.replace_all(
+        r"vpp=\d+ \(interleaved in chunks of \d+ layers: the stack's typical schedule at pp > 1\); ", "")
+
+
+def _search_candidates(todo: pl.DataFrame) -> pl.DataFrame:
+    """Every layout `resolve_layout` weighs for the rows of `todo` (a `_row` column and the row's fixed inputs):
+    `_row`, tp, pp, cp, dp, ep, micro_batch, vpp, valid by divisibility (the model judges the rest). vpp follows
+    the stack's typical interleave (`TYPICAL_LAYERS_PER_CHUNK`) unless the row states one."""
+    g = lambda c, d=np.nan: todo[c].cast(pl.Float64).fill_null(d).to_numpy() if c in todo.columns \
+        else np.full(todo.height, d)  # noqa: E731
+    n, B, heads, node, L = g("n_gpus"), g("global_batch_seqs"), g("n_heads"), g("scaleup_size", 8.0), g("n_layers")
+    E = np.nan_to_num(g("n_experts", 0.0), nan=0.0)
+    cp, mb, ep0, vpp0 = g("cp", 1.0), g("micro_batch", 1.0), g("ep", 1.0), g("vpp", 1.0)
+    ep_open = todo["ep_unstated"].fill_null(False).to_numpy() if "ep_unstated" in todo.columns \
+        else np.zeros(todo.height, bool)
+    vpp_st = todo["vpp_stated"].fill_null(False).to_numpy() if "vpp_stated" in todo.columns \
+        else np.zeros(todo.height, bool)
+    inter = _interleaving_stack(todo)
+    ids = todo["_row"].to_numpy()
+    rows = []
+    for i in range(todo.height):
+        for tp in SEARCH_TP:
+            if tp > node[i] or np.mod(heads[i], tp):
+                continue
+            for pp in SEARCH_PP:
+                dp = n[i] / (tp * pp * cp[i])
+                if pp > L[i] or dp < 1 or dp != np.floor(dp) or np.mod(B[i], dp * mb[i]):
+                    continue
+                m = B[i] / (dp * mb[i])
+                vpp = vpp0[i] if vpp_st[i] else max(np.floor(np.floor(L[i] / pp) / TYPICAL_LAYERS_PER_CHUNK), 1.0) \
+                    if (inter[i] and pp > 1 and m >= pp and not np.mod(m, pp)) else 1.0
+                eps = [e for e in (2 ** k for k in range(11)) if e <= E[i] and not np.mod(E[i], e)
+                       and not np.mod(dp * cp[i], e)] if (ep_open[i] and E[i] > 0) else [ep0[i]]
+                rows.extend((int(ids[i]), tp, pp, cp[i], dp, ep, mb[i], vpp) for ep in eps)
+    return pl.DataFrame(rows, schema={"_row": pl.Int64, "tp": pl.Float64, "pp": pl.Float64, "cp": pl.Float64,
+                                      "dp": pl.Float64, "ep": pl.Float64, "micro_batch": pl.Float64,
+                                      "vpp": pl.Float64}, orient="row")
+
+
+def _fastest_layout(todo: pl.DataFrame, predict, rank=None) -> pl.DataFrame:
+    """For each row of `todo` (with `_row`), the fastest of `_search_candidates` (by `rank`: configs -> step time
+    in s; default the physics `predict`) that fits in memory with the row's recompute (selective where unstated),
+    else the one needing the least memory per GPU: columns `_row`, tp, pp, cp, dp, ep, micro_batch, vpp,
+    `_fits`."""
+    cand = _search_candidates(todo)
+    if not cand.height:
+        return cand.with_columns(pl.lit(False).alias("_fits"))
+    lay = ("tp", "pp", "cp", "dp", "ep", "micro_batch", "vpp")
+    base = todo.with_columns(pl.col("recompute").fill_null("selective"))
+    trial = cand.join(base.drop(*lay, strict=False), on="_row", how="left").with_columns(
+        *[pl.col(c).cast(pl.Int64) for c in lay], (pl.col("tp") > 1).alias("sequence_parallel"))
+    pred = predict_by_preset(trial.drop("_row"), predict)
+    open_ = trial["sharding_open"].fill_null(False) & (trial["sharding"] == "none") \
+        if "sharding_open" in trial.columns else pl.Series([False] * trial.height)
+    fits = pred["feasible"].fill_null(False)
+    timed = (lambda c: rank(c).cast(pl.Float64)) if rank is not None else None
+    step = timed(trial.drop("_row")) if timed else pred["step_time_s"].cast(pl.Float64)
+    if (open_ & ~fits).any():  # an open sharding may be read as ZeRO-3 (`resolve_sharding`)
+        t3 = trial.drop("_row").with_columns(pl.lit("zero3").alias("sharding"))
+        z3 = predict_by_preset(t3, predict)
+        use = (open_ & ~fits & z3["feasible"].fill_null(False))
+        step3 = timed(t3) if timed else z3["step_time_s"]
+        step = pl.select(pl.when(use).then(step3).otherwise(step)).to_series()
+        fits = fits | use
+    scored = cand.with_columns(pl.Series("_fits", fits), pl.Series("_step", step),
+                               pl.Series("_mem", pred["memory_gb_per_gpu"].cast(pl.Float64)))
+    ok = scored.filter(pl.col("_step").is_finite() & pl.col("_step").is_not_null())
+    best_fit = ok.filter(pl.col("_fits")).sort("_row", "_step").group_by("_row", maintain_order=True).first()
+    rest = ok.filter(~pl.col("_row").is_in(best_fit["_row"].to_list()) & pl.col("_mem").is_finite()) \
+        .sort("_row", "_mem").group_by("_row", maintain_order=True).first()
+    return pl.concat([best_fit, rest]).drop("_step", "_mem")
+
+
+def resolve_layout(configs: pl.DataFrame, predict, rank=None) -> pl.DataFrame:
+    """Runs that state no layout at all (`layout_unstated`).
+
+    A run of a stack that shards its weights over the data-parallel ranks (fsdp, hsdp, zero3: FSDP stacks start
+    from pure data parallelism), or of a 2021-22 Megatron stack (software preset `megatron_2022`: tensor
+    parallelism inside the node first, pipeline across, as Narayanan et al. 2021 section 3.3 lay out, with no
+    interleave), that cannot run as pure data parallel (the batch does not split over n_gpus
+    replicas, or the model does not fit): the first of LAYOUT_CANDIDATES whose tp fits the scale-up domain and
+    divides the heads, whose dp divides the batch and that fits in memory with the recompute the run will be
+    predicted with: its stated one, else selective (the most `resolve_recompute` ever assumes for a measured
+    run). Where none fits, the valid candidate whose dp divides the batch with the least memory per GPU.
+
+    Any other run: the fastest layout the model finds among the valid ones that fit in memory with that recompute
+    (`_search_candidates`: tp, pp and an MoE run's unstated ep; cp and the micro-batch by their own rules, vpp by
+    the stack's typical interleave), else the one needing the least memory. A published measurement is of a tuned
+    run, and its tuner chose by speed, as `stepcast search` ranks; the smallest model parallelism that fits, the
+    rule before, put a 671B MoE on tp 8 x pp 16 with every expert on every GPU.
+    `predict` is `models.step_time.predict` (memory, and the ranking when `rank` is None); `rank` (configs -> step
+    time in s) ranks the layouts: `stepcast predict --runs` passes the served model, as `stepcast search` ranks."""
+    drop = ("micro_batch_stated", "vpp_stated")
     if "layout_unstated" not in configs.columns or not configs["layout_unstated"].any():
-        return configs.drop("micro_batch_stated", strict=False)
+        return configs.drop(*drop, strict=False)
     df = configs.with_row_index("_row")
-    todo = df.filter(pl.col("layout_unstated"))
+    todo_all = df.filter(pl.col("layout_unstated"))
+    # FSDP-class stacks and 2021-22 Megatron stacks keep the first-fitting rule (docstring)
+    first = todo_all["sharding"].fill_null("none").is_in(list(WEIGHT_SHARDING)).to_numpy()
+    if "software_preset" in todo_all.columns:
+        first |= (todo_all["software_preset"] == "megatron_2022").fill_null(False).to_numpy()
+    todo = todo_all.filter(pl.Series(first))
+    searched = todo_all.filter(pl.Series(~first))
+    parts = [df.filter(~pl.col("layout_unstated"))]
+    if searched.height:
+        best = _fastest_layout(searched, predict, rank)
+        cols = ("tp", "pp", "cp", "dp", "ep", "micro_batch", "vpp")
+        upd = searched.drop(*cols).join(best, on="_row", how="left")
+        got = upd["_fits"].is_not_null()
+        fits = upd["_fits"].fill_null(False)
+        upd = upd.with_columns(
+            *[pl.coalesce(pl.col(c).cast(pl.Int64), searched[c]) for c in cols],
+        ).with_columns(
+            pl.when(pl.Series(got)).then(pl.col("tp") > 1).otherwise(pl.col("sequence_parallel"))
+            .alias("sequence_parallel"),
+            pl.when(pl.Series(got)).then(pl.concat_str([_strip_layout_notes(), pl.format(
+                "{} ({})", pl.when(pl.col("n_experts").cast(pl.Float64).fill_null(0.0) > 0).then(pl.format(
+                    "tp={}, pp={}, ep={}, vpp={}", "tp", "pp", "ep", "vpp")).otherwise(pl.format(
+                    "tp={}, pp={}, vpp={}", "tp", "pp", "vpp")), pl.when(pl.Series(fits)).then(pl.lit(
+                    "no layout stated: the fastest valid layout the model finds that fits in memory, as a published "
+                    "run is a tuned one")).otherwise(pl.lit(
+                    "no layout stated and none fits the memory model: the layout needing the least memory per "
+                    "GPU")))], separator="; ", ignore_nulls=True).str.strip_chars("; "))
+            .otherwise(pl.col("assumptions")).alias("assumptions"),
+        ).drop("_fits")
+        if "ep_unstated" in upd.columns:  # the search chose the ep of an MoE run that states none
+            upd = upd.with_columns((pl.col("ep_unstated").fill_null(False) & ~pl.Series(got)).alias("ep_unstated"))
+        parts.append(upd.select(df.columns))
+    if todo.height:
+        parts.append(_first_fitting_layout(todo, predict).select(df.columns))
+    return pl.concat(parts, how="vertical_relaxed").sort("_row").drop("_row", *drop)
+
+
+def _first_fitting_layout(todo: pl.DataFrame, predict) -> pl.DataFrame:
+    """`resolve_layout` for weight-sharded rows (with `_row`): the first of LAYOUT_CANDIDATES that fits."""
     trial0 = todo.drop("_row").with_columns(pl.col("recompute").fill_null("selective").alias("recompute"))
     ok0 = predict_by_preset(trial0, predict)["feasible"].to_numpy()
     B = todo["global_batch_seqs"].cast(pl.Float64).to_numpy()
@@ -645,8 +777,6 @@ def resolve_layout(configs: pl.DataFrame, predict) -> pl.DataFrame:
     chosen_pp = np.full(todo.height, np.nan)
     heads = todo["n_heads"].cast(pl.Float64).to_numpy()
     node = todo["scaleup_size"].cast(pl.Float64).to_numpy()
-    # the least-memory valid candidate of each row, for rows no candidate fits (its memory figure: finite only for
-    # a row whose inputs are valid apart from memory)
     least_mem = np.full(todo.height, np.inf)
     least_tp = np.full(todo.height, np.nan)
     least_pp = np.full(todo.height, np.nan)
@@ -654,9 +784,6 @@ def resolve_layout(configs: pl.DataFrame, predict) -> pl.DataFrame:
     mbv = np.where(todo["micro_batch_stated"].fill_null(False).to_numpy(),
                    todo["micro_batch"].cast(pl.Float64).fill_null(1.0).to_numpy(), 1.0) \
         if "micro_batch_stated" in todo.columns else np.ones(todo.height)
-    # rows whose sharding is open (`resolve_sharding` may read them sharded) fit a layout that fits with ZeRO-3
-    open_ = todo["sharding_open"].fill_null(False).to_numpy() & (todo["sharding"] == "none").to_numpy() \
-        if "sharding_open" in todo.columns else np.zeros(todo.height, dtype=bool)
     for tp, pp in LAYOUT_CANDIDATES:
         left = need & np.isnan(chosen_tp)
         if not left.any():
@@ -672,9 +799,6 @@ def resolve_layout(configs: pl.DataFrame, predict) -> pl.DataFrame:
                                     pl.lit(tp > 1).alias("sequence_parallel"))
         pred = predict_by_preset(trial, predict)
         fits = pred["feasible"].to_numpy()
-        if (cand & open_ & ~fits).any():
-            fits = fits | (open_ & predict_by_preset(trial.with_columns(pl.lit("zero3").alias("sharding")),
-                                                     predict)["feasible"].to_numpy())
         hit = cand & fits
         chosen_tp[hit], chosen_pp[hit] = tp, pp
         mem = pred["memory_gb_per_gpu"].cast(pl.Float64).fill_null(np.nan).to_numpy()
@@ -684,13 +808,13 @@ def resolve_layout(configs: pl.DataFrame, predict) -> pl.DataFrame:
     least = need & ~got & np.isfinite(least_tp)  # nothing fits: the layout needing the least memory per GPU
     chosen_tp[least], chosen_pp[least] = least_tp[least], least_pp[least]
     if not (got | least).any():
-        return configs.drop("micro_batch_stated", strict=False)
+        return todo
     why = np.where(least, "no layout stated and none fits the memory model: the layout needing the least memory "
                           "per GPU", "no layout stated: the smallest model parallelism that fits and splits the batch")
     got = got | least
     tpv = np.where(got, chosen_tp, todo["tp"].cast(pl.Float64).to_numpy())
     ppv = np.where(got, chosen_pp, todo["pp"].cast(pl.Float64).to_numpy())
-    upd = todo.with_columns(
+    return todo.with_columns(
         pl.Series("tp", tpv).cast(pl.Int64), pl.Series("pp", ppv).cast(pl.Int64),
         pl.Series("dp", np.where(got, n / (tpv * ppv), todo["dp"].cast(pl.Float64).to_numpy())).cast(pl.Int64),
         pl.when(pl.Series(got)).then(pl.Series(mbv).cast(pl.Int64)).otherwise(pl.col("micro_batch"))
@@ -703,9 +827,6 @@ def resolve_layout(configs: pl.DataFrame, predict) -> pl.DataFrame:
         .otherwise(pl.col("assumptions")).alias("assumptions"),
     ).with_columns(  # the (tp=1, pp=1) notes no longer apply
         pl.col("assumptions").str.replace_all(r"tp=1 \(not stated\); |pp=1 \(not stated\); ", ""))
-    rest = df.filter(~pl.col("layout_unstated"))
-    return pl.concat([rest, upd.select(rest.columns)], how="vertical_relaxed").sort("_row").drop(
-        "_row", "micro_batch_stated")
 
 
 PRESETS = ("default", "megatron_2022", "pytorch_native")
@@ -795,46 +916,48 @@ def resolve_sharding(configs: pl.DataFrame, predict, measured=None) -> pl.DataFr
 WEIGHT_SHARDING = ("fsdp", "hsdp", "zero3")
 
 
-def resolve_ep(configs: pl.DataFrame, predict, measured=None) -> pl.DataFrame:
-    """A measured MoE run that states no expert-parallel degree (`ep_unstated`), whose sharding leaves the weights
-    whole on every rank (not `WEIGHT_SHARDING`), and does not fit with ep = 1 (every expert on every GPU): the
-    smallest power of two that divides the experts and dp x cp (the ranks Megatron-Core
-    carves expert parallelism from with etp = tp) and fits with the run's recompute (selective where unstated);
-    where none fits, the largest such degree (the least expert memory). A run that was measured fitted, and every
-    MoE stack shards its experts (Megatron-Core's --expert-model-parallel-size, torchtitan's and MaxText's expert
-    axis). `measured`: a boolean Series per row (default: every row, as in the corpus). Rows that state ep, or
-    fit with ep = 1, keep it. `predict` is `models.step_time.predict`."""
+def resolve_ep(configs: pl.DataFrame, predict, measured=None, rank=None) -> pl.DataFrame:
+    """A measured MoE run that states no expert-parallel degree (`ep_unstated`) and whose sharding leaves the
+    weights whole on every rank (not `WEIGHT_SHARDING`): of 1 and every power of two that divides the experts and
+    dp x cp (the ranks Megatron-Core carves expert parallelism from with etp = tp), the fastest (by `rank`: configs
+    -> step time in s; default the physics `predict`) that fits with the run's recompute (selective where
+    unstated); where none fits, the largest (the least expert memory). A published measurement is of a tuned run,
+    and every MoE stack shards its experts (Megatron-Core's --expert-model-parallel-size, torchtitan's and
+    MaxText's expert axis); the smallest degree that fits, the rule before, kept every expert on every GPU wherever
+    that fitted. `measured`: a boolean Series per row (default: every row, as in the corpus). Rows that state ep
+    keep it. `predict` is `models.step_time.predict`."""
     if "ep_unstated" not in configs.columns:
         return configs
     measured = pl.Series([True] * configs.height) if measured is None else pl.Series(measured).fill_null(False)
     # FSDP-class sharding (fsdp, hsdp, zero3) shards the expert weights already; EP is what shards them otherwise
     replicated = ~configs["sharding"].fill_null("none").is_in(list(WEIGHT_SHARDING))
-    open_ = (configs["ep_unstated"].fill_null(False) & measured & replicated).to_numpy()
-    if not open_.any():
-        return configs.drop("ep_unstated")
-    rc = configs["recompute"].fill_null(INFERRED_RECOMPUTE[-1])
-    fits1 = predict_by_preset(configs.with_columns(rc.alias("recompute")), predict)["feasible"].to_numpy()
-    todo = open_ & ~fits1
+    todo = (configs["ep_unstated"].fill_null(False) & measured & replicated).to_numpy()
     if not todo.any():
         return configs.drop("ep_unstated")
+    rc = configs["recompute"].fill_null(INFERRED_RECOMPUTE[-1])
     E = configs["n_experts"].cast(pl.Float64).fill_null(0.0).to_numpy()
     ranks = (configs["dp"].cast(pl.Float64).fill_null(1.0) * configs["cp"].cast(pl.Float64).fill_null(1.0)).to_numpy()
-    chosen, largest = np.full(configs.height, np.nan), np.full(configs.height, np.nan)
-    e = 2.0
-    while (todo & (e <= np.minimum(E, ranks))).any():
-        valid = todo & np.isnan(chosen) & (np.mod(E, e) == 0) & (np.mod(ranks, e) == 0)
+    best, best_t, largest = np.full(configs.height, np.nan), np.full(configs.height, np.inf), np.ones(configs.height)
+    e = 1.0
+    while (todo & (e <= np.maximum(np.minimum(E, ranks), 1.0))).any():
+        valid = todo & (np.mod(E, e) == 0) & (np.mod(ranks, e) == 0)
         if valid.any():
             trial = configs.with_columns(rc.alias("recompute"), pl.Series("ep", np.where(valid, e, 1.0)).cast(pl.Int64))
-            fits = predict_by_preset(trial, predict)["feasible"].to_numpy()
-            chosen = np.where(valid & fits, e, chosen)
+            pred = predict_by_preset(trial, predict)
+            fits = pred["feasible"].fill_null(False).to_numpy()
+            t = (rank(trial) if rank is not None else pred["step_time_s"]).cast(pl.Float64).fill_null(np.inf) \
+                .to_numpy()
+            better = valid & fits & (t < best_t)
+            best, best_t = np.where(better, e, best), np.where(better, t, best_t)
             largest = np.where(valid, e, largest)
         e *= 2.0
-    pick = np.where(np.isfinite(chosen), chosen, largest)
-    hit = todo & np.isfinite(pick)
-    why = np.where(np.isfinite(chosen), "the smallest expert-parallel degree dividing the experts and dp x cp that "
-                   "fits", "no degree fits: the largest dividing the experts and dp x cp, the least expert memory")
-    text = pl.Series([f"ep={p:.0f} (not stated, and the measured run does not fit with every expert on every GPU: "
-                      f"{w})" if h else None for p, w, h in zip(pick, why, hit)], dtype=pl.Utf8)
+    pick = np.where(np.isfinite(best), best, largest)
+    hit = todo & (pick > 1)
+    why = np.where(np.isfinite(best), "the fastest expert-parallel degree dividing the experts and dp x cp that "
+                   "fits, as a published run is a tuned one", "no degree fits: the largest dividing the experts and "
+                   "dp x cp, the least expert memory")
+    text = pl.Series([f"ep={p:.0f} (not stated: {w})" if h else None for p, w, h in zip(pick, why, hit)],
+                     dtype=pl.Utf8)
     return configs.with_columns(
         pl.Series("ep", np.where(hit, pick, configs["ep"].cast(pl.Float64).to_numpy())).cast(pl.Int64),
         pl.concat_str([pl.col("assumptions"), text], separator="; ", ignore_nulls=True).str.strip_chars("; ")

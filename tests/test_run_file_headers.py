@@ -377,12 +377,12 @@ def test_an_accelerator_count_in_the_hardware_cell_is_n_gpus_where_none_is_state
 
 
 def test_a_run_no_layout_fits_gets_the_layout_needing_the_least_memory(tmp_path):
-    """Llama 3.1 405B on 1,024 H100 at a batch of 512 with no layout stated. With sharding stated 'none' no candidate
-    layout fits the memory model, so pure data parallelism (dp 1,024) would not split the batch: the row gets the
-    candidate whose dp divides the batch that needs the least memory per GPU (tp 8 in the node, then the most pp),
+    """Llama 3.1 405B on 1,024 H100 at a batch of 512 with no layout stated. With sharding stated 'none' no layout
+    fits the memory model, so pure data parallelism (dp 1,024) would not split the batch: the row gets the valid
+    layout whose dp divides the batch that needs the least memory per GPU (tp 8 in the node, then the most pp),
     is predicted, says so and stays over the capacity (memory_fits False, the figure kept). Without a sharding
-    stated (an unknown stack), a layout that fits with optimizer and weight sharding counts as fitting: the smallest
-    model parallelism that does, with the least sharding that fits. A row that fits keeps that rule too."""
+    stated (an unknown stack), a layout that fits with optimizer and weight sharding counts as fitting: the
+    fastest layout that does, with the least sharding that fits. A row that fits keeps that rule too."""
     f = tmp_path / "runs.csv"
     f.write_text("Model,GPU,# GPUs,GBS,Seq len,Sharding,MFU\n"
                  "Llama 3.1 405B,H100,1024,512,8192,,40%\n"
@@ -390,19 +390,40 @@ def test_a_run_no_layout_fits_gets_the_layout_needing_the_least_memory(tmp_path)
                  "Llama 3.1 70B,H100,1024,512,8192,,40%\n")
     rows = _predict(f)
     note = "(no layout stated and none fits the memory model: the layout needing the least memory per GPU)"
-    smallest = "(no layout stated: the smallest model parallelism that fits and splits the batch)"
+    fastest = "(no layout stated: the fastest valid layout the model finds that fits in memory"
     stated = rows["line 3"]
     assert (stated["tp"], stated["pp"], stated["dp"]) == (8, 64, 2)
     assert stated["step_time_s"] is not None and stated["error_pct"] is not None
-    assert "not divisible" not in (stated["error"] or "") and f"tp=8, pp=64 {note}" in stated["assumptions"]
-    assert "tp=1 (not stated)" not in stated["assumptions"]
+    assert "not divisible" not in (stated["error"] or "") and f"tp=8, pp=64, vpp=" in stated["assumptions"]
+    assert note in stated["assumptions"] and "tp=1 (not stated)" not in stated["assumptions"]
     assert stated["sharding"] == "none" and stated["memory_fits"] is False
     assert stated["memory_gb_per_gpu"] > stated["memory_capacity_gb"] and stated["error"].startswith("memory ")
     for rid in ("line 2", "line 4"):
         row = rows[rid]
-        assert row["memory_fits"] is True and note not in row["assumptions"] and smallest in row["assumptions"], rid
+        assert row["memory_fits"] is True and note not in row["assumptions"] and fastest in row["assumptions"], rid
         assert row["sharding"] != "none" and "the least sharding that fits" in row["assumptions"], rid
-        assert row["pp"] == 1 and row["tp"] * row["dp"] == 1024, rid
+        assert row["tp"] * row["pp"] * row["dp"] == 1024 and row["tp"] <= 8, rid
+
+
+def test_a_run_with_no_layout_gets_the_fastest_that_fits(tmp_path):
+    """A Megatron-class run that states no layout is read with the tp x pp the model finds fastest among those
+    that fit (a published run is a tuned one): every other tp x pp of the same run, stated, is slower or does not
+    fit."""
+    head = "Model,GPU,# GPUs,GBS,Seq len,Framework,Sharding,Recompute,TP,PP,MFU\n"
+    f = tmp_path / "runs.csv"
+    f.write_text(head + "Llama 3 70B,H100,64,128,8192,Megatron-Core,zero1,selective,,,40%\n")
+    row = _predict(f)["line 2"]
+    assert "(no layout stated: the fastest valid layout the model finds that fits in memory" in row["assumptions"]
+    assert row["memory_fits"] is True
+    others = [(t, p) for t in (1, 2, 4, 8) for p in (1, 2, 4, 8, 16) if (t, p) != (row["tp"], row["pp"])]
+    g = tmp_path / "others.csv"
+    g.write_text(head + "".join(f"Llama 3 70B,H100,64,128,8192,Megatron-Core,zero1,selective,{t},{p},40%\n"
+                                for t, p in others))
+    alt = _predict(g)
+    assert len(alt) == len(others)
+    for r in alt.values():
+        if r["memory_fits"] and r["step_time_s"] is not None:
+            assert r["step_time_s"] >= row["step_time_s"] * (1 - 1e-9), (r["tp"], r["pp"])
 
 
 def test_a_gpu_count_cell_that_names_the_accelerator(tmp_path):
