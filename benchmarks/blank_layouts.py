@@ -1,5 +1,5 @@
 """How much a stated layout is worth, and how well the inference rules stand in for a missing one: the shipped
-corpus's runs predicted by a store's served fit as they are, then with their layout blanked (tp, pp, dp, cp, ep,
+corpus's runs predicted by a store's served fit as they are, then with their micro-batch blanked, with their layout blanked (tp, pp, dp, cp, ep,
 vpp, micro_batch, recompute, sharding), then with the global batch blanked too, as a new user's file that states
 only the model, the accelerator and its count would be read (`stepcast predict --runs`, models.runs_adapter). Prints
 MdAPE, MAPE, the share within 10% and the 90% interval's coverage of tokens/s per accelerator for each reading, with
@@ -58,6 +58,7 @@ def main() -> None:
     source = dict(frame.select("run_id", "source").unique("run_id").iter_rows())
     readings = {
         "as stated": frame,
+        "micro-batch blanked": frame.with_columns(pl.lit(None, dtype=pl.Utf8).alias("micro_batch")),
         "layout blanked": frame.with_columns(pl.lit(None, dtype=pl.Utf8).alias(c) for c in LAYOUT),
         "layout and batch blanked": frame.with_columns(
             pl.lit(None, dtype=pl.Utf8).alias(c) for c in LAYOUT + ("global_batch_seqs",)),

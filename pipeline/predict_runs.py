@@ -664,7 +664,8 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
     types are taken as their text). Raises FileRejected (naming `source`) without a run_id column."""
     from models.hardware import resolve_hardware
     from models.predictor import predict
-    from models.runs_adapter import configs_from_runs, resolve_ep, resolve_layout, resolve_recompute, resolve_sharding
+    from models.runs_adapter import (configs_from_runs, resolve_ep, resolve_layout, resolve_micro_batch,
+                                     resolve_recompute, resolve_sharding)
     from models.step_time import predict as physics
     from models.targets import derive_flop_targets, measured_throughput
 
@@ -722,6 +723,7 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
         if "value" in frame.columns else pl.Series([], dtype=pl.Utf8)
     measured = ok["run_id"].is_in(measured_ids.unique().to_list())
     ok = resolve_ep(ok, physics, measured=measured, rank=lambda c: predict(c, model)["step_time_s"])
+    ok = resolve_micro_batch(ok, physics, measured=measured, rank=lambda c: predict(c, model)["step_time_s"])
     ok = resolve_sharding(ok, physics, measured=measured)
     ok = resolve_recompute(ok, physics, measured=measured)
     text = {"error", "fit_version", "assumptions", "calibration_domain"}

@@ -407,17 +407,17 @@ def test_a_run_no_layout_fits_gets_the_layout_needing_the_least_memory(tmp_path)
 
 def test_a_run_with_no_layout_gets_the_fastest_that_fits(tmp_path):
     """A Megatron-class run that states no layout is read with the tp x pp the model finds fastest among those
-    that fit (a published run is a tuned one): every other tp x pp of the same run, stated, is slower or does not
-    fit."""
-    head = "Model,GPU,# GPUs,GBS,Seq len,Framework,Sharding,Recompute,TP,PP,MFU\n"
+    that fit at its micro-batch (a published run is a tuned one): every other tp x pp of the same run, stated, is
+    slower or does not fit."""
+    head = "Model,GPU,# GPUs,GBS,Seq len,Micro batch,Framework,Sharding,Recompute,TP,PP,MFU\n"
     f = tmp_path / "runs.csv"
-    f.write_text(head + "Llama 3 70B,H100,64,128,8192,Megatron-Core,zero1,selective,,,40%\n")
+    f.write_text(head + "Llama 3 70B,H100,64,128,8192,1,Megatron-Core,zero1,selective,,,40%\n")
     row = _predict(f)["line 2"]
     assert "(no layout stated: the fastest valid layout the model finds that fits in memory" in row["assumptions"]
     assert row["memory_fits"] is True
     others = [(t, p) for t in (1, 2, 4, 8) for p in (1, 2, 4, 8, 16) if (t, p) != (row["tp"], row["pp"])]
     g = tmp_path / "others.csv"
-    g.write_text(head + "".join(f"Llama 3 70B,H100,64,128,8192,Megatron-Core,zero1,selective,{t},{p},40%\n"
+    g.write_text(head + "".join(f"Llama 3 70B,H100,64,128,8192,1,Megatron-Core,zero1,selective,{t},{p},40%\n"
                                 for t, p in others))
     alt = _predict(g)
     assert len(alt) == len(others)
