@@ -768,7 +768,8 @@ def resolve_layout(configs: pl.DataFrame, predict, rank=None) -> pl.DataFrame:
 
 
 def _first_fitting_layout(todo: pl.DataFrame, predict) -> pl.DataFrame:
-    """`resolve_layout` for weight-sharded rows (with `_row`): the first of LAYOUT_CANDIDATES that fits."""
+    """`resolve_layout` for FSDP-class and 2021-22 Megatron rows (with `_row`): the first of LAYOUT_CANDIDATES that
+    fits."""
     trial0 = todo.drop("_row").with_columns(pl.col("recompute").fill_null("selective").alias("recompute"))
     ok0 = predict_by_preset(trial0, predict)["feasible"].to_numpy()
     B = todo["global_batch_seqs"].cast(pl.Float64).to_numpy()
@@ -778,6 +779,8 @@ def _first_fitting_layout(todo: pl.DataFrame, predict) -> pl.DataFrame:
     chosen_pp = np.full(todo.height, np.nan)
     heads = todo["n_heads"].cast(pl.Float64).to_numpy()
     node = todo["scaleup_size"].cast(pl.Float64).to_numpy()
+    # the least-memory valid candidate of each row, for rows no candidate fits (its memory figure: finite only for
+    # a row whose inputs are valid apart from memory)
     least_mem = np.full(todo.height, np.inf)
     least_tp = np.full(todo.height, np.nan)
     least_pp = np.full(todo.height, np.nan)
@@ -785,6 +788,9 @@ def _first_fitting_layout(todo: pl.DataFrame, predict) -> pl.DataFrame:
     mbv = np.where(todo["micro_batch_stated"].fill_null(False).to_numpy(),
                    todo["micro_batch"].cast(pl.Float64).fill_null(1.0).to_numpy(), 1.0) \
         if "micro_batch_stated" in todo.columns else np.ones(todo.height)
+    # rows whose sharding is open (`resolve_sharding` may read them sharded) fit a layout that fits with ZeRO-3
+    open_ = todo["sharding_open"].fill_null(False).to_numpy() & (todo["sharding"] == "none").to_numpy() \
+        if "sharding_open" in todo.columns else np.zeros(todo.height, dtype=bool)
     for tp, pp in LAYOUT_CANDIDATES:
         left = need & np.isnan(chosen_tp)
         if not left.any():
@@ -800,6 +806,9 @@ def _first_fitting_layout(todo: pl.DataFrame, predict) -> pl.DataFrame:
                                     pl.lit(tp > 1).alias("sequence_parallel"))
         pred = predict_by_preset(trial, predict)
         fits = pred["feasible"].to_numpy()
+        if (cand & open_ & ~fits).any():
+            fits = fits | (open_ & predict_by_preset(trial.with_columns(pl.lit("zero3").alias("sharding")),
+                                                     predict)["feasible"].to_numpy())
         hit = cand & fits
         chosen_tp[hit], chosen_pp[hit] = tp, pp
         mem = pred["memory_gb_per_gpu"].cast(pl.Float64).fill_null(np.nan).to_numpy()
