@@ -610,7 +610,7 @@ def recipe_memory(frame: pl.DataFrame) -> pl.DataFrame:
     sh = _entry(mkey, RECIPE_SHARDING, 0, pl.Utf8)
     use_sh = sh.is_not_null() & pl.col("sharding_from_default").fill_null(False) if reshard else pl.lit(False)
     why = pl.concat_str([why, pl.when(use_sh).then(pl.format("sharding={} (the run's recipe: {})", sh, _entry(
-        mkey, RECIPE_SHARDING, 1, pl.Utf8)))], separator="; ", ignore_nulls=True)
+        mkey, RECIPE_SHARDING, 1, pl.Utf8)))], separator="; ", ignore_nulls=True).str.strip_chars("; ")
     return frame.with_columns(
         *([pl.when(use_sh).then(sh).otherwise(pl.col("sharding")).alias("sharding")] if reshard else []),
         pl.when(fill_rc).then(rc).otherwise(pl.col("recompute")).alias("recompute"),
@@ -747,7 +747,7 @@ def recipe_optimizer(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(
         ob.alias("optimizer_bytes"), gb.alias("grad_bytes"),
         pl.when(fill_rc).then(rc).otherwise(pl.col("recompute")).alias("recompute"),
-        pl.when(why.is_not_null()).then(pl.concat_str([pl.col("assumptions"), why], separator="; ", ignore_nulls=True))
+        pl.when(what.is_not_null()).then(pl.concat_str([pl.col("assumptions"), why], separator="; ", ignore_nulls=True))
         .otherwise(pl.col("assumptions")).alias("assumptions"),
     )
 
