@@ -19,7 +19,7 @@ never silently rests on a guess:
 | capacity factor of an MoE run | dropless, unless the notes state otherwise (only "dropless" is stated in the corpus) | Megatron-Core's default (`--moe-expert-capacity-factor` None) |
 | dp stated but tp*pp*cp*dp != n_gpus | dp*ep when that completes n_gpus (the source counted dp without the expert ranks), else n_gpus/(tp*pp*cp) | |
 | dp empty | n_gpus / (tp*pp*cp) | definition of dp in the data card |
-| micro_batch empty, a measured run | of 1, 2, 4, ..., 32 dividing the per-replica batch, the fastest that fits with its recompute (selective where unstated), ranked as the layout is (`resolve_micro_batch`); 1 when none fits | a published measurement is of a tuned run; 1, Megatron's default and the rule before, made the corpus's runs with their micro-batch blanked 13.3% off (median) where this rule makes them 7.4% (`benchmarks/blank_layouts.py`) |
+| micro_batch empty, a measured run | of 1, 2, 4, ..., 32 dividing the per-replica batch, the fastest that fits with its recompute (selective where unstated), ranked as the layout is (`resolve_micro_batch`); 1 when none fits | a published measurement is of a tuned run; 1, Megatron's default and the rule before, made the corpus's runs with their micro-batch blanked 13.3% off (median) where this rule makes them 7.5% (`benchmarks/blank_layouts.py`) |
 | micro_batch does not divide the per-replica batch | the largest divisor of global_batch/dp below it | the run ran, so its micro-batches tile the batch |
 | seq_len empty | 2,048 up to 2022 (GPT-3, OPT, BLOOM), 4,096 in 2023 (Llama 2), 8,192 from 2024 (Llama 3) | the era's typical context (Brown et al. 2020; Touvron et al. 2023; Dubey et al. 2024) |
 | global_batch_seqs empty | FSDP stacks: dp*micro_batch (no gradient accumulation: torchtitan/fms-fsdp defaults; an unstated micro-batch then the fastest per-replica batch that fits, `resolve_micro_batch`); others: the era's typical batch in tokens (0.5M to 2020, 3.1M 2021-22 as GPT-3's 1,536 x 2,048, 4M in 2023 as Llama 2, 16M from 2024 as Llama 3 405B) / seq_len, rounded up to a multiple of dp*micro_batch | the source's era; a step-time + throughput pair fixes it exactly (`targets`) |
@@ -165,6 +165,17 @@ def _interleaving_stack(frame: pl.DataFrame) -> np.ndarray:
             ).fill_null(False).to_numpy()
 
 
+def typical_vpp(interleaving: np.ndarray, n_layers: np.ndarray, pp: np.ndarray,
+                micro_batches: np.ndarray) -> np.ndarray:
+    """The stack's typical interleave, chunks of TYPICAL_LAYERS_PER_CHUNK layers, of the rows that take one: an
+    interleaving stack (`interleaving`, the caller's mask), pp > 1, a multiple of pp micro-batches and at least pp,
+    more than one chunk a stage; NaN elsewhere."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        v = np.maximum(np.floor(np.floor(n_layers / pp) / TYPICAL_LAYERS_PER_CHUNK), 1.0)
+        ok = interleaving & (pp > 1) & (micro_batches >= pp) & (np.mod(micro_batches, pp) == 0)
+    return np.where(ok & np.isfinite(v) & (v > 1), v, np.nan)
+
+
 def infer_layout(frame: pl.DataFrame) -> pl.DataFrame:
     """Fill tp, pp, dp, cp, ep, vpp, micro_batch, seq_len and global_batch_seqs by the documented rules (module
     docstring) and append what was inferred to `assumptions`. Needs `scaleup_size` (the hardware joined),
@@ -239,11 +250,8 @@ def infer_layout(frame: pl.DataFrame) -> pl.DataFrame:
     vpp0 = f("vpp")
     # a pipelined run of a FlashAttention-era Megatron-class or unnamed stack that states no interleave (nor does
     # its source for the same stage split): interleaved in chunks of two layers (TYPICAL_LAYERS_PER_CHUNK)
-    m = B / (dp * mb)
-    typical = _interleaving_stack(frame) & np.isnan(vpp0) & (pp > 1) & (m >= pp) & (np.mod(m, pp) == 0)
-    lps = np.floor(f("n_layers") / pp)
-    v_typ = np.maximum(np.floor(lps / TYPICAL_LAYERS_PER_CHUNK), 1.0)
-    typical &= np.isfinite(v_typ) & (v_typ > 1)
+    v_typ = typical_vpp(_interleaving_stack(frame) & np.isnan(vpp0), f("n_layers"), pp, B / (dp * mb))
+    typical = np.isfinite(v_typ)
     vpp = np.where(typical, v_typ, np.nan_to_num(vpp0, nan=1.0))
     note(typical, [f"vpp={x:.0f} (interleaved in chunks of {TYPICAL_LAYERS_PER_CHUNK} layers: the stack's typical "
                    f"schedule at pp > 1)" for x in vpp])
@@ -641,7 +649,7 @@ def _strip_layout_notes(col: str = "assumptions") -> pl.Expr:
 def _search_candidates(todo: pl.DataFrame) -> pl.DataFrame:
     """Every layout `resolve_layout` weighs for the rows of `todo` (a `_row` column and the row's fixed inputs):
     `_row`, tp, pp, cp, dp, ep, micro_batch, vpp, valid by divisibility (the model judges the rest). vpp follows
-    the stack's typical interleave (`TYPICAL_LAYERS_PER_CHUNK`) unless the row states one."""
+    the stack's typical interleave (`typical_vpp`) unless the row states one."""
     g = lambda c, d=np.nan: todo[c].cast(pl.Float64).fill_null(d).to_numpy() if c in todo.columns \
         else np.full(todo.height, d)  # noqa: E731
     n, B, heads, node, L = g("n_gpus"), g("global_batch_seqs"), g("n_heads"), g("scaleup_size", 8.0), g("n_layers")
@@ -651,9 +659,7 @@ def _search_candidates(todo: pl.DataFrame) -> pl.DataFrame:
         else np.zeros(todo.height, bool)
     vpp_st = todo["vpp_stated"].fill_null(False).to_numpy() if "vpp_stated" in todo.columns \
         else np.zeros(todo.height, bool)
-    inter = _interleaving_stack(todo)
-    ids = todo["_row"].to_numpy()
-    rows = []
+    rows = []  # (row of todo, tp, pp, dp, ep)
     for i in range(todo.height):
         for tp in SEARCH_TP:
             if tp > node[i] or np.mod(heads[i], tp):
@@ -662,41 +668,45 @@ def _search_candidates(todo: pl.DataFrame) -> pl.DataFrame:
                 dp = n[i] / (tp * pp * cp[i])
                 if pp > L[i] or dp < 1 or dp != np.floor(dp) or np.mod(B[i], dp * mb[i]):
                     continue
-                m = B[i] / (dp * mb[i])
-                vpp = vpp0[i] if vpp_st[i] else max(np.floor(np.floor(L[i] / pp) / TYPICAL_LAYERS_PER_CHUNK), 1.0) \
-                    if (inter[i] and pp > 1 and m >= pp and not np.mod(m, pp)) else 1.0
                 eps = [e for e in (2 ** k for k in range(11)) if e <= E[i] and not np.mod(E[i], e)
                        and not np.mod(dp * cp[i], e)] if (ep_open[i] and E[i] > 0) else [ep0[i]]
-                rows.extend((int(ids[i]), tp, pp, cp[i], dp, ep, mb[i], vpp) for ep in eps)
-    return pl.DataFrame(rows, schema={"_row": pl.Int64, "tp": pl.Float64, "pp": pl.Float64, "cp": pl.Float64,
-                                      "dp": pl.Float64, "ep": pl.Float64, "micro_batch": pl.Float64,
-                                      "vpp": pl.Float64}, orient="row")
+                rows.extend((i, tp, pp, dp, ep) for ep in eps)
+    i, tp, pp, dp, ep = (np.array(c, dtype=float) for c in zip(*rows)) if rows else (np.zeros(0),) * 5
+    i = i.astype(int)
+    v_typ = typical_vpp(_interleaving_stack(todo)[i] & ~vpp_st[i], L[i], pp, B[i] / (dp * mb[i]))
+    vpp = np.where(vpp_st[i], vpp0[i], np.nan_to_num(v_typ, nan=1.0))
+    return pl.DataFrame({"_row": todo["_row"].to_numpy()[i].astype(np.int64), "tp": tp, "pp": pp, "cp": cp[i],
+                         "dp": dp, "ep": ep, "micro_batch": mb[i], "vpp": vpp})
 
 
-def _fastest_layout(todo: pl.DataFrame, predict, rank=None) -> pl.DataFrame:
-    """For each row of `todo` (with `_row`), the fastest of `_search_candidates` (by `rank`: configs -> step time
-    in s; default the physics `predict`) that fits in memory with the row's recompute (selective where unstated),
-    else the one needing the least memory per GPU: columns `_row`, tp, pp, cp, dp, ep, micro_batch, vpp,
-    `_fits`."""
+def _prediction(configs: pl.DataFrame, predict, judge=None) -> pl.DataFrame:
+    """The prediction frame (feasible, step_time_s, memory_gb_per_gpu, ...) of `configs`: `judge`'s (configs ->
+    prediction frame; `stepcast predict --runs` passes the served model, which ranks as `stepcast search` does), or
+    the physics `predict` with each row's software preset. The memory model has no fitted constant, so both say
+    the same of what fits."""
+    return judge(configs) if judge is not None else predict_by_preset(configs, predict)
+
+
+def _fastest_layout(todo: pl.DataFrame, predict, judge=None) -> pl.DataFrame:
+    """For each row of `todo` (with `_row`), the fastest of `_search_candidates` (`_prediction`) that fits in memory
+    with the row's recompute (selective where unstated), else the one needing the least memory per GPU: columns
+    `_row`, tp, pp, cp, dp, ep, micro_batch, vpp, `_fits`."""
     cand = _search_candidates(todo)
     if not cand.height:
         return cand.with_columns(pl.lit(False).alias("_fits"))
     lay = ("tp", "pp", "cp", "dp", "ep", "micro_batch", "vpp")
     base = todo.with_columns(pl.col("recompute").fill_null("selective"))
     trial = cand.join(base.drop(*lay, strict=False), on="_row", how="left").with_columns(
-        *[pl.col(c).cast(pl.Int64) for c in lay], (pl.col("tp") > 1).alias("sequence_parallel"))
-    pred = predict_by_preset(trial.drop("_row"), predict)
+        *[pl.col(c).cast(pl.Int64) for c in lay], (pl.col("tp") > 1).alias("sequence_parallel")).drop("_row")
+    pred = _prediction(trial, predict, judge)
     open_ = trial["sharding_open"].fill_null(False) & (trial["sharding"] == "none") \
         if "sharding_open" in trial.columns else pl.Series([False] * trial.height)
     fits = pred["feasible"].fill_null(False)
-    timed = (lambda c: rank(c).cast(pl.Float64)) if rank is not None else None
-    step = timed(trial.drop("_row")) if timed else pred["step_time_s"].cast(pl.Float64)
+    step = pred["step_time_s"].cast(pl.Float64)
     if (open_ & ~fits).any():  # an open sharding may be read as ZeRO-3 (`resolve_sharding`)
-        t3 = trial.drop("_row").with_columns(pl.lit("zero3").alias("sharding"))
-        z3 = predict_by_preset(t3, predict)
+        z3 = _prediction(trial.with_columns(pl.lit("zero3").alias("sharding")), predict, judge)
         use = (open_ & ~fits & z3["feasible"].fill_null(False))
-        step3 = timed(t3) if timed else z3["step_time_s"]
-        step = pl.select(pl.when(use).then(step3).otherwise(step)).to_series()
+        step = pl.select(pl.when(use).then(z3["step_time_s"].cast(pl.Float64)).otherwise(step)).to_series()
         fits = fits | use
     scored = cand.with_columns(pl.Series("_fits", fits), pl.Series("_step", step),
                                pl.Series("_mem", pred["memory_gb_per_gpu"].cast(pl.Float64)))
@@ -707,7 +717,7 @@ def _fastest_layout(todo: pl.DataFrame, predict, rank=None) -> pl.DataFrame:
     return pl.concat([best_fit, rest]).drop("_step", "_mem")
 
 
-def resolve_layout(configs: pl.DataFrame, predict, rank=None) -> pl.DataFrame:
+def resolve_layout(configs: pl.DataFrame, predict, judge=None) -> pl.DataFrame:
     """Runs that state no layout at all (`layout_unstated`).
 
     A run of a stack that shards its weights over the data-parallel ranks (fsdp, hsdp, zero3: FSDP stacks start
@@ -724,8 +734,8 @@ def resolve_layout(configs: pl.DataFrame, predict, rank=None) -> pl.DataFrame:
     the stack's typical interleave), else the one needing the least memory. A published measurement is of a tuned
     run, and its tuner chose by speed, as `stepcast search` ranks; the smallest model parallelism that fits, the
     rule before, put a 671B MoE on tp 8 x pp 16 with every expert on every GPU.
-    `predict` is `models.step_time.predict` (memory, and the ranking when `rank` is None); `rank` (configs -> step
-    time in s) ranks the layouts: `stepcast predict --runs` passes the served model, as `stepcast search` ranks."""
+    `predict` is `models.step_time.predict`; `judge` (configs -> prediction frame), where given, predicts the
+    layouts instead (`_prediction`: `stepcast predict --runs` passes the served model)."""
     drop = ("vpp_stated",)
     if "layout_unstated" not in configs.columns or not configs["layout_unstated"].any():
         return configs.drop(*drop, strict=False)
@@ -735,11 +745,11 @@ def resolve_layout(configs: pl.DataFrame, predict, rank=None) -> pl.DataFrame:
     first = todo_all["sharding"].fill_null("none").is_in(list(WEIGHT_SHARDING)).to_numpy()
     if "software_preset" in todo_all.columns:
         first |= (todo_all["software_preset"] == "megatron_2022").fill_null(False).to_numpy()
-    todo = todo_all.filter(pl.Series(first))
+    fitting = todo_all.filter(pl.Series(first))
     searched = todo_all.filter(pl.Series(~first))
     parts = [df.filter(~pl.col("layout_unstated"))]
     if searched.height:
-        best = _fastest_layout(searched, predict, rank)
+        best = _fastest_layout(searched, predict, judge)
         cols = ("tp", "pp", "cp", "dp", "ep", "micro_batch", "vpp")
         upd = searched.drop(*cols).join(best, on="_row", how="left")
         got = upd["_fits"].is_not_null()
@@ -762,8 +772,8 @@ def resolve_layout(configs: pl.DataFrame, predict, rank=None) -> pl.DataFrame:
         if "ep_unstated" in upd.columns:  # the search chose the ep of an MoE run that states none
             upd = upd.with_columns((pl.col("ep_unstated").fill_null(False) & ~pl.Series(got)).alias("ep_unstated"))
         parts.append(upd.select(df.columns))
-    if todo.height:
-        parts.append(_first_fitting_layout(todo, predict).select(df.columns))
+    if fitting.height:
+        parts.append(_first_fitting_layout(fitting, predict).select(df.columns))
     return pl.concat(parts, how="vertical_relaxed").sort("_row").drop("_row", *drop)
 
 
@@ -885,10 +895,10 @@ def predict_by_preset(configs: pl.DataFrame, predict, base=None, overrides=None)
 SEARCH_MICRO_BATCH = (1, 2, 4, 8, 16, 32)
 
 
-def resolve_micro_batch(configs: pl.DataFrame, predict, measured=None, rank=None) -> pl.DataFrame:
+def resolve_micro_batch(configs: pl.DataFrame, predict, measured=None, judge=None) -> pl.DataFrame:
     """A measured run that states no micro-batch: of SEARCH_MICRO_BATCH dividing its per-replica batch (B / dp; an
     FSDP stack's run that states no batch either takes no gradient accumulation, so its batch is dp x micro-batch
-    and every candidate qualifies), the fastest (by `rank`, default the physics `predict`) that fits in memory with
+    and every candidate qualifies), the fastest in sequences per second (`_prediction`) that fits in memory with
     its recompute (selective where unstated); where none fits, 1. Drops `micro_batch_stated`, `batch_per_replica`."""
     drop = ("micro_batch_stated", "batch_per_replica")
     if "micro_batch_stated" not in configs.columns:
@@ -897,33 +907,37 @@ def resolve_micro_batch(configs: pl.DataFrame, predict, measured=None, rank=None
     todo = (~configs["micro_batch_stated"].fill_null(True) & measured).to_numpy()
     if not todo.any():
         return configs.drop(*drop, strict=False)
-    per_rep = configs["batch_per_replica"].fill_null(False).to_numpy() if "batch_per_replica" in configs.columns \
-        else np.zeros(configs.height, bool)
-    rc = configs["recompute"].fill_null(INFERRED_RECOMPUTE[-1])
-    B = configs["global_batch_seqs"].cast(pl.Float64).to_numpy()
-    dp = configs["dp"].cast(pl.Float64).to_numpy()
-    mb0 = configs["micro_batch"].cast(pl.Float64).to_numpy()
-    best, best_t = mb0.copy(), np.full(configs.height, np.inf)
+    sub = configs.filter(pl.Series(todo)).with_columns(pl.col("recompute").fill_null(INFERRED_RECOMPUTE[-1]))
+    per_rep = sub["batch_per_replica"].fill_null(False).to_numpy() if "batch_per_replica" in sub.columns \
+        else np.zeros(sub.height, bool)
+    B, dp = sub["global_batch_seqs"].cast(pl.Float64).to_numpy(), sub["dp"].cast(pl.Float64).to_numpy()
+    best, best_tput = sub["micro_batch"].cast(pl.Float64).to_numpy(), np.full(sub.height, -np.inf)
     for mb in SEARCH_MICRO_BATCH:
         Bc = np.where(per_rep, dp * mb, B)
-        valid = todo & np.isfinite(Bc) & (np.mod(Bc, dp * mb) == 0)
+        valid = np.isfinite(Bc) & (np.mod(Bc, dp * mb) == 0)
         if not valid.any():
             continue
-        trial = configs.with_columns(rc.alias("recompute"), pl.Series("micro_batch", np.where(valid, mb, mb0)).cast(pl.Int64),
-                                     pl.Series("global_batch_seqs", np.where(valid, Bc, B)).cast(pl.Int64))
-        pred = predict_by_preset(trial, predict)
-        fits = pred["feasible"].fill_null(False).to_numpy()
-        t = (rank(trial) if rank is not None else pred["step_time_s"]).cast(pl.Float64).fill_null(np.inf).to_numpy()
-        tpt = np.where(valid & fits, Bc / t, -np.inf)  # sequences per second: the batch may move with mb
-        better = tpt > np.where(np.isfinite(best_t), best_t, -np.inf)
-        best, best_t = np.where(better, mb, best), np.where(better, tpt, best_t)
-    hit = todo & np.isfinite(best_t) & (best != mb0)
-    newB = np.where(hit & per_rep, dp * best, B)
+        pred = _prediction(sub.with_columns(pl.lit(mb).cast(pl.Int64).alias("micro_batch"),
+                                            pl.Series("global_batch_seqs", Bc).cast(pl.Int64)).filter(pl.Series(valid)),
+                           predict, judge)
+        tput = np.full(sub.height, -np.inf)  # sequences per second: the batch may move with the micro-batch
+        tput[valid] = np.where(pred["feasible"].fill_null(False).to_numpy(),
+                               Bc[valid] / pred["step_time_s"].cast(pl.Float64).fill_null(np.inf).to_numpy(), -np.inf)
+        better = tput > best_tput
+        best, best_tput = np.where(better, mb, best), np.where(better, tput, best_tput)
+    mb0 = configs["micro_batch"].cast(pl.Float64).to_numpy()
+    chosen = mb0.copy()
+    chosen[todo] = best
+    hit = chosen != mb0
+    batch = configs["global_batch_seqs"].cast(pl.Float64).to_numpy()
+    per_rep_all = np.zeros(configs.height, bool)
+    per_rep_all[todo] = per_rep
     text = pl.Series([f"micro_batch={m:.0f} (not stated: the fastest that fits, as a published run is a tuned one)"
-                      if h else None for m, h in zip(best, hit)], dtype=pl.Utf8)
+                      if h else None for m, h in zip(chosen, hit)], dtype=pl.Utf8)
     return configs.with_columns(
-        pl.Series("micro_batch", np.where(hit, best, mb0)).cast(pl.Int64),
-        pl.Series("global_batch_seqs", newB).cast(pl.Int64),
+        pl.Series("micro_batch", chosen).cast(pl.Int64),
+        pl.Series("global_batch_seqs", np.where(hit & per_rep_all, configs["dp"].cast(pl.Float64).to_numpy() * chosen,
+                                                batch)).cast(pl.Int64),
         pl.when(pl.Series(hit)).then(pl.concat_str(
             [pl.col("assumptions").str.replace_all(r"(^|; )micro_batch=1(; |$)", "$1").str.strip_chars("; "), text],
             separator="; ", ignore_nulls=True)).otherwise(pl.col("assumptions")).alias("assumptions"),
@@ -975,16 +989,15 @@ def resolve_sharding(configs: pl.DataFrame, predict, measured=None) -> pl.DataFr
 WEIGHT_SHARDING = ("fsdp", "hsdp", "zero3")
 
 
-def resolve_ep(configs: pl.DataFrame, predict, measured=None, rank=None) -> pl.DataFrame:
+def resolve_ep(configs: pl.DataFrame, predict, measured=None, judge=None) -> pl.DataFrame:
     """A measured MoE run that states no expert-parallel degree (`ep_unstated`) and whose sharding leaves the
     weights whole on every rank (not `WEIGHT_SHARDING`): of 1 and every power of two that divides the experts and
-    dp x cp (the ranks Megatron-Core carves expert parallelism from with etp = tp), the fastest (by `rank`: configs
-    -> step time in s; default the physics `predict`) that fits with the run's recompute (selective where
-    unstated); where none fits, the largest (the least expert memory). A published measurement is of a tuned run,
-    and every MoE stack shards its experts (Megatron-Core's --expert-model-parallel-size, torchtitan's and
-    MaxText's expert axis); the smallest degree that fits, the rule before, kept every expert on every GPU wherever
-    that fitted. `measured`: a boolean Series per row (default: every row, as in the corpus). Rows that state ep
-    keep it. `predict` is `models.step_time.predict`."""
+    dp x cp (the ranks Megatron-Core carves expert parallelism from with etp = tp), the fastest (`_prediction`)
+    that fits with the run's recompute (selective where unstated); where none fits, the largest (the least expert
+    memory). A published measurement is of a tuned run, and every MoE stack shards its experts (Megatron-Core's
+    --expert-model-parallel-size, torchtitan's and MaxText's expert axis); the smallest degree that fits, the rule
+    before, kept every expert on every GPU wherever that fitted. `measured`: a boolean Series per row (default:
+    every row, as in the corpus). Rows that state ep keep it. `predict` is `models.step_time.predict`."""
     if "ep_unstated" not in configs.columns:
         return configs
     measured = pl.Series([True] * configs.height) if measured is None else pl.Series(measured).fill_null(False)
@@ -993,34 +1006,36 @@ def resolve_ep(configs: pl.DataFrame, predict, measured=None, rank=None) -> pl.D
     todo = (configs["ep_unstated"].fill_null(False) & measured & replicated).to_numpy()
     if not todo.any():
         return configs.drop("ep_unstated")
-    rc = configs["recompute"].fill_null(INFERRED_RECOMPUTE[-1])
-    E = configs["n_experts"].cast(pl.Float64).fill_null(0.0).to_numpy()
-    ranks = (configs["dp"].cast(pl.Float64).fill_null(1.0) * configs["cp"].cast(pl.Float64).fill_null(1.0)).to_numpy()
-    best, best_t, largest = np.full(configs.height, np.nan), np.full(configs.height, np.inf), np.ones(configs.height)
+    sub = configs.filter(pl.Series(todo)).with_columns(pl.col("recompute").fill_null(INFERRED_RECOMPUTE[-1]))
+    E = sub["n_experts"].cast(pl.Float64).fill_null(0.0).to_numpy()
+    ranks = (sub["dp"].cast(pl.Float64).fill_null(1.0) * sub["cp"].cast(pl.Float64).fill_null(1.0)).to_numpy()
+    best, best_t, largest = np.full(sub.height, np.nan), np.full(sub.height, np.inf), np.ones(sub.height)
     e = 1.0
-    while (todo & (e <= np.maximum(np.minimum(E, ranks), 1.0))).any():
-        valid = todo & (np.mod(E, e) == 0) & (np.mod(ranks, e) == 0)
+    while (e <= np.maximum(np.minimum(E, ranks), 1.0)).any():
+        valid = (np.mod(E, e) == 0) & (np.mod(ranks, e) == 0)
         if valid.any():
-            trial = configs.with_columns(rc.alias("recompute"), pl.Series("ep", np.where(valid, e, 1.0)).cast(pl.Int64))
-            pred = predict_by_preset(trial, predict)
-            fits = pred["feasible"].fill_null(False).to_numpy()
-            t = (rank(trial) if rank is not None else pred["step_time_s"]).cast(pl.Float64).fill_null(np.inf) \
-                .to_numpy()
-            better = valid & fits & (t < best_t)
+            pred = _prediction(sub.filter(pl.Series(valid)).with_columns(pl.lit(e).cast(pl.Int64).alias("ep")),
+                               predict, judge)
+            t = np.full(sub.height, np.inf)
+            t[valid] = np.where(pred["feasible"].fill_null(False).to_numpy(),
+                                pred["step_time_s"].cast(pl.Float64).fill_null(np.inf).to_numpy(), np.inf)
+            better = t < best_t
             best, best_t = np.where(better, e, best), np.where(better, t, best_t)
             largest = np.where(valid, e, largest)
         e *= 2.0
     pick = np.where(np.isfinite(best), best, largest)
-    hit = todo & (pick > 1)
     why = np.where(np.isfinite(best), "the fastest expert-parallel degree dividing the experts and dp x cp that "
                    "fits, as a published run is a tuned one", "no degree fits: the largest dividing the experts and "
                    "dp x cp, the least expert memory")
-    text = pl.Series([f"ep={p:.0f} (not stated: {w})" if h else None for p, w, h in zip(pick, why, hit)],
-                     dtype=pl.Utf8)
+    ep = configs["ep"].cast(pl.Float64).to_numpy().copy()
+    notes = [None] * configs.height
+    for j, (p, w) in zip(np.flatnonzero(todo), zip(pick, why)):
+        if p > 1:
+            ep[j], notes[j] = p, f"ep={p:.0f} (not stated: {w})"
     return configs.with_columns(
-        pl.Series("ep", np.where(hit, pick, configs["ep"].cast(pl.Float64).to_numpy())).cast(pl.Int64),
-        pl.concat_str([pl.col("assumptions"), text], separator="; ", ignore_nulls=True).str.strip_chars("; ")
-        .alias("assumptions"),
+        pl.Series("ep", ep).cast(pl.Int64),
+        pl.concat_str([pl.col("assumptions"), pl.Series(notes, dtype=pl.Utf8)], separator="; ", ignore_nulls=True)
+        .str.strip_chars("; ").alias("assumptions"),
     ).drop("ep_unstated")
 
 

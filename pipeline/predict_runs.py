@@ -716,14 +716,16 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
         .otherwise(pl.coalesce("_dtype_error", "_word_error", "config_error")).alias("config_error")
     ).drop("_dtype_error", "_word_error")
     ok = cfg.filter(pl.col("config_error").is_null())
-    # an unstated layout: the fastest that fits, ranked by the served model as `stepcast search` ranks
-    ok = resolve_layout(ok, physics, rank=lambda c: predict(c, model)["step_time_s"])
+    # an unstated layout, expert-parallel degree or micro-batch: the fastest that fits by the served model, as
+    # `stepcast search` ranks (models.runs_adapter._prediction)
+    served = lambda c: predict(c, model)  # noqa: E731
+    ok = resolve_layout(ok, physics, judge=served)
     # a row with a measurement ran, so it fitted (models.runs_adapter: full recompute is never assumed for it)
     measured_ids = frame.filter(pl.col("value").str.strip_chars().replace("", None).is_not_null())["run_id"] \
         if "value" in frame.columns else pl.Series([], dtype=pl.Utf8)
     measured = ok["run_id"].is_in(measured_ids.unique().to_list())
-    ok = resolve_ep(ok, physics, measured=measured, rank=lambda c: predict(c, model)["step_time_s"])
-    ok = resolve_micro_batch(ok, physics, measured=measured, rank=lambda c: predict(c, model)["step_time_s"])
+    ok = resolve_ep(ok, physics, measured=measured, judge=served)
+    ok = resolve_micro_batch(ok, physics, measured=measured, judge=served)
     ok = resolve_sharding(ok, physics, measured=measured)
     ok = resolve_recompute(ok, physics, measured=measured)
     text = {"error", "fit_version", "assumptions", "calibration_domain"}
