@@ -14,8 +14,6 @@ inference rules cost.
 from __future__ import annotations
 
 import argparse
-import tempfile
-from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -65,10 +63,9 @@ def main() -> None:
     }
     print(f"served fit {getattr(model, 'version', '?')} of {args.store}")
     rows, per = [], {}
-    with tempfile.TemporaryDirectory():
-        for name, f in readings.items():
-            figs, per[name] = score(predict_frame(f, M, model, source=name), source)
-            rows.append({"reading": name, **figs})
+    for name, f in readings.items():
+        figs, per[name] = score(predict_frame(f, M, model, source=name), source)
+        rows.append({"reading": name, **figs})
     out = pl.DataFrame(rows).with_columns(pl.col(c).mul(100).round(1) for c in rows[0] if c not in ("reading", "runs"))
     with pl.Config(tbl_cols=-1, tbl_width_chars=200, tbl_hide_dataframe_shape=True):
         print(out)
