@@ -22,10 +22,13 @@ def test_vtrain_runs_carry_their_clusters_network_into_the_model(built_store):
     ok, _ = prepare_configs(runs, hw)
     a100 = ok.filter(pl.col("gpu") == "a100-sxm4-80gb")
     vtrain = a100.filter(pl.col("run_id").str.starts_with("vtrain_m"))
-    others = a100.filter(~pl.col("run_id").str.starts_with("vtrain_m"))
+    bloom = a100.filter(pl.col("source") == "bigscience-bloom")
+    others = a100.filter(~pl.col("run_id").str.starts_with("vtrain_m") & (pl.col("source") != "bigscience-bloom"))
     typical = hw.filter(pl.col("id") == "a100-sxm4-80gb")["inter_node_bw_gbps"][0]
     # vTrain's configs: 800 Gb/s per 8-GPU node = 12.5 GB/s per GPU; the DGX A100 spec row: 25
     assert vtrain.height == 109 and set(vtrain["inter_node_bw_gbps"]) == {12.5}
+    # Jean Zay (BLOOM paper, section 3.4): four 100 Gb/s Omni-Path links per 8-GPU node = 6.25 GB/s per GPU
+    assert bloom.height >= 2 and set(bloom["inter_node_bw_gbps"]) == {6.25}
     assert typical == 25 and set(others["inter_node_bw_gbps"]) == {typical}
 
     # the hardware's faster network never slows a step, and it speeds up every run whose TP spans nodes
@@ -51,3 +54,21 @@ def test_a_store_from_before_the_column_gets_it_and_keeps_its_rows(tmp_path):
     finally:
         con.close()
     assert "inter_node_bw_gbps" in cols and row == [("r1", None)]
+
+
+def test_bloomberggpt_carries_the_p4d_network_the_instance_table_gives(built_store):
+    """BloombergGPT ran on 64 AWS p4d.24xlarge (its paper); the run's scale-out figure is the one
+    measurements/instance_networks.csv derives for that instance (400 Gb/s EFA per 8 GPUs), not the DGX A100's."""
+    from pipeline.catalog import instance_network
+
+    con = duckdb.connect(str(built_store), read_only=True)
+    try:
+        runs, hw, _ = fits.read_inputs(con)
+    finally:
+        con.close()
+    ok, _ = prepare_configs(runs, hw)
+    bbg = ok.filter(pl.col("run_id") == "bloomberggpt")
+    bw, _ = instance_network("p4d.24xlarge")
+    assert bbg.height == 1 and bw == 6.25 and bbg["inter_node_bw_gbps"][0] == bw
+    typical = hw.filter(pl.col("id") == "a100-sxm4-40gb")["inter_node_bw_gbps"][0]
+    assert typical == 25
