@@ -13,8 +13,8 @@ never silently rests on a guess:
 | tp, pp, cp, ep, vpp empty | 1 | the sources state every degree they use |
 | ep empty, a measured MoE run whose sharding keeps the weights whole (not fsdp, hsdp, zero3) | of 1 and every power of two dividing the experts and dp x cp, the fastest that fits with its recompute (selective where unstated), ranked by the served model in `stepcast predict --runs` and by the physics priors when the fit reads the corpus; when none fits, the largest (`resolve_ep`) | a published measurement is of a tuned run, and expert parallelism is how a Megatron-class stack shards its experts (FSDP-class sharding shards them already); the smallest degree that fits, the rule before, kept every expert on every GPU wherever that fitted |
 | tp, pp empty but dp stated (dp < n_gpus) | model-parallel size n_gpus/(dp*cp): tp = min(that, scale-up domain), pp = the rest | Megatron-LM's layout: tensor parallel inside the node, pipeline across (Narayanan et al. 2021, section 3.3) |
-| tp, pp, dp all empty, a stack that shards its weights (fsdp, hsdp, zero3) or a 2021-22 Megatron stack (software era `megatron_2022`), and tp=pp=1 impossible | the smallest tp*pp (tp <= scale-up domain first, then pp) that divides n_gpus, leaves a dp dividing the batch and fits in memory with the run's recompute, else selective (`resolve_layout`); when none fits, the one of those candidates needing the least memory per GPU (predicted beside its memory figure) | an FSDP stack starts from pure data parallelism and adds model parallelism only as memory needs it; the Megatron-LM of 2021-22 put tensor parallelism inside the node and pipelines across (Narayanan et al. 2021, section 3.3) |
-| tp, pp, dp all empty, any other stack | of every tp (up to the scale-up domain, dividing the heads) x pp (up to the layers), and for an MoE run without ep every power of two dividing its experts and dp x cp, with cp and the micro-batch by their own rules and vpp by the stack's typical interleave: the fastest that fits in memory with the run's recompute, else selective, ranked by the served model in `stepcast predict --runs` (as `stepcast search` ranks) and by the physics priors when the fit reads the corpus; when none fits, the one needing the least memory per GPU (`resolve_layout`) | a published measurement is of a tuned run; the smallest model parallelism that fits, the rule before, read a 671B MoE as tp 8 x pp 16 with every expert on every GPU (97% too slow) |
+| tp, pp, dp all empty, a stack that shards its weights (fsdp, hsdp, zero3) or a 2021-22 Megatron stack (software era `megatron_2022`), and tp=pp=1 impossible | the smallest tp*pp (tp <= scale-up domain first, then pp: powers of two, then the layer count's other divisors) that divides n_gpus, leaves a dp dividing the batch and fits in memory with the run's recompute, else selective (`resolve_layout`); when none fits, the one of those candidates needing the least memory per GPU (predicted beside its memory figure) | an FSDP stack starts from pure data parallelism and adds model parallelism only as memory needs it; the Megatron-LM of 2021-22 put tensor parallelism inside the node and pipelines across (Narayanan et al. 2021, section 3.3) |
+| tp, pp, dp all empty, any other stack | of every tp (up to the scale-up domain, dividing the heads) x pp (up to the layers: powers of two and the layer count's divisors, `search_pp`), and for an MoE run without ep every power of two dividing its experts and dp x cp, with cp and the micro-batch by their own rules and vpp by the stack's typical interleave: the fastest that fits in memory with the run's recompute, else selective, ranked by the served model in `stepcast predict --runs` (as `stepcast search` ranks) and by the physics priors when the fit reads the corpus; when none fits, the one needing the least memory per GPU (`resolve_layout`) | a published measurement is of a tuned run; the smallest model parallelism that fits, the rule before, read a 671B MoE as tp 8 x pp 16 with every expert on every GPU (97% too slow) |
 | etp (expert tensor parallelism) of an MoE run: the measurement schema has no column | a Megatron-Bridge performance run (`mbYYMM-`): its release's recipe value, 1 (`models.moe_recipes.RECIPE_ETP`); otherwise tp (Megatron-Core's default `--expert-tensor-parallel-size`); where ep does not fold with it (ep does not divide cp*dp), the largest etp dividing tp with etp*ep dividing tp*cp*dp (`models.moe.resolve_etp`) | Megatron-Core refuses an expert grid that does not tile the stage (MoE parallel folding), so a run that ran used such an etp |
 | capacity factor of an MoE run | dropless, unless the notes state otherwise (only "dropless" is stated in the corpus) | Megatron-Core's default (`--moe-expert-capacity-factor` None) |
 | dp stated but tp*pp*cp*dp != n_gpus | dp*ep when that completes n_gpus (the source counted dp without the expert ranks), else n_gpus/(tp*pp*cp) | |
@@ -633,11 +633,23 @@ def _lora_fraction(out: pl.DataFrame) -> pl.DataFrame:
 #: class) or whose stack is a 2021-22 Megatron one: tp inside the node first, then pp
 LAYOUT_CANDIDATES = ((1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8), (8, 16), (8, 32), (8, 64))
 #: degrees `resolve_layout` searches for a run of another stack that states no layout: tp (up to the scale-up
-#: domain, dividing the heads) and pp (up to the layers), and for an MoE run that states no ep every power of two
-#: dividing the experts and dp x cp; cp and the micro-batch keep their rules (stated, else 1: searching them too
-#: chose context parallelism for 2,048-token GPT-3 runs and scored worse on runs outside the corpus)
+#: domain, dividing the heads) and pp (up to the layers: these powers of two and every divisor of the layer count,
+#: `search_pp`), and for an MoE run that states no ep every power of two dividing the experts and dp x cp; cp and
+#: the micro-batch keep their rules (stated, else 1: searching them too chose context parallelism for 2,048-token
+#: GPT-3 runs and scored worse on runs outside the corpus)
 SEARCH_TP = (1, 2, 4, 8, 16, 32, 64)
 SEARCH_PP = (1, 2, 4, 8, 16, 32, 64)
+
+
+def search_pp(n_layers: float) -> list[int]:
+    """The pipeline degrees searched for a model of `n_layers` layers: SEARCH_PP and every divisor of the layer
+    count, none above it. A cluster whose GPU count has an odd factor needs a pipeline degree with it: MT-NLG 530B
+    (105 layers) ran tp 8 x pp 35 x dp 12 on 3,360 GPUs (Smith et al. 2022, section 2.3), where powers of two
+    leave a data-parallel degree of 105/8ths that no batch of 1,920 divides."""
+    if not np.isfinite(n_layers) or n_layers < 1:
+        return [p for p in SEARCH_PP if p == 1]
+    L = int(n_layers)
+    return sorted({p for p in SEARCH_PP if p <= L} | {d for d in range(1, L + 1) if L % d == 0})
 _LAYOUT_NOTES = r"tp=1 \(not stated\); |pp=1 \(not stated\); |vpp=1 \(not stated\); "
 
 
@@ -664,9 +676,9 @@ def _search_candidates(todo: pl.DataFrame) -> pl.DataFrame:
         for tp in SEARCH_TP:
             if tp > node[i] or np.mod(heads[i], tp):
                 continue
-            for pp in SEARCH_PP:
+            for pp in search_pp(L[i]):
                 dp = n[i] / (tp * pp * cp[i])
-                if pp > L[i] or dp < 1 or dp != np.floor(dp) or np.mod(B[i], dp * mb[i]):
+                if dp < 1 or dp != np.floor(dp) or np.mod(B[i], dp * mb[i]):
                     continue
                 eps = [e for e in (2 ** k for k in range(11)) if e <= E[i] and not np.mod(E[i], e)
                        and not np.mod(dp * cp[i], e)] if (ep_open[i] and E[i] > 0) else [ep0[i]]
@@ -724,13 +736,14 @@ def resolve_layout(configs: pl.DataFrame, predict, judge=None) -> pl.DataFrame:
     from pure data parallelism), or of a 2021-22 Megatron stack (software preset `megatron_2022`: tensor
     parallelism inside the node first, pipeline across, as Narayanan et al. 2021 section 3.3 lay out, with no
     interleave), that cannot run as pure data parallel (the batch does not split over n_gpus
-    replicas, or the model does not fit): the first of LAYOUT_CANDIDATES whose tp fits the scale-up domain and
+    replicas, or the model does not fit): the first of LAYOUT_CANDIDATES (then tp 8 with each other divisor of the
+    layer count, ascending: `search_pp`) whose tp fits the scale-up domain and
     divides the heads, whose dp divides the batch and that fits in memory with the recompute the run will be
     predicted with: its stated one, else selective (the most `resolve_recompute` ever assumes for a measured
     run). Where none fits, the valid candidate whose dp divides the batch with the least memory per GPU.
 
     Any other run: the fastest layout the model finds among the valid ones that fit in memory with that recompute
-    (`_search_candidates`: tp, pp and an MoE run's unstated ep; cp and the micro-batch by their own rules, vpp by
+    (`_search_candidates`: tp, pp (powers of two and the divisors of the layer count) and an MoE run's unstated ep; cp and the micro-batch by their own rules, vpp by
     the stack's typical interleave), else the one needing the least memory. A published measurement is of a tuned
     run, and its tuner chose by speed, as `stepcast search` ranks; the smallest model parallelism that fits, the
     rule before, put a 671B MoE on tp 8 x pp 16 with every expert on every GPU.
@@ -801,12 +814,17 @@ def _first_fitting_layout(todo: pl.DataFrame, predict) -> pl.DataFrame:
     # rows whose sharding is open (`resolve_sharding` may read them sharded) fit a layout that fits with ZeRO-3
     open_ = todo["sharding_open"].fill_null(False).to_numpy() & (todo["sharding"] == "none").to_numpy() \
         if "sharding_open" in todo.columns else np.zeros(todo.height, dtype=bool)
-    for tp, pp in LAYOUT_CANDIDATES:
+    # then tp 8 with the other divisors of the layer count (`search_pp`: a GPU count with an odd factor)
+    L = todo["n_layers"].cast(pl.Float64).fill_null(np.nan).to_numpy()
+    more = sorted({d for x in np.unique(L[need & np.isfinite(L)]) for d in search_pp(x)} - set(SEARCH_PP))
+    for tp, pp in LAYOUT_CANDIDATES + tuple((8, d) for d in more):
         left = need & np.isnan(chosen_tp)
         if not left.any():
             break
         dp = n / (tp * pp)
         cand = left & (dp >= 1) & (dp == np.floor(dp)) & (tp <= node) & (np.mod(heads, tp) == 0)
+        if pp not in SEARCH_PP:
+            cand &= np.mod(L, pp) == 0
         cand &= np.mod(B, np.where(dp >= 1, dp, 1.0) * mbv) == 0
         if not cand.any():
             continue
