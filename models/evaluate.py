@@ -6,8 +6,8 @@ import polars as pl
 
 from models.hardware import resolve_hardware
 from models.params import DEFAULT, PhysParams
-from models.runs_adapter import (configs_from_runs, predict_by_preset, resolve_ep, resolve_layout,
-                                 resolve_micro_batch, resolve_recompute, resolve_sharding)
+from models.runs_adapter import (configs_from_runs, predict_by_preset, resolve_batch_tiling, resolve_ep,
+                                 resolve_layout, resolve_micro_batch, resolve_recompute, resolve_sharding)
 from models.step_time import predict
 from models.targets import derive_flop_targets, measured_throughput
 
@@ -29,6 +29,7 @@ def prepare_configs(runs: pl.DataFrame, hardware: pl.DataFrame) -> tuple[pl.Data
     ok = resolve_layout(ok, lambda c, p: predict(c, p))
     ok = resolve_ep(ok, lambda c, p: predict(c, p))
     ok = resolve_micro_batch(ok, lambda c, p: predict(c, p))
+    ok = resolve_batch_tiling(ok)
     ok = resolve_sharding(ok, lambda c, p: predict(c, p))
     ok = resolve_recompute(ok, lambda c, p: predict(c, p))
     return ok, cfg.filter(pl.col("config_error").is_not_null())

@@ -673,16 +673,21 @@ def _search_candidates(todo: pl.DataFrame) -> pl.DataFrame:
         else np.zeros(todo.height, bool)
     rows = []  # (row of todo, tp, pp, dp, ep)
     for i in range(todo.height):
-        for tp in SEARCH_TP:
-            if tp > node[i] or np.mod(heads[i], tp):
-                continue
-            for pp in search_pp(L[i]):
-                dp = n[i] / (tp * pp * cp[i])
-                if dp < 1 or dp != np.floor(dp) or np.mod(B[i], dp * mb[i]):
+        # layouts whose dp tiles the batch; where none does (a stated batch and a GPU count with a factor no
+        # layout tried absorbs), every layout, the batch then read as the nearest that tiles (`resolve_batch_tiling`)
+        for tiled in (True, False):
+            for tp in SEARCH_TP:
+                if tp > node[i] or np.mod(heads[i], tp):
                     continue
-                eps = [e for e in (2 ** k for k in range(11)) if e <= E[i] and not np.mod(E[i], e)
-                       and not np.mod(dp * cp[i], e)] if (ep_open[i] and E[i] > 0) else [ep0[i]]
-                rows.extend((i, tp, pp, dp, ep) for ep in eps)
+                for pp in search_pp(L[i]):
+                    dp = n[i] / (tp * pp * cp[i])
+                    if dp < 1 or dp != np.floor(dp) or (tiled and np.mod(B[i], dp * mb[i])):
+                        continue
+                    eps = [e for e in (2 ** k for k in range(11)) if e <= E[i] and not np.mod(E[i], e)
+                           and not np.mod(dp * cp[i], e)] if (ep_open[i] and E[i] > 0) else [ep0[i]]
+                    rows.extend((i, tp, pp, dp, ep) for ep in eps)
+            if rows and rows[-1][0] == i:
+                break
     i, tp, pp, dp, ep = (np.array(c, dtype=float) for c in zip(*rows)) if rows else (np.zeros(0),) * 5
     i = i.astype(int)
     v_typ = typical_vpp(_interleaving_stack(todo)[i] & ~vpp_st[i], L[i], pp, B[i] / (dp * mb[i]))
@@ -710,6 +715,10 @@ def _fastest_layout(todo: pl.DataFrame, predict, judge=None) -> pl.DataFrame:
     base = todo.with_columns(pl.col("recompute").fill_null("selective"))
     trial = cand.join(base.drop(*lay, strict=False), on="_row", how="left").with_columns(
         *[pl.col(c).cast(pl.Int64) for c in lay], (pl.col("tp") > 1).alias("sequence_parallel")).drop("_row")
+    unit = pl.col("dp") * pl.col("micro_batch")  # a batch no layout tiles: the nearest that tiles (resolve_batch_tiling)
+    trial = trial.with_columns(pl.when(pl.col("global_batch_seqs") % unit != 0).then(
+        (pl.col("global_batch_seqs") / unit).round().clip(lower_bound=1).cast(pl.Int64) * unit)
+        .otherwise(pl.col("global_batch_seqs")).alias("global_batch_seqs"))
     pred = _prediction(trial, predict, judge)
     open_ = trial["sharding_open"].fill_null(False) & (trial["sharding"] == "none") \
         if "sharding_open" in trial.columns else pl.Series([False] * trial.height)
@@ -960,6 +969,32 @@ def resolve_micro_batch(configs: pl.DataFrame, predict, measured=None, judge=Non
             [pl.col("assumptions").str.replace_all(r"(^|; )micro_batch=1(; |$)", "$1").str.strip_chars("; "), text],
             separator="; ", ignore_nulls=True)).otherwise(pl.col("assumptions")).alias("assumptions"),
     ).drop(*drop)
+
+
+def resolve_batch_tiling(configs: pl.DataFrame, measured=None) -> pl.DataFrame:
+    """A measured run whose global batch does not split into its data-parallel replicas' micro-batches (B not a
+    multiple of dp x micro-batch: a stated batch beside a layout inferred, or stated, that cannot have run with it)
+    is predicted with the nearest batch that does, at least one micro-batch per replica, and says so: the run ran,
+    so some layout tiled its batch, and its throughput per GPU hardly moves with a batch a few percent off (its
+    measured throughput keeps the batch as stated). Rows without a measurement keep the batch (and the error)."""
+    need = ("global_batch_seqs", "dp", "micro_batch")
+    if configs.height == 0 or any(c not in configs.columns for c in need):
+        return configs
+    measured = pl.Series([True] * configs.height) if measured is None else pl.Series(measured).fill_null(False)
+    B, dp, mb = (configs[c].cast(pl.Float64).to_numpy() for c in need)
+    with np.errstate(invalid="ignore"):
+        unit = dp * mb
+        off = measured.to_numpy() & np.isfinite(B) & np.isfinite(unit) & (unit >= 1) & (np.mod(B, unit) != 0)
+    if not off.any():
+        return configs
+    tiled = np.where(off, np.maximum(np.round(B / np.where(off, unit, 1.0)), 1.0) * unit, B)
+    text = pl.Series([f"global_batch_seqs={t:.0f} (the stated {b:.0f} does not split into dp={d:.0f} x "
+                      f"micro_batch={m:.0f}: the nearest batch that does)" if o else None
+                      for t, b, d, m, o in zip(tiled, B, dp, mb, off)], dtype=pl.Utf8)
+    return configs.with_columns(
+        pl.Series("global_batch_seqs", tiled).cast(pl.Int64),
+        pl.concat_str([pl.col("assumptions"), text], separator="; ", ignore_nulls=True).alias("assumptions"),
+    )
 
 
 #: the shardings `resolve_sharding` tries, least first

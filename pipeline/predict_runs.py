@@ -664,8 +664,8 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
     types are taken as their text). Raises FileRejected (naming `source`) without a run_id column."""
     from models.hardware import resolve_hardware
     from models.predictor import predict
-    from models.runs_adapter import (configs_from_runs, resolve_ep, resolve_layout, resolve_micro_batch,
-                                     resolve_recompute, resolve_sharding)
+    from models.runs_adapter import (configs_from_runs, resolve_batch_tiling, resolve_ep, resolve_layout,
+                                     resolve_micro_batch, resolve_recompute, resolve_sharding)
     from models.step_time import predict as physics
     from models.targets import derive_flop_targets, measured_throughput
 
@@ -726,6 +726,7 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
     measured = ok["run_id"].is_in(measured_ids.unique().to_list())
     ok = resolve_ep(ok, physics, measured=measured, judge=served)
     ok = resolve_micro_batch(ok, physics, measured=measured, judge=served)
+    ok = resolve_batch_tiling(ok, measured=measured)
     ok = resolve_sharding(ok, physics, measured=measured)
     ok = resolve_recompute(ok, physics, measured=measured)
     text = {"error", "fit_version", "assumptions", "calibration_domain"}

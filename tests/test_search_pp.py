@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import polars as pl
 import pytest
 from typer.testing import CliRunner
 
@@ -43,3 +44,33 @@ def test_mt_nlg_on_3360_gpus_gets_a_layout_that_tiles_its_batch(tmp_path, no_sto
     assert r["tp"] * r["pp"] * r["dp"] * r["cp"] == 3360
     assert 1920 % (r["dp"] * r["micro_batch"]) == 0
     assert 105 % r["pp"] == 0 and r["pp"] not in SEARCH_PP
+
+
+def test_a_stated_batch_no_layout_tiles_is_read_as_the_nearest_that_does(tmp_path, no_store):
+    """Llama 3 70B on 2,304 GPUs (2^8 x 9) with a stated batch of 2,048 and no layout: no tp x pp the search weighs
+    leaves a dp dividing 2,048 (the 80 layers have no factor 3), yet the run ran. It is predicted on the fastest
+    layout with the nearest batch its replicas tile, said in `assumptions`; its measured throughput keeps the batch
+    as stated."""
+    head = "run_id,model_name,gpu,n_gpus,seq_len,global_batch_seqs,dtype,tp,pp,tokens_per_s_per_gpu\n"
+    path = tmp_path / "runs.csv"
+    path.write_text(head + "a,Llama 3 70B,h100-sxm5-80gb,2304,8192,2048,bf16,,,800\n")
+    result = runner.invoke(app, ["predict", "--runs", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["run_id"]: r for r in json.loads(result.output)}
+    a = rows["a"]
+    assert a["error"] is None and a["memory_fits"] is True
+    unit = a["dp"] * a["micro_batch"]
+    assert a["tp"] * a["pp"] * a["dp"] == 2304 and a["global_batch_seqs"] % unit == 0
+    assert abs(a["global_batch_seqs"] - 2048) <= unit / 2
+    assert "does not split into" in a["assumptions"] and "the stated 2048" in a["assumptions"]
+    assert a["measured_tokens_per_s_per_gpu"] == 800
+
+
+def test_resolve_batch_tiling_leaves_queries_and_tiled_batches_alone():
+    from models.runs_adapter import resolve_batch_tiling
+
+    cfg = pl.DataFrame({"global_batch_seqs": [2048, 2048, 1980], "dp": [144, 144, 36], "micro_batch": [1, 1, 1],
+                        "assumptions": ["x", "x", "x"]})
+    out = resolve_batch_tiling(cfg, measured=[True, False, True])
+    assert out["global_batch_seqs"].to_list() == [2016, 2048, 1980]
+    assert out["assumptions"].to_list()[1:] == ["x", "x"]
