@@ -453,6 +453,10 @@ TPU_SLICE_RE = re.compile(r"^\s*(?:(?:google\s+)?(?:cloud\s+)?tpu[\s_-]*)?"
 TPU_SLICE_UNIT = {"v2": (2, "TPU v2"), "v3": (2, "TPU v3"), "v4": (2, "TPU v4"), "v5p": (2, "TPU v5p"),
                   "v5e": (1, "TPU v5e"), "v5litepod": (1, "TPU v5e"), "v5lite": (1, "TPU v5e"),
                   "v6e": (1, "TPU v6e"), "trillium": (1, "TPU v6e")}
+#: Google's other name for the v5e, without a slice size ("TPU v5 lite", "v5litepod"; the Cloud TPU docs' accelerator
+#: types spell it v5litepod)
+TPU_V5_LITE_RE = re.compile(r"^\s*(?:google\s+)?(?:cloud\s+)?(?:tpu[\s_-]*)?v5[\s_-]*lite(?:[\s_-]*pod)?\s*$",
+                            re.IGNORECASE)
 #: GPUs in one system a hardware cell counts ("4 x DGX H100"): NVIDIA DGX/HGX systems hold 8 (DGX H100, DGX B200
 #: datasheets: 8 GPUs), the DGX-2 16 (16 V100). A Grace Blackwell system (GB200/GB300) is counted by its NVLink
 #: domain instead ("GB200 NVL72": 72 GPUs)
@@ -549,6 +553,9 @@ def resolve_gpu(hw: pl.DataFrame, name: str, network: bool = True) -> tuple[dict
         said = (f"'{name}': ignoring '{tpu.group(2)}' to name the accelerator (the slice's size; the job's size is "
                 f"its n_gpus)")
         return row, f"{said}; using {row['id']}" if note is None else f"{said}; {note}"
+    if TPU_V5_LITE_RE.match(str(name)):
+        row, note = resolve_gpu(hw, "TPU v5e")
+        return row, f"'{name}': Google's v5 lite is the TPU v5e; using {row['id']}"
     rows = hw.to_dicts()
 
     words = {r["id"]: _words(r["id"], r.get("name")) for r in rows}

@@ -245,6 +245,9 @@ def test_store_alias_sql_matches_the_catalog_keys():
     ("MI100", "mi100", None), ("AMD Instinct MI100", "mi100", None), ("TPU v2", "tpu-v2", None),
     ("tpu-v2", "tpu-v2", None), ("TPU v7", "tpu-v7", None), ("TPU7x", "tpu-v7", None), ("Ironwood", "tpu-v7", None),
     ("Google TPU v7", "tpu-v7", None), ("TPU v6e", "tpu-v6e", None),
+    # Google's other name for the v5e, with or without a slice size
+    ("TPU v5 lite", "tpu-v5e", "v5 lite is the TPU v5e"), ("v5litepod", "tpu-v5e", "v5 lite is the TPU v5e"),
+    ("v5lite", "tpu-v5e", "v5 lite is the TPU v5e"), ("v5litepod-16", "tpu-v5e", "ignoring '16'"),
 ])
 def test_gpu_names_resolve(name, hw_id, note_names):
     row, note = catalog.resolve_gpu(catalog.hardware(MEASUREMENTS), name)
