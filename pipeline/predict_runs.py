@@ -298,6 +298,8 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
         frame = frame.with_columns(
             pl.when(spelled).then(name).otherwise(pl.col("metric")).alias("metric"),
             pl.when(spelled).then(value * factor).otherwise(value).cast(pl.Utf8).alias("value"))
+        frame, unit_said = _metric_units(frame)
+        notes.extend(unit_said)
         value = _cell_number(pl.col("value"))
         pct = pl.col("metric").is_in(["mfu", "hfu"]) & (value > 1.0) & (value <= 100.0)
         if frame.select(pct.fill_null(False).any()).item():
@@ -338,6 +340,42 @@ def unit_metric(unit: str | None) -> tuple[str, float | str] | None:
     if len(words) == 2 and words[0] in _STEP_WORDS and words[1] in ("s", "sec", "second"):
         return "step_time_s", "inverse"
     return None
+
+
+#: the schema's metrics (../shared/data/README.md, "Metrics")
+SCHEMA_METRICS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu",
+                  "time_to_train_min", "gpu_hours")
+
+
+def _metric_units(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """A `metric` column beside a `unit` column (`UNIT_HEADERS`): a step time whose unit is another time per step
+    ("ms", "ms/iter") is read in seconds, and a metric the schema does not name ("throughput", "speed") is read as
+    the quantity its unit names ("tokens/sec/GPU", "samples/s": `unit_metric`). A schema metric keeps its own name
+    whatever the unit says (an MFU in "%": the percentage rule below). Unchanged without a unit column."""
+    by_key = {header_key(c): c for c in frame.columns}
+    ucol = next((by_key[k] for k in UNIT_HEADERS if k in by_key), None)
+    if ucol is None or "metric" not in frame.columns or "value" not in frame.columns:
+        return frame, []
+    pairs = frame.select("metric", ucol).drop_nulls().unique().rows()
+    seq = number_text(pl.col("seq_len")).cast(pl.Float64, strict=False) if "seq_len" in frame.columns else \
+        pl.lit(None, dtype=pl.Float64)
+    value = _cell_number(pl.col("value"))
+    metric, scaled, said = pl.col("metric"), value, []
+    for m, u in pairs:
+        if (um := unit_metric(u)) is None:
+            continue
+        name, f = um
+        if m in SCHEMA_METRICS and not (m == name == "step_time_s" and f not in (1.0, "inverse")):
+            continue
+        hit = (pl.col("metric") == m) & (pl.col(ucol) == u)
+        v = value * seq if f == "seq_len" else 1.0 / value if f == "inverse" else value * f
+        metric, scaled = pl.when(hit).then(pl.lit(name)).otherwise(metric), pl.when(hit).then(v).otherwise(scaled)
+        said.append(f"metric '{m}' in '{u}' read as {name}" + ("" if f == 1.0 else " (x seq_len)" if f == "seq_len"
+                                                                else " (1 / the value)" if f == "inverse" else
+                                                                f" (x {f:g})"))
+    if not said:
+        return frame, []
+    return frame.with_columns(metric.alias("metric"), scaled.cast(pl.Utf8).alias("value")), ["; ".join(said)]
 
 
 def _metric_from_unit(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:

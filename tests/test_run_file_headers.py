@@ -465,6 +465,29 @@ def test_a_value_and_its_unit_without_a_metric_column(tmp_path):
     assert "'ms/iter' as step_time_s (x 0.001)" in said and "'hours per 1B tokens' not read" in said
 
 
+def test_a_metric_column_beside_a_unit_column(tmp_path):
+    """A `metric` column with a `unit` column: a step time in milliseconds is read in seconds (it was read as
+    seconds, 1,000 times too slow), a metric the schema does not name is read as its unit's quantity, and a schema
+    metric keeps its name (tokens_per_s_per_gpu written with a per-job unit is still per GPU)."""
+    path = tmp_path / "runs.csv"
+    head = "run_id,model_name,gpu,n_gpus,global_batch_seqs,seq_len,tp,pp,metric,value,unit\n"
+    run = "Llama 3 70B,H100,1024,1024,8192,8,4"
+    path.write_text(head + f"a,{run},tokens_per_s_per_gpu,800,tokens/s/GPU\n"
+                           f"b,{run},step_time_s,10240,ms\n"
+                           f"c,{run},step_time_s,10.24,s\n"
+                           f"d,{run},throughput,800,tokens/sec/gpu\n"
+                           f"e,{run},speed,\"102,400\",samples/s\n"
+                           f"f,{run},tokens_per_s_per_gpu,800,tokens/s\n")
+    rows = _predict(path)
+    for r in "abcf":
+        assert rows[r]["measured_tokens_per_s_per_gpu"] == pytest.approx(800.0, rel=1e-9), r
+    assert rows["d"]["measured_tokens_per_s_per_gpu"] == pytest.approx(800.0, rel=1e-9)
+    assert rows["e"]["measured_tokens_per_s_per_gpu"] == pytest.approx(102400 * 8192 / 1024, rel=1e-9)
+    said = rows["a"]["assumptions"]
+    assert "metric 'step_time_s' in 'ms' read as step_time_s (x 0.001)" in said
+    assert "metric 'throughput' in 'tokens/sec/gpu' read as tokens_per_s_per_gpu" in said
+
+
 @pytest.mark.parametrize("cell, n", [("128 nodes", 1024), ("16 x 8", 128), ("128 nodes x 8 GPUs", 1024),
                                      ("16 hosts", 128)])
 def test_a_gpu_count_cell_that_counts_nodes(tmp_path, cell, n):
