@@ -387,7 +387,7 @@ WRITTEN_MODEL_NAMES = [
     ("LLaMA-65B", "llama-65b"), ("LLaMA 2 13B", "llama2-13b"), ("Mixtral 8x22B", "mixtral-8x22b"),
     ("Mixtral-8x7B-v0.1", "mixtral-8x7b"), ("Mixtral (8x7B)", "mixtral-8x7b"), ("Mixtral-8x7B (47B)", "mixtral-8x7b"),
     ("DeepSeek-V3-Base", "deepseek-v3"), ("deepseek-ai/DeepSeek-V3", "deepseek-v3"), ("DeepSeek-V3 (671B)", "deepseek-v3"),
-    ("DeepSeek-V2-Lite", "deepseek-v2-lite"), ("DeepSeek-V2.5", None), ("Qwen2.5-72B-Instruct", "qwen2.5-72b"),
+    ("DeepSeek-V2-Lite", "deepseek-v2-lite"), ("DeepSeek-V2.5", "deepseek-v2"), ("Qwen2.5-72B-Instruct", "qwen2.5-72b"),
     ("Qwen3-235B-A22B", "qwen3-235b-a22b"), ("Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b"),
     ("Qwen3-235B-A22B-Instruct-2507", "qwen3-235b-a22b"), ("Qwen3-8B-Base", "qwen3-8b"),
     ("Nemotron-4 340B", "nemotron-4-340b"), ("Nemotron-4-340B-Base", "nemotron-4-340b"),
@@ -489,7 +489,8 @@ ADDED_ROWS = ("internlm2-7b", "internlm2-20b", "qwen1.5-72b", "yi-9b", "codestra
 
 #: the names users write for them, and the row each reads as; DeepSeek-Coder-V2 (-Lite) are aliases of the DeepSeek-V2
 #: (-Lite) rows, whose shapes they have. None: not in the table (Snowflake Arctic: its released configs disagree on the
-#: KV heads; MiniCPM-2B-128k has another vocabulary and untied embeddings; DeepSeek-V2.5 was not checked)
+#: KV heads; MiniCPM-2B-128k has another vocabulary and untied embeddings). DeepSeek-V2.5 has DeepSeek-V2's shape (its
+#: config.json as two quantized copies quote it) and is an alias of that row
 ADDED_NAMES = [
     ("InternLM2-7B", "internlm2-7b"), ("internlm/internlm2-7b", "internlm2-7b"),
     ("internlm/internlm2-chat-7b", "internlm2-7b"), ("InternLM2.5-7B", "internlm2-7b"),
@@ -510,7 +511,7 @@ ADDED_NAMES = [
     ("deepseek-ai/DeepSeek-Coder-V2-Lite-Instruct", "deepseek-v2-lite"),
     ("DeepSeek-V2", "deepseek-v2"), ("DeepSeek-V2-Lite", "deepseek-v2-lite"),  # the rows' own names still reach them
     ("Snowflake Arctic", None), ("Snowflake/snowflake-arctic-base", None), ("MiniCPM-2B-128k", None),
-    ("DeepSeek-V2.5", None),
+    ("DeepSeek-V2.5", "deepseek-v2"), ("deepseek-ai/DeepSeek-V2.5", "deepseek-v2"), ("DeepSeek-V2.5-1210", "deepseek-v2"),
 ]
 
 
