@@ -6,6 +6,7 @@ from __future__ import annotations
 import duckdb
 import numpy as np
 import polars as pl
+import pytest
 
 from models.evaluate import prepare_configs
 from models.step_time import predict
@@ -13,13 +14,19 @@ from pipeline import fits, store
 from pipeline.measurements import COLUMNS
 
 
-def test_vtrain_runs_carry_their_clusters_network_into_the_model(built_store):
+@pytest.fixture(scope="module")
+def prepared(built_store):
+    """(the built store's runs as the fit prepares them, the hardware table)."""
     con = duckdb.connect(str(built_store), read_only=True)
     try:
         runs, hw, _ = fits.read_inputs(con)
     finally:
         con.close()
-    ok, _ = prepare_configs(runs, hw)
+    return prepare_configs(runs, hw)[0], hw
+
+
+def test_vtrain_runs_carry_their_clusters_network_into_the_model(prepared):
+    ok, hw = prepared
     a100 = ok.filter(pl.col("gpu") == "a100-sxm4-80gb")
     vtrain = a100.filter(pl.col("run_id").str.starts_with("vtrain_m"))
     bloom = a100.filter(pl.col("source") == "bigscience-bloom")
@@ -56,17 +63,12 @@ def test_a_store_from_before_the_column_gets_it_and_keeps_its_rows(tmp_path):
     assert "inter_node_bw_gbps" in cols and row == [("r1", None)]
 
 
-def test_bloomberggpt_carries_the_p4d_network_the_instance_table_gives(built_store):
+def test_bloomberggpt_carries_the_p4d_network_the_instance_table_gives(prepared):
     """BloombergGPT ran on 64 AWS p4d.24xlarge (its paper); the run's scale-out figure is the one
     measurements/instance_networks.csv derives for that instance (400 Gb/s EFA per 8 GPUs), not the DGX A100's."""
     from pipeline.catalog import instance_network
 
-    con = duckdb.connect(str(built_store), read_only=True)
-    try:
-        runs, hw, _ = fits.read_inputs(con)
-    finally:
-        con.close()
-    ok, _ = prepare_configs(runs, hw)
+    ok, hw = prepared
     bbg = ok.filter(pl.col("run_id") == "bloomberggpt")
     bw, _ = instance_network("p4d.24xlarge")
     assert bbg.height == 1 and bw == 6.25 and bbg["inter_node_bw_gbps"][0] == bw
