@@ -650,6 +650,8 @@ def search_pp(n_layers: float) -> list[int]:
         return [p for p in SEARCH_PP if p == 1]
     L = int(n_layers)
     return sorted({p for p in SEARCH_PP if p <= L} | {d for d in range(1, L + 1) if L % d == 0})
+
+
 _LAYOUT_NOTES = r"tp=1 \(not stated\); |pp=1 \(not stated\); |vpp=1 \(not stated\); "
 
 
@@ -715,7 +717,8 @@ def _fastest_layout(todo: pl.DataFrame, predict, judge=None) -> pl.DataFrame:
     base = todo.with_columns(pl.col("recompute").fill_null("selective"))
     trial = cand.join(base.drop(*lay, strict=False), on="_row", how="left").with_columns(
         *[pl.col(c).cast(pl.Int64) for c in lay], (pl.col("tp") > 1).alias("sequence_parallel")).drop("_row")
-    unit = pl.col("dp") * pl.col("micro_batch")  # a batch no layout tiles: the nearest that tiles (resolve_batch_tiling)
+    # a batch no layout tiles: the nearest that tiles (resolve_batch_tiling)
+    unit = pl.col("dp") * pl.col("micro_batch")
     trial = trial.with_columns(pl.when(pl.col("global_batch_seqs") % unit != 0).then(
         (pl.col("global_batch_seqs") / unit).round().clip(lower_bound=1).cast(pl.Int64) * unit)
         .otherwise(pl.col("global_batch_seqs")).alias("global_batch_seqs"))
@@ -746,16 +749,16 @@ def resolve_layout(configs: pl.DataFrame, predict, judge=None) -> pl.DataFrame:
     parallelism inside the node first, pipeline across, as Narayanan et al. 2021 section 3.3 lay out, with no
     interleave), that cannot run as pure data parallel (the batch does not split over n_gpus
     replicas, or the model does not fit): the first of LAYOUT_CANDIDATES (then tp 8 with each other divisor of the
-    layer count, ascending: `search_pp`) whose tp fits the scale-up domain and
-    divides the heads, whose dp divides the batch and that fits in memory with the recompute the run will be
-    predicted with: its stated one, else selective (the most `resolve_recompute` ever assumes for a measured
+    layer count, ascending: `search_pp`) whose tp fits the scale-up domain and divides the heads, whose dp divides
+    the batch and that fits in memory with the recompute the run will be predicted with: its stated one, else selective (the most `resolve_recompute` ever assumes for a measured
     run). Where none fits, the valid candidate whose dp divides the batch with the least memory per GPU.
 
     Any other run: the fastest layout the model finds among the valid ones that fit in memory with that recompute
-    (`_search_candidates`: tp, pp (powers of two and the divisors of the layer count) and an MoE run's unstated ep; cp and the micro-batch by their own rules, vpp by
-    the stack's typical interleave), else the one needing the least memory. A published measurement is of a tuned
-    run, and its tuner chose by speed, as `stepcast search` ranks; the smallest model parallelism that fits, the
-    rule before, put a 671B MoE on tp 8 x pp 16 with every expert on every GPU.
+    (`_search_candidates`: tp, pp (powers of two and the divisors of the layer count) and an MoE run's unstated
+    ep; cp and the micro-batch by their own rules, vpp by the stack's typical interleave), else the one needing the
+    least memory. A published measurement is of a tuned run, and its tuner chose by speed, as `stepcast search`
+    ranks; the smallest model parallelism that fits, the rule before, put a 671B MoE on tp 8 x pp 16 with every
+    expert on every GPU.
     `predict` is `models.step_time.predict`; `judge` (configs -> prediction frame), where given, predicts the
     layouts instead (`_prediction`: `stepcast predict --runs` passes the served model)."""
     drop = ("vpp_stated",)
