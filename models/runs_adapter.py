@@ -744,14 +744,15 @@ def _fastest_layout(todo: pl.DataFrame, predict, judge=None) -> pl.DataFrame:
 def resolve_layout(configs: pl.DataFrame, predict, judge=None) -> pl.DataFrame:
     """Runs that state no layout at all (`layout_unstated`).
 
-    A run of a stack that shards its weights over the data-parallel ranks (fsdp, hsdp, zero3: FSDP stacks start
-    from pure data parallelism), or of a 2021-22 Megatron stack (software preset `megatron_2022`: tensor
-    parallelism inside the node first, pipeline across, as Narayanan et al. 2021 section 3.3 lay out, with no
-    interleave), that cannot run as pure data parallel (the batch does not split over n_gpus
-    replicas, or the model does not fit): the first of LAYOUT_CANDIDATES (then tp 8 with each other divisor of the
-    layer count, ascending: `search_pp`) whose tp fits the scale-up domain and divides the heads, whose dp divides
-    the batch and that fits in memory with the recompute the run will be predicted with: its stated one, else selective (the most `resolve_recompute` ever assumes for a measured
-    run). Where none fits, the valid candidate whose dp divides the batch with the least memory per GPU.
+    A run of a stack that shards its weights over the data-parallel ranks (fsdp, hsdp, zero3: FSDP stacks start from
+    pure data parallelism), or of a 2021-22 Megatron stack (software preset `megatron_2022`: tensor parallelism
+    inside the node first, pipeline across, as Narayanan et al. 2021 section 3.3 lay out, with no interleave), that
+    cannot run as pure data parallel (the batch does not split over n_gpus replicas, or the model does not fit): the
+    first of LAYOUT_CANDIDATES (then tp 8 with each other divisor of the layer count, ascending: `search_pp`) whose
+    tp fits the scale-up domain and divides the heads, whose dp divides the batch and that fits in memory with the
+    recompute the run will be predicted with: its stated one, else selective (the most `resolve_recompute` ever
+    assumes for a measured run). Where none fits, the valid candidate whose dp divides the batch with the least
+    memory per GPU.
 
     Any other run: the fastest layout the model finds among the valid ones that fit in memory with that recompute
     (`_search_candidates`: tp, pp (powers of two and the divisors of the layer count) and an MoE run's unstated
