@@ -12,9 +12,9 @@ from models.frameworks import remat_words
 from models.memory import CAPACITY_BYTES_PER_GB
 from pipeline import catalog
 from pipeline.measurements import (BATCH_TOKENS_HEADERS, COLUMN_SYNONYMS, COLUMNS, ENUMS, GRAD_ACCUM_HEADERS,
-                                   LOCAL_BATCH_HEADERS, MIXED_PRECISION, NODES_HEADERS, PARALLELISM_HEADERS, SCHEMA,
-                                   canonical_dtype, canonical_word, header_key, metric_synonym, metric_value_key,
-                                   samples_synonym)
+                                   LOCAL_BATCH_HEADERS, METRICS, MIXED_PRECISION, NODES_HEADERS, PARALLELISM_HEADERS,
+                                   SCHEMA, canonical_dtype, canonical_word, header_key, metric_synonym,
+                                   metric_value_key, samples_synonym)
 from pipeline.readers import FileRejected, read_measurement_file
 
 BREAKDOWN = ["compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
@@ -342,37 +342,47 @@ def unit_metric(unit: str | None) -> tuple[str, float | str] | None:
     return None
 
 
-#: the schema's metrics (../shared/data/README.md, "Metrics")
-SCHEMA_METRICS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu",
-                  "time_to_train_min", "gpu_hours")
+def _column_of(frame: pl.DataFrame, headers) -> str | None:
+    """The first column of `frame` whose header key is one of `headers`, or None."""
+    by_key = {header_key(c): c for c in frame.columns}
+    return next((by_key[k] for k in headers if k in by_key), None)
+
+
+def _in_schema_unit(frame: pl.DataFrame, value: pl.Expr, factor: float | str) -> pl.Expr:
+    """`value` in the schema's unit for a `unit_metric` factor: x the row's seq_len ("seq_len"), its reciprocal
+    ("inverse"), else x the factor."""
+    if factor == "seq_len":
+        seq = number_text(pl.col("seq_len")).cast(pl.Float64, strict=False) if "seq_len" in frame.columns else \
+            pl.lit(None, dtype=pl.Float64)
+        return value * seq
+    return 1.0 / value if factor == "inverse" else value * factor
+
+
+def _factor_note(factor: float | str) -> str:
+    return ("" if factor == 1.0 else " (x seq_len)" if factor == "seq_len" else " (1 / the value)"
+            if factor == "inverse" else f" (x {factor:g})")
 
 
 def _metric_units(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     """A `metric` column beside a `unit` column (`UNIT_HEADERS`): a step time whose unit is another time per step
     ("ms", "ms/iter") is read in seconds, and a metric the schema does not name ("throughput", "speed") is read as
-    the quantity its unit names ("tokens/sec/GPU", "samples/s": `unit_metric`). A schema metric keeps its own name
-    whatever the unit says (an MFU in "%": the percentage rule below). Unchanged without a unit column."""
-    by_key = {header_key(c): c for c in frame.columns}
-    ucol = next((by_key[k] for k in UNIT_HEADERS if k in by_key), None)
+    the quantity its unit names ("tokens/sec/GPU", "samples/s": `unit_metric`). A schema metric (`METRICS`) keeps its
+    own name whatever the unit says (an MFU in "%": the percentage rule below). Unchanged without a unit column."""
+    ucol = _column_of(frame, UNIT_HEADERS)
     if ucol is None or "metric" not in frame.columns or "value" not in frame.columns:
         return frame, []
-    pairs = frame.select("metric", ucol).drop_nulls().unique().rows()
-    seq = number_text(pl.col("seq_len")).cast(pl.Float64, strict=False) if "seq_len" in frame.columns else \
-        pl.lit(None, dtype=pl.Float64)
     value = _cell_number(pl.col("value"))
     metric, scaled, said = pl.col("metric"), value, []
-    for m, u in pairs:
+    for m, u in frame.select("metric", ucol).drop_nulls().unique(maintain_order=True).rows():
         if (um := unit_metric(u)) is None:
             continue
         name, f = um
-        if m in SCHEMA_METRICS and not (m == name == "step_time_s" and f not in (1.0, "inverse")):
+        if m in METRICS and not (m == name == "step_time_s" and f not in (1.0, "inverse")):
             continue
         hit = (pl.col("metric") == m) & (pl.col(ucol) == u)
-        v = value * seq if f == "seq_len" else 1.0 / value if f == "inverse" else value * f
-        metric, scaled = pl.when(hit).then(pl.lit(name)).otherwise(metric), pl.when(hit).then(v).otherwise(scaled)
-        said.append(f"metric '{m}' in '{u}' read as {name}" + ("" if f == 1.0 else " (x seq_len)" if f == "seq_len"
-                                                                else " (1 / the value)" if f == "inverse" else
-                                                                f" (x {f:g})"))
+        metric = pl.when(hit).then(pl.lit(name)).otherwise(metric)
+        scaled = pl.when(hit).then(_in_schema_unit(frame, value, f)).otherwise(scaled)
+        said.append(f"metric '{m}' in '{u}' read as {name}{_factor_note(f)}")
     if not said:
         return frame, []
     return frame.with_columns(metric.alias("metric"), scaled.cast(pl.Utf8).alias("value")), ["; ".join(said)]
@@ -384,9 +394,7 @@ def _metric_from_unit(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     schema's unit; a row whose unit reads as nothing keeps no measurement. Unchanged otherwise."""
     if "metric" in frame.columns:
         return frame, []
-    by_key = {header_key(c): c for c in frame.columns}
-    vcol = next((by_key[k] for k in VALUE_HEADERS if k in by_key), None)
-    ucol = next((by_key[k] for k in UNIT_HEADERS if k in by_key), None)
+    vcol, ucol = _column_of(frame, VALUE_HEADERS), _column_of(frame, UNIT_HEADERS)
     if vcol is None or ucol is None:
         return frame, []
     units = {u: unit_metric(u) for u in frame[ucol].drop_nulls().unique().to_list()}
@@ -394,21 +402,17 @@ def _metric_from_unit(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     if not read:
         return frame, []
     value = _cell_number(pl.col(vcol))
-    seq = number_text(pl.col("seq_len")).cast(pl.Float64, strict=False) if "seq_len" in frame.columns else \
-        pl.lit(None, dtype=pl.Float64)
     metric, scaled = pl.lit(None, dtype=pl.Utf8), pl.lit(None, dtype=pl.Float64)
     for u, (m, f) in read.items():
         hit = pl.col(ucol) == u
-        v = value * seq if f == "seq_len" else 1.0 / value if f == "inverse" else value * f
-        metric, scaled = pl.when(hit).then(pl.lit(m)).otherwise(metric), pl.when(hit).then(v).otherwise(scaled)
+        metric = pl.when(hit).then(pl.lit(m)).otherwise(metric)
+        scaled = pl.when(hit).then(_in_schema_unit(frame, value, f)).otherwise(scaled)
     out = frame.with_columns(metric.alias("metric"), scaled.cast(pl.Utf8).alias("value"))
     if vcol != "value":
         out = out.drop(vcol)
     if ucol != "unit":
         out = out.drop(ucol)
-    said = ", ".join(f"'{u}' as {m}" + ("" if f == 1.0 else " (x seq_len)" if f == "seq_len" else
-                                        " (1 / the value)" if f == "inverse" else f" (x {f:g})")
-                     for u, (m, f) in sorted(read.items()))
+    said = ", ".join(f"'{u}' as {m}{_factor_note(f)}" for u, (m, f) in sorted(read.items()))
     unread = sorted(u for u, m in units.items() if m is None)
     return out, [f"column '{vcol}' read as the value of the quantity column '{ucol}' names: {said}"
                  + (f"; unit(s) {', '.join(repr(u) for u in unread)} not read: those rows keep no measurement"
