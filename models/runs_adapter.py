@@ -718,10 +718,9 @@ def _fastest_layout(todo: pl.DataFrame, predict, judge=None) -> pl.DataFrame:
     trial = cand.join(base.drop(*lay, strict=False), on="_row", how="left").with_columns(
         *[pl.col(c).cast(pl.Int64) for c in lay], (pl.col("tp") > 1).alias("sequence_parallel")).drop("_row")
     # a batch no layout tiles: the nearest that tiles (resolve_batch_tiling)
-    unit = pl.col("dp") * pl.col("micro_batch")
-    trial = trial.with_columns(pl.when(pl.col("global_batch_seqs") % unit != 0).then(
-        (pl.col("global_batch_seqs") / unit).round().clip(lower_bound=1).cast(pl.Int64) * unit)
-        .otherwise(pl.col("global_batch_seqs")).alias("global_batch_seqs"))
+    trial = trial.with_columns(pl.Series("global_batch_seqs", nearest_tiling(
+        trial["global_batch_seqs"].cast(pl.Float64).to_numpy(),
+        (trial["dp"] * trial["micro_batch"]).cast(pl.Float64).to_numpy()), nan_to_null=True).cast(pl.Int64))
     pred = _prediction(trial, predict, judge)
     open_ = trial["sharding_open"].fill_null(False) & (trial["sharding"] == "none") \
         if "sharding_open" in trial.columns else pl.Series([False] * trial.height)
@@ -922,6 +921,20 @@ def predict_by_preset(configs: pl.DataFrame, predict, base=None, overrides=None)
     return pl.concat(parts, how="diagonal_relaxed").sort("_i").drop("_i")
 
 
+def _measured_rows(configs: pl.DataFrame, measured) -> pl.Series:
+    """The resolvers' `measured` argument as a boolean Series per row of `configs`: None means every row (the
+    corpus, whose runs all carry a measurement); nulls are rows without one."""
+    return pl.Series([True] * configs.height) if measured is None else pl.Series(measured).fill_null(False)
+
+
+def nearest_tiling(batch: np.ndarray, unit: np.ndarray) -> np.ndarray:
+    """`batch` where it splits into `unit` (dp x micro-batch) sequences, else the nearest multiple of `unit`, at
+    least one (`resolve_batch_tiling`)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        off = np.isfinite(batch) & np.isfinite(unit) & (unit >= 1) & (np.mod(batch, unit) != 0)
+        return np.where(off, np.maximum(np.round(batch / np.where(off, unit, 1.0)), 1.0) * unit, batch)
+
+
 #: micro-batches `resolve_micro_batch` weighs for a measured run that states none
 SEARCH_MICRO_BATCH = (1, 2, 4, 8, 16, 32)
 
@@ -934,7 +947,7 @@ def resolve_micro_batch(configs: pl.DataFrame, predict, measured=None, judge=Non
     drop = ("micro_batch_stated", "batch_per_replica")
     if "micro_batch_stated" not in configs.columns:
         return configs.drop(*drop, strict=False)
-    measured = pl.Series([True] * configs.height) if measured is None else pl.Series(measured).fill_null(False)
+    measured = _measured_rows(configs, measured)
     todo = (~configs["micro_batch_stated"].fill_null(True) & measured).to_numpy()
     if not todo.any():
         return configs.drop(*drop, strict=False)
@@ -984,19 +997,17 @@ def resolve_batch_tiling(configs: pl.DataFrame, measured=None) -> pl.DataFrame:
     need = ("global_batch_seqs", "dp", "micro_batch")
     if configs.height == 0 or any(c not in configs.columns for c in need):
         return configs
-    measured = pl.Series([True] * configs.height) if measured is None else pl.Series(measured).fill_null(False)
+    measured = _measured_rows(configs, measured)
     B, dp, mb = (configs[c].cast(pl.Float64).to_numpy() for c in need)
-    with np.errstate(invalid="ignore"):
-        unit = dp * mb
-        off = measured.to_numpy() & np.isfinite(B) & np.isfinite(unit) & (unit >= 1) & (np.mod(B, unit) != 0)
+    tiled = np.where(measured.to_numpy(), nearest_tiling(B, dp * mb), B)
+    off = np.isfinite(B) & (tiled != B)
     if not off.any():
         return configs
-    tiled = np.where(off, np.maximum(np.round(B / np.where(off, unit, 1.0)), 1.0) * unit, B)
     text = pl.Series([f"global_batch_seqs={t:.0f} (the stated {b:.0f} does not split into dp={d:.0f} x "
                       f"micro_batch={m:.0f}: the nearest batch that does)" if o else None
                       for t, b, d, m, o in zip(tiled, B, dp, mb, off)], dtype=pl.Utf8)
     return configs.with_columns(
-        pl.Series("global_batch_seqs", tiled).cast(pl.Int64),
+        pl.Series("global_batch_seqs", tiled, nan_to_null=True).cast(pl.Int64),
         pl.concat_str([pl.col("assumptions"), text], separator="; ", ignore_nulls=True).alias("assumptions"),
     )
 
@@ -1015,7 +1026,7 @@ def resolve_sharding(configs: pl.DataFrame, predict, measured=None) -> pl.DataFr
     `predict` is `models.step_time.predict`."""
     if "sharding_open" not in configs.columns:
         return configs
-    measured = pl.Series([True] * configs.height) if measured is None else pl.Series(measured).fill_null(False)
+    measured = _measured_rows(configs, measured)
     open_ = (configs["sharding_open"].fill_null(False) & measured & (configs["sharding"] == "none")
              & (configs["dp"].fill_null(1) > 1))
     if not open_.any():
@@ -1057,7 +1068,7 @@ def resolve_ep(configs: pl.DataFrame, predict, measured=None, judge=None) -> pl.
     every row, as in the corpus). Rows that state ep keep it. `predict` is `models.step_time.predict`."""
     if "ep_unstated" not in configs.columns:
         return configs
-    measured = pl.Series([True] * configs.height) if measured is None else pl.Series(measured).fill_null(False)
+    measured = _measured_rows(configs, measured)
     # FSDP-class sharding (fsdp, hsdp, zero3) shards the expert weights already; EP is what shards them otherwise
     replicated = ~configs["sharding"].fill_null("none").is_in(list(WEIGHT_SHARDING))
     todo = (configs["ep_unstated"].fill_null(False) & measured & replicated).to_numpy()
@@ -1109,7 +1120,7 @@ def resolve_recompute(configs: pl.DataFrame, predict, measured=None) -> pl.DataF
     unknown = configs["recompute"].is_null()
     if not unknown.any():
         return configs.with_columns(pl.lit(False).alias("recompute_assumed"))
-    measured = pl.Series([True] * configs.height) if measured is None else pl.Series(measured).fill_null(False)
+    measured = _measured_rows(configs, measured)
     chosen = pl.Series("recompute", [None] * configs.height, dtype=pl.Utf8)
     planned = ~measured & unknown  # rows without a measurement may still resolve to full
     for mode in INFERRED_RECOMPUTE + (("full",) if planned.any() else ()):

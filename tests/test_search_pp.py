@@ -74,3 +74,14 @@ def test_resolve_batch_tiling_leaves_queries_and_tiled_batches_alone():
     out = resolve_batch_tiling(cfg, measured=[True, False, True])
     assert out["global_batch_seqs"].to_list() == [2016, 2048, 1980]
     assert out["assumptions"].to_list()[1:] == ["x", "x"]
+
+
+def test_resolve_batch_tiling_keeps_a_row_without_a_batch_beside_one_it_tiles():
+    """A row with no batch (null) beside a row it tiles: the null stays null (it raised on the integer cast)."""
+    from models.runs_adapter import resolve_batch_tiling
+
+    cfg = pl.DataFrame({"global_batch_seqs": [2048, None], "dp": [144, 4], "micro_batch": [1, 1],
+                        "assumptions": ["x", "x"]})
+    out = resolve_batch_tiling(cfg)
+    assert out["global_batch_seqs"].to_list() == [2016, None]
+    assert out["assumptions"][1] == "x"
