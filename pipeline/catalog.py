@@ -554,7 +554,7 @@ def resolve_gpu(hw: pl.DataFrame, name: str, network: bool = True) -> tuple[dict
                 f"its n_gpus)")
         return row, f"{said}; using {row['id']}" if note is None else f"{said}; {note}"
     if TPU_V5_LITE_RE.match(str(name)):
-        row, note = resolve_gpu(hw, "TPU v5e")
+        row = resolve_gpu(hw, TPU_SLICE_UNIT["v5lite"][1])[0]
         return row, f"'{name}': Google's v5 lite is the TPU v5e; using {row['id']}"
     rows = hw.to_dicts()
 
