@@ -6,8 +6,7 @@ import polars as pl
 
 from models.hardware import resolve_hardware
 from models.params import DEFAULT, PhysParams
-from models.runs_adapter import (configs_from_runs, predict_by_preset, resolve_batch_tiling, resolve_ep,
-                                 resolve_layout, resolve_micro_batch, resolve_recompute, resolve_sharding)
+from models.runs_adapter import configs_from_runs, predict_by_preset, resolve_unstated
 from models.step_time import predict
 from models.targets import derive_flop_targets, measured_throughput
 
@@ -25,13 +24,7 @@ def prepare_configs(runs: pl.DataFrame, hardware: pl.DataFrame) -> tuple[pl.Data
     """(predictable configs with recompute resolved, runs that cannot be predicted with `config_error`)."""
     hw = resolve_hardware(hardware, strict=False)
     cfg = configs_from_runs(runs, hw)
-    ok = cfg.filter(pl.col("config_error").is_null())
-    ok = resolve_layout(ok, lambda c, p: predict(c, p))
-    ok = resolve_ep(ok, lambda c, p: predict(c, p))
-    ok = resolve_micro_batch(ok, lambda c, p: predict(c, p))
-    ok = resolve_batch_tiling(ok)
-    ok = resolve_sharding(ok, lambda c, p: predict(c, p))
-    ok = resolve_recompute(ok, lambda c, p: predict(c, p))
+    ok = resolve_unstated(cfg.filter(pl.col("config_error").is_null()), predict)
     return ok, cfg.filter(pl.col("config_error").is_not_null())
 
 

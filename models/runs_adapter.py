@@ -1143,3 +1143,16 @@ def resolve_recompute(configs: pl.DataFrame, predict, measured=None) -> pl.DataF
         ).otherwise(pl.col("assumptions")).alias("assumptions"),
     )
 
+
+def resolve_unstated(configs: pl.DataFrame, predict, measured=None, judge=None) -> pl.DataFrame:
+    """Every setting a run leaves out, in the one order the fit (`models.evaluate.prepare_configs`) and `stepcast
+    predict --runs` share: the layout, the expert-parallel degree, the micro-batch, a batch that must tile, the
+    sharding and the recompute (each `resolve_*` above). `measured`: a boolean Series per row (default: every row,
+    as in the corpus); `judge` ranks the searched settings (`_prediction`: `predict --runs` passes the served
+    model). `predict` is `models.step_time.predict`."""
+    ok = resolve_layout(configs, predict, judge=judge)
+    ok = resolve_ep(ok, predict, measured=measured, judge=judge)
+    ok = resolve_micro_batch(ok, predict, measured=measured, judge=judge)
+    ok = resolve_batch_tiling(ok, measured=measured)
+    ok = resolve_sharding(ok, predict, measured=measured)
+    return resolve_recompute(ok, predict, measured=measured)

@@ -706,8 +706,7 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
     types are taken as their text). Raises FileRejected (naming `source`) without a run_id column."""
     from models.hardware import resolve_hardware
     from models.predictor import predict
-    from models.runs_adapter import (configs_from_runs, resolve_batch_tiling, resolve_ep, resolve_layout,
-                                     resolve_micro_batch, resolve_recompute, resolve_sharding)
+    from models.runs_adapter import configs_from_runs, resolve_unstated
     from models.step_time import predict as physics
     from models.targets import derive_flop_targets, measured_throughput
 
@@ -758,19 +757,13 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
         .otherwise(pl.coalesce("_dtype_error", "_word_error", "config_error")).alias("config_error")
     ).drop("_dtype_error", "_word_error")
     ok = cfg.filter(pl.col("config_error").is_null())
-    # an unstated layout, expert-parallel degree or micro-batch: the fastest that fits by the served model, as
-    # `stepcast search` ranks (models.runs_adapter._prediction)
-    served = lambda c: predict(c, model)  # noqa: E731
-    ok = resolve_layout(ok, physics, judge=served)
     # a row with a measurement ran, so it fitted (models.runs_adapter: full recompute is never assumed for it)
     measured_ids = frame.filter(pl.col("value").str.strip_chars().replace("", None).is_not_null())["run_id"] \
         if "value" in frame.columns else pl.Series([], dtype=pl.Utf8)
     measured = ok["run_id"].is_in(measured_ids.unique().to_list())
-    ok = resolve_ep(ok, physics, measured=measured, judge=served)
-    ok = resolve_micro_batch(ok, physics, measured=measured, judge=served)
-    ok = resolve_batch_tiling(ok, measured=measured)
-    ok = resolve_sharding(ok, physics, measured=measured)
-    ok = resolve_recompute(ok, physics, measured=measured)
+    # an unstated layout, expert-parallel degree or micro-batch: the fastest that fits by the served model, as
+    # `stepcast search` ranks (models.runs_adapter._prediction)
+    ok = resolve_unstated(ok, physics, measured=measured, judge=lambda c: predict(c, model))
     text = {"error", "fit_version", "assumptions", "calibration_domain"}
     good = pl.DataFrame(schema={c: pl.Boolean if c in ("feasible", "memory_fits") else pl.Utf8 if c in text
                                 else pl.Float64 for c in [*OUT_COLUMNS, "peak_bf16_tflops", "model_flops_per_token",
