@@ -155,22 +155,36 @@ GENERATION_FIELDS = ("matmul_eff_16bit", "matmul_eff_8bit")
 
 
 #: NVIDIA generation groups in release order: a later one without its own fitted PyTorch-native kernel efficiency
-#: takes the latest earlier one's (Blackwell runs the Hopper-era kernels' successors; the gap does not close)
+#: takes the latest earlier one's, scaled by `LEGACY_MMA_SHARE` (Blackwell runs the Hopper-era kernels' successors;
+#: the gap does not close)
 _NVIDIA_ORDER = ("pre-Ampere", "Ampere", "Ada", "Hopper", "Blackwell")
+
+#: Share of a generation's dense tensor-core peak that the warp-level ``mma.sync`` instructions reach: the
+#: Ampere-class path that FlashAttention-2, PyTorch SDPA's FlashAttention backend and the Triton kernels of the
+#: PyTorch-native stacks compile to. Up to Ada it is the native path (1.0). On Hopper only the asynchronous
+#: warpgroup ``wgmma`` reaches the peak; ``mma.sync`` reaches about 2/3 of it (Shah et al. 2024, FlashAttention-3,
+#: arXiv:2407.08608, section 2.2, after Luo et al. 2024, arXiv:2402.13499), which is why FlashAttention-2 runs at
+#: 35% of an H100's peak against 70% of an A100's. Blackwell's native path is ``tcgen05``; no published figure gives
+#: its ``mma.sync`` share, so it keeps Hopper's (stated where it answers). The fitted values agree: the
+#: calibration/16 fit gives the native stacks 0.94 of the reference kernels on Ampere and 0.67 on Hopper, a ratio
+#: of 0.71.
+LEGACY_MMA_SHARE = {"pre-Ampere": 1.0, "Ampere": 1.0, "Ada": 1.0, "Hopper": 2.0 / 3.0, "Blackwell": 2.0 / 3.0}
 
 
 def native_kernel_effs(overrides: dict | None) -> dict[str, float]:
     """{generation group: kernel_eff} for PyTorch-native rows: the values a fit made for one generation
-    (`NATIVE_GEN_KEY` + group), and for a later NVIDIA generation without its own the latest earlier one's.
-    Other groups take the preset's value (the prior, or one fitted from all native runs when no generation has
-    enough of them: models.calibration._slots)."""
+    (`NATIVE_GEN_KEY` + group), and for a later NVIDIA generation without its own the latest earlier one's, times
+    the ratio of the two generations' `LEGACY_MMA_SHARE` (an efficiency fitted on Ampere carries to Hopper as
+    2/3 of it: the kernels stay, the instruction path loses a third of the peak). Other groups take the preset's
+    value (the prior, or one fitted from all native runs when no generation has enough of them:
+    models.calibration._slots)."""
     own = _native_own_effs(overrides)
     out, carry = dict(own), None
     for g in _NVIDIA_ORDER:
         if g in own:
-            carry = own[g]
+            carry = (own[g], g)
         elif carry is not None:
-            out[g] = carry
+            out[g] = carry[0] * LEGACY_MMA_SHARE[g] / LEGACY_MMA_SHARE[carry[1]]
     return out
 
 
@@ -187,6 +201,12 @@ def native_kernel_carried_from(overrides: dict | None, group: str) -> str | None
         return None
     earlier = [g for g in _NVIDIA_ORDER[:_NVIDIA_ORDER.index(group)] if g in own]
     return earlier[-1] if earlier else None
+
+
+def _mma_scale_note(src: str, group: str) -> str:
+    """How `native_kernel_effs` scales an efficiency carried from `src` to `group` (empty when it does not)."""
+    r = LEGACY_MMA_SHARE[group] / LEGACY_MMA_SHARE[src]
+    return "" if r == 1.0 else f" x {r:.2f}, the mma.sync share of {group}'s tensor peak"
 
 
 def _native_own_effs(overrides: dict | None) -> dict[str, float]:
@@ -496,7 +516,7 @@ def domain_text(model: Model, arrays: Mapping[str, np.ndarray], codes: np.ndarra
                 over = model.calibration.preset_overrides
                 src = native_kernel_carried_from(over, group)
                 cache[key] = (f"extrapolated: PyTorch-native kernels not fitted on {group} ("
-                              + (f"{src}'s efficiency carried" if src else "the prior")
+                              + (f"{src}'s efficiency carried" + _mma_scale_note(src, group) if src else "the prior")
                               + f"; fitted on {', '.join(sorted(native_kernel_own(over)))}); fitted parameters, "
                               "wider interval")
             elif codes[i] == DOMAIN_NEW_HARDWARE:

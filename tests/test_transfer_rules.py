@@ -60,6 +60,23 @@ def test_a_later_generation_without_its_own_native_kernel_efficiency_takes_the_l
     assert native_kernel_effs(None) == {} and native_kernel_effs({"pytorch_native": {"kernel_eff": 0.9}}) == {}
 
 
+def test_an_ampere_native_kernel_efficiency_carries_to_hopper_at_the_mma_sync_share_of_its_peak():
+    """FlashAttention-3 (section 2.2): Hopper's mma.sync reaches about 2/3 of its tensor peak; the Ampere-class kernels
+    of the native stacks keep their efficiency relative to that path, so an Ampere fit of 0.9 answers 0.6 on
+    Hopper, and Blackwell (no published share) keeps Hopper's; a generation with its own value keeps it."""
+    from models.predictor import LEGACY_MMA_SHARE, _mma_scale_note
+
+    effs = native_kernel_effs({NATIVE_GEN_KEY + "Ampere": {"kernel_eff": 0.9}})
+    assert effs["Ampere"] == 0.9 and effs["Ada"] == pytest.approx(0.9)
+    assert effs["Hopper"] == pytest.approx(0.6) and effs["Blackwell"] == pytest.approx(0.6)
+    both = native_kernel_effs({NATIVE_GEN_KEY + "Ampere": {"kernel_eff": 0.9},
+                               NATIVE_GEN_KEY + "Hopper": {"kernel_eff": 0.7}})
+    assert both["Hopper"] == 0.7 and both["Blackwell"] == pytest.approx(0.7)
+    assert all(0.0 < v <= 1.0 for v in LEGACY_MMA_SHARE.values())
+    assert _mma_scale_note("Ampere", "Hopper") == " x 0.67, the mma.sync share of Hopper's tensor peak"
+    assert _mma_scale_note("Hopper", "Blackwell") == ""
+
+
 @pytest.mark.parametrize("n_ampere, n_hopper, own, shared", [
     (40, 40, {"Ampere", "Hopper"}, False),  # each generation its own value, no shared one
     (0, 40, {"Hopper"}, False),  # Ampere rows then keep the prior: a later generation's value never goes back
