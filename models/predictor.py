@@ -179,12 +179,10 @@ def native_kernel_effs(overrides: dict | None) -> dict[str, float]:
     value (the prior, or one fitted from all native runs when no generation has enough of them:
     models.calibration._slots)."""
     own = _native_own_effs(overrides)
-    out, carry = dict(own), None
+    out = dict(own)
     for g in _NVIDIA_ORDER:
-        if g in own:
-            carry = (own[g], g)
-        elif carry is not None:
-            out[g] = carry[0] * LEGACY_MMA_SHARE[g] / LEGACY_MMA_SHARE[carry[1]]
+        if g not in own and (src := _carried_from(own, g)) is not None:
+            out[g] = own[src] * _mma_ratio(src, g)
     return out
 
 
@@ -196,16 +194,25 @@ def native_kernel_own(overrides: dict | None) -> set[str]:
 def native_kernel_carried_from(overrides: dict | None, group: str) -> str | None:
     """The generation whose fitted PyTorch-native kernel efficiency `group` takes without one of its own (the latest
     earlier NVIDIA generation with its own, as `native_kernel_effs` carries it); None: the preset's value."""
-    own = _native_own_effs(overrides)
+    return _carried_from(_native_own_effs(overrides), group)
+
+
+def _carried_from(own: Mapping[str, float], group: str) -> str | None:
+    """The latest NVIDIA generation before `group` among `own`'s keys (None: none, or `group` is not NVIDIA's)."""
     if group not in _NVIDIA_ORDER:
         return None
     earlier = [g for g in _NVIDIA_ORDER[:_NVIDIA_ORDER.index(group)] if g in own]
     return earlier[-1] if earlier else None
 
 
+def _mma_ratio(src: str, group: str) -> float:
+    """The factor an efficiency carried from `src` to `group` takes: the ratio of their `LEGACY_MMA_SHARE`."""
+    return LEGACY_MMA_SHARE[group] / LEGACY_MMA_SHARE[src]
+
+
 def _mma_scale_note(src: str, group: str) -> str:
     """How `native_kernel_effs` scales an efficiency carried from `src` to `group` (empty when it does not)."""
-    r = LEGACY_MMA_SHARE[group] / LEGACY_MMA_SHARE[src]
+    r = _mma_ratio(src, group)
     return "" if r == 1.0 else f" x {r:.2f}, the mma.sync share of {group}'s tensor peak"
 
 
