@@ -37,6 +37,8 @@ never silently rests on a guess:
 | inter_node_bw_gbps empty | the hardware's scale-out bandwidth per accelerator | typical deployment (a run that states its cluster's network uses it) |
 | params_b empty, model_name naming no architecture but stating a size (`stepcast predict --runs`) | that size ("Mystery 70B" -> 70; `pipeline.predict_runs.params_from_name`), then the shape rule below; not for a name marking a mixture of experts ("A3B", "8x22B", "MoE"), which is refused saying what to give | a stated size is the size; an MoE's size does not fix its experts |
 | n_layers, d_model or n_heads empty with params_b stated, for a dense or unnamed model (no experts, no hybrid pattern; `infer_dense_shape`) | `models.frontier`'s GPT-style shape (`dense_shapes_for_params`) whose parameter count with the row's stated fields and vocab is closest to params_b: d_model/n_layers 108-152, heads the power of two nearest d_model/128, GeLU MLP of 4 d_model, tied embeddings (stated fields kept) | GPT-3's aspect ratio (Brown et al. 2020) within Kaplan et al. 2020's flat optimum (Fig. 5); an MoE model's size does not fix its experts, so it stays refused |
+| an architecture column the measurement schema lacks (n_experts, top_k, expert_ffn_dim, head_dim, a hybrid's layer_pattern and Mamba shape, MLA ranks), stated in a run file (`stepcast predict --runs`; also under a Hugging Face config's or Megatron-Core's name: num_local_experts, num_experts_per_tok, moe_intermediate_size, kv_channels, `pipeline.predict_runs.ARCH_SYNONYMS`) | the stated cell, over the architecture table's (a cell that is not a whole number, or true/false, refuses the run naming the column) | a model the table lacks is described by its row; n_experts without top_k is refused (the experts a token visits set its FLOPs) |
+| expert_ffn_dim empty with n_experts stated | ffn_dim | the schema's convention for a model whose every layer is MoE (`models.archfile`) |
 | activation unknown | swiglu when ffn_dim/d_model < 3.9, else gelu | gated MLPs use ~8/3·d (Llama) or 3.5·d; GELU MLPs use 4·d |
 | ffn_dim empty | 4·d_model | GPT convention (Brown et al. 2020) |
 | n_kv_heads empty | n_heads | multi-head attention |
@@ -403,6 +405,8 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     note(pl.col("gpus_per_node").is_null(), "gpus_per_node=scale-up domain")
     note(pl.col("activation").is_null() & pl.col("ffn_dim").is_not_null(), "activation from ffn/d ratio")
     note(pl.col("ffn_dim").is_null(), "ffn_dim=4*d_model")
+    note((pl.col("n_experts").fill_null(0) > 0) & pl.col("expert_ffn_dim").is_null(),
+         "expert_ffn_dim=ffn_dim (not stated: experts as wide as the dense MLP)")
     note(pl.col("n_kv_heads").is_null(), "n_kv_heads=n_heads")
     note(pl.col("vocab").is_null(), "vocab=51200")
     note((on_xla | xla_gpu) & (pl.col("recompute") == "full").fill_null(False), XLA_REMAT_NOTE)
@@ -493,7 +497,10 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
                              pl.col("model_name_error") if "model_name_error" in out.columns else pl.lit(None)],
                             separator=": ", ignore_nulls=True)),
         pl.when((pl.col("arch") != "dense") & ~pl.col("arch").str.contains("hybrid") & (pl.col("n_experts") == 0))
-        .then(pl.format("{} architecture without expert shapes", pl.col("arch"))),
+        .then(pl.format("{} architecture without expert shapes: give n_experts and top_k (and expert_ffn_dim), or "
+                        "name a model of measurements/architectures.csv", pl.col("arch"))),
+        pl.when((pl.col("n_experts") > 0) & (pl.col("top_k") <= 0))
+        .then(pl.lit("n_experts stated without top_k: give the experts each token is routed to (top_k)")),
         hybrid,
         pl.when(pl.col("gpu").is_null()).then(pl.lit(
             "no accelerator stated: give a gpu column (an id or a name such as h100-sxm5-80gb, 'H100' or 'TPU v5p')"))

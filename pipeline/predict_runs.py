@@ -43,6 +43,63 @@ K_COUNT_COLUMNS = ("n_gpus", "seq_len", "global_batch_seqs", "micro_batch")
 _K_COUNT = r"(?i)^(\d+(?:\.\d+)?)\s*k$"
 
 
+#: architecture-table columns (measurements/architectures.csv) a run file may state beyond the measurement schema:
+#: the expert, hybrid-block and MLA shape of a model the table lacks. A stated cell wins over the table's value
+#: (`catalog.fill_from_architectures` fills only empty cells); read in the table's types (`arch_cell`)
+ARCH_STATED: tuple[str, ...] = tuple(c for c in (*catalog.ARCH_MODEL_COLUMNS, *catalog.ARCH_HYBRID_COLUMNS,
+                                                 *catalog.ARCH_MLA_COLUMNS) if c not in COLUMNS)
+#: other names of those columns, as Hugging Face configs (Mixtral, Qwen-MoE, DeepSeek) and Megatron-Core's
+#: arguments write them, by `header_key`
+ARCH_SYNONYMS: dict[str, str] = {
+    **{c: c for c in ARCH_STATED},
+    **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "num_routed_experts", "moe_num_experts",
+                     "experts", "n_expert"), "n_experts"),
+    **dict.fromkeys(("num_experts_per_tok", "moe_router_topk", "moe_top_k", "topk", "experts_per_token"), "top_k"),
+    **dict.fromkeys(("moe_intermediate_size", "moe_ffn_hidden_size", "expert_intermediate_size",
+                     "expert_ffn_hidden_size"), "expert_ffn_dim"),
+    **dict.fromkeys(("num_shared_experts", "shared_experts"), "n_shared_experts"),
+    **dict.fromkeys(("first_k_dense_replace", "num_dense_layers"), "n_dense_layers"),
+    **dict.fromkeys(("kv_channels", "head_size"), "head_dim"),
+    "tie_word_embeddings": "tied_embeddings",
+}
+
+
+def arch_cell(c: str) -> pl.Expr:
+    """The file's cell of architecture column `c` (`ARCH_STATED`) in the architecture table's type: text for the
+    activation and a hybrid's layer pattern, true/false for tied embeddings, an integer otherwise; a cell that is
+    none of these is empty."""
+    t = pl.col(c).cast(pl.Utf8).str.strip_chars().replace("", None)
+    if c in ("activation", "layer_pattern"):
+        return t.alias(c)
+    if c == "tied_embeddings":
+        low = t.str.to_lowercase()
+        return (pl.when(low.is_in(["true", "yes", "1"])).then(True).when(low.is_in(["false", "no", "0"]))
+                .then(False).otherwise(None).alias(c))
+    num = number_text(pl.col(c)).cast(pl.Float64, strict=False)
+    return pl.when(num == num.round(0)).then(num).otherwise(None).cast(pl.Int64).alias(c)
+
+
+def arch_cells_error(columns) -> pl.Expr:
+    """Per row, the stated architecture cells (`ARCH_STATED`, of `columns`) `arch_cell` cannot read, as
+    "column top_k = '2.5': not a whole number" (null where every cell reads)."""
+    parts = []
+    for c in columns:
+        raw = pl.col(c).cast(pl.Utf8).str.strip_chars().replace("", None)
+        if c in ("activation", "layer_pattern"):
+            continue
+        if c == "tied_embeddings":
+            bad = raw.is_not_null() & ~raw.str.to_lowercase().is_in(["true", "yes", "1", "false", "no", "0"])
+            want = "true or false"
+        else:
+            num = number_text(pl.col(c)).cast(pl.Float64, strict=False)
+            bad = raw.is_not_null() & (num.is_null() | (num != num.round(0)) | (num < 0))
+            want = "a whole number"
+        parts.append(pl.when(bad).then(pl.format("column {} = '{}': not {}", pl.lit(c), raw, pl.lit(want))))
+    if not parts:
+        return pl.lit(None, dtype=pl.Utf8).alias("_arch_error")
+    return pl.concat_str(parts, separator="; ", ignore_nulls=True).replace("", None).alias("_arch_error")
+
+
 def count_text(expr: pl.Expr) -> pl.Expr:
     """A count as written (`number_text`), a K suffix read as x 1,024 ("4K" -> "4096"; "1.5K" -> "1536")."""
     t = number_text(expr)
@@ -222,7 +279,7 @@ def read_headers(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
         if c in present & set(COLUMNS) or c == "_line":
             continue
         key = header_key(c)
-        target = key if key in COLUMNS else COLUMN_SYNONYMS.get(key)
+        target = key if key in COLUMNS else COLUMN_SYNONYMS.get(key) or ARCH_SYNONYMS.get(key)
         if target is not None and target not in present and target not in renames.values():
             renames[c] = target
             notes.append(f"column '{c}' read as {target}")
@@ -735,6 +792,8 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
          .cast(dtype, strict=False).alias(c)
          for c, dtype in [(c, SCHEMA[c]) for c in COLUMNS if c not in ("metric", "value", "unit", "derived", "notes")]
          + list(extra.items())]
+        + [arch_cell(c) for c in ARCH_STATED if c in frame.columns]  # a model's shape beyond the schema's columns
+        + [arch_cells_error([c for c in ARCH_STATED if c in frame.columns])]
     ).filter(pl.col("run_id").is_not_null())
     runs = typed.group_by("run_id", maintain_order=True).first()
     runs = params_from_name(catalog.fill_from_architectures(runs, measurements))
@@ -754,8 +813,8 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
     unknown_gpu = ~cfg["gpu"].is_in(hw["id"].to_list())
     cfg = cfg.with_columns(
         pl.when(pl.Series(unknown_gpu)).then(pl.format("unknown hardware id '{}'", pl.col("gpu")))
-        .otherwise(pl.coalesce("_dtype_error", "_word_error", "config_error")).alias("config_error")
-    ).drop("_dtype_error", "_word_error")
+        .otherwise(pl.coalesce("_arch_error", "_dtype_error", "_word_error", "config_error")).alias("config_error")
+    ).drop("_arch_error", "_dtype_error", "_word_error")
     ok = cfg.filter(pl.col("config_error").is_null())
     # a row with a measurement ran, so it fitted (models.runs_adapter: full recompute is never assumed for it)
     measured_ids = frame.filter(pl.col("value").str.strip_chars().replace("", None).is_not_null())["run_id"] \

@@ -182,6 +182,58 @@ def test_an_unknown_model_with_a_size_in_its_name_is_predicted_from_that_size(tm
         assert "a mixture of experts' size fixes no shape: give n_layers" in rows[rid]["error"]
 
 
+def test_a_moe_the_table_lacks_is_predicted_from_the_expert_shape_its_row_states(tmp_path):
+    """A mixture of experts the architecture table does not know is predicted from the shape its row states in the
+    table's columns (n_experts, top_k, expert_ffn_dim, ...) or under their Hugging Face config names
+    (num_local_experts, num_experts_per_tok, moe_intermediate_size, tie_word_embeddings): Mixtral 8x7B's shape
+    under another name predicts what the table's Mixtral 8x7B does. Without the expert shape it is refused, saying
+    what to give; a stated cell that is not a whole number is not read."""
+    layout = "h100-sxm5-80gb,64,2,1,8,4096,256,tokens_per_s_per_gpu,3000"
+    cols = "gpu,n_gpus,tp,pp,ep,seq_len,global_batch_seqs,metric,value"
+    shape = "32,4096,32,8,14336,32000,swiglu"
+    shape_cols = "n_layers,d_model,n_heads,n_kv_heads,ffn_dim,vocab,activation"
+    f = tmp_path / "schema.csv"
+    f.write_text(f"run_id,model_name,{shape_cols},n_experts,top_k,expert_ffn_dim,tied_embeddings,{cols}\n"
+                 f"named,Mixtral 8x7B,,,,,,,,,,,,{layout}\n"
+                 f"stated,AcmeMoE,{shape},8,2,14336,false,{layout}\n"
+                 f"bare,AcmeMoE,{shape},,,,,{layout}\n"
+                 f"half,AcmeMoE,{shape},8,2.5,14336,false,{layout}\n")
+    g = tmp_path / "hf.csv"
+    g.write_text(f"run_id,model_name,arch,{shape_cols},num_local_experts,num_experts_per_tok,moe_intermediate_size,"
+                 f"tie_word_embeddings,{cols}\n"
+                 f"hf,AcmeMoE,moe,{shape},8,2,14336,False,{layout}\n")
+    rows = {**_predict(f), **_predict(g)}
+    assert rows["named"]["step_time_s"] is not None
+    for rid in ("stated", "hf"):
+        assert rows[rid]["error"] is None, rows[rid]["error"]
+        assert rows[rid]["step_time_s"] == pytest.approx(rows["named"]["step_time_s"], rel=1e-9)
+        assert rows[rid]["memory_gb_per_gpu"] == pytest.approx(rows["named"]["memory_gb_per_gpu"], rel=1e-9)
+    assert "column 'num_local_experts' read as n_experts" in rows["hf"]["assumptions"]
+    # no expert shape: read as the dense model its shape describes, which expert parallelism cannot split
+    assert rows["bare"]["step_time_s"] is None and "ep>1 needs an MoE model" in rows["bare"]["error"]
+    assert rows["half"]["step_time_s"] is None
+    assert "column top_k = '2.5': not a whole number" in rows["half"]["error"]
+
+
+def test_an_expert_count_without_top_k_is_refused_and_an_unstated_expert_width_is_said(tmp_path):
+    """n_experts without top_k cannot be predicted (how many experts a token visits sets its FLOPs) and says what
+    to give; without expert_ffn_dim the experts are as wide as the dense MLP (ffn_dim), said in assumptions."""
+    f = tmp_path / "runs.csv"
+    f.write_text("run_id,model_name,arch,n_layers,d_model,n_heads,ffn_dim,vocab,n_experts,top_k,gpu,n_gpus,tp,pp,ep,"
+                 "seq_len,global_batch_seqs,metric,value\n"
+                 "nok,AcmeMoE,moe,32,4096,32,14336,32000,8,,h100-sxm5-80gb,64,2,1,8,4096,256,tokens_per_s_per_gpu,3000\n"
+                 "wide,AcmeMoE,moe,32,4096,32,14336,32000,8,2,h100-sxm5-80gb,64,2,1,8,4096,256,tokens_per_s_per_gpu,"
+                 "3000\n"
+                 "none,AcmeMoE,moe,32,4096,32,14336,32000,,,h100-sxm5-80gb,64,2,1,8,4096,256,tokens_per_s_per_gpu,"
+                 "3000\n")
+    rows = _predict(f)
+    assert rows["nok"]["step_time_s"] is None
+    assert "n_experts stated without top_k" in rows["nok"]["error"]
+    assert rows["wide"]["step_time_s"] is not None
+    assert "expert_ffn_dim=ffn_dim (not stated" in rows["wide"]["assumptions"]
+    assert "moe architecture without expert shapes: give n_experts and top_k" in rows["none"]["error"]
+
+
 @pytest.mark.parametrize("header, metric, factor", [
     ("Throughput (tokens/s)", "tokens_per_s", 1.0), ("Tokens/sec/GPU", "tokens_per_s_per_gpu", 1.0),
     ("Throughput per GPU (tokens/s)", "tokens_per_s_per_gpu", 1.0), ("model TFLOPS/GPU", "model_tflops_per_gpu", 1.0),
