@@ -34,6 +34,7 @@ never silently rests on a guess:
 | dtype empty | bf16 (fp32 on fp32-only parts) | the corpus' dominant precision |
 | dtype written as a common spelling (`stepcast predict --runs` only; a measurement file must use the vocabulary) | the schema's dtype by `pipeline.measurements.DTYPE_SPELLINGS` (bfloat16 -> bf16, float16/half -> fp16, float8/fp8 delayed scaling/e4m3 -> fp8, fp8 current scaling/tensorwise -> fp8-cs, fp4 -> nvfp4); "mixed"/"amp": bf16, fp16 on an accelerator without a BF16 peak (NVIDIA before Ampere) | PyTorch and Lightning dtype names; TransformerEngine's FP8 recipes (DelayedScaling is its default); PyTorch AMP autocasts to FP16 on Volta |
 | gpus_per_node empty | the hardware's scale-up domain, capped at n_gpus | typical deployment |
+| gpus_per_node stated below the hardware's scale-up domain where that domain spans hosts (a TPU's ICI pod; an NVLink domain above `HOST_SCALEUP_MAX` = 16 GPUs: GB200/GB300 NVL72) | the domain, capped at n_gpus, said in assumptions | the column counts a node's (host's) accelerators: 4 chips per TPU v4/v5p host, 4 GB200s per NVL72 compute tray (MLPerf's system descriptions), while the NVLink Switch trays or the ICI join the hosts into one domain |
 | inter_node_bw_gbps empty | the hardware's scale-out bandwidth per accelerator | typical deployment (a run that states its cluster's network uses it) |
 | params_b empty, model_name naming no architecture but stating a size (`stepcast predict --runs`) | that size ("Mystery 70B" -> 70; `pipeline.predict_runs.params_from_name`), then the shape rule below; not for a name marking a mixture of experts ("A3B", "8x22B", "MoE"), which is refused saying what to give | a stated size is the size; an MoE's size does not fix its experts |
 | n_layers, d_model or n_heads empty with params_b stated, for a dense or unnamed model (no experts, no hybrid pattern; `infer_dense_shape`) | `models.frontier`'s GPT-style shape (`dense_shapes_for_params`) whose parameter count with the row's stated fields and vocab is closest to params_b: d_model/n_layers 108-152, heads the power of two nearest d_model/128, GeLU MLP of 4 d_model, tied embeddings (stated fields kept) | GPT-3's aspect ratio (Brown et al. 2020) within Kaplan et al. 2020's flat optimum (Fig. 5); an MoE model's size does not fix its experts, so it stays refused |
@@ -346,6 +347,20 @@ def _tpu_ids(hardware: pl.DataFrame) -> list[str]:
     return hardware.filter(pl.col("scaleup_link") == "ici")[idcol].cast(pl.Utf8).to_list()
 
 
+#: the largest scale-up domain one host holds: an HGX/DGX board's 8, the DGX-2's 16 V100 on its NVSwitches in one
+#: chassis (NVIDIA DGX-2 datasheet). A larger NVLink domain is a rack of hosts (GB200/GB300 NVL72: 18 compute trays
+#: of 4 GPUs joined by NVLink Switch trays), and a TPU's ICI spans its pod's hosts (4 or 8 chips each)
+HOST_SCALEUP_MAX = 16
+#: what a run's stated accelerators per node is read as where the domain spans hosts (`configs_from_runs`)
+HOST_SPANNING_DOMAIN_NOTE = "gpus_per_node={} read as one host's: {} joins the hosts of {}'s scale-up domain, {} accelerators"
+
+
+def spans_hosts(link: pl.Expr, size: pl.Expr) -> pl.Expr:
+    """Whether a hardware row's scale-up domain (`scaleup_link`, `scaleup_size` of models.hardware.resolve_hardware)
+    spans hosts: a TPU's ICI, or an NVLink domain larger than one host holds (`HOST_SCALEUP_MAX`)."""
+    return (link == "ici") | ((link == "nvlink") & (size > HOST_SCALEUP_MAX))
+
+
 def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFrame:
     """`runs` rows (the store's runs table) + resolved hardware -> model input columns.
 
@@ -460,9 +475,19 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     out = infer_layout(out)
     out = fw.recipe_micro_batch(out)  # a summary row that states another system's micro-batch (models.frameworks)
     out = _recipe_moe_options(out)
+    # a scale-up domain that spans hosts (a TPU pod's ICI, an NVL72 rack's NVLink Switch trays): a stated count
+    # below it is one host's (4 TPU chips or 4 GB200s per host), not the domain (HOST_SPANNING_DOMAIN_NOTE)
+    domain = pl.min_horizontal(pl.col("scaleup_size"), pl.col("n_gpus"))
+    host_count = (spans_hosts(pl.col("scaleup_link"), pl.col("scaleup_size")) & pl.col("gpus_per_node").is_not_null()
+                  & (pl.col("gpus_per_node") < domain)).fill_null(False)
     out = out.with_columns(
-        pl.coalesce(pl.col("gpus_per_node"),
-                    pl.min_horizontal(pl.col("scaleup_size"), pl.col("n_gpus"))).alias("gpus_per_node"),
+        pl.when(host_count).then(domain).otherwise(pl.coalesce(pl.col("gpus_per_node"), domain))
+        .cast(pl.Int64).alias("gpus_per_node"),
+        pl.concat_str([pl.col("assumptions"), pl.when(host_count).then(pl.format(
+            HOST_SPANNING_DOMAIN_NOTE, pl.col("gpus_per_node"),
+            pl.when(pl.col("scaleup_link") == "ici").then(pl.lit("the pod's ICI")).otherwise(pl.lit("NVLink Switch")),
+            pl.col("gpu"), domain.cast(pl.Int64)))],
+            separator="; ", ignore_nulls=True).alias("assumptions"),
         # a preset that does not say (Megatron-DeepSpeed, an unknown stack): a Megatron stack's tp, or any tp from
         # UNKNOWN_STACK_SP_YEAR on
         fw.sequence_parallel_default(pl.col("memory_preset"), pl.col("tp"), (pl.col("tp") > 1) & (

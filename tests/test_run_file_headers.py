@@ -234,6 +234,28 @@ def test_an_expert_count_without_top_k_is_refused_and_an_unstated_expert_width_i
     assert "moe architecture without expert shapes: give n_experts and top_k" in rows["none"]["error"]
 
 
+def test_a_host_count_below_a_domain_that_spans_hosts_keeps_the_domain(tmp_path):
+    """gpus_per_node counts one host's accelerators: 4 TPU v5p chips per host, 4 GB200s per NVL72 compute tray. Where
+    the scale-up domain spans hosts (a TPU pod's ICI, NVLink Switch trays) a stated 4 keeps the domain, so the row
+    predicts what it does with the column empty, and says so; on an 8-GPU HGX H100, whose NVLink domain is the
+    host, a stated 4 is the domain and the step is slower than with the board's 8."""
+    f = tmp_path / "runs.csv"
+    rows_in = []
+    for gpu, n, tp in (("TPU v5p", 512, 4), ("GB200", 256, 4), ("h100-sxm5-80gb", 256, 4)):
+        for gpn in ("", "4"):
+            rows_in.append(f"{gpu.split()[0].lower()}-{gpn or 'none'},Llama 2 70B,{gpu},{n},{gpn},4096,512,{tp},1,"
+                           "bf16,fsdp,tokens_per_s_per_gpu,1000")
+    f.write_text("run_id,model_name,gpu,n_gpus,gpus_per_node,seq_len,global_batch_seqs,tp,pp,dtype,sharding,metric,"
+                 "value\n" + "\n".join(rows_in) + "\n")
+    rows = _predict(f)
+    for host_spanning, domain in (("tpu", 512), ("gb200", 72)):
+        assert rows[f"{host_spanning}-4"]["step_time_s"] == pytest.approx(rows[f"{host_spanning}-none"]["step_time_s"])
+        assert f"gpus_per_node=4 read as one host's" in rows[f"{host_spanning}-4"]["assumptions"]
+        assert f"scale-up domain, {domain} accelerators" in rows[f"{host_spanning}-4"]["assumptions"]
+    assert rows["h100-sxm5-80gb-4"]["step_time_s"] > rows["h100-sxm5-80gb-none"]["step_time_s"]
+    assert "read as one host's" not in (rows["h100-sxm5-80gb-4"]["assumptions"] or "")
+
+
 @pytest.mark.parametrize("header, metric, factor", [
     ("Throughput (tokens/s)", "tokens_per_s", 1.0), ("Tokens/sec/GPU", "tokens_per_s_per_gpu", 1.0),
     ("Throughput per GPU (tokens/s)", "tokens_per_s_per_gpu", 1.0), ("model TFLOPS/GPU", "model_tflops_per_gpu", 1.0),
