@@ -352,7 +352,8 @@ def _tpu_ids(hardware: pl.DataFrame) -> list[str]:
 #: of 4 GPUs joined by NVLink Switch trays), and a TPU's ICI spans its pod's hosts (4 or 8 chips each)
 HOST_SCALEUP_MAX = 16
 #: what a run's stated accelerators per node is read as where the domain spans hosts (`configs_from_runs`)
-HOST_SPANNING_DOMAIN_NOTE = "gpus_per_node={} read as one host's: {} joins the hosts of {}'s scale-up domain, {} accelerators"
+HOST_SPANNING_DOMAIN_NOTE = ("gpus_per_node={} read as one host's: {} joins the hosts of {}'s scale-up domain, {} "
+                             "accelerators")
 
 
 def spans_hosts(link: pl.Expr, size: pl.Expr) -> pl.Expr:

@@ -67,7 +67,7 @@ ARCH_SYNONYMS: dict[str, str] = {
 def arch_cell(c: str) -> pl.Expr:
     """The file's cell of architecture column `c` (`ARCH_STATED`) in the architecture table's type: text for the
     activation and a hybrid's layer pattern, true/false for tied embeddings, an integer otherwise; a cell that is
-    none of these is empty."""
+    none of these is read as empty here and refuses its run (`arch_cells_error`)."""
     t = pl.col(c).cast(pl.Utf8).str.strip_chars().replace("", None)
     if c in ("activation", "layer_pattern"):
         return t.alias(c)
