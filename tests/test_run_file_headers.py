@@ -256,6 +256,24 @@ def test_a_host_count_below_a_domain_that_spans_hosts_keeps_the_domain(tmp_path)
     assert "read as one host's" not in (rows["h100-sxm5-80gb-4"]["assumptions"] or "")
 
 
+def test_an_mlperf_system_description_s_headers_read_as_the_schema(tmp_path):
+    """MLPerf Training's system-description words (accelerator_model_name, number_of_nodes, accelerators_per_node,
+    max_sequence_length): a GB200 NVL72 system of 64 nodes of 4 reads as 256 GPUs in one 72-GPU NVLink domain per
+    rack, the row predicting what the schema's row without a per-node count does."""
+    mlperf = tmp_path / "mlperf.csv"
+    mlperf.write_text("run_id,model_name,accelerator_model_name,number_of_nodes,accelerators_per_node,"
+                      "max_sequence_length,global_batch_size,tp,pp,dtype,metric,value\n"
+                      "r,Llama 3.1 405B,NVIDIA GB200,64,4,8192,1152,4,8,fp8,tokens_per_s_per_gpu,900\n")
+    schema = tmp_path / "schema.csv"
+    schema.write_text("run_id,model_name,gpu,n_gpus,seq_len,global_batch_seqs,tp,pp,dtype,metric,value\n"
+                      "r,Llama 3.1 405B,gb200,256,8192,1152,4,8,fp8,tokens_per_s_per_gpu,900\n")
+    m, s = _predict(mlperf)["r"], _predict(schema)["r"]
+    assert (m["gpu"], m["n_gpus"], m["seq_len"]) == ("gb200", 256, 8192)
+    assert m["step_time_s"] == pytest.approx(s["step_time_s"])
+    for note in ("column 'accelerators_per_node' read as gpus_per_node", "gpus_per_node=4 read as one host's"):
+        assert note in m["assumptions"]
+
+
 @pytest.mark.parametrize("header, metric, factor", [
     ("Throughput (tokens/s)", "tokens_per_s", 1.0), ("Tokens/sec/GPU", "tokens_per_s_per_gpu", 1.0),
     ("Throughput per GPU (tokens/s)", "tokens_per_s_per_gpu", 1.0), ("model TFLOPS/GPU", "model_tflops_per_gpu", 1.0),
