@@ -66,8 +66,8 @@ ARCH_SYNONYMS: dict[str, str] = {
 
 def arch_cell(c: str) -> pl.Expr:
     """The file's cell of architecture column `c` (`ARCH_STATED`) in the architecture table's type: text for the
-    activation and a hybrid's layer pattern, true/false for tied embeddings, an integer otherwise; a cell that is
-    none of these is read as empty here and refuses its run (`arch_cells_error`)."""
+    activation and a hybrid's layer pattern, true/false for tied embeddings, a whole number >= 0 otherwise; a cell
+    that is none of these is read as empty here and refuses its run (`arch_cells_error`)."""
     t = pl.col(c).cast(pl.Utf8).str.strip_chars().replace("", None)
     if c in ("activation", "layer_pattern"):
         return t.alias(c)
@@ -76,25 +76,20 @@ def arch_cell(c: str) -> pl.Expr:
         return (pl.when(low.is_in(["true", "yes", "1"])).then(True).when(low.is_in(["false", "no", "0"]))
                 .then(False).otherwise(None).alias(c))
     num = number_text(pl.col(c)).cast(pl.Float64, strict=False)
-    return pl.when(num == num.round(0)).then(num).otherwise(None).cast(pl.Int64).alias(c)
+    return pl.when((num == num.round(0)) & (num >= 0)).then(num).otherwise(None).cast(pl.Int64).alias(c)
 
 
 def arch_cells_error(columns) -> pl.Expr:
-    """Per row, the stated architecture cells (`ARCH_STATED`, of `columns`) `arch_cell` cannot read, as
+    """Per row, the stated architecture cells (`ARCH_STATED`, of `columns`) that `arch_cell` reads as empty, as
     "column top_k = '2.5': not a whole number" (null where every cell reads)."""
     parts = []
     for c in columns:
-        raw = pl.col(c).cast(pl.Utf8).str.strip_chars().replace("", None)
-        if c in ("activation", "layer_pattern"):
+        if c in ("activation", "layer_pattern"):  # text: every cell reads
             continue
-        if c == "tied_embeddings":
-            bad = raw.is_not_null() & ~raw.str.to_lowercase().is_in(["true", "yes", "1", "false", "no", "0"])
-            want = "true or false"
-        else:
-            num = number_text(pl.col(c)).cast(pl.Float64, strict=False)
-            bad = raw.is_not_null() & (num.is_null() | (num != num.round(0)) | (num < 0))
-            want = "a whole number"
-        parts.append(pl.when(bad).then(pl.format("column {} = '{}': not {}", pl.lit(c), raw, pl.lit(want))))
+        raw = pl.col(c).cast(pl.Utf8).str.strip_chars().replace("", None)
+        want = "true or false" if c == "tied_embeddings" else "a whole number"
+        parts.append(pl.when(raw.is_not_null() & arch_cell(c).is_null())
+                     .then(pl.format("column {} = '{}': not {}", pl.lit(c), raw, pl.lit(want))))
     if not parts:
         return pl.lit(None, dtype=pl.Utf8).alias("_arch_error")
     return pl.concat_str(parts, separator="; ", ignore_nulls=True).replace("", None).alias("_arch_error")

@@ -250,7 +250,7 @@ def test_a_host_count_below_a_domain_that_spans_hosts_keeps_the_domain(tmp_path)
     rows = _predict(f)
     for host_spanning, domain in (("tpu", 512), ("gb200", 72)):
         assert rows[f"{host_spanning}-4"]["step_time_s"] == pytest.approx(rows[f"{host_spanning}-none"]["step_time_s"])
-        assert f"gpus_per_node=4 read as one host's" in rows[f"{host_spanning}-4"]["assumptions"]
+        assert "gpus_per_node=4 read as one host's" in rows[f"{host_spanning}-4"]["assumptions"]
         assert f"scale-up domain, {domain} accelerators" in rows[f"{host_spanning}-4"]["assumptions"]
     assert rows["h100-sxm5-80gb-4"]["step_time_s"] > rows["h100-sxm5-80gb-none"]["step_time_s"]
     assert "read as one host's" not in (rows["h100-sxm5-80gb-4"]["assumptions"] or "")
