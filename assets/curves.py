@@ -1,7 +1,7 @@
 """Scaling curves, inflection points and the compute frontier (thin: read tables, call models/, write, report).
 
 Calibration: when `pipeline.fits.load_promoted_fit` returns a promoted fit, its fitted physics drive the layout
-search and `models.calibration.apply_calibration` gives the intervals; otherwise the curves are analytical only
+search and `models.fitting.calibration.apply_calibration` gives the intervals; otherwise the curves are analytical only
 and say so (`calibrated` false, `calibration_note`).
 """
 
@@ -14,9 +14,9 @@ import polars as pl
 from dagster_duckdb import DuckDBResource
 
 from assets.ingest import architectures, hardware
-from models.curves import (DEFAULT_THRESHOLD, POLICIES, REFERENCE_RUNS, calibrate_curves, calibration_from_bundle,
+from models.planning.curves import (DEFAULT_THRESHOLD, POLICIES, REFERENCE_RUNS, calibrate_curves, calibration_from_bundle,
                            default_dtype, explain, inflection, reference_curves)
-from models.hardware import resolve_hardware
+from models.physics.hardware import resolve_hardware
 from pipeline import store
 from pipeline.parallel import map_jobs, workers
 
@@ -30,7 +30,7 @@ except ImportError:  # no calibration assets: analytical curves
 GROUP = "curves"
 FRONTIER_MONTHS = 3.0
 FRONTIER_MIN_UTILIZATION = 0.8
-FRONTIER_ASSUMPTIONS = ("ideal", "realistic")  # models.frontier.frontier_table's default, in its order
+FRONTIER_ASSUMPTIONS = ("ideal", "realistic")  # models.planning.frontier.frontier_table's default, in its order
 # weak scaling is swept only where the corpus has measured weak-scaling series to set it beside (Megatron-Core
 # on H100, Megatron-LM SC'21 on A100 80GB, llm-foundry on A100 40GB); strong and critical run everywhere.
 # `stepcast curve --policy weak` computes it for any accelerator. Keeps the asset at ~10 s on 2 cores.
@@ -48,7 +48,7 @@ def promoted_calibration(con):
     except Exception as err:  # noqa: BLE001 - a store without fits tables: analytical, and say why
         hook, params, _ = calibration_from_bundle(None)
         return hook, params, f"analytical only: no promoted fit could be loaded ({err})"
-    from models.predictor import Calibration
+    from models.fitting.predictor import Calibration
 
     if bundle is not None and not isinstance(bundle, Calibration):  # a fit of an earlier format
         hook, params, _ = calibration_from_bundle(None)
@@ -159,7 +159,7 @@ _FRONTIER_ASSET = dict(group_name=GROUP, kinds={"duckdb"}, deps=[hardware, *CALI
 
 
 def _frontier(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
-    from models.frontier import frontier_table
+    from models.planning.frontier import frontier_table
 
     start = time.perf_counter()
     keys = list(context.partition_keys) if context.has_partition_key or context.has_partition_key_range else None

@@ -7,9 +7,9 @@ from dagster_duckdb import DuckDBResource
 
 from assets.fit import calibrated_predictions
 from assets.ingest import architectures, hardware
-from models import plan as P
-from models.hardware import resolve_hardware
-from models.predictor import Calibration, Predictor
+from models.planning import plan as P
+from models.physics.hardware import resolve_hardware
+from models.fitting.predictor import Calibration, Predictor
 from pipeline import store
 from pipeline.fits import load_promoted_fit
 from pipeline.parallel import map_jobs, workers

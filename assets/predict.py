@@ -5,7 +5,7 @@ import polars as pl
 from dagster_duckdb import DuckDBResource
 
 from assets.ingest import hardware, runs
-from models.evaluate import error_summary, predict_runs
+from models.corpus.evaluate import error_summary, predict_runs
 from pipeline import store
 from pipeline.fits import read_inputs
 

@@ -1,5 +1,5 @@
 """Speed and fidelity of the scaling-curve search: prints, for reference cases, the best tokens/s/GPU of the
-restricted curve grid (models.curves.CURVE_GRID) as a fraction of the unrestricted models.search.search, and
+restricted curve grid (models.planning.curves.CURVE_GRID) as a fraction of the unrestricted models.planning.search.search, and
 both run times; then the time of one full curve, of one accelerator's frontier sweep (per assumption set), and
 of the build's frontier work: every accelerator of the catalog under both assumption sets, in one process and in
 worker processes (``pipeline.parallel.workers()``, STEPCAST_WORKERS), one job per accelerator and assumption set,
@@ -12,12 +12,12 @@ import time
 
 import polars as pl
 
-from models.curves import best_layouts, scaling_curve
-from models.params import DEFAULT
-from models.assumptions import params_for
-from models.frontier import frontier_sweep, frontier_table
-from models.hardware import resolve_hardware
-from models.search import search
+from models.planning.curves import best_layouts, scaling_curve
+from models.core.params import DEFAULT
+from models.fitting.assumptions import params_for
+from models.planning.frontier import frontier_sweep, frontier_table
+from models.physics.hardware import resolve_hardware
+from models.planning.search import search
 from pipeline import catalog
 from pipeline.settings import PROJECT_ROOT
 
@@ -50,7 +50,7 @@ def main() -> None:
         t = time.perf_counter()
         frontier_sweep(hw("h100-sxm5-80gb"), 3.0, params=params_for(a, DEFAULT), assumptions=a)
         print(f"one frontier sweep (H100, 3 months, {a}, 65 levels): {time.perf_counter() - t:.2f} s")
-    from models.curves import default_dtype
+    from models.planning.curves import default_dtype
     from pipeline.parallel import map_jobs, workers
 
     rows = resolve_hardware(pl.read_csv(M / "hardware_specs.csv", infer_schema_length=None), strict=False)

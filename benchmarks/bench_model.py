@@ -4,8 +4,8 @@
 
 Prints, on random valid configurations (numpy runs single-threaded for these element-wise kernels;
 OMP/MKL threads are pinned to 1 anyway):
-- the physics alone (`models.step_time.predict_arrays`), and
-- the calibrated prediction every command serves (`models.predictor.predict_arrays`: physics with the
+- the physics alone (`models.physics.step_time.predict_arrays`), and
+- the calibrated prediction every command serves (`models.fitting.predictor.predict_arrays`: physics with the
   parameters of each row's domain, the residual correction and the interval) with the promoted fit of
   `--store` (or, without a store, a stand-in calibration with a ridge residual on every feature, so the
   residual path is timed);
@@ -26,10 +26,10 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
-from models.hardware import resolve_hardware  # noqa: E402
-from models.search import search  # noqa: E402
-from models.step_time import HARDWARE_COLUMNS, predict_arrays  # noqa: E402
-from models import predictor  # noqa: E402
+from models.physics.hardware import resolve_hardware  # noqa: E402
+from models.planning.search import search  # noqa: E402
+from models.physics.step_time import HARDWARE_COLUMNS, predict_arrays  # noqa: E402
+from models.fitting import predictor  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,8 +86,8 @@ def load_or_standin(store: Path | None):
         if isinstance(fit, predictor.Calibration):
             return fit
         print(f"no current promoted fit in {store}: timing the stand-in calibration")
-    from models.domains import Domain
-    from models.params import DEFAULT
+    from models.core.domains import Domain
+    from models.core.params import DEFAULT
 
     k = len(predictor.FEATURE_NAMES)
     dom = Domain.of(["Ampere", "Hopper", "Blackwell"], ["16-bit", "fp8"], ["default"], np.array([4096.0]))

@@ -1,7 +1,7 @@
 """How much a stated layout is worth, and how well the inference rules stand in for a missing one: the shipped
 corpus's runs predicted by a store's served fit as they are, then with their micro-batch blanked, with their layout blanked (tp, pp, dp, cp, ep,
 vpp, micro_batch, recompute, sharding), then with the global batch blanked too, as a new user's file that states
-only the model, the accelerator and its count would be read (`stepcast predict --runs`, models.runs_adapter). Prints
+only the model, the accelerator and its count would be read (`stepcast predict --runs`, models.corpus.runs_adapter). Prints
 MdAPE, MAPE, the share within 10% and the 90% interval's coverage of tokens/s per accelerator for each reading, with
 every source weighing the same beside the pooled figures, and the sources the blanking moves most.
 
@@ -19,7 +19,7 @@ import duckdb
 import numpy as np
 import polars as pl
 
-from models.calibration import source_weights, weighted_median
+from models.fitting.calibration import source_weights, weighted_median
 from pipeline.fits import load_promoted_fit
 from pipeline.readers import read_measurement_file
 from pipeline.predict_runs import predict_frame

@@ -18,8 +18,8 @@ import time
 import numpy as np
 import polars as pl
 
-from models import calibration as cal
-from models.evaluate import predict_runs, prepare_configs
+from models.fitting import calibration as cal
+from models.corpus.evaluate import predict_runs, prepare_configs
 from pipeline import store
 from pipeline.fits import read_inputs
 from pipeline.settings import Settings

@@ -2,7 +2,7 @@
 callers use the same ones (`from pipeline import api`).
 
 Every function resolves names (model, accelerator), applies and REPORTS its defaults, and predicts through
-the one prediction function (`models.predictor`). Bad input raises `InputError` with a message that names
+the one prediction function (`models.fitting.predictor`). Bad input raises `InputError` with a message that names
 the flag or field and what was expected.
 """
 
@@ -15,13 +15,13 @@ from typing import Any, Optional
 
 import polars as pl
 
-from models.archfile import APPROXIMATED_ARCHITECTURES, APPROXIMATED_NOTE
+from models.arch.archfile import APPROXIMATED_ARCHITECTURES, APPROXIMATED_NOTE
 from pipeline.settings import Settings
 
 SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp")
 RECOMPUTES = ("none", "selective", "full")
 DTYPES = ("bf16", "fp16", "fp8", "fp8-cs", "mxfp8", "nvfp4", "fp32", "tf32")
-TP_MODES = ("1d", "2d")  # models.params.TP_MODE_CODES
+TP_MODES = ("1d", "2d")  # models.core.params.TP_MODE_CODES
 ASSUMPTION_SETS = ("realistic", "ideal")
 
 
@@ -88,7 +88,7 @@ def network_overrides(scaleup_size: Optional[int] = None, scaleup_gbps: Optional
                       scaleout_gbps: Optional[float] = None, oversubscription: Optional[float] = None,
                       pod_size: Optional[int] = None) -> dict:
     """`resolved_hardware` overrides of the network tiers (checked), as `stepcast search` applies them:
-    `oversubscription` and `pod_size` are the model's optional network columns (models.step_time.NETWORK_COLUMNS)."""
+    `oversubscription` and `pod_size` are the model's optional network columns (models.physics.step_time.NETWORK_COLUMNS)."""
     check_network(scaleup_size, scaleup_gbps, scaleout_gbps, oversubscription=oversubscription, pod_size=pod_size)
     out = {"intra_node_bw_gbps": scaleup_gbps, "inter_node_bw_gbps": scaleout_gbps,
            "oversubscription": oversubscription, "pod_size": pod_size}
@@ -114,7 +114,7 @@ def _with_note(result: pl.DataFrame, note: str) -> pl.DataFrame:
 
 def _with_approximation_note(result: pl.DataFrame, arch: dict) -> pl.DataFrame:
     """`assumptions` + the note of an architecture the model only approximates, as predict --runs says it
-    (models.runs_adapter)."""
+    (models.corpus.runs_adapter)."""
     return _with_note(result, APPROXIMATED_NOTE if str(arch.get("id")).lower() in APPROXIMATED_ARCHITECTURES else "")
 
 
@@ -136,7 +136,7 @@ def resolve_names(cfg: Settings, model: Optional[str] = None, gpu: Optional[str]
 
 
 def resolved_hardware(hw_row: dict, overrides: Optional[dict] = None) -> dict:
-    from models.hardware import resolve_hardware
+    from models.physics.hardware import resolve_hardware
 
     hw = resolve_hardware(pl.DataFrame([hw_row]), strict=False).row(0, named=True)
     if hw.get("hardware_error"):
@@ -166,13 +166,13 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     `assumptions` also lists every default applied (and the pod tier when it is oversubscribed). The network
     flags of search/curve (`scaleup_size`, `scaleup_gbps`, `scaleout_gbps`) stand beside the older
     `gpus_per_node` / `inter_node_gbps`; both given and different is an InputError. An invalid layout raises
-    InputError with the reason. MoE options (models.moe): `etp` the expert tensor-parallel degree (default tp,
+    InputError with the reason. MoE options (models.arch.moe): `etp` the expert tensor-parallel degree (default tp,
     Megatron-Core's; where ep is folded over tp the largest etp that folds, listed in `assumptions`),
     `capacity_factor` the expert capacity factor (default: dropless). `layers_16bit`: layers a low-precision recipe
-    keeps in 16 bits at the end of the stack (default: the model's published recipe, models.precision, else 0)."""
-    from models.memory import MAXTEXT_REMAT
-    from models.predictor import predict
-    from models.step_time import arch_config
+    keeps in 16 bits at the end of the stack (default: the model's published recipe, models.core.precision, else 0)."""
+    from models.memory.model import MAXTEXT_REMAT
+    from models.fitting.predictor import predict
+    from models.physics.step_time import arch_config
     from pipeline.calibrated import model_for
 
     check_choice("--sharding", sharding, SHARDINGS)
@@ -181,7 +181,7 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     check_choice("--assumptions", assumptions, ASSUMPTION_SETS)
     check_choice("--tp-mode", tp_mode, TP_MODES)
     save_list = None
-    if recompute in MAXTEXT_REMAT:  # a MaxText remat_policy: selective with its save list (models.memory)
+    if recompute in MAXTEXT_REMAT:  # a MaxText remat_policy: selective with its save list (models.memory.model)
         save_list, recompute = recompute, "selective"
     for (old, ov), (new, nv) in ((("--gpus-per-node", gpus_per_node), ("--scaleup-size", scaleup_size)),
                                  (("--inter-node-gbps", inter_node_gbps), ("--scaleout-gbps", scaleout_gbps))):
@@ -207,7 +207,7 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
         defaults.append("micro_batch=1")
     if vpp is None:
         vpp = 1
-        if pp > 1:  # a measured run's unstated vpp is inferred instead (models.runs_adapter): say which this is
+        if pp > 1:  # a measured run's unstated vpp is inferred instead (models.corpus.runs_adapter): say which this is
             defaults.append("vpp=1 (plain 1F1B; --vpp N for the interleaved schedule)")
     if sharding is None:
         sharding = "zero1" if dp * cp > 1 else "none"
@@ -218,10 +218,10 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     if sequence_parallel is None:
         sequence_parallel = tp > 1
         defaults.append(f"sequence_parallel={'on' if sequence_parallel else 'off'}")
-    from models.hardware import compiler_overlaps_tp
-    from models.runs_adapter import XLA_REMAT_NOTE, XLA_TP_NOTE
+    from models.physics.hardware import compiler_overlaps_tp
+    from models.corpus.runs_adapter import XLA_REMAT_NOTE, XLA_TP_NOTE
 
-    if bool(compiler_overlaps_tp(hw.get("scaleup_link_code", float("nan")))):  # a TPU: XLA compiles (models.parts)
+    if bool(compiler_overlaps_tp(hw.get("scaleup_link_code", float("nan")))):  # a TPU: XLA compiles (models.physics.parts)
         if tp > 1:
             defaults.append(XLA_TP_NOTE)
         if recompute == "full":
@@ -232,8 +232,8 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     if capacity_factor is not None and not (capacity_factor > 0 and math.isfinite(capacity_factor)):
         raise InputError(f"--capacity-factor must be a number > 0 (omit it for dropless), got {capacity_factor}")
     is_moe = float(arch.get("n_experts") or 0) > 0
-    if is_moe and etp is None:  # Megatron-Core's default etp = tp, or the largest that folds (models.moe)
-        from models.moe import resolve_etp
+    if is_moe and etp is None:  # Megatron-Core's default etp = tp, or the largest that folds (models.arch.moe)
+        from models.arch.moe import resolve_etp
 
         e_, inferred = resolve_etp(float("nan"), tp, cp, dp, ep)
         etp = int(e_)
@@ -241,8 +241,8 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
                         if inferred else f"etp=tp={etp}")
     if is_moe and capacity_factor is None:
         defaults.append("dropless (no capacity factor)")
-    from models.params import DTYPE_CODES, is_low_precision
-    from models.precision import RECIPE_SOURCE, recipe_layers_16bit
+    from models.core.params import DTYPE_CODES, is_low_precision
+    from models.core.precision import RECIPE_SOURCE, recipe_layers_16bit
 
     low = dtype in DTYPE_CODES and bool(is_low_precision(DTYPE_CODES[dtype]))
     if layers_16bit is not None and not (0 <= layers_16bit <= float(arch.get("n_layers") or 0)):
@@ -256,7 +256,7 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
         defaults.append(f"n_layers_16bit={rl} ({RECIPE_SOURCE[(str(arch.get('id')).lower(), dtype)]})")
     # the architecture columns the model reads (hybrid pattern and Mamba shape, MLA and MTP), as search carries them
     row = arch_config(arch)
-    if "mtp_layers" in row:  # MLA attention, MTP modules (models.mla)
+    if "mtp_layers" in row:  # MLA attention, MTP modules (models.arch.mla)
         mtp = arch.get("mtp_layers")
         if mtp is not None and mtp == mtp and float(mtp) > 0:  # NaN != NaN: empty
             defaults.append(f"mtp_layers={int(float(mtp))} (architecture table)")
@@ -264,7 +264,7 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
                global_batch_seqs=global_batch, micro_batch=micro_batch, n_gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp,
                ep=ep, vpp=vpp, sharding=sharding, recompute=recompute, sequence_parallel=sequence_parallel,
                dtype=dtype, gpus_per_node=gpus_per_node, tp_mode=tp_mode)
-    if etp is not None:  # MoE options (models.moe); absent columns = the defaults
+    if etp is not None:  # MoE options (models.arch.moe); absent columns = the defaults
         row["etp"] = etp
     if capacity_factor is not None:
         row["moe_capacity_factor"] = float(capacity_factor)
@@ -298,7 +298,7 @@ def search_layouts(cfg: Settings, *, arch: dict, hw_row: dict, gpus: int, global
                    analytical_only: bool = False, assumptions: str = "realistic",
                    hw_overrides: Optional[dict] = None) -> tuple[pl.DataFrame, int, Any]:
     """(best layouts, number evaluated, model used), ranked by the calibrated figure of the one function."""
-    from models.search import search as run_search
+    from models.planning.search import search as run_search
     from pipeline.calibrated import model_for
 
     check_choice("--dtype", dtype, DTYPES)
@@ -372,7 +372,7 @@ def architecture(cfg: Settings, model: Optional[str] = None, arch_file: Optional
     from pipeline import catalog
 
     if arch is not None:
-        from models.archfile import ArchFileError, architecture_from_mapping
+        from models.arch.archfile import ArchFileError, architecture_from_mapping
 
         try:
             return architecture_from_mapping(dict(arch), "arch")
@@ -391,7 +391,7 @@ def hardware_row(cfg: Settings, gpu: Optional[str] = None, hardware_file: Option
     from pipeline import catalog
 
     if hardware is not None:
-        from models.archfile import ArchFileError, hardware_from_mapping
+        from models.arch.archfile import ArchFileError, hardware_from_mapping
 
         try:
             return hardware_from_mapping(dict(hardware), "hardware")
@@ -405,11 +405,11 @@ def hardware_row(cfg: Settings, gpu: Optional[str] = None, hardware_file: Option
 
 def check_hybrid(arch_row: Mapping) -> None:
     """InputError when a hybrid row cannot be predicted (an incomplete Mamba shape, or a counted size far from the
-    table's): the rule `predict --runs` applies (models.runs_adapter.hybrid_problems), for predict, search, curve
+    table's): the rule `predict --runs` applies (models.corpus.runs_adapter.hybrid_problems), for predict, search, curve
     and plan alike."""
     if "hybrid" not in str(arch_row.get("arch") or ""):
         return
-    from models.runs_adapter import hybrid_problems
+    from models.corpus.runs_adapter import hybrid_problems
     from pipeline import catalog
 
     row, why = hybrid_problems(pl.DataFrame([{c: arch_row.get(c) for c in (
@@ -556,7 +556,7 @@ def tier_hardware(cfg: Settings, gpu: str, *, scaleup_size: Optional[int] = None
                   memory_gb: Optional[float] = None, oversubscription: Optional[float] = None,
                   pod_size: Optional[int] = None) -> dict:
     """The resolved hardware row, with the network tiers (and memory) overridden where a flag gives them."""
-    from models.hardware import resolve_hardware
+    from models.physics.hardware import resolve_hardware
     from pipeline import catalog
 
     check_network(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb, oversubscription, pod_size)
@@ -595,14 +595,14 @@ def overrides_note(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb=None, ov
 
 
 def physics(cfg: Settings, assumptions: str, residual: bool = True, analytical_only: bool = False):
-    """(residual hook, model, note) under an assumption set, from the promoted fit (`models.predictor`, the one
+    """(residual hook, model, note) under an assumption set, from the promoted fit (`models.fitting.predictor`, the one
     prediction function): 'realistic' is the fit (``residual=False``: the frontier ranks and reports with the
     model directly, no post-hoc hook); 'ideal' is Epoch AI's ideal conditions on the fit's physics, no residual.
     Without a fit the priors answer."""
-    from models.assumptions import check_assumptions, params_for
-    from models.curves import calibration_from_bundle
-    from models.params import DEFAULT
-    from models.predictor import Predictor
+    from models.fitting.assumptions import check_assumptions, params_for
+    from models.planning.curves import calibration_from_bundle
+    from models.core.params import DEFAULT
+    from models.fitting.predictor import Predictor
     from pipeline.calibrated import promoted_fit
 
     try:
@@ -628,7 +628,7 @@ def physics(cfg: Settings, assumptions: str, residual: bool = True, analytical_o
 
 
 def check_batch_rule(batch_rule: str) -> None:
-    from models.curves import BATCH_RULES
+    from models.planning.curves import BATCH_RULES
 
     if batch_rule not in BATCH_RULES:
         raise InputError(f"--batch-rule must be one of {', '.join(BATCH_RULES)}, got '{batch_rule}'")
@@ -644,8 +644,8 @@ def scaling_curve(cfg: Settings, *, gpu: str, model: Optional[str] = None, arch_
                   pod_size: Optional[int] = None) -> tuple[dict, str]:
     """`stepcast curve`: (the document `--format json` prints, with the points as a frame under "points" and
     the inflection under "inflection"; the header line the table and CSV print)."""
-    from models.curves import (POLICIES, _arch_params, default_dtype, explain, inflection, round_batch)
-    from models.curves import scaling_curve as sweep
+    from models.planning.curves import (POLICIES, _arch_params, default_dtype, explain, inflection, round_batch)
+    from models.planning.curves import scaling_curve as sweep
 
     if policy not in POLICIES:
         raise InputError(f"--policy must be one of {', '.join(POLICIES)}, got '{policy}'")
@@ -698,15 +698,15 @@ def compute_frontier(cfg: Settings, *, gpu: str, months: float = 3.0, min_utiliz
                      pod_size: Optional[int] = None, tp_form: str = "1d") -> tuple[dict, pl.DataFrame, str]:
     """`stepcast frontier`: (the document `--format json` prints, before NaN becomes None; the sweep of every compute
     level; the title). NoResult when no level is trainable (its `detail` has "reason", "sweep", "title")."""
-    from models.curves import default_dtype
-    from models.frontier import frontier_summary, frontier_sweep
+    from models.planning.curves import default_dtype
+    from models.planning.frontier import frontier_summary, frontier_sweep
 
     if not (months > 0 and math.isfinite(months)):
         raise InputError(f"--months must be > 0, got {months}")
     if not 0 < min_utilization <= 1:
         raise InputError(f"--min-utilization must be in (0, 1], got {min_utilization}")
     check_batch_rule(batch_rule)
-    from models.frontier import TP_FORMS
+    from models.planning.frontier import TP_FORMS
     check_choice("--tp-form", tp_form, TP_FORMS)
     _, params, note = physics(cfg, assumptions, residual=False, analytical_only=analytical_only)
     hw = tier_hardware(cfg, gpu, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps,
@@ -823,8 +823,8 @@ def training_plan(cfg: Settings, *, model: Optional[str] = None, arch_file: Opti
     accelerator's tiers, as in `search`."""
     import numpy as np
 
-    from models import plan as P
-    from models.hardware import resolve_hardware
+    from models.planning import plan as P
+    from models.physics.hardware import resolve_hardware
     from pipeline import catalog
     from pipeline.calibrated import model_for
 
@@ -928,7 +928,7 @@ def training_plan(cfg: Settings, *, model: Optional[str] = None, arch_file: Opti
 def _optimal(P, np, hw_rows, prices, budget, deadline, max_gpus, seq_len, seqs, dtype, phys):
     """For each hardware and cluster size: the Chinchilla-optimal model for the compute the budget buys at the
     MFU the model predicts for that model on that cluster (fixed point of size -> MFU -> compute -> size)."""
-    from models.search import search
+    from models.planning.search import search
 
     out = []
     for hw in hw_rows:

@@ -41,7 +41,7 @@ def pin_promoted_fit(cfg: Settings):
 
 
 def promoted_fit(cfg: Settings):
-    """The promoted fit (a `models.predictor.Calibration`) from the snapshot (or the store when there is no
+    """The promoted fit (a `models.fitting.predictor.Calibration`) from the snapshot (or the store when there is no
     snapshot), or None. A stored fit of an earlier format (before the one prediction function) is reported
     and skipped: run `stepcast fit` to make a current one."""
     if cfg in _PINNED:
@@ -50,7 +50,7 @@ def promoted_fit(cfg: Settings):
         from pipeline.fits import load_promoted_fit
     except ImportError:
         return None
-    from models.predictor import Calibration
+    from models.fitting.predictor import Calibration
 
     def read(con, path):
         try:
@@ -68,10 +68,10 @@ def promoted_fit(cfg: Settings):
 
 
 def model_for(cfg: Settings, analytical_only: bool = False, assumptions: str = "realistic"):
-    """The prediction model every command uses (`models.predictor`): the priors' analytical model with
+    """The prediction model every command uses (`models.fitting.predictor`): the priors' analytical model with
     `--analytical-only`, else the promoted calibration (None -> priors) under the named assumptions."""
-    from models.params import DEFAULT
-    from models.predictor import Predictor
+    from models.core.params import DEFAULT
+    from models.fitting.predictor import Predictor
 
     if analytical_only:
         return DEFAULT

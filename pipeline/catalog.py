@@ -36,11 +36,11 @@ import polars as pl
 
 ARCH_MODEL_COLUMNS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "vocab", "activation",
                       "n_experts", "top_k", "expert_ffn_dim", "n_shared_experts", "n_dense_layers", "tied_embeddings")
-#: hybrid Mamba-Transformer columns (models.mamba) carried to the model for rows that have a layer_pattern
+#: hybrid Mamba-Transformer columns (models.arch.mamba) carried to the model for rows that have a layer_pattern
 ARCH_HYBRID_COLUMNS = ("layer_pattern", "mamba_state_dim", "mamba_n_heads", "mamba_head_dim", "mamba_n_groups",
                        "mamba_chunk_size", "mamba_conv_kernel", "shared_expert_ffn_dim", "moe_latent_size",
                        "mamba_dt_rank", "mamba_expand")
-#: Multi-head Latent Attention shape and multi-token-prediction depth (models.mla), carried for every row (empty:
+#: Multi-head Latent Attention shape and multi-token-prediction depth (models.arch.mla), carried for every row (empty:
 #: not MLA, no MTP)
 ARCH_MLA_COLUMNS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "mtp_layers")
 
@@ -279,7 +279,7 @@ def lenient_arch_ids(frame: pl.DataFrame, arch: pl.DataFrame) -> pl.DataFrame:
 def _fill_by_arch_id(runs: pl.DataFrame, arch: pl.DataFrame, columns) -> pl.DataFrame:
     """`runs` (with `arch_id`) with `columns` of the architecture table filled where the run leaves them empty (added
     where it lacks them), and the table's stated size as `arch_params_b` (the hybrid completeness check of
-    models.runs_adapter), joined by `arch_id`."""
+    models.corpus.runs_adapter), joined by `arch_id`."""
     fill = [c for c in columns if c in arch.columns]
     src = [*fill, *(["params_b"] if "params_b" in arch.columns and "params_b" not in fill else [])]
     out = runs.join(arch.select("id", *src).rename({c: f"_a_{c}" for c in src}), left_on="arch_id", right_on="id",
@@ -725,7 +725,7 @@ def resolve_architecture(model: str | None, arch_file: Path | None, *, measureme
     config.json; with several rows, `model` picks one), else of `--model NAME` from the table.
 
     Raises UnknownName (a ValueError) with a message naming the file and the missing key, or the name."""
-    from models.archfile import ArchFileError, architecture_from_mapping
+    from models.arch.archfile import ArchFileError, architecture_from_mapping
 
     if arch_file is not None:
         rows = read_table_file(arch_file)
@@ -741,7 +741,7 @@ def resolve_architecture(model: str | None, arch_file: Path | None, *, measureme
 def resolve_hardware_row(gpu: str | None, hardware_file: Path | None, *, measurements: Path | None = None) -> dict:
     """The hardware row of `--hardware-file PATH` (a row of the hardware_specs.csv schema as CSV/JSON; with
     several rows, `gpu` picks one), else of `--gpu NAME` from the table (see `resolve_gpu`)."""
-    from models.archfile import ArchFileError, hardware_from_mapping
+    from models.arch.archfile import ArchFileError, hardware_from_mapping
 
     if hardware_file is not None:
         rows = read_table_file(hardware_file)

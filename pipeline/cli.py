@@ -168,7 +168,7 @@ ASSUMPTIONS_HELP = ("realistic (the calibrated model: fitted parameters, residua
                     "ideal (Epoch AI's ideal conditions: no host overhead or GEMM-size ramp, perfect overlap, no "
                     "memory allowance; latency stays).")
 TP_MODE_HELP = ("Tensor-parallel form: 1d (Megatron: weights split along one dimension) or 2d (d_model and d_ff "
-                "split over an r x c grid of the tp ranks, r the largest divisor of tp <= sqrt(tp); models.tp2d).")
+                "split over an r x c grid of the tp ranks, r the largest divisor of tp <= sqrt(tp); models.physics.tp2d).")
 ANALYTICAL_HELP = "The analytical model with the prior parameters: no fit, no correction, no interval."
 # the network-tier flags (predict, search, curve, frontier, plan) override the accelerator's row
 SCALEUP_SIZE_HELP = "Accelerators per scale-up domain."

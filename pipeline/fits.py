@@ -1,6 +1,6 @@
 """Versioned calibration fits in the store: `fits`, `fit_metrics`, `fit_artifacts`, `calibrated_predictions`.
 
-- `fits`: one row per fit version (hash of data, code parameters and the model code, models.calibration.fit_version):
+- `fits`: one row per fit version (hash of data, code parameters and the model code, models.fitting.calibration.fit_version):
   `version, created_at, promoted, promoted_at, model_kind, physical_params` (JSON of the fitted PhysParams),
   `preset_overrides` (JSON), `cv_scheme` ('leave-one-source-out'), `mdape, mape, within_10pct, coverage_90,
   median_width` (fractions, of the calibrated predictions under that scheme), `analytical_mdape`,
@@ -11,7 +11,7 @@
   (analytical, physics, ridge, gbm, calibrated): n_runs, mdape, mape, within_10pct, coverage_90, median_width,
   mdape_balanced, mape_balanced (every source of the group weighing the same).
 - `fit_artifacts`: version, format ('pickle'), sklearn_version, n_bytes, bytes (BLOB): the serialized
-  models.calibration.CalibrationBundle. It is unpickled only from this store (a file we wrote).
+  models.fitting.calibration.CalibrationBundle. It is unpickled only from this store (a file we wrote).
 - `fit_oof`: per version x scheme x run: `fold` (the held-out group the run was predicted from), `log_pred`
   (out-of-fold calibrated log tokens/s/GPU), `log_target` (measured): what promotion compares.
 - `calibrated_predictions`: per measured run, predictions of the promoted fit (see `calibrated_frame`).
@@ -28,7 +28,7 @@ new since the served fit contradict it: more of them lie outside the served fit'
 than its stated 10% miss rate allows (one-sided binomial test, p < SURPRISE_P).
 Otherwise it is promoted. The candidate's own out-of-fold score on the new runs is reported beside. A refused
 version is kept with `promoted = false` and the reason; `stepcast fit --promote VERSION` (`promote`) lets a
-person decide. Re-fitting the same data with the same model code (every `models/*.py`) gives the same version:
+person decide. Re-fitting the same data with the same model code (every `.py` file under `models/`) gives the same version:
 the stored row is reused, nothing is duplicated.
 """
 
@@ -42,7 +42,7 @@ import duckdb
 import numpy as np
 import polars as pl
 
-from models.calibration import source_weights, weighted_median
+from models.fitting.calibration import source_weights, weighted_median
 from pipeline import store
 
 CV_SCHEME = "leave-one-source-out"
@@ -68,7 +68,7 @@ def _ensure(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("""CREATE TABLE IF NOT EXISTS fit_metrics (
         version VARCHAR, scheme VARCHAR, grouping VARCHAR, "group" VARCHAR, predictor VARCHAR, n_runs BIGINT,
         mdape DOUBLE, mape DOUBLE, within_10pct DOUBLE, coverage_90 DOUBLE, median_width DOUBLE)""")
-    # the same with every source weighing the same (models.calibration._metrics); null in rows of older fits
+    # the same with every source weighing the same (models.fitting.calibration._metrics); null in rows of older fits
     con.execute("ALTER TABLE fit_metrics ADD COLUMN IF NOT EXISTS mdape_balanced DOUBLE")
     con.execute("ALTER TABLE fit_metrics ADD COLUMN IF NOT EXISTS mape_balanced DOUBLE")
     con.execute("""CREATE TABLE IF NOT EXISTS fit_artifacts (
@@ -81,7 +81,7 @@ def _ensure(con: duckdb.DuckDBPyConnection) -> None:
 
 def oof_long(report: dict, data) -> pl.DataFrame:
     """Per-run out-of-fold rows (scheme, run_id, fold, log_pred, log_target) of a fit report: the report's
-    `oof_long` when models.calibration gives it, else derived from `oof` and `folds` (loso and loho)."""
+    `oof_long` when models.fitting.calibration gives it, else derived from `oof` and `folds` (loso and loho)."""
     schema = {"scheme": pl.Utf8, "run_id": pl.Utf8, "fold": pl.Utf8, "log_pred": pl.Float64, "log_target": pl.Float64}
     finite = pl.col("log_pred").is_finite() & pl.col("log_target").is_finite()  # a run its scheme never held out
     if report.get("oof_long") is not None:
@@ -125,7 +125,7 @@ def compare_on_equal_terms(candidate: pl.DataFrame, served: pl.DataFrame) -> lis
             per_fold = both.group_by("fold").agg(pl.col("e_served").median())["e_served"].to_numpy()
             margin = float(np.std(per_fold, ddof=1) / np.sqrt(len(per_fold))) if len(per_fold) > 1 else \
                 median_standard_error(both["e_served"].to_numpy())
-            if "source" in cand.columns:  # every source weighs the same (models.calibration._metrics)
+            if "source" in cand.columns:  # every source weighs the same (models.fitting.calibration._metrics)
                 both = both.join(cand.select("run_id", "source"), on="run_id", how="left")
                 w = source_weights(both["source"].to_numpy())
                 served_mdape = weighted_median(both["e_served"].to_numpy(), w)
@@ -232,7 +232,7 @@ def load_fit(con: duckdb.DuckDBPyConnection, version: str):
 
 
 def load_promoted_fit(con: duckdb.DuckDBPyConnection):
-    """The promoted models.calibration.CalibrationBundle of a store or snapshot, or None if there is none.
+    """The promoted models.fitting.calibration.CalibrationBundle of a store or snapshot, or None if there is none.
     `bundle.params` are the fitted PhysParams (`bundle.params_for(preset)` for a software preset)."""
     if not (store.table_exists(con, "fits") and store.table_exists(con, "fit_artifacts")):
         return None
@@ -241,8 +241,8 @@ def load_promoted_fit(con: duckdb.DuckDBPyConnection):
 
 
 def fit_summary(bundle, report, data) -> dict:
-    from models.calibration import FIT_CODE_VERSION, HYPER
-    from models.predictor import FEATURE_NAMES
+    from models.fitting.calibration import FIT_CODE_VERSION, HYPER
+    from models.fitting.predictor import FEATURE_NAMES
 
     m = report["metrics"]
 
@@ -365,7 +365,7 @@ def promote(con: duckdb.DuckDBPyConnection, version: str, by: str = "stepcast fi
 
 def write_calibrated(con: duckdb.DuckDBPyConnection, oof: pl.DataFrame | None = None) -> None:
     """Rewrite `calibrated_predictions` with the promoted fit (`oof`: that fit's report['oof'], if at hand)."""
-    from models.evaluate import predict_runs, prepare_configs
+    from models.corpus.evaluate import predict_runs, prepare_configs
 
     runs, hw, metrics = read_inputs(con)
     ok, _ = prepare_configs(runs, hw)
@@ -413,8 +413,8 @@ def run_fit(con: duckdb.DuckDBPyConnection, protocols=None, force: bool = False)
     """Fit on the store's runs (unless this exact version is already stored and `force` is False), store it
     with the promotion decision, rewrite `calibrated_predictions` with the promoted fit. Returns {'fit': row,
     'reused': bool, 'metrics': fit_metrics rows of this version, 'promoted': served version}."""
-    from models import calibration as cal
-    from models.evaluate import predict_runs, prepare_configs
+    from models.fitting import calibration as cal
+    from models.corpus.evaluate import predict_runs, prepare_configs
 
     protocols = tuple(protocols or cal.PROTOCOLS)
     runs, hw, metrics = read_inputs(con)
@@ -467,7 +467,7 @@ def calibrated_frame(bundle, configs: pl.DataFrame, targets: pl.DataFrame, oof: 
     """One row per predictable measured run: analytical (prior physics), physics (fitted), calibrated with its
     90% interval, the measured target and the error; `loso_*` = the out-of-source prediction of the same fit
     (the honest number for runs like these from a source the fit has not seen)."""
-    from models.predictor import predict
+    from models.fitting.predictor import predict
 
     base = targets.select("run_id", "source", "gpu", pl.col("step_time_s").alias("analytical_step_time_s"),
                           pl.col("tokens_per_s_per_gpu").alias("analytical_tokens_per_s_per_gpu"),

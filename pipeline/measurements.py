@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from models.memory import MAXTEXT_REMAT
+from models.memory.model import MAXTEXT_REMAT
 
 #: every column of the measurement schema, in file order
 COLUMNS: tuple[str, ...] = (
@@ -175,7 +175,7 @@ RECOMPUTE_SPELLINGS: dict[str, str] = {
                      "noactivationcheckpointing", "nocheckpointing"), "none"),
     **dict.fromkeys(("selective", "selectiveac", "selectiverecompute", "selectiverecomputation", "op", "opsac",
                      "sac", "partial", "coreattention", "attention",
-                     # MaxText's save-list remat policies (models.memory.MAXTEXT_REMAT: minimal, save_qkv_proj, ...)
+                     # MaxText's save-list remat policies (models.memory.model.MAXTEXT_REMAT: minimal, save_qkv_proj, ...)
                      *(k.replace("_", "") for k in MAXTEXT_REMAT)), "selective"),
     **dict.fromkeys(("full", "true", "yes", "on", "1", "fullac", "activationcheckpointing", "fullactivationcheckpointing",
                      "fullrecompute", "fullrecomputation", "activationrecomputation", "gradientcheckpointing",

@@ -153,7 +153,7 @@ def shared_executor():
 
 
 #: what the fit's workers import before their first task (the modules of its fold tasks), while ingest runs
-_WARM = ("models.calibration", "scipy.optimize")
+_WARM = ("models.fitting.calibration", "scipy.optimize")
 
 
 def _warm(modules: tuple[str, ...]) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import polars as pl
 
-from models.frameworks import remat_words
-from models.memory import CAPACITY_BYTES_PER_GB
+from models.memory.presets import remat_words
+from models.memory.model import CAPACITY_BYTES_PER_GB
 from pipeline import catalog
 from pipeline.measurements import (BATCH_TOKENS_HEADERS, COLUMN_SYNONYMS, COLUMNS, ENUMS, GRAD_ACCUM_HEADERS,
                                    LOCAL_BATCH_HEADERS, METRICS, MIXED_PRECISION, NODES_HEADERS, PARALLELISM_HEADERS,
@@ -174,7 +174,7 @@ MOE_NAME_MARK = r"(^|[^a-z0-9])a\d+(\.\d+)?b([^a-z0-9]|$)|\d\s*x\s*\d|moe|mixtur
 def params_from_name(runs: pl.DataFrame) -> pl.DataFrame:
     """Rows whose model_name names no architecture, with params_b empty and no other reading of the name on record:
     params_b = the size the name states ("Mystery 70B" -> 70; `catalog.SIZE_TOKEN`), from which a dense model gets
-    a shape by rule (`models.runs_adapter.infer_dense_shape`), noted in `model_name_note`. Not for a name that marks
+    a shape by rule (`models.corpus.runs_adapter.infer_dense_shape`), noted in `model_name_note`. Not for a name that marks
     a mixture of experts (`MOE_NAME_MARK`) or a row whose `arch` says it is not dense: their size fixes no shape."""
     if "model_name" not in runs.columns or not runs.height:
         return runs
@@ -199,7 +199,7 @@ def params_from_name(runs: pl.DataFrame) -> pl.DataFrame:
 
 
 def _metrics_of(frame: pl.DataFrame, runs: pl.DataFrame) -> pl.DataFrame:
-    """The file's metric rows in the run_metrics shape `models.targets.measured_throughput` reads, with each run's
+    """The file's metric rows in the run_metrics shape `models.corpus.targets.measured_throughput` reads, with each run's
     accelerator count, sequence length and global batch as `runs` reads them (typed, and from a node count, a batch
     in tokens or a layout cell where the file states them so: `stated_otherwise`), so a step time converts alike
     whichever way the file writes them."""
@@ -706,7 +706,7 @@ def resolve_word_spellings(runs: pl.DataFrame) -> pl.DataFrame:
 
 
 def save_list_code(recompute: pl.Expr) -> pl.Expr:
-    """`selective_policy`: the models.memory code of a recompute cell that names a MaxText remat_policy
+    """`selective_policy`: the models.memory.model code of a recompute cell that names a MaxText remat_policy
     ("save_qkv_proj", "qkv_proj_offloaded", ...; what it keeps and what the backward recomputes), null otherwise
     (the stack's own selective recompute)."""
     return remat_words(recompute).struct.field("selective_policy").cast(pl.Float64).alias("selective_policy")
@@ -741,11 +741,11 @@ def resolve_dtype_spellings(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.Da
 
 
 def predict_file(path: Path, measurements: Path, model=None) -> pl.DataFrame:
-    """One row per distinct run_id of the file: the prediction (`models.predictor.predict` with `model`), or
+    """One row per distinct run_id of the file: the prediction (`models.fitting.predictor.predict` with `model`), or
     the reason it cannot be made, and -- when the file has a measurement -- `measured_tokens_per_s_per_gpu` and
     `error_pct` (100 x (predicted / measured - 1)).
 
-    Unstated fields are inferred by the documented rules of `models.runs_adapter` (listed in `assumptions`
+    Unstated fields are inferred by the documented rules of `models.corpus.runs_adapter` (listed in `assumptions`
     after the assumption set). Memory never refuses a run: `memory_gb_per_gpu` is reported beside the
     capacity `memory_gb` (as the vendor states it), `memory_capacity_gb` (those binary GB in the model's decimal GB)
     and `memory_fits`. Cells are parsed leniently (a bad number becomes empty and the run
@@ -756,11 +756,11 @@ def predict_file(path: Path, measurements: Path, model=None) -> pl.DataFrame:
 def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: str = "frame") -> pl.DataFrame:
     """`predict_file` on the rows of a measurement-schema frame (cells as strings, as a file is read; other
     types are taken as their text). Raises FileRejected (naming `source`) without a run_id column."""
-    from models.hardware import resolve_hardware
-    from models.predictor import predict
-    from models.runs_adapter import configs_from_runs, resolve_unstated
-    from models.step_time import predict as physics
-    from models.targets import derive_flop_targets, measured_throughput
+    from models.physics.hardware import resolve_hardware
+    from models.fitting.predictor import predict
+    from models.corpus.runs_adapter import configs_from_runs, resolve_unstated
+    from models.physics.step_time import predict as physics
+    from models.corpus.targets import derive_flop_targets, measured_throughput
 
     frame = frame.with_columns(pl.col(c).cast(pl.Utf8) for c, t in frame.schema.items()
                                if t != pl.Utf8 and c != "_line")
@@ -811,12 +811,12 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
         .otherwise(pl.coalesce("_arch_error", "_dtype_error", "_word_error", "config_error")).alias("config_error")
     ).drop("_arch_error", "_dtype_error", "_word_error")
     ok = cfg.filter(pl.col("config_error").is_null())
-    # a row with a measurement ran, so it fitted (models.runs_adapter: full recompute is never assumed for it)
+    # a row with a measurement ran, so it fitted (models.corpus.runs_adapter: full recompute is never assumed for it)
     measured_ids = frame.filter(pl.col("value").str.strip_chars().replace("", None).is_not_null())["run_id"] \
         if "value" in frame.columns else pl.Series([], dtype=pl.Utf8)
     measured = ok["run_id"].is_in(measured_ids.unique().to_list())
     # an unstated layout, expert-parallel degree or micro-batch: the fastest that fits by the served model, as
-    # `stepcast search` ranks (models.runs_adapter._prediction)
+    # `stepcast search` ranks (models.corpus.runs_adapter._prediction)
     ok = resolve_unstated(ok, physics, measured=measured, judge=lambda c: predict(c, model))
     text = {"error", "fit_version", "assumptions", "calibration_domain"}
     good = pl.DataFrame(schema={c: pl.Boolean if c in ("feasible", "memory_fits") else pl.Utf8 if c in text
@@ -828,7 +828,7 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
             pl.concat_str([pl.col("assumptions"), pl.Series(ok["assumptions"])], separator="; ", ignore_nulls=True)
             .alias("assumptions"),
             pl.Series("memory_gb", ok["memory_gb"]).cast(pl.Float64),
-        ).with_columns(  # the capacity in the model's decimal GB: a vendor's "80 GB" are binary (models.memory)
+        ).with_columns(  # the capacity in the model's decimal GB: a vendor's "80 GB" are binary (models.memory.model)
             (pl.col("memory_gb") * CAPACITY_BYTES_PER_GB / 1e9).alias("memory_capacity_gb"),
         ).with_columns((pl.col("memory_gb_per_gpu") <= pl.col("memory_capacity_gb")).alias("memory_fits"))
         good = ok.select([c for c in RUN_COLUMNS if c in ok.columns] + ["peak_bf16_tflops"]).hstack(

@@ -247,8 +247,8 @@ def predictable_arch(row: dict) -> bool:
 
 def boot_data(cfg: Settings) -> dict:
     """What the page needs before its first request: the named models and accelerators, limits."""
-    from models.curves import default_dtype
-    from models.hardware import resolve_hardware
+    from models.planning.curves import default_dtype
+    from models.physics.hardware import resolve_hardware
     from pipeline import catalog
 
     arch = catalog.architectures(cfg.measurements)

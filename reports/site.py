@@ -22,7 +22,7 @@ from pathlib import Path
 import altair as alt
 import polars as pl
 
-from models.curves import DEFAULT_THRESHOLD, REFERENCE_RUNS
+from models.planning.curves import DEFAULT_THRESHOLD, REFERENCE_RUNS
 from reports import charts
 
 SERIES_MIN_SIZES = 3
@@ -247,7 +247,7 @@ def cost_pareto(df: pl.DataFrame) -> pl.DataFrame:
 
 def protocol_name(scheme: str) -> str:
     """The calibration's own description of a held-out protocol, when it has one."""
-    from models import calibration
+    from models.fitting import calibration
 
     names = getattr(calibration, "PROTOCOL_NAMES", {}) or {}
     fallback = {"loso": "leave one source out", "loho": "leave one hardware model out"}

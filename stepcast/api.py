@@ -109,7 +109,7 @@ def predict(*, model: Union[None, str, Sequence[str]] = None, gpu: Union[None, s
 def predict_frame(frame: Union[pl.DataFrame, PathLike], *, assumptions: str = "realistic",
                   analytical_only: bool = False, store: Optional[PathLike] = None) -> pl.DataFrame:
     """Many configurations at once (`stepcast predict --runs FILE`), through the one vectorized prediction
-    function (`models.predictor.predict`).
+    function (`models.fitting.predictor.predict`).
 
     `frame` is a polars DataFrame in the measurement schema (measurements/measured_runs.csv: `run_id`, `gpu`,
     `model_name`, `n_gpus`, `tp`, `pp`, `global_batch_seqs`, `seq_len`, ...; values of any type, read as a file's

@@ -6,7 +6,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from models.accounting import (
+from models.arch.accounting import (
     convert_flops_convention,
     flops_per_token,
     hardware_flops_per_token,

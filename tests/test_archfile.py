@@ -1,4 +1,4 @@
-"""Architectures and hardware from files (models/archfile.py via catalog.resolve_architecture /
+"""Architectures and hardware from files (models/arch/archfile.py via catalog.resolve_architecture /
 resolve_hardware_row), and the parameter counts of the architecture families added in issue 14."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from models.accounting import ARCH_COLUMNS, param_counts
-from models.archfile import ArchFileError, architecture_from_mapping, hardware_from_mapping
+from models.arch.accounting import ARCH_COLUMNS, param_counts
+from models.arch.archfile import ArchFileError, architecture_from_mapping, hardware_from_mapping
 from pipeline import catalog
 from pipeline.cli import app
 from tests.conftest import MEASUREMENTS
@@ -119,7 +119,7 @@ def mla_minus_mha_per_layer(a: dict) -> float:
     ("kimi-k2", 1000, 32, 0.03, "moonshotai/Kimi-K2 model card: 1T total, 32B active"),
 ])
 def test_mla_fields_reproduce_published_totals(arch_id, total_b, active_b, rel, source):
-    """With the MLA fields the table keeps, models/accounting.py counts MLA attention (models/mla.py) and the
+    """With the MLA fields the table keeps, models/arch/accounting.py counts MLA attention (models/arch/mla.py) and the
     published totals come out; without them it counts n_heads x v_head_dim MHA, larger by the hand-written
     MLA - MHA difference per layer (the latent norms aside)."""
     a = table_row(arch_id)
@@ -156,7 +156,7 @@ def hybrid_params(a: dict) -> float:
     ("nemotron-h-56b", 56.0, 0.02, "Nemotron-H paper: 56B"),
 ])
 def test_nemotron_h_fields_reproduce_published_totals(arch_id, total_b, rel, source):
-    """The pattern and Mamba fields the table keeps give the published sizes (models/accounting.py counts the same:
+    """The pattern and Mamba fields the table keeps give the published sizes (models/arch/accounting.py counts the same:
     tests/test_hybrid.py)."""
     assert hybrid_params(table_row(arch_id)) / 1e9 == pytest.approx(total_b, rel=rel), source
 

@@ -1,5 +1,5 @@
 """The 2026 rows of measurements/architectures.csv (DeepSeek-V4-Flash, Nemotron 3.5 Lightning, Nemotron 3 Ultra): the
-Megatron-Bridge 26.08 corpus runs of these models get a prediction, and models/accounting.py's parameter count of each
+Megatron-Bridge 26.08 corpus runs of these models get a prediction, and models/arch/accounting.py's parameter count of each
 row reproduces its published size within the tolerances of tests/test_hybrid.py (3%) and tests/test_mla.py (2-3%), or,
 for DeepSeek-V4-Flash, differs from it by exactly the attention weights its row's notes say MLA cannot avoid."""
 
@@ -46,7 +46,7 @@ def test_hybrid_2026_rows_reproduce_published_sizes(arch_id, total_b, active_b, 
 
 def test_deepseek_v4_flash_count_differs_from_the_card_by_the_unrepresentable_attention_weights():
     """DeepSeek-V4-Flash card: 284B total, 13B active (main model, without the MTP block). Its row models the
-    attention as MLA (models/mla.py); MLA's key/value up-projections (kv_lora_rank x heads x nope, x v_head) have no
+    attention as MLA (models/arch/mla.py); MLA's key/value up-projections (kv_lora_rank x heads x nope, x v_head) have no
     V4 counterpart and the grouped low-rank output projection (o_groups 8, o_lora_rank 1024: heads x v_head x
     o_lora_rank + o_groups x o_lora_rank x d_model) is counted as a full heads x v_head x d_model W_O. The total is
     within test_mla.py's 2% as it is; the active count only after taking that excess off (within 3%)."""
@@ -65,12 +65,12 @@ def test_deepseek_v4_flash_count_differs_from_the_card_by_the_unrepresentable_at
 
 
 def test_runs_of_an_approximated_architecture_are_predicted_but_not_fitted(built_store, corpus):
-    """models.archfile.APPROXIMATED_ARCHITECTURES: the built store holds these runs and `predict --runs` predicts
+    """models.arch.archfile.APPROXIMATED_ARCHITECTURES: the built store holds these runs and `predict --runs` predicts
     them (test above), but no protocol of the promoted fit trains or scores on them: a cost the model lacks for
     them (DeepSeek-V4's compressed attention, a hybrid's MTP) is not spread over every run's fitted constants."""
     import duckdb
 
-    from models.archfile import APPROXIMATED_ARCHITECTURES
+    from models.arch.archfile import APPROXIMATED_ARCHITECTURES
 
     assert set(RUNS.values()) <= set(APPROXIMATED_ARCHITECTURES)
     con = duckdb.connect(str(built_store), read_only=True)
@@ -90,7 +90,7 @@ def test_a_prediction_for_an_approximated_architecture_says_so_in_every_path(cor
     """`stepcast predict` (one configuration), `search` and `predict --runs` name the approximation in `assumptions`; a
     represented architecture's prediction does not."""
     import stepcast
-    from models.archfile import APPROXIMATED_NOTE
+    from models.arch.archfile import APPROXIMATED_NOTE
 
     kw = dict(gpu="gb200", gpus=128, global_batch=2048, seq_len=4096, tp=1, pp=4, ep=32, dtype="mxfp8")
     assert APPROXIMATED_NOTE in stepcast.predict(model="deepseek-v4-flash", **kw)["assumptions"][0]
@@ -109,10 +109,10 @@ ULTRA = "mb2608-pre-training-nemotron-3-ultra-gb200-256gpu-mxfp8-gbs256"
 
 def test_nemotron_3_ultra_is_read_with_its_recipes_sharding_and_module_recompute_and_fits(corpus):
     """Its 26.08 GB200 recipe shards with Megatron-FSDP (HSDP) and recomputes the routed experts' activation
-    (models.frameworks.RECIPE_SHARDING, RECIPE_RECOMPUTE_MODULES); read so, the measured run fits its 200 GB
+    (models.memory.presets.RECIPE_SHARDING, RECIPE_RECOMPUTE_MODULES); read so, the measured run fits its 200 GB
     (186 GiB; read with the framework's default zero1 it would take 258 GB), and it is in the fit (not
     approximated)."""
-    from models.archfile import APPROXIMATED_ARCHITECTURES
+    from models.arch.archfile import APPROXIMATED_ARCHITECTURES
 
     rows = corpus.filter(corpus["run_id"] == ULTRA)
     assert rows.height >= 1

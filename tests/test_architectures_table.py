@@ -13,7 +13,7 @@ from tests.test_archfile import counts as archfile_counts, no_store, table_row a
 
 
 def counts(a: dict) -> tuple[float, float]:
-    """(total, active) parameters in billions, as models/accounting.py counts them."""
+    """(total, active) parameters in billions, as models/arch/accounting.py counts them."""
     pc = archfile_counts(a)
     return pc["params"] / 1e9, pc["active_params"] / 1e9
 
@@ -310,7 +310,7 @@ def test_run_table_moe_layouts():
                      "qwen1.5-moe-a2.7b": (60, 4, 1408, 4, 0), "qwen2-57b-a14b": (64, 8, 2560, 8, 0),
                      "phi-3.5-moe": (16, 2, 6400, 0, 0), "granite-3.0-1b-a400m": (32, 8, 512, 0, 0),
                      "granite-3.0-3b-a800m": (40, 8, 512, 0, 0)}
-    assert row("qwen1.5-moe-a2.7b")["shared_expert_ffn_dim"] is None  # not read for non-hybrid rows (models.accounting)
+    assert row("qwen1.5-moe-a2.7b")["shared_expert_ffn_dim"] is None  # not read for non-hybrid rows (models.arch.accounting)
 
 
 @pytest.mark.parametrize("arch_id, head_dim, window, activation", [

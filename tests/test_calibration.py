@@ -1,4 +1,4 @@
-"""Calibration: versioned fits, grouped validation, leakage guard, intervals, serving (models/calibration.py,
+"""Calibration: versioned fits, grouped validation, leakage guard, intervals, serving (models/fitting/calibration.py,
 pipeline/fits.py, assets/fit.py, `stepcast predict` / `stepcast fit`)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from models import calibration as cal
-from models.evaluate import predict_runs, prepare_configs
+from models.fitting import calibration as cal
+from models.corpus.evaluate import predict_runs, prepare_configs
 from pipeline import fits
 from pipeline.cli import app
 
@@ -119,8 +119,8 @@ def _one_config(inputs, **over):
 
 
 def test_outside_the_domain_the_interval_widens_and_the_output_says_why(inputs):
-    from models.hardware import resolve_hardware
-    from models.predictor import predict
+    from models.physics.hardware import resolve_hardware
+    from models.fitting.predictor import predict
 
     b = inputs["bundle"]
     cfg = _one_config(inputs)
@@ -135,7 +135,7 @@ def test_outside_the_domain_the_interval_widens_and_the_output_says_why(inputs):
     # the interval is step x exp(+-q x scale): q_inside inside the domain, the wider q_extrapolated (the transfer
     # protocols' out-of-fold conformal quantile) outside it; scale = exp(width features . width_coef), the same
     # for both rows (same family, precision, size and software era)
-    from models.predictor import encode, width_scale
+    from models.fitting.predictor import encode, width_scale
 
     rel = lambda o: o["step_time_hi_s"] / o["step_time_lo_s"]  # noqa: E731
     scale = lambda c: float(np.atleast_1d(width_scale(b, encode(c), c.height))[0])  # noqa: E731
@@ -152,7 +152,7 @@ def test_outside_the_domain_the_interval_widens_and_the_output_says_why(inputs):
 
 
 def test_apply_calibration_wraps_the_one_function(inputs):
-    from models.predictor import predict
+    from models.fitting.predictor import predict
 
     b = inputs["bundle"]
     cfg = _one_config(inputs)
@@ -192,7 +192,7 @@ def test_data_hash_ignores_last_bit_noise_but_not_real_changes():
     import numpy as np
     import polars as pl
 
-    from models.calibration import FitData, data_hash
+    from models.fitting.calibration import FitData, data_hash
 
     base = pl.DataFrame({"run_id": ["a", "b"], "measured_tokens_per_s_per_gpu": [1234.5678901234567, 42.0],
                          "tp": [1, 2]})

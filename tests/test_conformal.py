@@ -1,9 +1,9 @@
-"""Conformal intervals (models.conformal): statistical validity on synthetic data with a known answer."""
+"""Conformal intervals (models.fitting.conformal): statistical validity on synthetic data with a known answer."""
 
 import numpy as np
 import pytest
 
-from models import conformal
+from models.fitting import conformal
 
 
 def test_split_conformal_coverage_across_seeds():
@@ -47,10 +47,10 @@ def test_quantile_needs_enough_scores():
 
 def test_width_model_covers_each_kind_of_run_where_a_constant_width_does_not():
     """Errors of MoE runs 3x those of dense runs (a known answer). A constant half-width calibrated on the mix
-    over-covers the dense runs and under-covers the MoE ones; the width model (models.calibration.fit_width_model,
+    over-covers the dense runs and under-covers the MoE ones; the width model (models.fitting.calibration.fit_width_model,
     the serving function's `width_features`) finds most of the factor and covers both within 85-95 %."""
-    from models.calibration import fit_width_model
-    from models.predictor import WIDTH_FEATURES
+    from models.fitting.calibration import fit_width_model
+    from models.fitting.predictor import WIDTH_FEATURES
 
     rng = np.random.default_rng(7)
     n = 6000
@@ -73,7 +73,7 @@ def test_width_model_covers_each_kind_of_run_where_a_constant_width_does_not():
 def test_served_interval_follows_the_width_model_and_old_fits_keep_constant_widths():
     """A calibration with a width model widens a MoE configuration's interval by exp(coef_moe) against a dense one
     of the same layout; a fit stored without one (width_coef None) keeps the constant half-width."""
-    from models.predictor import WIDTH_FEATURES, width_features, width_scale
+    from models.fitting.predictor import WIDTH_FEATURES, width_features, width_scale
 
     a = {"n_experts": np.array([0.0, 64.0]), "n_gpus": np.array([64.0, 64.0]), "dtype": np.array([0, 0])}
     F = width_features(a, 2)

@@ -1,4 +1,4 @@
-"""Scaling curves, the knee, the frontier and their CLI (models/curves.py, models/frontier.py)."""
+"""Scaling curves, the knee, the frontier and their CLI (models/planning/curves.py, models/planning/frontier.py)."""
 
 import json
 
@@ -7,11 +7,11 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from models.curves import (best_layouts, critical_batch_seqs, round_batch,
+from models.planning.curves import (best_layouts, critical_batch_seqs, round_batch,
                            efficiencies, knee, n_sweep, pareto_mask, policy_batches, scaling_curve)
-from models.frontier import dense_arch_for_params, frontier_summary, frontier_sweep
-from models.hardware import resolve_hardware
-from models.search import search
+from models.planning.frontier import dense_arch_for_params, frontier_summary, frontier_sweep
+from models.physics.hardware import resolve_hardware
+from models.planning.search import search
 from pipeline import catalog
 from pipeline.settings import PROJECT_ROOT
 
@@ -41,7 +41,7 @@ def test_knee_of_a_curve_that_saturates_at_256():
 
 
 def test_knee_of_a_usl_curve_matches_the_analytic_derivative():
-    from models.usl import usl_throughput
+    from models.planning.usl import usl_throughput
 
     n = 8.0 * 2 ** np.arange(0, 14)
     x = usl_throughput(n / 8, 1.0, 0.0, 1e-4)
@@ -112,7 +112,7 @@ def test_weak_curve_without_price_has_no_cost():
 
 
 def test_calibration_hook_gives_bands_and_knee_interval():
-    from models.curves import inflection
+    from models.planning.curves import inflection
 
     def hook(analytical, configs):
         assert analytical.height == configs.height and "peak_bf16_tflops" in configs.columns

@@ -4,8 +4,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models import collectives as coll
-from models.fastops import ceil_log2, clip, divisible
+from models.physics import collectives as coll
+from models.core.fastops import ceil_log2, clip, divisible
 
 ints = st.integers(min_value=0, max_value=2**40)
 

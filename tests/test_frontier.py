@@ -1,5 +1,5 @@
 """The compute frontier under Epoch AI's ideal conditions and the calibrated ('realistic') model
-(models/frontier.py, models/assumptions.py, `stepcast frontier`)."""
+(models/planning/frontier.py, models/fitting/assumptions.py, `stepcast frontier`)."""
 
 import json
 import math
@@ -9,12 +9,12 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from models.assumptions import ASSUMPTIONS, params_for
-from models.curves import batch_tokens, default_dtype
-from models.frontier import frontier_summary, frontier_sweep, latency_wall_s
-from models.hardware import resolve_hardware
-from models.params import DEFAULT
-from models.search import enumerate_layouts
+from models.fitting.assumptions import ASSUMPTIONS, params_for
+from models.planning.curves import batch_tokens, default_dtype
+from models.planning.frontier import frontier_summary, frontier_sweep, latency_wall_s
+from models.physics.hardware import resolve_hardware
+from models.core.params import DEFAULT
+from models.planning.search import enumerate_layouts
 from pipeline import catalog
 from pipeline.settings import PROJECT_ROOT
 

@@ -1,4 +1,4 @@
-"""Hybrid Mamba-Transformer models (models/mamba.py): parameter counts and FLOPs against published figures, the
+"""Hybrid Mamba-Transformer models (models/arch/mamba.py): parameter counts and FLOPs against published figures, the
 Hugging Face config round trip, the block composition of the step-time model, and bit-identity of every other
 row."""
 
@@ -10,10 +10,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from models import mamba
-from models.accounting import ARCH_COLUMNS, model_flops_per_token, param_counts
-from models.archfile import architecture_from_mapping
-from models.step_time import ERR_CP_SEQ, ERR_HEADS_TP, ERR_HYBRID, HARDWARE_COLUMNS, predict_arrays
+from models.arch import mamba
+from models.arch.accounting import ARCH_COLUMNS, model_flops_per_token, param_counts
+from models.arch.archfile import architecture_from_mapping
+from models.physics.step_time import ERR_CP_SEQ, ERR_HEADS_TP, ERR_HYBRID, HARDWARE_COLUMNS, predict_arrays
 from tests.conftest import MEASUREMENTS
 from tests.test_archfile import HF, hybrid_params, table_row
 from tests.test_step_time import _same, config_rows, hw, random_layouts  # noqa: F401 (hw is a fixture)
@@ -22,7 +22,7 @@ REL = 0.03  # stated tolerance of the published totals
 
 
 def arrays(arch: dict) -> dict[str, np.ndarray]:
-    """One architecture dict (table row or parsed config) -> the arrays models.accounting reads."""
+    """One architecture dict (table row or parsed config) -> the arrays models.arch.accounting reads."""
     a = {c: np.array([np.nan if arch.get(c) is None else float(arch[c])]) for c in ARCH_COLUMNS if c != "activation"}
     a["activation"] = np.array([arch["activation"]])
     a.update({k: np.array([v]) for k, v in mamba.pattern_counts(arch.get("layer_pattern")).items()})
@@ -54,7 +54,7 @@ def test_hybrid_param_counts_reproduce_published_totals(arch_id, total_b, active
 
 @pytest.mark.parametrize("arch_id", ["nemotron-h-8b", "nemotron-h-47b", "nemotron-h-56b"])
 def test_accounting_equals_the_block_by_block_count(arch_id):
-    """models/accounting.py counts exactly the per-block sum of tests/test_archfile.py (Megatron-Core modules)."""
+    """models/arch/accounting.py counts exactly the per-block sum of tests/test_archfile.py (Megatron-Core modules)."""
     a = table_row(arch_id)
     assert counts(a)["params"] == pytest.approx(hybrid_params(a), rel=1e-12)
 
@@ -232,7 +232,7 @@ def test_mamba1_hybrid_composes(hw):  # noqa: F811
 
 
 def test_mamba1_tp_must_divide_d_inner_and_cp_is_refused(hw):  # noqa: F811
-    from models.step_time import ERROR_MESSAGES
+    from models.physics.step_time import ERROR_MESSAGES
 
     # d_inner = expand x d_model = 4097 (odd): tp 2 cannot split it (vLLM MambaMixer splits d_inner over tp)
     odd = {"mamba_expand": np.array([4097.0 / 4096.0])}

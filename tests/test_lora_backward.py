@@ -1,15 +1,15 @@
-"""Two facts of the stacks in the time model. LoRA (models.parts ``wgrad``): the frozen base weights get no
+"""Two facts of the stacks in the time model. LoRA (models.physics.parts ``wgrad``): the frozen base weights get no
 weight-gradient GEMM and no gradient traffic; the corpus's LoRA runs, which the model predicted 16-29% too slow without it, land near their
 measurements. TransformerEngine's low-precision rows all-gather quantized activations for sequence parallelism
-(models.parts.quantized_gather_share)."""
+(models.physics.parts.quantized_gather_share)."""
 
 import numpy as np
 import pytest
 
-from models.accounting import normalize_arch, param_counts
-from models.frameworks import lora_trainable_frac
-from models.params import DEFAULT, DTYPE_CODES
-from models.step_time import predict_arrays
+from models.arch.accounting import normalize_arch, param_counts
+from models.memory.presets import lora_trainable_frac
+from models.core.params import DEFAULT, DTYPE_CODES
+from models.physics.step_time import predict_arrays
 
 # Llama 3 70B (meta-llama params.json) on 8 H100 SXM5 at tp 4, pp 2 (NeMo 24.07's LoRA layout): 80 layers
 L, H, HEADS, KV, FFN, V = 80, 8192, 64, 8, 28672, 128256
@@ -82,10 +82,10 @@ def test_corpus_lora_runs_are_predicted_near_their_measurements(built_store):
     assert preds["rel_error"].abs().max() < 0.15
 
 
-# ---- the sequence-parallel all-gather of TransformerEngine's low-precision rows (models.parts.quantized_gather_share)
+# ---- the sequence-parallel all-gather of TransformerEngine's low-precision rows (models.physics.parts.quantized_gather_share)
 
 def _tp_row(dtype, preset, sp=1.0):
-    from models.frameworks import preset_codes
+    from models.memory.presets import preset_codes
 
     # an FP4 peak for the NVFP4 row (any: the ratio is of TP traffic): the B200's dense 9,000 TFLOPS
     return _row(peak_fp4_tflops=9000.0, n_gpus=8.0, tp=8.0, pp=1.0, global_batch_seqs=64.0, micro_batch=16.0, dtype=DTYPE_CODES[dtype],

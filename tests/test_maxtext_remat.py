@@ -1,6 +1,6 @@
 """MaxText remat policies (AI-Hypercomputer/maxtext decoders.py get_remat_policy): every policy word a run file
 may carry is read, not refused; its save list sets the memory the device keeps and the recompute the backward
-does (models.memory MAXTEXT_REMAT, _SAVE_LISTS, SAVE_LIST_RECOMPUTE; models.parts.save_list_recompute)."""
+does (models.memory.model MAXTEXT_REMAT, _SAVE_LISTS, SAVE_LIST_RECOMPUTE; models.physics.parts.save_list_recompute)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from models.memory import MAXTEXT_REMAT, SAVE_LIST_RECOMPUTE
-from models.step_time import predict_arrays
+from models.memory.model import MAXTEXT_REMAT, SAVE_LIST_RECOMPUTE
+from models.physics.step_time import predict_arrays
 from pipeline.cli import app
 from tests.test_archfile import table_row
 from tests.test_hybrid import arrays

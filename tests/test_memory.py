@@ -4,10 +4,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from models.accounting import layer_shapes, normalize_arch, param_counts
-from models.memory import activation_bytes_per_layer, memory_per_gpu
-from models.params import DEFAULT, MEGATRON_2022
-from models.step_time import predict
+from models.arch.accounting import layer_shapes, normalize_arch, param_counts
+from models.memory.model import activation_bytes_per_layer, memory_per_gpu
+from models.core.params import DEFAULT, MEGATRON_2022
+from models.physics.step_time import predict
 
 S, B1 = 2048, 1
 GPT3 = dict(h=12288, a=96)

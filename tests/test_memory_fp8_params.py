@@ -7,10 +7,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from models.frameworks import recipe_fp8_params
-from models.memory import memory_per_gpu
-from models.params import DTYPE_CODES
-from models.precision import PARAM_GATHER_BYTES, QUANTIZED_PARAM_BYTES, param_gather_bytes, quantized_param_bytes
+from models.memory.presets import recipe_fp8_params
+from models.memory.model import memory_per_gpu
+from models.core.params import DTYPE_CODES
+from models.core.precision import PARAM_GATHER_BYTES, QUANTIZED_PARAM_BYTES, param_gather_bytes, quantized_param_bytes
 from tests.conftest import MEASUREMENTS
 from tests.test_memory_low_precision import GPT3_175B, _arch
 

@@ -1,11 +1,11 @@
-"""Framework memory presets (models/frameworks.py) against published memory figures and the stacks' source code."""
+"""Framework memory presets (models/memory/presets.py) against published memory figures and the stacks' source code."""
 
 import numpy as np
 import polars as pl
 import pytest
 
-from models.accounting import layer_shapes, normalize_arch, param_counts
-from models.frameworks import (
+from models.arch.accounting import layer_shapes, normalize_arch, param_counts
+from models.memory.presets import (
     source_interleave,
     PRESETS,
     finetune_mode,
@@ -19,8 +19,8 @@ from models.frameworks import (
     sequence_parallel_default,
     source_layout,
 )
-from models.memory import CAPACITY_BYTES_PER_GB, capacity_bytes, memory_per_gpu
-from models.params import DEFAULT
+from models.memory.model import CAPACITY_BYTES_PER_GB, capacity_bytes, memory_per_gpu
+from models.core.params import DEFAULT
 
 GIB = 2.0**30
 LLAMA31 = {  # Llama 3.1 configs (meta-llama params.json): layers, d_model, heads, kv heads, ffn, vocab
@@ -93,7 +93,7 @@ def test_korthikanti_sequence_parallel_plus_selective_cuts_activations_5x(model)
     5x' against tensor parallelism alone (their Fig. 7 across 22B-1T); within 25 %, with the Megatron preset."""
     _, a, h, L, p = model
     ar, sh = _arch(L, h, a, a, 4 * h, 51200, act=0, tied=1)
-    from models.params import MEGATRON_2022  # Korthikanti's accounting: scores materialised, dropout masks kept
+    from models.core.params import MEGATRON_2022  # Korthikanti's accounting: scores materialised, dropout masks kept
 
     def acts(sp, rc):
         kw = memory_arguments(np.array(["megatron"]), pp=np.array([p]))
@@ -111,7 +111,7 @@ def test_korthikanti_175b_first_stage_activations_megatron_preset():
     """175B, t8 p8 (Table 3), SP + selective: the first stage holds L (1 + 0) layers' worth (eq. 5, v = 1) of
     s b h 34/t = 2048 x 12288 x 96 x 34/8 bytes = 10.27 GB, within 1 %."""
     ar, sh = _arch(96, 12288, 96, 96, 49152, 51200, act=0, tied=1)
-    from models.params import MEGATRON_2022
+    from models.core.params import MEGATRON_2022
     one = lambda x: np.array([float(x)])  # noqa: E731
     mem = memory_per_gpu(arch=ar, shapes=sh, seq_len=one(2048), micro_batch=one(1), n_micro=one(64), tp=one(8),
                          pp=one(8), dp=one(1), cp=one(1), ep=one(1), vpp=one(1), sharding=np.array([1]),
@@ -298,7 +298,7 @@ def test_source_interleave_takes_the_same_sources_vpp_for_the_same_stage_split_o
 def test_maxtext_remat_policies_order_as_documented():
     """MaxText docs (guides, 'Provided Remat policies'): minimal, save_dot_with_context_except_mlp,
     save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, ..., full run from highest to lowest HBM usage."""
-    from models.memory import MAXTEXT_REMAT
+    from models.memory.model import MAXTEXT_REMAT
     ar, sh = _arch(*LLAMA31["8b"])
     order = ["minimal", "save_dot_with_context_except_mlp", "save_dot_except_mlpwi", "save_dot_except_mlp",
              "save_qkv_proj"]
@@ -313,7 +313,7 @@ def test_maxtext_remat_policies_order_as_documented():
 
 
 def test_remat_words():
-    from models.frameworks import remat_words
+    from models.memory.presets import remat_words
     df = pl.DataFrame({"w": ["full", "save_dot_except_mlp", "none", "unknown", None]})
     out = df.select(remat_words("w")).unnest("remat")
     assert out["recompute"].to_list() == ["full", "selective", "none", None, None]
@@ -336,7 +336,7 @@ def test_a_nemo_2_performance_run_keeps_16_bit_gradients_and_fits():
         return predict_frame(frame, Settings.load().measurements).row(0, named=True)
 
     nemo1, nemo2 = row("NeMo 24.07 (Megatron-Core)"), row("NeMo 25.02")
-    # 2 bytes per parameter, with the allocator's fragmentation allowance on top (models.params)
+    # 2 bytes per parameter, with the allocator's fragmentation allowance on top (models.core.params)
     assert nemo1["memory_gb_per_gpu"] - nemo2["memory_gb_per_gpu"] == pytest.approx(
         8.03e9 * 2 / 1e9 * (1 + DEFAULT.mem_fragmentation_frac), rel=0.01)
     assert nemo2["memory_fits"] and not nemo1["memory_fits"]
@@ -347,8 +347,8 @@ def test_unnamed_stack_with_fsdp_and_pp_keeps_the_stage_gathered():
     """A stack the adapter does not name (memory preset `default`) that runs FSDP with pp > 1 does what the stacks
     that run the two together do (PyTorch's pipelining, Meta's Llama 3 4D parallelism): one all-gather of the stage
     per step, not two per micro-batch; the memory model holds the stage gathered, as torchtitan's preset does."""
-    from models.frameworks import keeps_stage_gathered
-    from models.step_time import predict_arrays
+    from models.memory.presets import keeps_stage_gathered
+    from models.physics.step_time import predict_arrays
 
     assert keeps_stage_gathered(np.array(["default", "default", "megatron"]), np.array([8, 1, 8])).tolist() == \
         [True, False, False]

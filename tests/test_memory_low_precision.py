@@ -1,5 +1,5 @@
-"""Low-precision activation memory (models.memory.low_precision_saved_inputs, models.precision.SAVED_GEMM_INPUT_BYTES)
-and what Megatron-Bridge's performance recipes set (models.frameworks megatron_bridge preset, RECIPE_MEMORY), against
+"""Low-precision activation memory (models.memory.model.low_precision_saved_inputs, models.core.precision.SAVED_GEMM_INPUT_BYTES)
+and what Megatron-Bridge's performance recipes set (models.memory.presets megatron_bridge preset, RECIPE_MEMORY), against
 Korthikanti et al. 2022's activation formula and the measured runs of Megatron-Bridge's performance summary."""
 
 from pathlib import Path
@@ -8,11 +8,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from models.accounting import layer_shapes, normalize_arch
-from models.frameworks import RECIPE_MEMORY, memory_arguments
-from models.memory import memory_per_gpu
-from models.params import DEFAULT, DTYPE_CODES, MEGATRON_2022
-from models.precision import SAVED_GEMM_INPUT_BYTES, saved_gemm_input_bytes
+from models.arch.accounting import layer_shapes, normalize_arch
+from models.memory.presets import RECIPE_MEMORY, memory_arguments
+from models.memory.model import memory_per_gpu
+from models.core.params import DEFAULT, DTYPE_CODES, MEGATRON_2022
+from models.core.precision import SAVED_GEMM_INPUT_BYTES, saved_gemm_input_bytes
 from tests.conftest import MEASUREMENTS
 
 GPT3_175B = (96, 12288, 96, 96, 49152, 51200)  # layers, d_model, heads, kv heads, ffn, vocab (Korthikanti Table 3)
@@ -92,7 +92,7 @@ def test_recipe_table_names_a_source_for_every_entry():
 def test_recipe_memory_of_gb300_and_b300_runs_names_the_source():
     """Llama 3 70B FP8 on GB300 offloads 20 of its 80 layers (FSDP, pp 1); DeepSeek-V3 MXFP8 on B300 (26.02, a row
     of another file: its framework names the container) recomputes the recipe's mla_up_proj."""
-    from models.frameworks import recipe_memory
+    from models.memory.presets import recipe_memory
 
     frame = pl.DataFrame({
         "memory_preset": ["megatron_bridge"] * 2, "arch_id": ["llama3-70b", "deepseek-v3"],

@@ -1,15 +1,15 @@
 """Recipe facts that decide whether measured runs fit: a NeMo Framework Launcher recipe's optimizer (bf16 Adam state,
-16-bit gradient buffer: models.frameworks.RECIPE_OPTIMIZER) and the latent MoE's dispatch width
-(models.memory.moe_dispatch_elems). Each of the runs ran, so each must fit once its recipe's settings apply."""
+16-bit gradient buffer: models.memory.presets.RECIPE_OPTIMIZER) and the latent MoE's dispatch width
+(models.memory.model.moe_dispatch_elems). Each of the runs ran, so each must fit once its recipe's settings apply."""
 
 import numpy as np
 import polars as pl
 import pytest
 
-from models.accounting import layer_shapes, normalize_arch
-from models.frameworks import RECIPE_OPTIMIZER, memory_arguments
-from models.memory import memory_per_gpu, module_recompute_savings, moe_dispatch_elems, recompute_modules_code
-from models.params import DEFAULT
+from models.arch.accounting import layer_shapes, normalize_arch
+from models.memory.presets import RECIPE_OPTIMIZER, memory_arguments
+from models.memory.model import memory_per_gpu, module_recompute_savings, moe_dispatch_elems, recompute_modules_code
+from models.core.params import DEFAULT
 
 from tests.conftest import MEASUREMENTS
 

@@ -1,4 +1,4 @@
-"""Multi-head Latent Attention and multi-token prediction (models/mla.py): parameter counts against the published
+"""Multi-head Latent Attention and multi-token prediction (models/arch/mla.py): parameter counts against the published
 DeepSeek-V2/V3 figures, the attention-core FLOPs, the tensor-parallel split, bit-identity of every other row, the
 MTP cost and how a run's model_name decides whether it trains with MTP."""
 
@@ -10,10 +10,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from models import mla
-from models.accounting import ARCH_COLUMNS, layer_shapes, model_flops_per_token, normalize_arch, param_counts
-from models.runs_adapter import resolve_mtp_layers
-from models.step_time import predict_arrays
+from models.arch import mla
+from models.arch.accounting import ARCH_COLUMNS, layer_shapes, model_flops_per_token, normalize_arch, param_counts
+from models.corpus.runs_adapter import resolve_mtp_layers
+from models.physics.step_time import predict_arrays
 from pipeline import catalog
 from tests.conftest import MEASUREMENTS
 from tests.test_archfile import table_row
@@ -21,7 +21,7 @@ from tests.test_step_time import _same, config_rows, hw, hw_row, random_layouts 
 
 
 def arrays(arch: dict, mtp: bool = True) -> dict[str, np.ndarray]:
-    """A table row -> the arrays models.accounting reads, with the MLA columns (and mtp_layers unless `mtp` is
+    """A table row -> the arrays models.arch.accounting reads, with the MLA columns (and mtp_layers unless `mtp` is
     False)."""
     cols = [c for c in ARCH_COLUMNS if c != "activation"] + [c for c in mla.ARCH_COLUMNS if mtp or c != "mtp_layers"]
     a = {c: np.array([np.nan if arch.get(c) is None else float(arch[c])]) for c in cols}
@@ -114,7 +114,7 @@ def megatron_flops_per_token(mtp: bool) -> list[float]:
 
 @pytest.mark.parametrize("mtp", [False, True])
 def test_flops_per_token_match_megatrons_count(mtp):
-    """Megatron counts the causal half of the attention square, stepcast the full square (models.accounting): with
+    """Megatron counts the causal half of the attention square, stepcast the full square (models.arch.accounting): with
     half the core taken off, the MLA + MTP count is Megatron's within 1 % (w/o MTP 249.1-249.6 GFLOP/token vs
     250.4; with MTP 259.8-260.4 vs 260.6). The former 128 x 128 MHA stand-in counted 347.8 (+39 %)."""
     got = megatron_flops_per_token(mtp)
@@ -233,7 +233,7 @@ def test_w_o_mtp_names_resolve_to_zero_mtp_layers():
 
 
 def test_hybrid_rows_train_without_mtp():
-    """Nemotron 3 Super states mtp_layers 1; MTP of hybrids is not modelled (models.mla), so none is assumed."""
+    """Nemotron 3 Super states mtp_layers 1; MTP of hybrids is not modelled (models.arch.mla), so none is assumed."""
     runs = catalog.fill_from_architectures(pl.DataFrame({"model_name": ["Nemotron 3 Super"]}), MEASUREMENTS)
     runs = resolve_mtp_layers(runs.with_columns(pl.lit(None, dtype=pl.Utf8).alias("assumptions")))
     assert runs["mtp_layers"].to_list() == [None] and runs["assumptions"].to_list() == [None]

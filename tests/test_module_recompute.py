@@ -1,16 +1,16 @@
-"""Megatron-Core module recompute (``recompute_modules``; models.memory.module_recompute_savings, models.parts
+"""Megatron-Core module recompute (``recompute_modules``; models.memory.model.module_recompute_savings, models.physics.parts
 .module_recompute) against Korthikanti et al. 2022's per-layer activation terms, and the Megatron-Bridge
-performance recipes that set it (models.frameworks.RECIPE_RECOMPUTE_MODULES)."""
+performance recipes that set it (models.memory.presets.RECIPE_RECOMPUTE_MODULES)."""
 
 import numpy as np
 import polars as pl
 import pytest
 
-from models.accounting import layer_shapes, normalize_arch
-from models.frameworks import RECIPE_RECOMPUTE_MODULES, memory_arguments
-from models.memory import RECOMPUTE_MODULE_BITS, memory_per_gpu, module_recompute_savings, recompute_modules_code
-from models.params import DTYPE_CODES, MEGATRON_2022
-from models.step_time import predict_arrays
+from models.arch.accounting import layer_shapes, normalize_arch
+from models.memory.presets import RECIPE_RECOMPUTE_MODULES, memory_arguments
+from models.memory.model import RECOMPUTE_MODULE_BITS, memory_per_gpu, module_recompute_savings, recompute_modules_code
+from models.core.params import DTYPE_CODES, MEGATRON_2022
+from models.physics.step_time import predict_arrays
 
 H, A, S = 12288, 96, 2048  # GPT-3 175B (Korthikanti Table 3): d_model, heads, sequence
 

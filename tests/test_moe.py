@@ -1,10 +1,10 @@
-"""MoE options (models.moe): load imbalance, dropless vs capacity factor, expert tensor parallelism."""
+"""MoE options (models.arch.moe): load imbalance, dropless vs capacity factor, expert tensor parallelism."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from models import moe
+from models.arch import moe
 
 
 def test_effective_imbalance_dropless_capacity_and_padding():
@@ -60,8 +60,8 @@ def test_expert_scales_are_exactly_one_at_the_defaults():
 import polars as pl  # noqa: E402
 import pytest  # noqa: E402
 
-from models.params import DEFAULT  # noqa: E402
-from models.step_time import ERR_EP, INVALID_MASK, predict, predict_arrays  # noqa: E402
+from models.core.params import DEFAULT  # noqa: E402
+from models.physics.step_time import ERR_EP, INVALID_MASK, predict, predict_arrays  # noqa: E402
 from tests.test_mla import arrays  # noqa: E402
 from tests.test_archfile import table_row  # noqa: E402
 from tests.test_step_time import _same, config_rows, hw, hw_row  # noqa: E402,F401 (hw is a fixture)
@@ -103,8 +103,8 @@ def test_expert_tp_divides_expert_memory_by_ep_etp(hw):
     a |= {k: np.array([v]) for k, v in dict(tp=4.0, pp=1.0, dp=4.0, ep=2.0, n_gpus=16.0, global_batch_seqs=32.0,
                                              sharding=0, sequence_parallel=1.0).items()}
     a["sharding"] = a["sharding"].astype(np.int64)
-    from models.accounting import layer_shapes, normalize_arch
-    from models.memory import memory_per_gpu
+    from models.arch.accounting import layer_shapes, normalize_arch
+    from models.memory.model import memory_per_gpu
 
     arch = normalize_arch({k: a[k] for k in ("n_layers", "d_model", "n_heads", "ffn_dim", "vocab", "n_kv_heads",
                                               "head_dim", "n_experts", "top_k", "expert_ffn_dim", "n_shared_experts",
@@ -174,11 +174,11 @@ def test_megatron_core_refuses_an_expert_grid_that_does_not_fold(hw):
 
 
 def test_dispatcher_permutation_traffic_follows_megatron_cores_all_to_all_dispatcher():
-    """models.parts.moe_permute_elems: permute + unpermute move 2 (top_k + 1) d_model-elements per token; the sort
+    """models.physics.parts.moe_permute_elems: permute + unpermute move 2 (top_k + 1) d_model-elements per token; the sort
     and unsort by local expert (`sort_chunks_by_idxs`, only with ep > 1 and more than one expert per rank) move
     4 top_k more. Qwen3-30B-A3B (top-8, 128 experts) at ep 8: 18 + 32 = 50; at ep 1: 18; 128 experts on ep 128
     (one per rank): 18."""
-    from models.parts import moe_permute_elems
+    from models.physics.parts import moe_permute_elems
 
     k, E = np.array([8.0, 8.0, 8.0]), np.array([128.0, 128.0, 128.0])
     assert moe_permute_elems(k, np.array([8.0, 1.0, 128.0]), E).tolist() == [50.0, 18.0, 18.0]
@@ -224,7 +224,7 @@ def test_a2a_overlap_never_slows_a_step_and_hides_at_most_the_overlapped_compute
 
 
 def test_ep_a2a_hidden_is_bounded_by_the_other_passes_compute():
-    from models.parts import Compute, ep_a2a_hidden
+    from models.physics.parts import Compute, ep_a2a_hidden
 
     z = np.zeros(3)
     cm = Compute(compute_mb=np.array([3.0, 3.0, 3.0]), bwd_mb=np.array([2.0, 2.0, 2.0]), host_mb=z, t_core=z,
@@ -239,7 +239,7 @@ def test_ep_a2a_hidden_is_bounded_by_the_other_passes_compute():
 
 
 def test_recipe_table_names_the_a2a_overlap_of_a_megatron_bridge_run():
-    from models import moe_recipes as mr
+    from models.corpus import moe_recipes as mr
 
     dsv3 = ("deepseek-v3", "gb200", "mxfp8")
     # 26.06 turned the overlap on for DeepSeek-V3 on GB200 (r0.5.0 DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2);
@@ -263,7 +263,7 @@ def test_recipe_table_names_the_a2a_overlap_of_a_megatron_bridge_run():
 def test_recipe_table_names_the_a2a_overlap_of_gb300_and_b300_runs():
     """GB300/B300 runs of the summary take their release's preset: by run id (mbYYMM-) or by the container their
     framework names (a row of another file); 26.06's DeepSeek-V3 B300 preset (tag v0.5.0) did not overlap."""
-    from models import moe_recipes as mr
+    from models.corpus import moe_recipes as mr
 
     frame = pl.DataFrame({
         "run_id": ["mb2608-pre-training-qwen3-235b-a22b-gb300-256gpu-mxfp8-gbs8192",
@@ -287,7 +287,7 @@ def test_recipe_table_names_the_a2a_overlap_of_gb300_and_b300_runs():
 
 
 def test_recipe_etp_states_the_megatron_bridge_presets_expert_tp():
-    from models import moe_recipes as mr
+    from models.corpus import moe_recipes as mr
 
     # every MoE preset of the releases sets expert_tensor_parallel_size=1, the tp-2 Qwen3-235B H100 run's too
     assert mr.recipe_etp("mb2604-pre-training-qwen3-235b-a22b-h100-256gpu-fp8-gbs8192") == 1
@@ -310,8 +310,8 @@ def test_the_25_09_release_recipes():
     """Container 25.09 (Megatron-Bridge r0.1.0): scripts/performance/run_script.py overlaps the EP all-to-all and
     dispatches with DeepEP for DeepSeek-V3 on H100 only; every 25.09 MoE preset sets etp 1; DeepSeek-V3 recomputes
     mla_up_proj and mlp on H100, mla_up_proj on B200/GB200."""
-    from models import moe_recipes as mr
-    from models.frameworks import RECIPE_RECOMPUTE_MODULES
+    from models.corpus import moe_recipes as mr
+    from models.memory.presets import RECIPE_RECOMPUTE_MODULES
 
     h100 = "mb2509-pre-training-deepseekv3-dropless-h100-1024gpu-fp8-gbs8192"
     assert mr.recipe_a2a_overlap(h100, "deepseek-v3", "h100-sxm5-80gb", "fp8") is True
@@ -328,7 +328,7 @@ def test_the_25_09_release_recipes():
 
 
 def test_cross_node_all_to_all_uses_each_ranks_own_nic():
-    from models import collectives as coll
+    from models.physics import collectives as coll
 
     B, up, nic, a_up, a_out = 64e6, 450e9 * 0.95, 50e9 * coll.A2A_RDMA_EFF, 2e-6, 10e-6
     # inside one domain: the plain all-to-all over the scale-up link, bit for bit
@@ -341,7 +341,7 @@ def test_cross_node_all_to_all_uses_each_ranks_own_nic():
 
 
 def test_cross_node_all_to_all_never_beats_one_domain_and_more_nic_never_slows_it():
-    from models import collectives as coll
+    from models.physics import collectives as coll
 
     rng = np.random.default_rng(7)
     n = rng.choice([2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0], 400)
@@ -397,7 +397,7 @@ def test_flex_dispatcher_sends_one_copy_per_remote_node():
 
 
 def test_recipe_dispatcher_names_the_flex_runs_only():
-    from models import moe_recipes as mr
+    from models.corpus import moe_recipes as mr
 
     frame = pl.DataFrame({
         "run_id": ["mb2604-pre-training-qwen3-30b-a3b-h100-16gpu-fp8-gbs1024",

@@ -552,7 +552,7 @@ PUBLISHED_SIZES = [
 
 @pytest.mark.parametrize("arch_id, published_b, rel, without_embedding", PUBLISHED_SIZES)
 def test_added_rows_count_their_published_size(arch_id, published_b, rel, without_embedding):
-    """models/accounting.py's count of each added row is its params_b (published, nominal or, where notes say so,
+    """models/arch/accounting.py's count of each added row is its params_b (published, nominal or, where notes say so,
     counted from the shape) and the published size within the tolerance above."""
     from tests.test_archfile import counts, table_row
 

@@ -1,4 +1,4 @@
-"""One model, one answer: every path predicts through models.predictor with the same fit, so the same
+"""One model, one answer: every path predicts through models.fitting.predictor with the same fit, so the same
 configuration gets the same step time, interval, MFU and HFU wherever it is asked (predict, search fixed to
 the layout, plan, the hardware_choice table behind v_hardware_choice)."""
 
@@ -12,9 +12,9 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from models.hardware import resolve_hardware
-from models.predictor import Calibration, Predictor, predict, predict_arrays
-from models.search import search
+from models.physics.hardware import resolve_hardware
+from models.fitting.predictor import Calibration, Predictor, predict, predict_arrays
+from models.planning.search import search
 from pipeline import catalog, fits
 from pipeline.cli import app
 from pipeline.settings import Settings
@@ -106,7 +106,7 @@ def test_predict_and_search_agree_on_a_few_hundred_configurations(fit):
 
 def test_arrays_and_frame_front_ends_are_one_function(fit):
     configs = pl.concat([_frame(c) for c in _random_configs(60, seed=1)], how="diagonal_relaxed")
-    from models.predictor import encode
+    from models.fitting.predictor import encode
 
     a = predict_arrays(encode(configs), fit)
     f = predict(configs, fit)
@@ -169,7 +169,7 @@ def test_a_rows_answer_does_not_depend_on_the_rows_asked_with_it():
     """The same configuration gets the same answer alone or in a batch with other models (the physics is
     vectorized over rows; a branch taken for a MoE row must not touch a dense row's figures). Before the fix, a
     dense data-parallel row beside a MoE row paid the latency of an expert gradient collective of its own size."""
-    from models.step_time import predict as physics
+    from models.physics.step_time import predict as physics
 
     rows = [_frame(c) for c in _random_configs(40, seed=3)]
     dense = pl.concat(rows, how="diagonal_relaxed").filter(pl.col("n_experts").fill_null(0) == 0)
@@ -182,8 +182,8 @@ def test_a_rows_answer_does_not_depend_on_the_rows_asked_with_it():
         assert np.array_equal(a, b, equal_nan=True), col
 
 
-# hybrid Mamba-Transformer rows (models.mamba) and MLA/MTP rows (models.mla): search, curve, frontier and plan pass the
-# model every architecture column predict passes (models.step_time.encode_arch). Before, search modelled a hybrid as
+# hybrid Mamba-Transformer rows (models.arch.mamba) and MLA/MTP rows (models.arch.mla): search, curve, frontier and plan pass the
+# model every architecture column predict passes (models.physics.step_time.encode_arch). Before, search modelled a hybrid as
 # a plain transformer (nemotron-h-8b: 12.4 B parameters instead of 8.1 B) and ranked Jamba layouts at cp = 2, which
 # predict refuses (Mamba-1 has no context-parallel model).
 LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "sharding", "recompute", "sequence_parallel",
@@ -195,7 +195,7 @@ LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "shard
     ("nemotron-3-nano", "h100-sxm5-80gb", "bf16", 64, 512, 8192, 31.58),
     ("jamba-v0.1", "h100-sxm5-80gb", "bf16", 64, 512, 8192, 51.57),
     ("deepseek-v3", "h100-sxm5-80gb", "bf16", 256, 1024, 4096, 671.0),
-    # the recipe keeps 14 blocks in BF16 (models.precision), which predict applies by default
+    # the recipe keeps 14 blocks in BF16 (models.core.precision), which predict applies by default
     ("nemotron-3-super", "b200", "nvfp4", 64, 512, 8192, 120.67),
 ])
 def test_search_ranks_what_predict_predicts_for_hybrid_and_mla_rows(model, gpu, dtype, gpus, batch, seq, params_b):

@@ -8,12 +8,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-from models.assumptions import params_for
-from models.calibration import FIT_FIELDS
-from models.hardware import LINK_CODES, PCIE_LINK_CODE, hardware_arrays, is_pcie, link_kind, resolve_hardware
-from models.params import DEFAULT, FITTABLE_BOUNDS
-from models.search import enumerate_layouts
-from models.step_time import HARDWARE_COLUMNS, predict_arrays
+from models.fitting.assumptions import params_for
+from models.fitting.calibration import FIT_FIELDS
+from models.physics.hardware import LINK_CODES, PCIE_LINK_CODE, hardware_arrays, is_pcie, link_kind, resolve_hardware
+from models.core.params import DEFAULT, FITTABLE_BOUNDS
+from models.planning.search import enumerate_layouts
+from models.physics.step_time import HARDWARE_COLUMNS, predict_arrays
 from pipeline import catalog
 
 MEAS = Path(__file__).resolve().parents[1] / "measurements"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from models import plan as P
+from models.planning import plan as P
 from pipeline.cli import app
 
 runner = CliRunner()

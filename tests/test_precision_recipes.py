@@ -1,4 +1,4 @@
-"""Low-precision recipes (models.precision): layers kept in 16 bits, their defaults and their errors."""
+"""Low-precision recipes (models.core.precision): layers kept in 16 bits, their defaults and their errors."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from models.hardware import resolve_hardware
-from models.params import DEFAULT
-from models.step_time import predict_arrays
+from models.physics.hardware import resolve_hardware
+from models.core.params import DEFAULT
+from models.physics.step_time import predict_arrays
 from pipeline.cli import app
 from tests.conftest import MEASUREMENTS
 from tests.test_step_time import hw_row
@@ -94,7 +94,7 @@ def test_predict_states_the_recipe_default_and_refuses_bad_values():
 
 
 def test_quantize_kernels_move_the_bytes_of_their_recipe(hw):
-    """The recipes differ only in what their quantize kernels move per element (models.parts._CAST_BYTES): per-tensor
+    """The recipes differ only in what their quantize kernels move per element (models.physics.parts._CAST_BYTES): per-tensor
     current scaling (fp8-cs) reads each tensor once more for its amax (2 B), MXFP8 writes one E8M0 scale per 32
     values in each of its two copies (2/32 B) - so with the same FP8 peak the extra time of fp8-cs over delayed
     scaling is 32 x that of MXFP8."""

@@ -21,10 +21,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from models.accounting import megatron_flops_per_iteration
-from models.hardware import resolve_hardware
-from models.params import MEGATRON_2022
-from models.step_time import HARDWARE_COLUMNS, predict
+from models.arch.accounting import megatron_flops_per_iteration
+from models.physics.hardware import resolve_hardware
+from models.core.params import MEGATRON_2022
+from models.physics.step_time import HARDWARE_COLUMNS, predict
 
 ROOT = Path(__file__).resolve().parents[1] / "measurements"
 

@@ -7,7 +7,7 @@ file would be read by `stepcast predict --runs`.
 Dubey et al. 2024, "The Llama 3 Herd of Models" (arXiv:2407.21783), Table 4: Llama 3 405B pre-training on H100
 SXM 80 GB (Meta's Grand Teton servers, 8 per node), BF16, 16M tokens per batch, at the stated tensor, context,
 pipeline and data-parallel degrees, measured at 430, 400 and 380 model TFLOP/s per GPU. The rows state only what
-the table states; every other field is inferred by the documented rules (models/runs_adapter.py).
+the table states; every other field is inferred by the documented rules (models/corpus/runs_adapter.py).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from models import calibration as cal
-from models.evaluate import predict_runs, prepare_configs
+from models.fitting import calibration as cal
+from models.corpus.evaluate import predict_runs, prepare_configs
 from pipeline import fits
 from pipeline.cli import app
 

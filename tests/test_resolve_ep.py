@@ -1,4 +1,4 @@
-"""An MoE run that states no expert-parallel degree (models.runs_adapter.resolve_ep): a published run is a tuned
+"""An MoE run that states no expert-parallel degree (models.corpus.runs_adapter.resolve_ep): a published run is a tuned
 one, so the degree the model finds fastest among those that fit is read, and said; a stated degree and an
 FSDP-class run (its experts already sharded) keep theirs."""
 

@@ -1,4 +1,4 @@
-"""A measured run that states no micro-batch (models.runs_adapter.resolve_micro_batch): a published run is a tuned
+"""A measured run that states no micro-batch (models.corpus.runs_adapter.resolve_micro_batch): a published run is a tuned
 one, so the micro-batch the model finds fastest among those that fit is read, and said; a stated one is kept; an
 FSDP stack's run that states no batch either takes no gradient accumulation (its batch is dp x micro-batch)."""
 

@@ -8,8 +8,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from models.evaluate import prepare_configs
-from models.step_time import predict
+from models.corpus.evaluate import prepare_configs
+from models.physics.step_time import predict
 from pipeline import fits, store
 from pipeline.measurements import COLUMNS
 

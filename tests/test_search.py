@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.hardware import resolve_hardware
-from models.search import enumerate_layouts, search
-from models.step_time import predict_arrays
+from models.physics.hardware import resolve_hardware
+from models.planning.search import enumerate_layouts, search
+from models.physics.step_time import predict_arrays
 
 ROOT = Path(__file__).resolve().parents[1] / "measurements"
 LLAMA3_8B = dict(n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8, ffn_dim=14336, vocab=128256,
@@ -34,7 +34,7 @@ def test_search_returns_feasible_sorted_valid_layouts(hw):
     assert (1536 % (df["dp"] * df["micro_batch"]) == 0).all()
     tps = df["tokens_per_s_per_gpu"].to_numpy()
     assert (np.diff(tps) <= 1e-9).all()
-    assert (df["memory_gb_per_gpu"] <= 80 * 2**30 / 1e9).all()  # an "80 GB" part holds 80 GiB (models.memory)
+    assert (df["memory_gb_per_gpu"] <= 80 * 2**30 / 1e9).all()  # an "80 GB" part holds 80 GiB (models.memory.model)
 
 
 @settings(max_examples=15, deadline=None)
@@ -54,7 +54,7 @@ def test_search_respects_fixed_and_never_infeasible(hw, fixed, gpu):
         assert (df[k] == v).all(), k
     assert df["feasible"].all()
     # every returned row re-predicts identically and fits in memory
-    assert (df["memory_gb_per_gpu"] <= hw[gpu]["memory_gb"] * 2**30 / 1e9).all()  # binary capacity (models.memory)
+    assert (df["memory_gb_per_gpu"] <= hw[gpu]["memory_gb"] * 2**30 / 1e9).all()  # binary capacity (models.memory.model)
 
 
 def test_enumerate_covers_moe_expert_parallel(hw):

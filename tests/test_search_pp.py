@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from models.runs_adapter import SEARCH_PP, search_pp
+from models.corpus.runs_adapter import SEARCH_PP, search_pp
 from pipeline.cli import app
 
 runner = CliRunner()
@@ -67,7 +67,7 @@ def test_a_stated_batch_no_layout_tiles_is_read_as_the_nearest_that_does(tmp_pat
 
 
 def test_resolve_batch_tiling_leaves_queries_and_tiled_batches_alone():
-    from models.runs_adapter import resolve_batch_tiling
+    from models.corpus.runs_adapter import resolve_batch_tiling
 
     cfg = pl.DataFrame({"global_batch_seqs": [2048, 2048, 1980], "dp": [144, 144, 36], "micro_batch": [1, 1, 1],
                         "assumptions": ["x", "x", "x"]})
@@ -78,7 +78,7 @@ def test_resolve_batch_tiling_leaves_queries_and_tiled_batches_alone():
 
 def test_resolve_batch_tiling_keeps_a_row_without_a_batch_beside_one_it_tiles():
     """A row with no batch (null) beside a row it tiles: the null stays null (it raised on the integer cast)."""
-    from models.runs_adapter import resolve_batch_tiling
+    from models.corpus.runs_adapter import resolve_batch_tiling
 
     cfg = pl.DataFrame({"global_batch_seqs": [2048, None], "dp": [144, 4], "micro_batch": [1, 1],
                         "assumptions": ["x", "x"]})

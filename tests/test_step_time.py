@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models import collectives as coll
-from models.hardware import HardwareSpecError, peak_tflops_for, resolve_hardware
-from models.params import DEFAULT, PhysParams
-from models.step_time import HARDWARE_COLUMNS, predict, predict_arrays
+from models.physics import collectives as coll
+from models.physics.hardware import HardwareSpecError, peak_tflops_for, resolve_hardware
+from models.core.params import DEFAULT, PhysParams
+from models.physics.step_time import HARDWARE_COLUMNS, predict, predict_arrays
 
 ROOT = Path(__file__).resolve().parents[1] / "measurements"
 
@@ -79,9 +79,9 @@ def test_resolve_hardware_rules(hw):
     assert r["a100-pcie-80gb"]["inter_node_bw_fallback"] and r["a100-pcie-80gb"]["inter_node_bw_gbps"] == 12.5
     assert r["gtx-580"]["inter_node_bw_gbps"] == 8.0  # capped by its PCIe 2.0 link
     assert not r["h100-sxm5-80gb"]["inter_node_bw_fallback"]
-    # capacities stay as stated; every one is binary (models.memory.capacity_bytes): TPU v4's 32 GiB = 34.4e9 bytes
+    # capacities stay as stated; every one is binary (models.memory.model.capacity_bytes): TPU v4's 32 GiB = 34.4e9 bytes
     assert r["tpu-v4"]["memory_gb"] == 32.0
-    from models.memory import capacity_bytes
+    from models.memory.model import capacity_bytes
     assert float(capacity_bytes(r["tpu-v4"]["memory_gb"])) == pytest.approx(32 * 2**30)
     assert r["tpu-v3"]["hardware_error"] is not None and "intra_node_bw_gbps" in r["tpu-v3"]["hardware_error"]
 
@@ -115,7 +115,7 @@ def test_widened_catalog_rows_resolve_as_their_generation(hw):
     Ada, CDNA2 = AMD); the Trainium rows carry their own generation (outside every fit: 'unknown', so extrapolated)
     and, with the NeuronLink bandwidth AWS's Neuron docs give (halved to per direction), are usable: a 16-chip instance
     is their scale-up domain, EFA per chip their scale-out."""
-    from models.domains import GENERATION_GROUPS
+    from models.core.domains import GENERATION_GROUPS
 
     r = {d["id"]: d for d in hw.to_dicts()}
     group = {hid: GENERATION_GROUPS[int(r[hid]["generation_code"])] for hid in r}
@@ -138,7 +138,7 @@ def test_widened_catalog_rows_resolve_as_their_generation(hw):
 def test_second_widening_rows_are_usable_with_their_datasheet_peaks(hw):
     """V100 PCIe 16/32GB (Volta), RTX A6000, RTX 3090 and A10 (Ampere) resolve without error, on the PCIe tier, with
     dense tensor peaks: the RTX 3090's is the GeForce FP32-accumulate rate (71, half of the FP16-accumulate 142)."""
-    from models.domains import GENERATION_GROUPS
+    from models.core.domains import GENERATION_GROUPS
 
     r = {d["id"]: d for d in hw.to_dicts()}
     new = ("v100-pcie-16gb", "v100-pcie-32gb", "rtx-a6000", "rtx-3090", "a10")
@@ -156,7 +156,7 @@ def test_third_widening_rows_resolve_as_their_generation_with_dense_peaks(hw):
     """H20 (Hopper), A40 (Ampere), L40 (Ada), B100 (Blackwell), MI100 (CDNA = AMD), TPU v2 and TPU7x (TPU) fall in
     their fitted generation groups with dense tensor peaks; the PCIe cards talk over PCIe, the TPUs over ICI across
     their pod. TPU v2, like TPU v3, has no sourced per-direction ICI bandwidth: listed, but refused by the model."""
-    from models.domains import GENERATION_GROUPS
+    from models.core.domains import GENERATION_GROUPS
 
     r = {d["id"]: d for d in hw.to_dicts()}
     new = ("h20", "a40", "l40", "b100", "mi100", "tpu-v2", "tpu-v7")
@@ -479,7 +479,7 @@ def test_low_precision_recipes_keep_the_lm_head_in_16_bits(hw, hid, dtype):
 
     head_16 = step(256_000, 0) - step(32_000, 0)
     head_low = step(256_000, dtype) - step(32_000, dtype)
-    # equal up to the host's soft maximum in the step (models.parts.step_time), which moves with the step's length;
+    # equal up to the host's soft maximum in the step (models.physics.parts.step_time), which moves with the step's length;
     # with the head at the low-precision rate the difference was 43%
     assert head_16 > 0 and head_low == pytest.approx(head_16, rel=0.02)
     assert step(32_000, dtype) < step(32_000, 0)  # the decoder's GEMMs do run in low precision

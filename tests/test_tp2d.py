@@ -1,9 +1,9 @@
-"""2-D tensor parallelism (models.tp2d): grid rule, bytes per GPU against 1-D, monotonicity, validity."""
+"""2-D tensor parallelism (models.physics.tp2d): grid rule, bytes per GPU against 1-D, monotonicity, validity."""
 
 import numpy as np
 import pytest
 
-from models import tp2d
+from models.physics import tp2d
 
 
 def test_grid_rule():
@@ -83,8 +83,8 @@ def test_stage_total_is_layers_times_passes():
 # ---------------- wired into the step-time model ----------------
 import polars as pl  # noqa: E402
 
-from models.hardware import resolve_hardware  # noqa: E402
-from models.step_time import ERR_TP2D, predict, predict_arrays  # noqa: E402
+from models.physics.hardware import resolve_hardware  # noqa: E402
+from models.physics.step_time import ERR_TP2D, predict, predict_arrays  # noqa: E402
 from tests.test_step_time import ROOT, random_layouts  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """Rules that decide how a fit transfers to runs it has not seen: the typical pipeline interleave of an unstated
-layout (models/runs_adapter.py), the PyTorch-native kernel efficiency per hardware generation
-(models/predictor.py, models/calibration.py), and the validation figures with every source weighing the same
-(models/calibration.py `_metrics`, pipeline/fits.py promotion)."""
+layout (models/corpus/runs_adapter.py), the PyTorch-native kernel efficiency per hardware generation
+(models/fitting/predictor.py, models/fitting/calibration.py), and the validation figures with every source weighing the same
+(models/fitting/calibration.py `_metrics`, pipeline/fits.py promotion)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from models import calibration as cal
-from models.predictor import GEN_KEY, NATIVE_GEN_KEY, Calibration, native_kernel_effs, predict
-from models.runs_adapter import TYPICAL_LAYERS_PER_CHUNK, infer_layout
+from models.fitting import calibration as cal
+from models.fitting.predictor import GEN_KEY, NATIVE_GEN_KEY, Calibration, native_kernel_effs, predict
+from models.corpus.runs_adapter import TYPICAL_LAYERS_PER_CHUNK, infer_layout
 from pipeline import fits
 from tests.test_one_model import _frame
 from pipeline import catalog
@@ -64,7 +64,7 @@ def test_an_ampere_native_kernel_efficiency_carries_to_hopper_at_the_mma_sync_sh
     """FlashAttention-3 (section 2.2): Hopper's mma.sync reaches about 2/3 of its tensor peak; the Ampere-class kernels
     of the native stacks keep their efficiency relative to that path, so an Ampere fit of 0.9 answers 0.6 on
     Hopper, and Blackwell (no published share) keeps Hopper's; a generation with its own value keeps it."""
-    from models.predictor import LEGACY_MMA_SHARE, _mma_scale_note
+    from models.fitting.predictor import LEGACY_MMA_SHARE, _mma_scale_note
 
     effs = native_kernel_effs({NATIVE_GEN_KEY + "Ampere": {"kernel_eff": 0.9}})
     assert effs["Ampere"] == 0.9 and effs["Ada"] == pytest.approx(0.9)
@@ -83,7 +83,7 @@ def test_an_ampere_native_kernel_efficiency_carries_to_hopper_at_the_mma_sync_sh
     (10, 10, set(), True),  # no generation with enough runs: one value from all of them
 ])
 def test_native_kernel_efficiency_is_fitted_per_generation(n_ampere, n_hopper, own, shared):
-    from models.calibration import NATIVE, _slots
+    from models.fitting.calibration import NATIVE, _slots
 
     n = n_ampere + n_hopper
     configs = pl.DataFrame({"software_preset": [NATIVE] * n, "dtype": ["bf16"] * n,
@@ -157,9 +157,9 @@ def test_promotion_compares_with_every_source_weighing_the_same():
 
 def test_every_software_preset_has_its_era_code():
     # a preset without its code was served as the default stack: PyTorch-native runs lost their fitted kernel_eff
-    from models.domains import SOFTWARE_ERAS
-    from models.predictor import ERA_CODES
-    from models.runs_adapter import PRESETS
+    from models.core.domains import SOFTWARE_ERAS
+    from models.fitting.predictor import ERA_CODES
+    from models.core.software import PRESETS
     assert list(ERA_CODES) == list(PRESETS) == list(SOFTWARE_ERAS)
     assert [ERA_CODES[p] for p in PRESETS] == list(range(len(PRESETS)))
 
@@ -199,7 +199,7 @@ def test_an_unseen_generation_takes_the_priors_gemm_efficiencies(served: Calibra
     """The fit's shared GEMM efficiency is its largest generation's own (Ampere's); a generation the fit never saw
     (AMD) is served the priors' instead, and an inside one (Ampere) the fitted value: the unseen row's physics
     equals the served model with the shared value replaced by the prior."""
-    from models.params import DEFAULT
+    from models.core.params import DEFAULT
 
     assert "AMD" not in served.domain.generations and "Ampere" in served.domain.generations
     assert abs(served.params.matmul_eff_16bit - DEFAULT.matmul_eff_16bit) > 0.01  # else the test cannot tell
@@ -217,12 +217,12 @@ def test_an_unseen_generation_takes_the_priors_gemm_efficiencies(served: Calibra
     (7.0, {}), (1.3, {}), (70.0, {}), (0.125, {}), (7.0, {"n_layers": 32}), (13.0, {"vocab": 128256}),
     (30.0, {"n_layers": 48, "n_heads": 56})])
 def test_a_dense_model_known_only_by_its_size_gets_a_shape_of_that_size(params_b, stated):
-    """A row with params_b and no shape: models.frontier's GPT-style shape whose parameters, counted by
-    models.accounting with the row's own stated fields, are within 10% of params_b; the stated fields are kept and
+    """A row with params_b and no shape: models.planning.frontier's GPT-style shape whose parameters, counted by
+    models.arch.accounting with the row's own stated fields, are within 10% of params_b; the stated fields are kept and
     the shape is in the assumptions."""
     import stepcast
-    from models.accounting import param_counts
-    from models.runs_adapter import infer_dense_shape
+    from models.arch.accounting import param_counts
+    from models.corpus.runs_adapter import infer_dense_shape
 
     row = {"run_id": "r", "model_name": "my model", "params_b": params_b, "n_layers": None, "d_model": None,
            "n_heads": None, "ffn_dim": None, "vocab": None, "arch": None, **stated}
@@ -324,7 +324,7 @@ def test_an_unstated_recompute_of_a_2021_megatron_run_is_full():
     ("SomeTrainer", 2024, 1, False),                                                # no TP, nothing to shard over
     ("PyTorch FSDP (fms-fsdp)", 2024, 2, False), ("NeMo 24.07 (Megatron-Core)", 2024, 8, True)])
 def test_an_unknown_stack_with_tensor_parallelism_shards_its_norm_activations_from_2023(framework, year, tp, sp):
-    """Sequence parallelism with tp > 1 for a stack of unknown name from 2023 on (or no year stated: models.runs_adapter
+    """Sequence parallelism with tp > 1 for a stack of unknown name from 2023 on (or no year stated: models.corpus.runs_adapter
     UNKNOWN_STACK_SP_YEAR); a known stack keeps its own rule (PyTorch FSDP's preset: never)."""
     from pipeline.predict_runs import predict_frame
 
@@ -343,7 +343,7 @@ def test_a_summary_row_of_another_file_takes_its_releases_recipe(framework, over
     """A Megatron-Bridge summary row in a user's file (its own run id, not the corpus's mbYYMM-) takes the recipe of
     the NeMo container its framework names: Qwen3-235B-A22B on GB200 in MXFP8 overlapped its EP all-to-all in 26.06
     (RECIPE_A2A_OVERLAP), not in 26.04; a row naming no container is left to the physics' default."""
-    from models.moe_recipes import resolve_a2a_overlap
+    from models.corpus.moe_recipes import resolve_a2a_overlap
 
     row = pl.DataFrame({"run_id": ["my-table-row-3"], "framework": [framework], "arch_id": ["qwen3-235b-a22b"],
                         "gpu": ["gb200"], "dtype": ["mxfp8"], "assumptions": ["realistic"]})
@@ -356,11 +356,11 @@ def test_a_summary_row_of_another_file_takes_its_releases_recipe(framework, over
 
 def test_a_stage_that_stays_gathered_is_gathered_once_per_step_not_per_micro_batch():
     """torchtitan's FSDP with pp > 1 keeps a stage's weights gathered over the step (the memory model holds them:
-    models.frameworks ``unsharded_weights_with_pp``), so the time model gathers them once per step and the exposed
+    models.memory.presets ``unsharded_weights_with_pp``), so the time model gathers them once per step and the exposed
     data-parallel time does not grow with the micro-batches; a stack that reshards (PyTorch FSDP scripts without a
     pipeline schedule, preset ``pytorch_fsdp``) gathers in every micro-batch's forward and backward, so on a slow
     network four times the micro-batches cost more of it."""
-    from models.step_time import predict as physics
+    from models.physics.step_time import predict as physics
 
     meas = Settings.load().measurements
     base = dict(arch=catalog.find_architecture(meas, "llama3-70b"), hw=catalog.find_hardware(meas, "h100-sxm5-80gb"),
@@ -384,8 +384,8 @@ def test_a_hardware_model_the_fit_never_measured_is_extrapolated_with_the_wider_
     """The served fit records the hardware models of its runs; GB300 (Blackwell, like the corpus's B200 and GB200,
     but never measured there) keeps the fitted parameters and the Blackwell GEMM efficiencies, and takes
     q_extrapolated; the same configuration on GB200 is inside and takes q_inside."""
-    from models.domains import Domain, hardware_code
-    from models.predictor import DOMAIN_INSIDE, DOMAIN_NEW_HARDWARE, encode, predict_arrays
+    from models.core.domains import Domain, hardware_code
+    from models.fitting.predictor import DOMAIN_INSIDE, DOMAIN_NEW_HARDWARE, encode, predict_arrays
 
     assert "gb200" in served.domain.hardware and "gb300" not in served.domain.hardware
     assert served.q_extrapolated > served.q_inside
@@ -413,11 +413,11 @@ def test_a_hardware_model_the_fit_never_measured_is_extrapolated_with_the_wider_
 
 
 def test_a_tpu_hides_its_tensor_parallel_traffic_behind_compute_and_a_gpu_does_not():
-    """XLA on a TPU overlaps the TP collectives with the matmuls (models.hardware.compiler_overlaps_tp): the same
+    """XLA on a TPU overlaps the TP collectives with the matmuls (models.physics.hardware.compiler_overlaps_tp): the same
     TPU configuration read as if its link were NVLink exposes the prior's TP traffic, on ICI none of it while compute
     lasts; the step is never slower for it."""
-    from models.hardware import LINK_CODES
-    from models.step_time import predict as physics
+    from models.physics.hardware import LINK_CODES
+    from models.physics.step_time import predict as physics
 
     meas = Settings.load().measurements
     c = dict(arch=catalog.find_architecture(meas, "llama3-70b"), hw=catalog.find_hardware(meas, "tpu-v5p"),
@@ -472,7 +472,7 @@ def test_a_native_stack_on_a_generation_without_its_own_kernel_efficiency_is_ext
     """torchtitan on a B200 takes Hopper's fitted PyTorch-native kernel efficiency (the corpus has no PyTorch-native
     Blackwell run): the parameter answering was not fitted there, so the row keeps it but takes the wider interval
     and says so; the same row on an H100 (its own fitted value) is inside."""
-    from models.predictor import DOMAIN_INSIDE, DOMAIN_NATIVE_CARRIED, encode, native_kernel_own, predict_arrays
+    from models.fitting.predictor import DOMAIN_INSIDE, DOMAIN_NATIVE_CARRIED, encode, native_kernel_own, predict_arrays
 
     assert {"Ampere", "Hopper"} <= native_kernel_own(served.preset_overrides)
     assert "Blackwell" not in native_kernel_own(served.preset_overrides)

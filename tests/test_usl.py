@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from models.usl import fit_usl, peak_units, usl_throughput
+from models.planning.usl import fit_usl, peak_units, usl_throughput
 
 N = 8 * np.array([1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512])
 

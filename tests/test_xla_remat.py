@@ -1,4 +1,4 @@
-"""Full recompute under XLA skips each layer's last GEMM (models.parts.remat_skipped_gemm): JAX's remat stages only
+"""Full recompute under XLA skips each layer's last GEMM (models.physics.parts.remat_skipped_gemm): JAX's remat stages only
 what the backward needs (jax/_src/ad_checkpoint.py remat_partial_eval, pe.dce_jaxpr), and the MLP's down-projection
 output is not needed by its own backward. PyTorch's and Megatron-Core's checkpoints recompute it."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from models.step_time import predict
+from models.physics.step_time import predict
 from pipeline.predict_runs import predict_frame
 from pipeline.settings import Settings
 from tests.test_step_time import cfg, hw  # noqa: F401 (hw is a fixture)

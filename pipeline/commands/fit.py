@@ -79,7 +79,7 @@ def fit(
                     except KeyError as err:
                         _fail(err.args[0], 1)
                 else:
-                    from models.calibration import PROTOCOLS as DEFAULT_PROTOCOLS
+                    from models.fitting.calibration import PROTOCOLS as DEFAULT_PROTOCOLS
 
                     res = fits.run_fit(con, protocols=wanted, force=force or set(wanted) != set(DEFAULT_PROTOCOLS))
             finally:

@@ -59,7 +59,7 @@ def plan(
     Each option has days (with the expected interruptions, checkpoints and restarts of a cluster that size; the
     failure-free `days_ideal` beside it), dollars, energy (MWh at TDP x PUE 1.1), MFU and, when a calibrated fit
     is promoted, the interval `days_lo..days_hi`. The reliability model and every constant with its source:
-    `models/plan.py`.
+    `models/planning/plan.py`.
 
     Examples:
 
