@@ -14,11 +14,24 @@ import polars as pl
 from dagster_duckdb import DuckDBResource
 
 from assets.ingest import architectures, hardware
-from models.planning.curves import (DEFAULT_THRESHOLD, POLICIES, REFERENCE_RUNS, calibrate_curves, calibration_from_bundle,
-                           default_dtype, explain, inflection, reference_curves)
+from models.fitting.predictor import Calibration
 from models.physics.hardware import resolve_hardware
+from models.planning.curves import (
+    DEFAULT_THRESHOLD,
+    POLICIES,
+    REFERENCE_RUNS,
+    calibrate_curves,
+    calibration_from_bundle,
+    default_dtype,
+    explain,
+    inflection,
+    reference_curves,
+)
+from models.planning.frontier import frontier_table
 from pipeline import store
+from pipeline.fits import load_promoted_fit
 from pipeline.parallel import map_jobs, workers
+from pipeline.settings import Settings
 
 try:  # run after the calibration fit, so that a newly promoted fit drives the curves
     from assets.fit import calibrated_predictions as _fit_asset
@@ -38,17 +51,12 @@ WEAK_POLICY_HARDWARE = ("h100-sxm5-80gb", "a100-sxm4-80gb", "a100-sxm4-40gb")
 
 
 def promoted_calibration(con):
-    """(hook, params, note) from the store's promoted fit; analytical when there is none (or no fits code)."""
-    try:
-        from pipeline.fits import load_promoted_fit
-    except ImportError:
-        return calibration_from_bundle(None)
+    """(hook, params, note) from the store's promoted fit; analytical when there is none."""
     try:
         bundle = load_promoted_fit(con)
     except Exception as err:  # noqa: BLE001 - a store without fits tables: analytical, and say why
         hook, params, _ = calibration_from_bundle(None)
         return hook, params, f"analytical only: no promoted fit could be loaded ({err})"
-    from models.fitting.predictor import Calibration
 
     if bundle is not None and not isinstance(bundle, Calibration):  # a fit of an earlier format
         hook, params, _ = calibration_from_bundle(None)
@@ -137,7 +145,6 @@ def _accelerator_ids() -> list[str]:
     """The partition keys: the hardware ids of the shipped catalog (measurements/hardware_specs.csv)."""
     import csv
 
-    from pipeline.settings import Settings
 
     try:
         with open(Settings.load().measurements / "hardware_specs.csv", newline="", encoding="utf-8") as f:
@@ -159,8 +166,6 @@ _FRONTIER_ASSET = dict(group_name=GROUP, kinds={"duckdb"}, deps=[hardware, *CALI
 
 
 def _frontier(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
-    from models.planning.frontier import frontier_table
-
     start = time.perf_counter()
     keys = list(context.partition_keys) if context.has_partition_key or context.has_partition_key_range else None
     with duckdb.get_connection() as con:

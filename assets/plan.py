@@ -1,15 +1,14 @@
 """Hardware choice for target runs: every priced accelerator x cluster size, best layout, days and dollars."""
 
 import dagster as dg
-import numpy as np
 import polars as pl
 from dagster_duckdb import DuckDBResource
 
 from assets.fit import calibrated_predictions
 from assets.ingest import architectures, hardware
-from models.planning import plan as P
-from models.physics.hardware import resolve_hardware
 from models.fitting.predictor import Calibration, Predictor
+from models.physics.hardware import resolve_hardware
+from models.planning import plan as P
 from pipeline import store
 from pipeline.fits import load_promoted_fit
 from pipeline.parallel import map_jobs, workers

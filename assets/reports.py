@@ -12,6 +12,7 @@ from assets.predict import analytical_predictions
 from assets.publish import SnapshotConfig
 from pipeline import store
 from pipeline.parallel import shared_executor
+from reports.site import build_site
 
 OPTIONAL_TABLES = ("calibrated_predictions", "fits", "fit_metrics")
 
@@ -22,8 +23,6 @@ OPTIONAL_TABLES = ("calibrated_predictions", "fits", "fit_metrics")
                       "choice) written to the reports folder (`stepcast build --reports-dir`); self-contained HTML "
                       "that opens offline. Picks up `calibrated_predictions`/`fits` when they exist.")
 def report_site(context: dg.AssetExecutionContext, duckdb: DuckDBResource, paths: SnapshotConfig) -> dg.MaterializeResult:
-    from reports.site import build_site
-
     start = time.perf_counter()
     names = ("scaling_curves", "inflection_points", "frontier", "analytical_predictions", "runs", "hardware")
     with duckdb.get_connection() as con:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from pipeline.readers import FileRejected
+
 VTRAIN_SOURCE = "vTrain (Bang et al., MICRO 2024) released validation data"
 VTRAIN_COMMIT = "f8dda8473a48b373b1d25f51f52d685bff5150c5"
 VTRAIN_RAW = {
@@ -31,8 +33,6 @@ VTRAIN_RAW = {
 def _rename_vtrain(frame: pl.DataFrame, path: str) -> pl.DataFrame:
     missing = [c for c in VTRAIN_RAW if c not in frame.columns]
     if missing:
-        from pipeline.readers import FileRejected
-
         raise FileRejected(path, f"not a vTrain ground-truth file: missing column(s) {', '.join(missing)}", line=1)
     return frame.rename({k: v for k, v in VTRAIN_RAW.items()})
 

@@ -50,8 +50,10 @@ import polars as pl
 from dagster_duckdb import DuckDBResource
 
 from pipeline import store
+from pipeline.measurements import REJECT_SCHEMA
 from pipeline.readers import SUFFIXES as READ_SUFFIXES
 from pipeline.readers import sha256_bytes
+from pipeline.settings import Settings
 
 JOB_NAME = "refit"
 WRITER_TAG = "stepcast/writes_store"
@@ -165,8 +167,6 @@ def _quarantine(path: Path, incoming: Path, text: str) -> Path:
 def _record_rejections(con, rep: store.FileReport, key: str) -> int:
     """Write a quarantined file's rejected rows (or its whole-file reason) to `rejected_rows` under `key`
     (its quarantine/ name), replacing rows an earlier quarantine of the same name left. Returns rows written."""
-    from pipeline.measurements import REJECT_SCHEMA
-
     if rep.rejections is not None and rep.rejections.height:
         rows = rep.rejections.with_columns(pl.lit(key).alias("file"))
     else:
@@ -461,8 +461,6 @@ def make_incoming_sensor(incoming: str | Path | None = None) -> dg.SensorDefinit
                            "a file counts as handled only once its run succeeded (failed runs are retried with "
                            "backoff, then the file is quarantined with the reason).")
     def incoming_files(context: dg.SensorEvaluationContext):
-        from pipeline.settings import Settings
-
         folder = Path(incoming) if incoming is not None else Settings.load().incoming
         now = time.time()
         state = cursor_load(context.cursor)

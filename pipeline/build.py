@@ -16,9 +16,18 @@ import time
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
+from pipeline import parallel, store
+from pipeline.definitions import make_definitions
+from pipeline.parallel import workers
 from pipeline.settings import PROJECT_ROOT, Settings
 
 PROJECT_DAGSTER_YAML = PROJECT_ROOT / "dagster.yaml"
@@ -30,8 +39,6 @@ GENERATED_MARK = "# written by `stepcast build` from the project's dagster.yaml"
 
 def load_reference_tables(con, cfg: Settings) -> None:
     """Load hardware, architectures and prices into a store that has none (used by `stepcast ingest`)."""
-    from pipeline import store
-
     for table in store.REFERENCE:
         store.load_reference(con, table, cfg.measurements)
     store.rebuild_runs(con)
@@ -86,8 +93,6 @@ STEP_EVENTS = ("STEP_START", "STEP_SUCCESS", "STEP_FAILURE", "STEP_SKIPPED")
 def build_job(store: str, snapshot: str, reports: str, measurements: str, incoming: str, holder_pid: int = 0):
     """The build job as `stepcast build` runs it: its step processes reconstruct it from these arguments (the paths
     chosen on the command line, and the pid of the `stepcast build` that holds the store's writer lock for them)."""
-    from pipeline.definitions import make_definitions
-
     cfg = Settings(store=Path(store), snapshot=Path(snapshot), reports=Path(reports), measurements=Path(measurements),
                    incoming=Path(incoming))
     return make_definitions(cfg, holder_pid=holder_pid).resolve_job_def("build")
@@ -118,7 +123,6 @@ def start_step_server(preload: list[str]) -> None:
     import sys
     from multiprocessing import forkserver
 
-    from pipeline import parallel
 
     multiprocessing.get_context("forkserver").set_forkserver_preload(list(preload))
     read_end, write_end = os.pipe()
@@ -198,8 +202,6 @@ class _StepWatcher(threading.Thread):
 def run_build(cfg: Settings, console: Console, quiet: bool = False) -> bool:
     """The build job, its steps in processes, while this process holds the store's one-writer lock (as
     `stepcast ingest` does) for them."""
-    from pipeline import store
-
     cfg.store.parent.mkdir(parents=True, exist_ok=True)
     try:
         with store.writer_lock(cfg.store):
@@ -214,7 +216,6 @@ def _run_build(cfg: Settings, console: Console, quiet: bool) -> bool:
 
     import dagster as dg
 
-    from pipeline.parallel import workers
 
     instance = project_instance()
     config = run_config(workers(), instance)

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import sys
 
+from models.core.params import DEFAULT
+from models.fitting.predictor import Calibration, Predictor
+from pipeline import store
+from pipeline.fits import load_promoted_fit
 from pipeline.settings import Settings
 
 
 def _from_readable_store(cfg: Settings, read):
     """`read(con, path)` on the snapshot, then on the store (skipping a missing one or one a writer holds);
     the first result that is not None, or None."""
-    from pipeline import store
-
     for path in (cfg.snapshot, cfg.store):
         if not path.exists():
             continue
@@ -46,11 +48,6 @@ def promoted_fit(cfg: Settings):
     and skipped: run `stepcast fit` to make a current one."""
     if cfg in _PINNED:
         return _PINNED[cfg]
-    try:
-        from pipeline.fits import load_promoted_fit
-    except ImportError:
-        return None
-    from models.fitting.predictor import Calibration
 
     def read(con, path):
         try:
@@ -70,9 +67,6 @@ def promoted_fit(cfg: Settings):
 def model_for(cfg: Settings, analytical_only: bool = False, assumptions: str = "realistic"):
     """The prediction model every command uses (`models.fitting.predictor`): the priors' analytical model with
     `--analytical-only`, else the promoted calibration (None -> priors) under the named assumptions."""
-    from models.core.params import DEFAULT
-    from models.fitting.predictor import Predictor
-
     if analytical_only:
         return DEFAULT
     return Predictor(None if assumptions == "ideal" else promoted_fit(cfg), assumptions)

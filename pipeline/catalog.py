@@ -34,6 +34,13 @@ from pathlib import Path
 
 import polars as pl
 
+from models.arch.archfile import (
+    ArchFileError,
+    architecture_from_mapping,
+    hardware_from_mapping,
+)
+from pipeline.settings import Settings
+
 ARCH_MODEL_COLUMNS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "vocab", "activation",
                       "n_experts", "top_k", "expert_ffn_dim", "n_shared_experts", "n_dense_layers", "tied_embeddings")
 #: hybrid Mamba-Transformer columns (models.arch.mamba) carried to the model for rows that have a layer_pattern
@@ -725,8 +732,6 @@ def resolve_architecture(model: str | None, arch_file: Path | None, *, measureme
     config.json; with several rows, `model` picks one), else of `--model NAME` from the table.
 
     Raises UnknownName (a ValueError) with a message naming the file and the missing key, or the name."""
-    from models.arch.archfile import ArchFileError, architecture_from_mapping
-
     if arch_file is not None:
         rows = read_table_file(arch_file)
         try:
@@ -741,8 +746,6 @@ def resolve_architecture(model: str | None, arch_file: Path | None, *, measureme
 def resolve_hardware_row(gpu: str | None, hardware_file: Path | None, *, measurements: Path | None = None) -> dict:
     """The hardware row of `--hardware-file PATH` (a row of the hardware_specs.csv schema as CSV/JSON; with
     several rows, `gpu` picks one), else of `--gpu NAME` from the table (see `resolve_gpu`)."""
-    from models.arch.archfile import ArchFileError, hardware_from_mapping
-
     if hardware_file is not None:
         rows = read_table_file(hardware_file)
         try:
@@ -755,6 +758,4 @@ def resolve_hardware_row(gpu: str | None, hardware_file: Path | None, *, measure
 
 
 def _default_measurements() -> Path:
-    from pipeline.settings import Settings
-
     return Settings.load().measurements

@@ -42,8 +42,17 @@ import duckdb
 import numpy as np
 import polars as pl
 
-from models.fitting.calibration import source_weights, weighted_median
-from pipeline import store
+from models.corpus.evaluate import predict_runs, prepare_configs
+from models.fitting import calibration as cal
+from models.fitting.calibration import (
+    FIT_CODE_VERSION,
+    HYPER,
+    source_weights,
+    weighted_median,
+)
+from models.fitting.predictor import FEATURE_NAMES, predict
+from pipeline import catalog, store
+from pipeline.parallel import pool_map
 
 CV_SCHEME = "leave-one-source-out"
 
@@ -162,7 +171,9 @@ def new_runs_surprise(served_on_new: pl.DataFrame | None, alpha: float) -> dict 
     n, k = judged.height, int((~judged["covered"]).sum())
     if n == 0:
         return None
-    from scipy.stats import binom  # ~0.9 s to import: only when there are new runs to judge (not in a first fit)
+    from scipy.stats import (
+        binom,  # ~0.9 s to import: only when there are new runs to judge (not in a first fit)
+    )
 
     rel = judged.select((pl.col("tokens_per_s_per_gpu") / pl.col("measured_tokens_per_s_per_gpu") - 1).abs().median())
     p = float(binom.sf(k - 1, n, alpha)) if k else 1.0
@@ -241,9 +252,6 @@ def load_promoted_fit(con: duckdb.DuckDBPyConnection):
 
 
 def fit_summary(bundle, report, data) -> dict:
-    from models.fitting.calibration import FIT_CODE_VERSION, HYPER
-    from models.fitting.predictor import FEATURE_NAMES
-
     m = report["metrics"]
 
     def pick(scheme, predictor, col):
@@ -365,8 +373,6 @@ def promote(con: duckdb.DuckDBPyConnection, version: str, by: str = "stepcast fi
 
 def write_calibrated(con: duckdb.DuckDBPyConnection, oof: pl.DataFrame | None = None) -> None:
     """Rewrite `calibrated_predictions` with the promoted fit (`oof`: that fit's report['oof'], if at hand)."""
-    from models.corpus.evaluate import predict_runs, prepare_configs
-
     runs, hw, metrics = read_inputs(con)
     ok, _ = prepare_configs(runs, hw)
     targets = predict_runs(runs, hw, metrics)
@@ -398,8 +404,6 @@ def read_inputs(con: duckdb.DuckDBPyConnection) -> tuple[pl.DataFrame, pl.DataFr
     """(runs, hardware, run_metrics) of a store, as every store-side prediction reads them (the fit, the calibrated
     and analytical predictions): runs carry their architecture's hybrid block pattern and Mamba shape, the columns
     `predict --runs` takes from the architecture table too (`pipeline.catalog.with_architecture_extras`)."""
-    from pipeline import catalog
-
     runs = con.sql("select * from runs").pl()
     if store.table_exists(con, "architectures"):
         runs = catalog.with_architecture_extras(runs, con.sql("select * from architectures").pl())
@@ -413,9 +417,6 @@ def run_fit(con: duckdb.DuckDBPyConnection, protocols=None, force: bool = False)
     """Fit on the store's runs (unless this exact version is already stored and `force` is False), store it
     with the promotion decision, rewrite `calibrated_predictions` with the promoted fit. Returns {'fit': row,
     'reused': bool, 'metrics': fit_metrics rows of this version, 'promoted': served version}."""
-    from models.fitting import calibration as cal
-    from models.corpus.evaluate import predict_runs, prepare_configs
-
     protocols = tuple(protocols or cal.PROTOCOLS)
     runs, hw, metrics = read_inputs(con)
     prepared = prepare_configs(runs, hw)
@@ -428,8 +429,6 @@ def run_fit(con: duckdb.DuckDBPyConnection, protocols=None, force: bool = False)
     reused = stored and not force
     oof = None
     if not reused:
-        from pipeline.parallel import pool_map
-
         bundle, report = cal.fit_calibration(data, protocols=protocols, map_fn=pool_map)
         if stored:  # a forced re-fit of stored data: fresh metrics and out-of-fold rows, the decision stands
             _insert_rows(con, version, report, oof_long(report, data))
@@ -467,8 +466,6 @@ def calibrated_frame(bundle, configs: pl.DataFrame, targets: pl.DataFrame, oof: 
     """One row per predictable measured run: analytical (prior physics), physics (fitted), calibrated with its
     90% interval, the measured target and the error; `loso_*` = the out-of-source prediction of the same fit
     (the honest number for runs like these from a source the fit has not seen)."""
-    from models.fitting.predictor import predict
-
     base = targets.select("run_id", "source", "gpu", pl.col("step_time_s").alias("analytical_step_time_s"),
                           pl.col("tokens_per_s_per_gpu").alias("analytical_tokens_per_s_per_gpu"),
                           "measured_tokens_per_s_per_gpu", "measured_step_time_s", "target_kind",

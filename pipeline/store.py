@@ -23,10 +23,10 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
-import time
-from collections.abc import Callable, Iterable
 import threading
+import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,10 +37,30 @@ import numpy as np
 import polars as pl
 
 from pipeline import adapters
-from pipeline.catalog import DECIMAL_SIZE, NAME_IGNORED, NAME_IGNORED_KEEP_DOTS, ids_by_name
-from pipeline.measurements import COLUMNS, REJECT_SCHEMA, SCHEMA, Validated, missing_required, validate
-from pipeline.readers import (FileRejected, SimpleCsv, _decode, parse_simple, read_csv_text, read_measurement_file,
-                              sha256_bytes)
+from pipeline.catalog import (
+    DECIMAL_SIZE,
+    NAME_IGNORED,
+    NAME_IGNORED_KEEP_DOTS,
+    ids_by_name,
+)
+from pipeline.measurements import (
+    COLUMNS,
+    REJECT_SCHEMA,
+    SCHEMA,
+    Validated,
+    missing_required,
+    validate,
+)
+from pipeline.readers import (
+    FileRejected,
+    SimpleCsv,
+    _decode,
+    parse_simple,
+    read_csv_text,
+    read_measurement_file,
+    sha256_bytes,
+)
+from pipeline.settings import PROJECT_ROOT
 
 _SQL_TYPES = {pl.Int64: "BIGINT", pl.Float64: "DOUBLE", pl.Utf8: "VARCHAR"}
 METRIC_COLUMNS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu",
@@ -239,8 +259,6 @@ class FileReport:
 
 def file_key(path: str | Path) -> str:
     """How a file is named in the store: relative to the project root when inside it, else absolute."""
-    from pipeline.settings import PROJECT_ROOT
-
     resolved = Path(path).resolve()
     try:
         return resolved.relative_to(PROJECT_ROOT).as_posix()

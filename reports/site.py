@@ -22,6 +22,7 @@ from pathlib import Path
 import altair as alt
 import polars as pl
 
+from models.fitting import calibration
 from models.planning.curves import DEFAULT_THRESHOLD, REFERENCE_RUNS
 from reports import charts
 
@@ -247,8 +248,6 @@ def cost_pareto(df: pl.DataFrame) -> pl.DataFrame:
 
 def protocol_name(scheme: str) -> str:
     """The calibration's own description of a held-out protocol, when it has one."""
-    from models.fitting import calibration
-
     names = getattr(calibration, "PROTOCOL_NAMES", {}) or {}
     fallback = {"loso": "leave one source out", "loho": "leave one hardware model out"}
     return names.get(scheme) or fallback.get(scheme) or scheme

@@ -676,7 +676,6 @@ def _rel(log_pred: np.ndarray, log_target: np.ndarray) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------- intervals
 def _is_extrapolated(code: np.ndarray) -> np.ndarray:
-
     return code != DOMAIN_INSIDE
 
 
@@ -858,7 +857,6 @@ def apply_calibration(bundle: Calibration, analytical: pl.DataFrame, features_in
     configurations: architecture, layout, resolved hardware, optional software_preset). A thin wrapper over
     `models.fitting.predictor.predict`, kept for callers of the earlier API; `analytical` is only checked for its
     length (the physics is re-evaluated by the one prediction function)."""
-
     if analytical.height != features_input.height:
         raise ValueError(f"analytical has {analytical.height} rows but features_input has {features_input.height}")
     res = predict(features_input, bundle)

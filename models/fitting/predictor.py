@@ -109,7 +109,6 @@ class Calibration:
         return self.domain.generations
 
     def params_for(self, preset: str = "default") -> PhysParams:
-
         return preset_params(preset, self.params, self.preset_overrides)
 
 
@@ -238,7 +237,6 @@ def group_params(preset: str, generation: str | None, base: PhysParams, override
     """The parameters of one software era and hardware generation group: `base` with the era's documented
     differences and fitted values, then the values fitted for that generation (fractions of a peak that differ
     between generations, e.g. Hopper's GEMMs reach a smaller share of their peak than Ampere's)."""
-
     p = preset_params(preset, base, overrides)
     extra = (overrides or {}).get(GEN_KEY + generation) if generation else None
     return p.with_(**extra) if extra else p
@@ -368,7 +366,6 @@ def predict_arrays(a: Mapping[str, np.ndarray], model: Model = None) -> dict[str
         return [(np.flatnonzero(era == e), make(int(e))) for e in eras]
 
     def preset(e, base, overrides=None):
-
         return preset_params(PRESETS[e] if 0 <= e < len(PRESETS) else "default", base, overrides)
 
     if isinstance(model, PhysParams):
@@ -547,7 +544,6 @@ def predict(configs: pl.DataFrame, model: Model = None) -> pl.DataFrame:
     """Polars front-end: one row per input row with the physics columns (`models.physics.step_time.predict`'s, the
     error text included), EXTRA_COLUMNS and the provenance columns `fit_version`, `assumptions`,
     `calibration_domain`."""
-
     arrays = encode(configs)
     res = predict_arrays(arrays, model)
     cols = list(OUTPUT_COLUMNS) + list(EXTRA_COLUMNS)

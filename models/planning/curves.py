@@ -614,7 +614,6 @@ def _derive(df: pl.DataFrame, usd: float | None) -> pl.DataFrame:
 
 def inflection(curve: pl.DataFrame, threshold: float = DEFAULT_THRESHOLD) -> dict[str, Any]:
     """The knee of one curve (point and interval) and its USL explanation, as one record."""
-
     c = curve.sort("n_gpus")
     n = c["n_gpus"].to_numpy().astype(np.float64)
 

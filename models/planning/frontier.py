@@ -602,7 +602,6 @@ def frontier_table(hw_row: Mapping[str, Any], params: PhysParams = DEFAULT, *, m
     ``models.fitting.assumptions.params_for`` derives the ideal ones), with the frontier row of each flagged
     (``is_frontier``) and its summary columns. One accelerator per call: the unit of work of the build's
     partitions."""
-
     parts = []
     for a in assumptions:
         # a fit answers through the one prediction function (models.fitting.predictor) under each assumption set

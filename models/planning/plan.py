@@ -169,7 +169,6 @@ def best_layouts(arch: dict, hardware_rows: list[dict], tokens_per_step_seqs: in
 
     Returns a list of dicts with hardware, n_gpus, the layout, tokens_per_s_per_gpu, mfu, step_time_s, params
     and the step-time breakdown; sizes with no feasible layout are skipped."""
-
     search_fn = search_fn or search
     params = DEFAULT if params is None else params
     out: list[dict] = []
