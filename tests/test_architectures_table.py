@@ -70,7 +70,7 @@ def test_a_decimal_point_tells_gpt3_1_3b_from_13b():
     assert row("gpt3-13b")["d_model"] == 5140
 
 
-NEW_ROWS = ("llama3.2-1b", "llama3.2-3b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b", "qwen2.5-14b",
+DENSE_ROWS = ("llama3.2-1b", "llama3.2-3b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b", "qwen2.5-14b",
             "qwen2.5-32b", "qwen2.5-72b", "qwen2-72b", "mistral-7b", "mistral-nemo-12b", "mistral-large-2", "dbrx",
             "gemma2-2b", "gemma2-9b", "gemma2-27b", "gemma3-1b", "gemma3-4b", "gemma3-12b", "gemma3-27b", "olmo2-7b",
             "olmo2-13b", "olmo2-32b", "phi-3-mini", "phi-3-medium", "phi-4", "yi-34b", "deepseek-v2-lite", "falcon-7b",
@@ -80,12 +80,12 @@ NEW_ROWS = ("llama3.2-1b", "llama3.2-3b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2
 MOE_2025 = ("glm-4.5", "glm-4.5-air", "minimax-m2", "qwen3-coder-480b-a35b")
 
 
-def test_every_name_of_the_new_rows_reaches_its_row():
-    """Each id, name and alias of the added rows resolves to that row (none is shadowed or ambiguous)."""
+def test_every_name_of_the_dense_and_2025_moe_rows_reaches_its_row():
+    """Each id, name and alias of these rows resolves to that row (none is shadowed or ambiguous)."""
     arch = catalog.architectures(MEASUREMENTS)
     assert catalog.ambiguous_arch_keys(arch) == {}
-    added = arch.filter(arch["id"].is_in(NEW_ROWS + MOE_2025))
-    assert added.height == len(NEW_ROWS + MOE_2025)
+    added = arch.filter(arch["id"].is_in(DENSE_ROWS + MOE_2025))
+    assert added.height == len(DENSE_ROWS + MOE_2025)
     for r in added.iter_rows(named=True):
         for name in [r["id"], r["name"], *(r["aliases"] or "").split("|")]:
             if name:
@@ -101,7 +101,7 @@ NOMINAL = {"olmo2-7b", "olmo2-13b", "olmo2-32b", "phi-3-medium", "phi-4", "mistr
            "falcon-40b", "yi-34b", "qwen2-72b"}
 
 
-@pytest.mark.parametrize("arch_id", [i for i in NEW_ROWS if i != "deepseek-v2-lite"])
+@pytest.mark.parametrize("arch_id", [i for i in DENSE_ROWS if i != "deepseek-v2-lite"])
 def test_counted_parameters_match_the_stated_size(arch_id):
     a = row(arch_id)
     total, active = counts(a)

@@ -135,7 +135,7 @@ def test_widened_catalog_rows_resolve_as_their_generation(hw):
     assert r["a800-sxm4-80gb"]["scaleup_size_fallback"] and r["a800-sxm4-80gb"]["intra_node_bw_gbps"] == 200
 
 
-def test_second_widening_rows_are_usable_with_their_datasheet_peaks(hw):
+def test_volta_and_ampere_pcie_cards_resolve_on_pcie_with_datasheet_peaks(hw):
     """V100 PCIe 16/32GB (Volta), RTX A6000, RTX 3090 and A10 (Ampere) resolve without error, on the PCIe tier, with
     dense tensor peaks: the RTX 3090's is the GeForce FP32-accumulate rate (71, half of the FP16-accumulate 142)."""
     from models.core.domains import GENERATION_GROUPS
@@ -152,7 +152,7 @@ def test_second_widening_rows_are_usable_with_their_datasheet_peaks(hw):
     assert r["rtx-a6000"]["peak_bf16_tflops"] == 154.8 and r["a10"]["peak_fp16_tflops"] == 125
 
 
-def test_third_widening_rows_resolve_as_their_generation_with_dense_peaks(hw):
+def test_h20_a40_l40_b100_mi100_and_tpus_resolve_as_their_generation_with_dense_peaks(hw):
     """H20 (Hopper), A40 (Ampere), L40 (Ada), B100 (Blackwell), MI100 (CDNA = AMD), TPU v2 and TPU7x (TPU) fall in
     their fitted generation groups with dense tensor peaks; the PCIe cards talk over PCIe, the TPUs over ICI across
     their pod. TPU v2, like TPU v3, has no sourced per-direction ICI bandwidth: listed, but refused by the model."""
