@@ -10,6 +10,7 @@ import polars as pl
 
 from models.memory.presets import remat_words
 from models.memory.model import CAPACITY_BYTES_PER_GB
+from models.physics.hardware import HOST_COLUMN
 from pipeline import catalog
 from pipeline.measurements import (BATCH_TOKENS_HEADERS, COLUMN_SYNONYMS, COLUMNS, ENUMS, GRAD_ACCUM_HEADERS,
                                    LOCAL_BATCH_HEADERS, METRICS, MIXED_PRECISION, NODES_HEADERS, PARALLELISM_HEADERS,
@@ -471,12 +472,6 @@ def _metric_from_unit(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
                     if unread else "")]
 
 
-#: accelerators per node (host) where it differs from the hardware table's `gpus_per_node_typical`, which is the
-#: scale-up domain there: a GB200/GB300 NVL72 rack is 18 compute trays of 4 GPUs (NVIDIA GB200 NVL72 and GB300
-#: NVL72 product pages: "72 Blackwell GPUs", 18 compute trays, 2 Grace-Blackwell superchips = 4 GPUs per tray)
-GPUS_PER_HOST = {"gb200": 4, "gb300": 4}
-
-
 #: a layout cell's degrees ("TP8 PP16 DP64", "tp=8, pp=4", "FSDP 32, TP 8", "8-way TP"): a dimension's name next to
 #: its degree, in either order. FSDP/HSDP/ZeRO-k n are data parallelism of degree n with that sharding
 _DEGREE_NAMES = r"vpp|tp|pp|dp|cp|ep|sp|fsdp|hsdp|ddp|zero[-_ ]?[123]"
@@ -606,7 +601,7 @@ def _fill_global_batch(runs: pl.DataFrame, seqs: pl.Expr, notes: list[str], note
 def stated_otherwise(runs: pl.DataFrame, hardware: pl.DataFrame, notes: list[str]) -> tuple[pl.DataFrame, list[str]]:
     """`runs` (gpu as hardware ids) with what the file states another way, where the schema's own column is empty:
     the degrees of a layout cell (`_parallelism`, `parse_layout`), n_gpus from a node count (`_nodes` x
-    gpus_per_node, else the hardware's `gpus_per_node_typical`), global_batch_seqs from a batch in tokens
+    gpus_per_node, else the hardware table's `accelerators_per_host` or `gpus_per_node_typical`), global_batch_seqs from a batch in tokens
     (`_batch_tokens` / seq_len, `token_count`) or from a batch per data-parallel rank (`_local_batch` x dp, dp =
     n_gpus / (tp pp cp) where unstated; no gradient accumulation: the local batch is also the micro-batch) or from
     the micro-batch and the gradient accumulation steps (`_grad_accum`: micro_batch x steps x dp); `notes` with what
@@ -627,9 +622,11 @@ def stated_otherwise(runs: pl.DataFrame, hardware: pl.DataFrame, notes: list[str
             notes.append("the layout column read as its degrees (" + ", ".join(sorted(said)) + ")")
         runs = runs.with_columns(cols).drop("_parallelism")
     if "_nodes" in runs.columns:
-        per = hardware.select(pl.col("id").alias("gpu"), pl.col("id").replace_strict(
-            GPUS_PER_HOST, default=None, return_dtype=pl.Float64).fill_null(
-            pl.col("gpus_per_node_typical").cast(pl.Float64, strict=False)).alias("_per_node")).unique("gpu", keep="first")
+        # one host's accelerators (8 on an HGX board, 4 per GB200/GB300 NVL72 compute tray, 4 or 8 TPU chips); a
+        # hardware file that does not state it: its typical node
+        per_host = pl.coalesce([pl.col(c).cast(pl.Float64, strict=False) for c in (HOST_COLUMN, "gpus_per_node_typical")
+                                if c in hardware.columns] or [pl.lit(None, dtype=pl.Float64)])
+        per = hardware.select(pl.col("id").alias("gpu"), per_host.alias("_per_node")).unique("gpu", keep="first")
         runs = runs.join(per, on="gpu", how="left")
         n = (pl.col("_nodes") * pl.coalesce(pl.col("gpus_per_node").cast(pl.Float64), pl.col("_per_node")))
         use = pl.col("n_gpus").is_null() & n.is_not_null()

@@ -199,7 +199,9 @@ REFERENCE = {
     # table: (file, key column, required columns)
     "hardware": ("hardware_specs.csv", "id", ("id", "name", "peak_bf16_tflops", "peak_fp32_tflops", "memory_gb",
                                               "memory_bw_gbps", "intra_node_bw_gbps", "gpus_per_node_typical",
-                                              "inter_node_bw_gbps", "source_ref")),
+                                              "inter_node_bw_gbps", "generation", "sm_count",
+                                              "scaleup_domain_accelerators", "accelerators_per_host", "scaleup_link",
+                                              "source_ref")),
     "architectures": ("architectures.csv", "id", ("id", "name", "n_layers", "d_model", "n_heads", "n_kv_heads",
                                                   "ffn_dim", "vocab", "activation", "n_experts", "top_k",
                                                   "tied_embeddings", "aliases", "source")),

@@ -342,7 +342,7 @@ def test_list_models_csv_and_bad_format():
 def test_hardware_copy_extends_the_upstream_table():
     """measurements/hardware_specs.csv extends ../shared/data/hardware_specs.csv: more rows (gtx-580-3gb, GH200 in its
     HBM3 and HBM3e versions, H100 NVL, A800; A100 PCIe 40GB, T4, L4, MI250, MI210, Trainium, Trainium2,
-    V100 PCIe 16/32GB, RTX A6000, RTX 3090, A10; H20, A40, L40, B100, MI100, TPU v2, TPU7x), three more columns,
+    V100 PCIe 16/32GB, RTX A6000, RTX 3090, A10; H20, A40, L40, B100, MI100, TPU v2, TPU7x), six more columns,
     sources appended; every upstream value otherwise unchanged."""
     upstream = MEASUREMENTS.parent.parent / "shared" / "data" / "hardware_specs.csv"
     if not upstream.exists():
@@ -353,7 +353,8 @@ def test_hardware_copy_extends_the_upstream_table():
                                               "a100-pcie-40gb", "t4", "l4", "mi250", "mi210", "trn1", "trn2",
                                               "v100-pcie-16gb", "v100-pcie-32gb", "rtx-a6000", "rtx-3090", "a10",
                                               "h20", "a40", "l40", "b100", "mi100", "tpu-v2", "tpu-v7"}
-    assert set(ours.columns) - set(up.columns) == {"generation", "sm_count", "peak_fp4_tflops"}
+    assert set(ours.columns) - set(up.columns) == {"generation", "sm_count", "peak_fp4_tflops", "accelerators_per_host",
+                                                   "scaleup_domain_accelerators", "scaleup_link"}
     same = [c for c in up.columns if c not in ("source_ref", "notes")]
     assert ours.filter(pl.col("id").is_in(up["id"])).select(same).sort("id").equals(up.select(same).sort("id"))
 

@@ -87,7 +87,8 @@ def test_native_kernel_efficiency_is_fitted_per_generation(n_ampere, n_hopper, o
 
     n = n_ampere + n_hopper
     configs = pl.DataFrame({"software_preset": [NATIVE] * n, "dtype": ["bf16"] * n,
-                            "gpu": ["a100-sxm4-80gb"] * n_ampere + ["h100-sxm5-80gb"] * n_hopper})
+                            "gpu": ["a100-sxm4-80gb"] * n_ampere + ["h100-sxm5-80gb"] * n_hopper,
+                            "generation": ["Ampere"] * n_ampere + ["Hopper"] * n_hopper})
     slots = _slots(configs)
     assert {p[len(NATIVE_GEN_KEY):] for p, f in slots if p and p.startswith(NATIVE_GEN_KEY)} == own
     assert ((NATIVE, "kernel_eff") in slots) == shared
@@ -171,6 +172,7 @@ def test_a_precisions_gemm_fraction_is_fitted_only_where_its_runs_are(n16, n8, f
     low-precision runs the 8-bit one: a precision needs MIN_GENERATION_RUNS // 3 = 10 runs of its own."""
     n = n16 + n8
     configs = pl.DataFrame({"software_preset": ["default"] * n, "gpu": ["h100-sxm5-80gb"] * n,
+                            "generation": ["Hopper"] * n,
                             "dtype": ["bf16"] * n16 + ["fp8"] * n8, "source": ["a", "b"] * (n // 2) + ["a"] * (n % 2)})
     shared = {f for p, f in cal._slots(configs) if p is None}
     assert ("matmul_eff_16bit" in shared) == free16
@@ -187,6 +189,7 @@ def test_the_shared_gemm_efficiency_is_fitted_only_from_two_sources(sources, fit
     n = 80
     configs = pl.DataFrame({"software_preset": ["default"] * n, "dtype": ["bf16", "fp8"] * (n // 2),
                             "gpu": ["a100-sxm4-80gb"] * 40 + ["h100-sxm5-80gb"] * 40,
+                            "generation": ["Ampere"] * 40 + ["Hopper"] * 40,
                             "source": [sources[(i // 2) % len(sources)] for i in range(n)]})
     slots = cal._slots(configs)
     shared = {f for p, f in slots if p is None}
@@ -494,7 +497,9 @@ def _gen_configs(n_ampere16: int, n_hopper16: int, n_hopper8: int, n_blackwell16
     rows = ([("a100-sxm4-80gb", "bf16")] * n_ampere16 + [("h100-sxm5-80gb", "bf16")] * n_hopper16
             + [("h100-sxm5-80gb", "fp8")] * n_hopper8 + [("b200", "bf16")] * n_blackwell16
             + [("b200", "fp8")] * n_blackwell8)
+    generation = {"a100-sxm4-80gb": "Ampere", "h100-sxm5-80gb": "Hopper", "b200": "Blackwell"}
     return pl.DataFrame({"software_preset": ["default"] * len(rows), "gpu": [g for g, _ in rows],
+                         "generation": [generation[g] for g, _ in rows],
                          "dtype": [d for _, d in rows], "source": ["a", "b"] * (len(rows) // 2) + ["a"] * (len(rows) % 2)})
 
 

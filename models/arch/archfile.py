@@ -66,7 +66,8 @@ SCHEMA_REQUIRED = ("n_layers", "d_model", "n_heads", "ffn_dim", "vocab")
 HARDWARE_REQUIRED = ("id", "memory_gb", "memory_bw_gbps", "intra_node_bw_gbps")
 HARDWARE_NUMERIC = ("peak_fp32_tflops", "peak_tf32_tflops", "peak_bf16_tflops", "peak_fp16_tflops", "peak_fp8_tflops",
                     "peak_fp4_tflops", "memory_gb", "memory_bw_gbps", "intra_node_bw_gbps", "gpus_per_node_typical",
-                    "inter_node_bw_gbps", "tdp_w", "sm_count", "release_year")
+                    "inter_node_bw_gbps", "tdp_w", "sm_count", "release_year",
+                    "scaleup_domain_accelerators", "accelerators_per_host")
 
 #: Hugging Face model_type -> reader; `architectures` class names map to the same readers
 HF_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2",

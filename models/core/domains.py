@@ -6,11 +6,11 @@ of its training runs (`Domain`); a configuration is *inside* when its hardware g
 and software era were all seen in training, else *extrapolated* (and the prediction says why). The same
 groupings define the transfer protocols of the calibration (leave one generation / family / precision out).
 
-Hardware generation is the vendor's architecture name (NVIDIA, AMD, Intel and Google product pages and
-whitepapers: Fermi GF110, Kepler GK210, Pascal GP100/GP102, Volta GV100, Ampere GA100, Ada AD102, Hopper
-GH100, Blackwell GB100/GB110, CDNA 1/2/3/4, Gaudi 2/3, TPU v2-v7). The groups used for domains and protocols
-are the issue's "hardware generations": pre-Ampere NVIDIA, Ampere, Ada, Hopper, Blackwell, AMD, Gaudi, TPU.
-A hardware table row may carry its own `generation` (a hardware file for a new part): it wins over this table.
+Hardware generation is the vendor's architecture name, the hardware table's `generation` column
+(measurements/hardware_specs.csv: Fermi, Kepler, Pascal, Volta, Turing, Ampere, Ada, Hopper, Blackwell, CDNA and
+CDNA2-4, Gaudi2/3, TPUv2-TPUv7, Trainium). The groups used for domains and protocols are the issue's "hardware
+generations": pre-Ampere NVIDIA, Ampere, Ada, Hopper, Blackwell, AMD, Gaudi, TPU. A generation `GENERATION_GROUP`
+does not list (a new part's) is `unknown`: no fit has seen it, so its predictions are extrapolated and say so.
 """
 
 from __future__ import annotations
@@ -21,18 +21,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-#: hardware id -> vendor architecture (generation). Facts from the vendors' product pages/whitepapers.
-GENERATION_BY_ID = {
-    "gtx-580": "Fermi", "gtx-580-3gb": "Fermi", "k80": "Kepler", "gtx-1080-ti": "Pascal",
-    "p100-sxm2-16gb": "Pascal", "v100-sxm2-16gb": "Volta", "v100-sxm2-32gb": "Volta",
-    "a100-sxm4-40gb": "Ampere", "a100-sxm4-80gb": "Ampere", "a100-pcie-80gb": "Ampere",
-    "rtx-4090": "Ada", "l40s": "Ada",
-    "h100-sxm5-80gb": "Hopper", "h100-pcie-80gb": "Hopper", "h800-sxm5-80gb": "Hopper", "h200-sxm-141gb": "Hopper",
-    "b200": "Blackwell", "gb200": "Blackwell", "b300": "Blackwell", "gb300": "Blackwell",
-    "mi250x": "CDNA2", "mi300x": "CDNA3", "mi325x": "CDNA3", "mi355x": "CDNA4",
-    "gaudi2": "Gaudi2", "gaudi3": "Gaudi3",
-    "tpu-v3": "TPUv3", "tpu-v4": "TPUv4", "tpu-v5e": "TPUv5e", "tpu-v5p": "TPUv5p", "tpu-v6e": "TPUv6e",
-}
 #: generation -> group used by the domains and the leave-one-generation-out protocol
 GENERATION_GROUP = {
     "Fermi": "pre-Ampere", "Kepler": "pre-Ampere", "Maxwell": "pre-Ampere", "Pascal": "pre-Ampere",
@@ -52,10 +40,10 @@ SOFTWARE_ERAS = ("default", "megatron_2022", "pytorch_native")
 ARCH_FAMILIES = ("dense", "moe", "hybrid")
 
 
-def generation_group(hw_id: str | None, generation: str | None = None) -> str:
-    """The generation group of one accelerator ('unknown' when neither the id nor a generation is known)."""
-    gen = generation or GENERATION_BY_ID.get((hw_id or "").strip().lower())
-    return GENERATION_GROUP.get(gen, "unknown") if gen else "unknown"
+def generation_group(generation: str | None) -> str:
+    """The group of a hardware generation (the hardware table's `generation`); 'unknown' for one the groups do not
+    list or none."""
+    return GENERATION_GROUP.get(generation, "unknown") if generation else "unknown"
 
 
 def hardware_key(hw_id) -> str:
@@ -71,21 +59,17 @@ def hardware_code(hw_id) -> float:
     return float(zlib.crc32(key.encode())) if key else float("nan")
 
 
-def generation_group_code(hw_id: str | None, generation: str | None = None) -> int:
-    return GENERATION_GROUPS.index(generation_group(hw_id, generation))
+def generation_group_code(generation: str | None) -> int:
+    """`generation_group` as its index in GENERATION_GROUPS (the model arrays' ``generation_code``)."""
+    return GENERATION_GROUPS.index(generation_group(generation))
 
 
 def generation_groups(hw_ids: pl.Series, generations: pl.Series | None = None) -> np.ndarray:
-    """Vectorized `generation_group` over a column of hardware ids (object array of group names)."""
+    """`generation_group` of each row (object array of group names): `generations` is the rows' hardware
+    `generation` column, `hw_ids` their hardware ids (one row each; without `generations` every row is 'unknown')."""
     gens = generations.to_list() if generations is not None else [None] * len(hw_ids)
-    cache: dict = {}
-    out = []
-    for i, g in zip(hw_ids.to_list(), gens):
-        key = (i, g)
-        if key not in cache:
-            cache[key] = generation_group(i, g)
-        out.append(cache[key])
-    return np.array(out, dtype=object)
+    groups = {g: generation_group(g) for g in set(gens)}
+    return np.array([groups[g] for g in gens], dtype=object)
 
 
 def arch_family(n_experts, n_mamba_layers=None) -> np.ndarray:
@@ -103,10 +87,11 @@ def precision_family(dtypes) -> np.ndarray:
 @dataclass(frozen=True)
 class Domain:
     """What a fit saw: generation groups, precision families, software eras, the largest cluster, and the hardware
-    models (ids) its runs measured. A configuration on a hardware model the fit never measured, of a generation it
-    did, keeps the fitted parameters but takes the wider interval (models.fitting.predictor DOMAIN_NEW_HARDWARE): a part's
-    own clocks, power limit and special-function units are not all in its spec row. Fits stored before this field
-    existed record no hardware and treat every model as seen."""
+    models (ids) its runs measured, each with the generation group its runs were labelled with (`hardware_groups`).
+    A configuration on a hardware model the fit never measured, of a generation it did, keeps the fitted parameters
+    but takes the wider interval (models.fitting.predictor DOMAIN_NEW_HARDWARE): a part's own clocks, power limit
+    and special-function units are not all in its spec row. Fits stored before the hardware field existed record no
+    hardware and treat every model as seen."""
 
     generations: tuple = ()
     precisions: tuple = ()
@@ -114,13 +99,19 @@ class Domain:
     max_n_gpus: float = 0.0
     families: tuple = field(default=())
     hardware: tuple = field(default=())
+    hardware_groups: tuple = field(default=())  # (hardware id, generation group) pairs of the fit's runs
 
     @classmethod
     def of(cls, generations, precisions, eras, n_gpus, families=(), hardware=()) -> "Domain":
+        """From the fit's runs: `generations` (groups), `precisions`, `eras`, `n_gpus`, `families` and `hardware`
+        (ids) one per run; a hardware id's group is the generation of its runs."""
+        keys = [hardware_key(h) for h in hardware]
+        pairs = {(k, str(g)) for k, g in zip(keys, generations) if k not in ("", "?")} \
+            if len(keys) == len(generations) else set()
         return cls(tuple(sorted(set(map(str, generations)))), tuple(sorted(set(map(str, precisions)))),
                    tuple(sorted(set(map(str, eras)))), float(np.nanmax(n_gpus)) if len(n_gpus) else 0.0,
                    tuple(sorted(set(map(str, families)))),
-                   tuple(sorted({hardware_key(h) for h in hardware if hardware_key(h) not in ("", "?")})))
+                   tuple(sorted({k for k in keys if k not in ("", "?")})), tuple(sorted(pairs)))
 
     def hardware_seen(self, codes) -> np.ndarray:
         """Row-wise: the hardware model (``hardware_code``) was measured in the fit; True where the row has no code
@@ -136,7 +127,8 @@ class Domain:
 
     def hardware_of_group(self, group: str) -> list[str]:
         """The hardware models of one generation group the fit measured."""
-        return [h for h in getattr(self, "hardware", ()) if generation_group(h) == group]
+        pairs = set(getattr(self, "hardware_groups", ()))
+        return [h for h in getattr(self, "hardware", ()) if (h, group) in pairs]
 
     def codes(self):
         """Boolean lookup tables over GENERATION_GROUPS / PRECISION_FAMILIES / SOFTWARE_ERAS."""
@@ -170,4 +162,5 @@ class Domain:
     def to_dict(self) -> dict:
         return {"generations": list(self.generations), "precisions": list(self.precisions), "eras": list(self.eras),
                 "max_n_gpus": self.max_n_gpus, "families": list(self.families),
-                "hardware": list(getattr(self, "hardware", ()))}
+                "hardware": list(getattr(self, "hardware", ())),
+                "hardware_groups": [list(p) for p in getattr(self, "hardware_groups", ())]}

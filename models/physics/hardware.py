@@ -5,23 +5,33 @@ polars DataFrame; nothing here touches files.
 
 Rules (all documented in docs/model.md, section "Hardware"):
 
-* ``scaleup_size`` = ``gpus_per_node_typical``. Google TPUs are the exception: ICI spans the
-  whole pod, so the scale-up domain is the pod size printed in ``intra_node_link``
-  ("pod 4,096 chips"). Empty -> ``default_scaleup_size`` (8, the HGX/DGX and common
-  8-slot PCIe server size) and ``scaleup_size_fallback = True``.
+* The table states the facts the model keys on, each with its source in ``source_ref``
+  (measurements/DATA_CARD.md); nothing is parsed from the prose columns:
+  ``scaleup_size`` = ``scaleup_domain_accelerators``, the accelerators one scale-up link joins (8 on an HGX/DGX
+  board, 72 in an NVL72 rack, a TPU's whole pod: ICI spans it); empty -> ``gpus_per_node_typical`` (a hardware
+  file that states only its node); both empty -> ``default_scaleup_size`` (8, the HGX/DGX and common 8-slot PCIe
+  server size) and ``scaleup_size_fallback = True``. ``accelerators_per_host`` (one host's
+  accelerators: 4 per NVL72 compute tray, 4 or 8 TPU chips per host) passes through for the readers of node
+  counts (models.corpus.runs_adapter.spans_hosts, pipeline.predict_runs).
 * ``inter_node_bw_gbps`` empty -> ``min(intra_node_bw_gbps, inter_node_fallback_gbps)``
   with ``inter_node_bw_fallback = True``. The fallback (12.5 GB/s = one 100 Gb/s
   EDR/100GbE NIC per accelerator) is the typical lowest-tier fabric in the table (DGX-1
   P100/V100 have 6.25 GB/s per GPU, DGX A100 25); a NIC behind a PCIe slot can never
   exceed the accelerator's PCIe link, hence the ``min``.
-* ``scaleup_link`` = the kind of the scale-up link, read from ``intra_node_link``: ``pcie`` when the text
-  starts with "PCIe" (the accelerators talk over PCIe and the host: GTX 580, GTX 1080 Ti, K80, A100/H100 PCIe,
-  H100 NVL, L40S, RTX 4090), else ``nvlink``, ``xgmi`` (Infinity Fabric), ``ici`` (TPU), ``ethernet`` (Gaudi's
-  on-chip RoCE), and null when the text names none of them (a custom part: the NVLink-class tier, as before).
-  A PCIe card with an optional 2-GPU NVLink bridge is ``pcie``: its ``intra_node_bw_gbps`` is the PCIe link,
-  and every group larger than the bridged pair talks over PCIe. ``scaleup_link_code`` (LINK_CODES, NaN when
-  unknown) carries it into the model arrays: pcie rows use the PCIe/host tier's efficiency and latency
-  (``PhysParams.pcie_eff``, ``alpha_pcie_s``; docs/model.md "Hardware").
+* ``scaleup_link`` = the table's kind of scale-up link (LINK_KINDS): ``pcie`` where the accelerators talk over
+  PCIe and the host (GTX 580, GTX 1080 Ti, K80, A100/H100 PCIe, H100 NVL, L40S, RTX 4090), else ``nvlink``,
+  ``xgmi`` (Infinity Fabric), ``ici`` (TPU), ``ethernet`` (Gaudi's on-chip RoCE); empty for a link none of them
+  (AWS NeuronLink, a custom part: the NVLink-class tier). A hardware file that leaves it empty is read from the
+  words of its ``intra_node_link`` (``link_kind``: "PCIe Gen4 x16" is ``pcie``). A PCIe card with an optional 2-GPU NVLink bridge is
+  ``pcie``: its ``intra_node_bw_gbps`` is the PCIe link, and every group larger than the bridged pair talks over
+  PCIe. ``scaleup_link_code`` (LINK_CODES, NaN when empty) carries it into the model arrays: pcie rows use the
+  PCIe/host tier's efficiency and latency (``PhysParams.pcie_eff``, ``alpha_pcie_s``; docs/model.md "Hardware").
+* ``sm_count`` is the table's; where it is empty (no spec sheet gives it), equivalent SMs from the 16-bit peak
+  (``A100_TFLOPS_PER_SM``) with ``sm_count_fallback = True``.
+* ``generation_code`` is the calibration group of the row's ``generation`` (models.core.domains); a generation the
+  groups do not list is ``unknown``, so its predictions are extrapolated.
+* A stated fact that is not one (a domain or host size that is not a whole number >= 1, a link kind outside
+  LINK_KINDS) is refused like a missing required value (below).
 * fp32-only parts (no tensor cores: GTX 580, GTX 1080 Ti, K80 - no BF16/TF32/FP8 peak and
   ``peak_fp16 == peak_fp32``) run every dtype at the FP32 peak (``fp32_only = True``).
 * Memory capacities are binary whatever the source's word: TPU v3/v4 list 32 GiB (DATA_CARD.md), NVIDIA's
@@ -61,6 +71,8 @@ NUMERIC_COLUMNS = PEAK_COLUMNS + (
     "inter_node_bw_gbps",
     "gpus_per_node_typical",
     "sm_count",
+    "accelerators_per_host",
+    "scaleup_domain_accelerators",
 )
 REQUIRED_COLUMNS = ("memory_gb", "memory_bw_gbps", "intra_node_bw_gbps")
 HW_MODEL_COLUMNS = PEAK_COLUMNS + (
@@ -78,23 +90,17 @@ LINK_CODES = {k: i for i, k in enumerate(LINK_KINDS)}
 #: the code of the PCIe/host tier (models.physics.step_time reads it)
 PCIE_LINK_CODE = LINK_CODES["pcie"]
 
-# Streaming multiprocessors (NVIDIA) / compute units (AMD) per accelerator, used when the hardware row has no
-# `sm_count`: NVIDIA architecture whitepapers (Fermi GF110, Kepler GK210 x2 on K80, Pascal GP100/GP102, Volta
-# GV100, Ampere GA100, Ada AD102/L40S, Hopper GH100 SXM5/PCIe, Blackwell B200 148, Blackwell Ultra 160) and
-# AMD CDNA 2/3/4 whitepapers (MI250X 2 x 110 CUs, MI300X/MI325X 304, MI355X 256).
-SM_COUNT_BY_ID = {
-    "gtx-580": 16, "gtx-580-3gb": 16, "k80": 26, "p100-sxm2-16gb": 56, "gtx-1080-ti": 28, "v100-sxm2-16gb": 80,
-    "v100-sxm2-32gb": 80, "a100-sxm4-40gb": 108, "a100-sxm4-80gb": 108, "a100-pcie-80gb": 108, "rtx-4090": 128,
-    "l40s": 142, "h100-sxm5-80gb": 132, "h100-pcie-80gb": 114, "h800-sxm5-80gb": 132, "h200-sxm-141gb": 132,
-    "b200": 148, "gb200": 148, "b300": 160, "gb300": 160, "mi250x": 220, "mi300x": 304, "mi325x": 304, "mi355x": 256,
-}
-# Without an SM count (TPUs, Gaudi, a custom part): equivalent SMs = 16-bit dense peak / the A100's per-SM
+#: hardware facts the table states per row, with their source in `source_ref` (measurements/DATA_CARD.md)
+SCALEUP_DOMAIN_COLUMN = "scaleup_domain_accelerators"  # accelerators one scale-up link joins
+HOST_COLUMN = "accelerators_per_host"  # accelerators in one host (node)
+LINK_COLUMN = "scaleup_link"  # LINK_KINDS; empty: none of them
+#: the stated counts: whole numbers of accelerators, at least 1
+COUNT_COLUMNS = (SCALEUP_DOMAIN_COLUMN, HOST_COLUMN)
+# Without an SM count (H20, L4, Trainium, a custom part): equivalent SMs = 16-bit dense peak / the A100's per-SM
 # 16-bit rate (312 TFLOP/s / 108 SMs), i.e. the GEMM ramp is as long in time as on an A100-class SM array.
 A100_TFLOPS_PER_SM = 312.0 / 108.0
 INTER_NODE_FALLBACK_GBPS = 12.5
 DEFAULT_SCALEUP_SIZE = 8
-
-_POD_RE = re.compile(r"pod\s+([\d,]+)\s+chips", re.IGNORECASE)
 
 
 class HardwareSpecError(ValueError):
@@ -109,16 +115,11 @@ class HardwareSpecError(ValueError):
         )
 
 
-def _pod_size(link: str | None) -> float | None:
-    if not link:
-        return None
-    m = _POD_RE.search(link)
-    return float(m.group(1).replace(",", "")) if m else None
-
-
 def link_kind(link: str | None) -> str | None:
-    """The kind of scale-up link an ``intra_node_link`` text describes (LINK_KINDS), None when it names none.
-    "PCIe ..." first: a PCIe card with an optional NVLink bridge pair is ``pcie`` (module docstring)."""
+    """The kind of scale-up link an ``intra_node_link`` text names (LINK_KINDS), None when it names none: the kind of
+    a row that does not state ``scaleup_link`` (a user's hardware file); tests/test_hardware_facts.py checks that the
+    shipped table's stated kinds agree with their words. "PCIe ..." first: a PCIe card with an optional NVLink bridge pair is ``pcie``
+    (module docstring)."""
     text = (link or "").strip().lower()
     if not text:
         return None
@@ -144,16 +145,20 @@ def resolve_hardware(
     (strings or numbers; empty string/null = missing). Output: the input columns (numeric
     ones cast to Float64) plus ``scaleup_size``, ``scaleup_size_fallback``,
     ``inter_node_bw_fallback``, ``fp32_only``, ``scaleup_link`` /
-    ``scaleup_link_code`` and ``hardware_error`` (null when the row is usable).
+    ``scaleup_link_code``, ``sm_count_fallback``, ``generation_code``, ``hardware_code`` and ``hardware_error``
+    (null when the row is usable).
     """
     df = hw
+    unreadable: dict[str, list] = {}  # per count column, the text of a cell that is no number (row order)
     for c in NUMERIC_COLUMNS:
         if c not in df.columns:
             df = df.with_columns(pl.lit(None, dtype=pl.Float64).alias(c))
         elif df.schema[c] == pl.Utf8:
-            df = df.with_columns(
-                pl.col(c).str.strip_chars().replace("", None).cast(pl.Float64, strict=False)
-            )
+            text = pl.col(c).str.strip_chars().replace("", None)
+            if c in COUNT_COLUMNS:
+                unreadable[c] = df.select(pl.when(text.cast(pl.Float64, strict=False).is_null()).then(text))\
+                    .to_series().to_list()
+            df = df.with_columns(text.cast(pl.Float64, strict=False))
         else:
             df = df.with_columns(pl.col(c).cast(pl.Float64, strict=False))
     for c in ("id", "intra_node_link", "source_ref", "notes", "vendor"):
@@ -162,7 +167,7 @@ def resolve_hardware(
 
     rows = df.to_dicts()
     out_rows = []
-    for r in rows:
+    for i, r in enumerate(rows):
         hw_id = r.get("id") or "<no id>"
         err = None
         # fp32-only parts
@@ -176,16 +181,11 @@ def resolve_hardware(
         if fp32_only:
             for c in ("peak_tf32_tflops", "peak_bf16_tflops", "peak_fp16_tflops", "peak_fp8_tflops"):
                 r[c] = r["peak_fp32_tflops"]
-        # scale-up domain
-        pod = _pod_size(r.get("intra_node_link"))
-        su_fallback = False
-        if pod is not None:
-            scaleup = pod
-        elif r["gpus_per_node_typical"] is not None and r["gpus_per_node_typical"] >= 1:
-            scaleup = r["gpus_per_node_typical"]
-        else:
-            scaleup = float(default_scaleup_size)
-            su_fallback = True
+        # scale-up domain: the table's, else the typical node (a hardware file that states only that), else the
+        # default size (flagged)
+        domain = r[SCALEUP_DOMAIN_COLUMN] if r[SCALEUP_DOMAIN_COLUMN] is not None else r["gpus_per_node_typical"]
+        su_fallback = domain is None
+        scaleup = float(default_scaleup_size) if su_fallback else domain
         # scale-out
         inter_fb = False
         if r["inter_node_bw_gbps"] is None or not r["inter_node_bw_gbps"] > 0:
@@ -202,30 +202,38 @@ def resolve_hardware(
                 break
         if err is None and all(r[c] is None for c in PEAK_COLUMNS):
             err = HardwareSpecError(hw_id, "peak_bf16_tflops", "and every other peak column are empty")
+        # stated facts: counts of accelerators, a link kind the model knows
+        for c in COUNT_COLUMNS:
+            text, v = unreadable.get(c, [None] * len(rows))[i], r[c]
+            if err is None and (text is not None or (v is not None and not (v >= 1 and float(v).is_integer()))):
+                err = HardwareSpecError(hw_id, c, f"= {text if text is not None else f'{v:g}'} is not a whole "
+                                                  "number of accelerators >= 1")
+        stated = r.get(LINK_COLUMN)
+        kind = (str(stated).strip().lower() if stated is not None else "") or None
+        if kind is None:  # a hardware file that does not state the kind: the words of its intra_node_link
+            kind = link_kind(r.get("intra_node_link"))
+        elif kind not in LINK_CODES:
+            err = err or HardwareSpecError(hw_id, LINK_COLUMN, f"= '{stated}' is none of "
+                                                               f"{', '.join(LINK_KINDS)} (empty: a link none of them)")
+            kind = None
         if err is not None and strict:
             raise err
         r["scaleup_size"] = float(scaleup)
         r["scaleup_size_fallback"] = su_fallback
-        kind = link_kind(r.get("intra_node_link"))
         r["scaleup_link"] = kind
         r["scaleup_link_code"] = float(LINK_CODES[kind]) if kind is not None else None
         r["inter_node_bw_fallback"] = inter_fb
         r["fp32_only"] = fp32_only
         r["hardware_error"] = None if err is None else str(err)
         # SMs for the GEMM-size ramp (PhysParams.gemm_ramp_flops_per_sm)
-        sm_fallback = False
-        if not (r["sm_count"] is not None and r["sm_count"] > 0):
-            known = SM_COUNT_BY_ID.get(str(r.get("id") or "").strip().lower())
-            if known is not None:
-                r["sm_count"] = float(known)
-            else:
-                peak16 = next((r[c] for c in ("peak_bf16_tflops", "peak_fp16_tflops", "peak_fp32_tflops")
-                               if r[c] is not None and r[c] > 0), None)
-                r["sm_count"] = peak16 / A100_TFLOPS_PER_SM if peak16 else None
-                sm_fallback = True
+        sm_fallback = not (r["sm_count"] is not None and r["sm_count"] > 0)
+        if sm_fallback:  # no SM count in the table: equivalent SMs from the 16-bit peak
+            peak16 = next((r[c] for c in ("peak_bf16_tflops", "peak_fp16_tflops", "peak_fp32_tflops")
+                           if r[c] is not None and r[c] > 0), None)
+            r["sm_count"] = peak16 / A100_TFLOPS_PER_SM if peak16 else None
         r["sm_count_fallback"] = sm_fallback
-        # calibration domain: the generation group of the part (models.core.domains), as a code for the arrays
-        r["generation_code"] = float(generation_group_code(r.get("id"), r.get("generation")))
+        # calibration domain: the group of the row's generation (models.core.domains), as a code for the arrays
+        r["generation_code"] = float(generation_group_code(r.get("generation")))
         # and the hardware model itself (models.core.domains.hardware_code): a model the fit never measured is extrapolated
         r["hardware_code"] = hardware_code(r.get("id"))
         out_rows.append(r)
