@@ -5,8 +5,8 @@ import polars as pl
 import pytest
 
 from models.arch.accounting import layer_shapes, normalize_arch, param_counts
-from models.memory.model import activation_bytes_per_layer, memory_per_gpu
-from models.core.params import DEFAULT, MEGATRON_2022
+from models.memory.model import activation_bytes_per_layer, memory_inputs, memory_per_gpu
+from models.core.params import DEFAULT, DTYPE_CODES, MEGATRON_2022, RECOMPUTE_CODES, SHARDING_CODES
 from models.physics.step_time import predict
 
 S, B1 = 2048, 1
@@ -63,14 +63,13 @@ def test_gqa_swiglu_adaptation_reduces_to_mha_gelu():
     assert float(swi) == pytest.approx(float(mha) + S * 8 * h)  # 6F vs 4F with F = 4h
 
 
-def _mem(arch, **lay):
+def _mem(arch, params=DEFAULT, **lay):
+    """Memory of one layout (memory_inputs' defaults: tp = pp = dp = cp = ep = vpp = 1, no sharding, no
+    recompute, no SP, bf16, 8 GPUs per node)."""
     ar = normalize_arch({k: np.atleast_1d(np.asarray(v, dtype=float)) for k, v in arch.items()})
-    sh = layer_shapes(ar)
-    base = dict(seq_len=S, micro_batch=1, n_micro=1, tp=1, pp=1, dp=1, cp=1, ep=1, vpp=1, sharding=0,
-                recompute=0, sequence_parallel=False, is_fp32=False, node_size=8)
-    base.update(lay)
-    return ar, memory_per_gpu(arch=ar, shapes=sh, params=lay.pop("params", DEFAULT) if "params" in lay else DEFAULT,
-                              **{k: np.atleast_1d(v) for k, v in base.items() if k != "params"})
+    layout = dict(seq_len=S, micro_batch=1, n_micro=1) | lay
+    x = memory_inputs(ar, **{k: np.atleast_1d(v) for k, v in layout.items()})
+    return ar, memory_per_gpu(x, layer_shapes(ar), params)
 
 
 def test_interleaved_inflight_factor_korthikanti():
@@ -91,9 +90,8 @@ def test_zero_model_states_rajbhandari_fig1(sharding, expected_gb):
     P = DEFAULT.with_(grad_bytes=2.0)
     ar = normalize_arch({k: np.atleast_1d(np.asarray(v, dtype=float)) for k, v in arch.items()})
     sh = layer_shapes(ar)
-    mem = memory_per_gpu(arch=ar, shapes=sh, seq_len=S, micro_batch=1, n_micro=1, tp=1, pp=1, dp=64, cp=1, ep=1,
-                         vpp=1, sharding=np.array([sharding]), recompute=0, sequence_parallel=False, is_fp32=False,
-                         node_size=8, params=P)
+    mem = memory_per_gpu(memory_inputs(ar, seq_len=S, micro_batch=1, n_micro=1, dp=64, sharding=np.array([sharding])),
+                         sh, P)
     psi = param_counts(ar)["params"][0]
     states = mem["mem_weights_bytes"] + mem["mem_grads_bytes"] + mem["mem_optimizer_bytes"]
     if sharding == 3:  # ZeRO-3 also keeps two gathered layers as prefetch buffers
@@ -129,3 +127,31 @@ def test_sharding_reduces_memory_and_full_recompute_smallest_activations():
     b = predict(pl.concat([_cfg(recompute=r) for r in ("none", "selective", "full")]), MEGATRON_2022)
     act = b["mem_activations_gb"].to_list()
     assert act[0] > act[1] > act[2]
+
+
+@pytest.mark.parametrize("over", [
+    {},  # GPT-3 175B on t8 p8 with SP and selective recompute
+    dict(tp=1, pp=8, dp=8, sharding="zero3", recompute="full", sequence_parallel=False),
+    dict(tp=2, pp=4, dp=8, vpp=3, sharding="hsdp", recompute="none", dtype="fp32"),
+    dict(tp=8, pp=1, dp=8, ep=2, n_experts=8, top_k=2, expert_ffn_dim=12288, sharding="zero1"),
+])
+def test_memory_inputs_give_the_bytes_predict_reports(over):
+    """A memory question alone (memory_inputs, then memory_per_gpu) gives the bytes `predict` reports for the same
+    row: both read the same fields of the decoded Inputs."""
+    cfg = _cfg(**over)
+    out = predict(cfg, MEGATRON_2022)
+    r = cfg.row(0, named=True)
+    arch = {k: r.get(k, 0.0) for k in ("n_layers", "d_model", "n_heads", "ffn_dim", "vocab", "n_experts", "top_k",
+                                        "expert_ffn_dim")} | dict(tied_embeddings=1.0, activation=0.0)
+    ar = normalize_arch({k: np.atleast_1d(np.asarray(v, dtype=float)) for k, v in arch.items()})
+    one = lambda v: np.array([float(v)])  # noqa: E731
+    x = memory_inputs(ar, seq_len=one(r["seq_len"]), micro_batch=one(r["micro_batch"]),
+                      n_micro=one(r["global_batch_seqs"] / (r["dp"] * r["micro_batch"])), tp=one(r["tp"]),
+                      pp=one(r["pp"]), dp=one(r["dp"]), ep=one(r.get("ep", 1)), vpp=one(r["vpp"]),
+                      sharding=np.array([SHARDING_CODES[r["sharding"]]]),
+                      recompute=np.array([RECOMPUTE_CODES[r["recompute"]]]),
+                      sequence_parallel=np.array([r["sequence_parallel"]]), dtype=np.array([DTYPE_CODES[r["dtype"]]]),
+                      node_size=one(r["gpus_per_node"]))
+    mem = memory_per_gpu(x, layer_shapes(ar), MEGATRON_2022)
+    for part in ("weights", "grads", "optimizer", "activations", "overhead"):
+        assert mem[f"mem_{part}_bytes"][0] / 1e9 == out[f"mem_{part}_gb"][0], part

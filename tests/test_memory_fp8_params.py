@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from models.memory.presets import recipe_fp8_params
-from models.memory.model import memory_per_gpu
+from models.memory.model import MemoryOptions, memory_inputs, memory_per_gpu
 from models.core.params import DTYPE_CODES
 from models.core.precision import PARAM_GATHER_BYTES, QUANTIZED_PARAM_BYTES, param_gather_bytes, quantized_param_bytes
 from tests.conftest import MEASUREMENTS
@@ -35,13 +35,10 @@ def _weights(dtype, flag, *, blackwell=True, sharding=1, layers_16bit=None):
     """Weight bytes and quantized-weight counts of GPT-3 175B on one stage of t8 p8 (ZeRO-1 by default)."""
     ar, sh = _arch(*GPT3_175B)
     one = lambda x: np.array([float(x)])  # noqa: E731
-    out = memory_per_gpu(arch=ar, shapes=sh, seq_len=one(2048), micro_batch=one(1), n_micro=one(64), tp=one(8),
-                         pp=one(8), dp=one(8), cp=one(1), ep=one(1), vpp=one(1), sharding=np.array([sharding]),
-                         recompute=np.array([1]), sequence_parallel=np.array([True]), is_fp32=np.array([False]),
-                         node_size=one(8), dtype_code=np.array([DTYPE_CODES[dtype]]),
-                         layers_16bit=None if layers_16bit is None else one(layers_16bit),
-                         fp8_param_gather=one(flag), non_tn_fp8=np.array([blackwell]))
-    return out
+    x = memory_inputs(ar, seq_len=one(2048), micro_batch=one(1), n_micro=one(64), tp=one(8), pp=one(8), dp=one(8),
+                      sharding=np.array([sharding]), recompute=np.array([1]), sequence_parallel=np.array([True]),
+                      dtype=np.array([DTYPE_CODES[dtype]]), layers_16bit=one(layers_16bit or 0))
+    return memory_per_gpu(x, sh, options=MemoryOptions(fp8_param_gather=one(flag), non_tn_fp8=np.array([blackwell])))
 
 
 @pytest.mark.parametrize("dtype, blackwell, per_weight", [("fp8", True, 1.0), ("fp8-cs", True, 1.0),

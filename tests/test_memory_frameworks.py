@@ -1,5 +1,7 @@
 """Framework memory presets (models/memory/presets.py) against published memory figures and the stacks' source code."""
 
+from dataclasses import fields, replace
+
 import numpy as np
 import polars as pl
 import pytest
@@ -11,7 +13,7 @@ from models.memory.presets import (
     finetune_mode,
     framework_preset,
     lora_trainable_frac,
-    memory_arguments,
+    memory_options,
     pipeline_micro_batch,
     preset_codes,
     preset_table,
@@ -19,7 +21,7 @@ from models.memory.presets import (
     sequence_parallel_default,
     source_layout,
 )
-from models.memory.model import CAPACITY_BYTES_PER_GB, capacity_bytes, memory_per_gpu
+from models.memory.model import CAPACITY_BYTES_PER_GB, MemoryOptions, capacity_bytes, memory_inputs, memory_per_gpu
 from models.core.params import DEFAULT
 
 GIB = 2.0**30
@@ -38,13 +40,12 @@ def _arch(L, h, a, kv, ffn, V, act=1, tied=0):
 
 
 def _mem(ar, sh, *, preset=None, s, b=1, m=1, tp=1, pp=1, dp=1, cp=1, vpp=1, sharding=4, rc=2, sp=None, **extra):
-    kw = memory_arguments(np.array([preset]), pp=np.array([pp])) if preset else {}
-    kw.update(extra)
+    options = memory_options(np.array([preset]), pp=np.array([pp])) if preset else MemoryOptions()
     one = lambda x: np.array([float(x)])  # noqa: E731
-    return memory_per_gpu(arch=ar, shapes=sh, seq_len=one(s), micro_batch=one(b), n_micro=one(m), tp=one(tp),
-                          pp=one(pp), dp=one(dp), cp=one(cp), ep=one(1), vpp=one(vpp), sharding=np.array([sharding]),
-                          recompute=np.array([rc]), sequence_parallel=np.array([tp > 1 if sp is None else sp]),
-                          is_fp32=np.array([False]), node_size=one(8), params=DEFAULT, **kw)
+    x = memory_inputs(ar, seq_len=one(s), micro_batch=one(b), n_micro=one(m), tp=one(tp), pp=one(pp), dp=one(dp),
+                      cp=one(cp), vpp=one(vpp), sharding=np.array([sharding]), recompute=np.array([rc]),
+                      sequence_parallel=np.array([tp > 1 if sp is None else sp]), node_size=one(8))
+    return memory_per_gpu(x, sh, DEFAULT, replace(options, **extra))
 
 
 # pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md (Grand Teton H100 96 GB, seq 8192 unless stated):
@@ -96,12 +97,11 @@ def test_korthikanti_sequence_parallel_plus_selective_cuts_activations_5x(model)
     from models.core.params import MEGATRON_2022  # Korthikanti's accounting: scores materialised, dropout masks kept
 
     def acts(sp, rc):
-        kw = memory_arguments(np.array(["megatron"]), pp=np.array([p]))
         one = lambda x: np.array([float(x)])  # noqa: E731
-        return memory_per_gpu(arch=ar, shapes=sh, seq_len=one(2048), micro_batch=one(1), n_micro=one(p), tp=one(8),
-                              pp=one(p), dp=one(1), cp=one(1), ep=one(1), vpp=one(1), sharding=np.array([1]),
-                              recompute=np.array([rc]), sequence_parallel=np.array([sp]), is_fp32=np.array([False]),
-                              node_size=one(8), params=MEGATRON_2022, **kw)["mem_activations_bytes"][0]
+        x = memory_inputs(ar, seq_len=one(2048), micro_batch=one(1), n_micro=one(p), tp=one(8), pp=one(p),
+                          sharding=np.array([1]), recompute=np.array([rc]), sequence_parallel=np.array([sp]))
+        return memory_per_gpu(x, sh, MEGATRON_2022, memory_options(np.array(["megatron"]), pp=np.array([p])))[
+            "mem_activations_bytes"][0]
 
     ratio = acts(False, 0) / acts(True, 1)
     assert ratio == pytest.approx(5.0, rel=0.25)
@@ -113,11 +113,9 @@ def test_korthikanti_175b_first_stage_activations_megatron_preset():
     ar, sh = _arch(96, 12288, 96, 96, 49152, 51200, act=0, tied=1)
     from models.core.params import MEGATRON_2022
     one = lambda x: np.array([float(x)])  # noqa: E731
-    mem = memory_per_gpu(arch=ar, shapes=sh, seq_len=one(2048), micro_batch=one(1), n_micro=one(64), tp=one(8),
-                         pp=one(8), dp=one(1), cp=one(1), ep=one(1), vpp=one(1), sharding=np.array([1]),
-                         recompute=np.array([1]), sequence_parallel=np.array([True]), is_fp32=np.array([False]),
-                         node_size=one(8), params=MEGATRON_2022,
-                         **memory_arguments(np.array(["megatron"]), pp=np.array([8])))
+    x = memory_inputs(ar, seq_len=one(2048), micro_batch=one(1), n_micro=one(64), tp=one(8), pp=one(8),
+                      sharding=np.array([1]), recompute=np.array([1]), sequence_parallel=np.array([True]))
+    mem = memory_per_gpu(x, sh, MEGATRON_2022, memory_options(np.array(["megatron"]), pp=np.array([8])))
     assert mem["mem_activations_bytes"][0] == pytest.approx(2048 * 12288 * 96 * 34 / 8, rel=0.01)
 
 
@@ -153,7 +151,7 @@ def test_op_sac_between_full_and_no_recompute():
 
 
 def test_default_arguments_keep_the_model_unchanged():
-    """memory_arguments('default') reproduces the model without any preset argument, for every output."""
+    """memory_options('default') reproduces the model without any preset option, for every output."""
     ar, sh = _arch(*LLAMA31["70b"])
     for rc in (0, 1, 2):
         a = _mem(ar, sh, s=4096, tp=4, pp=2, m=8, dp=8, rc=rc, sharding=1)
@@ -230,13 +228,13 @@ def test_framework_words_map_to_presets(framework, year, preset):
 
 def test_preset_codes_and_names_give_the_same_arguments():
     names = np.array(["torchtitan", "megatron", "nonsense", "llm_foundry"])
-    by_name = memory_arguments(names, pp=np.array([8, 8, 8, 1]))
-    by_code = memory_arguments(preset_codes(names), pp=np.array([8, 8, 8, 1]))
-    for k in by_name:
-        np.testing.assert_array_equal(by_name[k], by_code[k])
-    assert by_name["logits_bytes"].tolist() == [12.0, 6.0, 4.0, 4.0]  # unknown -> default
+    by_name = memory_options(names, pp=np.array([8, 8, 8, 1]))
+    by_code = memory_options(preset_codes(names), pp=np.array([8, 8, 8, 1]))
+    for f in fields(MemoryOptions):
+        np.testing.assert_array_equal(getattr(by_name, f.name), getattr(by_code, f.name))
+    assert by_name.logits_bytes.tolist() == [12.0, 6.0, 4.0, 4.0]  # unknown -> default
     # with pp > 1 torchtitan and an unknown stack keep the stage gathered (when they shard it: FSDP), Megatron does not
-    assert by_name["fsdp_unsharded_stage"].tolist() == [True, False, True, False]
+    assert by_name.fsdp_unsharded_stage.tolist() == [True, False, True, False]
 
 
 def test_every_preset_names_its_source():

@@ -9,8 +9,8 @@ import polars as pl
 import pytest
 
 from models.arch.accounting import layer_shapes, normalize_arch
-from models.memory.presets import RECIPE_MEMORY, memory_arguments
-from models.memory.model import memory_per_gpu
+from models.memory.presets import RECIPE_MEMORY, memory_options
+from models.memory.model import memory_inputs, memory_per_gpu
 from models.core.params import DEFAULT, DTYPE_CODES, MEGATRON_2022
 from models.core.precision import SAVED_GEMM_INPUT_BYTES, saved_gemm_input_bytes
 from tests.conftest import MEASUREMENTS
@@ -28,12 +28,11 @@ def _acts(dtype, rc, *, preset="megatron", params=MEGATRON_2022, layers_16bit=No
     """Activation bytes of the first stage of GPT-3 175B, t8 p8, SP, seq 2048, micro-batch 1, 64 micro-batches."""
     ar, sh = _arch(*GPT3_175B)
     one = lambda x: np.array([float(x)])  # noqa: E731
-    return memory_per_gpu(arch=ar, shapes=sh, seq_len=one(2048), micro_batch=one(1), n_micro=one(64), tp=one(tp),
-                          pp=one(pp), dp=one(1), cp=one(1), ep=one(1), vpp=one(1), sharding=np.array([1]),
-                          recompute=np.array([rc]), sequence_parallel=np.array([tp > 1]), is_fp32=np.array([False]),
-                          node_size=one(8), params=params, dtype_code=np.array([DTYPE_CODES[dtype]]),
-                          layers_16bit=None if layers_16bit is None else one(layers_16bit),
-                          **memory_arguments(np.array([preset]), pp=np.array([pp])))["mem_activations_bytes"][0]
+    x = memory_inputs(ar, seq_len=one(2048), micro_batch=one(1), n_micro=one(64), tp=one(tp), pp=one(pp),
+                      sharding=np.array([1]), recompute=np.array([rc]), sequence_parallel=np.array([tp > 1]),
+                      dtype=np.array([DTYPE_CODES[dtype]]), layers_16bit=one(layers_16bit or 0))
+    return memory_per_gpu(x, sh, params, memory_options(np.array([preset]), pp=np.array([pp])))[
+        "mem_activations_bytes"][0]
 
 
 def test_saved_bytes_per_element_follow_the_formats():
@@ -80,8 +79,8 @@ def test_stacks_whose_fp8_keeps_16bit_inputs_are_unchanged():
 
 
 def test_megatron_bridge_preset_has_16bit_gradient_buffers():
-    assert memory_arguments(np.array(["megatron_bridge"]))["grad_bytes"][0] == 2.0
-    assert memory_arguments(np.array(["megatron"]))["grad_bytes"][0] == 4.0
+    assert memory_options(np.array(["megatron_bridge"])).grad_bytes[0] == 2.0
+    assert memory_options(np.array(["megatron"])).grad_bytes[0] == 4.0
 
 
 def test_recipe_table_names_a_source_for_every_entry():

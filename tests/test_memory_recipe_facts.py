@@ -2,13 +2,16 @@
 16-bit gradient buffer: models.memory.presets.RECIPE_OPTIMIZER) and the latent MoE's dispatch width
 (models.memory.model.moe_dispatch_elems). Each of the runs ran, so each must fit once its recipe's settings apply."""
 
+from dataclasses import replace
+
 import numpy as np
 import polars as pl
 import pytest
 
 from models.arch.accounting import layer_shapes, normalize_arch
-from models.memory.presets import RECIPE_OPTIMIZER, memory_arguments
-from models.memory.model import memory_per_gpu, module_recompute_savings, moe_dispatch_elems, recompute_modules_code
+from models.memory.presets import RECIPE_OPTIMIZER, memory_options
+from models.memory.model import (memory_inputs, memory_per_gpu, module_recompute_savings, moe_dispatch_elems,
+                                 recompute_modules_code)
 from models.core.params import DEFAULT
 
 from tests.conftest import MEASUREMENTS
@@ -21,11 +24,10 @@ def _nemotron_340b(**extra):
     """Nemotron-4 340B as the NeMo 24.07 run lays it out: tp 8, pp 8, dp 2, distributed optimizer (zero1)."""
     ar = normalize_arch({k: np.atleast_1d(np.asarray(v, dtype=float)) for k, v in NEMOTRON4_340B.items()})
     one = lambda x: np.array([float(x)])  # noqa: E731
-    kw = memory_arguments(np.array(["megatron"]), pp=one(8)) | extra
-    return memory_per_gpu(arch=ar, shapes=layer_shapes(ar), seq_len=one(4096), micro_batch=one(1), n_micro=one(16),
-                          tp=one(8), pp=one(8), dp=one(2), cp=one(1), ep=one(1), vpp=one(12),
-                          sharding=np.array([1]), recompute=np.array([1]), sequence_parallel=np.array([True]),
-                          is_fp32=np.array([False]), node_size=one(8), params=DEFAULT, **kw)
+    x = memory_inputs(ar, seq_len=one(4096), micro_batch=one(1), n_micro=one(16), tp=one(8), pp=one(8), dp=one(2),
+                      vpp=one(12), sharding=np.array([1]), recompute=np.array([1]), sequence_parallel=np.array([True]))
+    return memory_per_gpu(x, layer_shapes(ar), DEFAULT,
+                          replace(memory_options(np.array(["megatron"]), pp=one(8)), **extra))
 
 
 def test_bf16_adam_without_master_copy_and_16bit_gradient_buffer():

@@ -2,13 +2,16 @@
 .module_recompute) against Korthikanti et al. 2022's per-layer activation terms, and the Megatron-Bridge
 performance recipes that set it (models.memory.presets.RECIPE_RECOMPUTE_MODULES)."""
 
+from dataclasses import replace
+
 import numpy as np
 import polars as pl
 import pytest
 
 from models.arch.accounting import layer_shapes, normalize_arch
-from models.memory.presets import RECIPE_RECOMPUTE_MODULES, memory_arguments
-from models.memory.model import RECOMPUTE_MODULE_BITS, memory_per_gpu, module_recompute_savings, recompute_modules_code
+from models.memory.presets import RECIPE_RECOMPUTE_MODULES, memory_options
+from models.memory.model import (RECOMPUTE_MODULE_BITS, memory_inputs, memory_per_gpu, module_recompute_savings,
+                                 recompute_modules_code)
 from models.core.params import DTYPE_CODES, MEGATRON_2022
 from models.physics.step_time import predict_arrays
 
@@ -48,12 +51,12 @@ def _gpt(rc, mods=None, pp=1):
              tied_embeddings=1)
     ar = normalize_arch({k: np.atleast_1d(np.asarray(v, dtype=float)) for k, v in d.items()})
     one = lambda x: np.array([float(x)])  # noqa: E731
-    return memory_per_gpu(arch=ar, shapes=layer_shapes(ar), seq_len=one(S), micro_batch=one(1), n_micro=one(64),
-                          tp=one(8), pp=one(pp), dp=one(1), cp=one(1), ep=one(1), vpp=one(1), sharding=np.array([1]),
-                          recompute=np.array([rc]), sequence_parallel=np.array([True]), is_fp32=np.array([False]),
-                          node_size=one(8), params=MEGATRON_2022, dtype_code=np.array([DTYPE_CODES["bf16"]]),
-                          recompute_modules=None if mods is None else one(recompute_modules_code(mods)),
-                          **memory_arguments(np.array(["megatron"]), pp=np.array([pp])))["mem_activations_bytes"][0]
+    x = memory_inputs(ar, seq_len=one(S), micro_batch=one(1), n_micro=one(64), tp=one(8), pp=one(pp),
+                      sharding=np.array([1]), recompute=np.array([rc]), sequence_parallel=np.array([True]),
+                      dtype=np.array([DTYPE_CODES["bf16"]]))
+    options = replace(memory_options(np.array(["megatron"]), pp=np.array([pp])),
+                      recompute_modules=None if mods is None else one(recompute_modules_code(mods)))
+    return memory_per_gpu(x, layer_shapes(ar), MEGATRON_2022, options)["mem_activations_bytes"][0]
 
 
 def test_mlp_recompute_on_gpt3_175b():

@@ -104,18 +104,19 @@ def test_expert_tp_divides_expert_memory_by_ep_etp(hw):
                                              sharding=0, sequence_parallel=1.0).items()}
     a["sharding"] = a["sharding"].astype(np.int64)
     from models.arch.accounting import layer_shapes, normalize_arch
-    from models.memory.model import memory_per_gpu
+    from models.memory.model import memory_inputs, memory_per_gpu
 
     arch = normalize_arch({k: a[k] for k in ("n_layers", "d_model", "n_heads", "ffn_dim", "vocab", "n_kv_heads",
                                               "head_dim", "n_experts", "top_k", "expert_ffn_dim", "n_shared_experts",
                                               "n_dense_layers", "tied_embeddings", "activation")})
-    kw = dict(arch=arch, shapes=layer_shapes(arch), seq_len=4096.0, micro_batch=1.0, n_micro=8.0, tp=4.0, pp=1.0,
-              dp=4.0, cp=1.0, ep=2.0, vpp=1.0, sharding=0, recompute=1, sequence_parallel=True, is_fp32=False,
-              node_size=8.0)
-    m_tp, m_1 = memory_per_gpu(**kw, etp=4.0), memory_per_gpu(**kw, etp=1.0)
+    kw = dict(seq_len=4096.0, micro_batch=1.0, n_micro=8.0, tp=4.0, dp=4.0, ep=2.0, recompute=1,
+              sequence_parallel=True)
+    sh = layer_shapes(arch)
+    m_tp, m_1 = (memory_per_gpu(memory_inputs(arch, **kw, etp=etp), sh) for etp in (4.0, 1.0))
     assert m_1["expert_params_local"][()] == pytest.approx(4.0 * m_tp["expert_params_local"][()], rel=1e-12)
     assert m_1["dense_params_local"][()] == m_tp["dense_params_local"][()]
-    assert memory_per_gpu(**kw)["expert_params_local"][()] == m_tp["expert_params_local"][()]  # None = tp
+    assert memory_per_gpu(memory_inputs(arch, **kw), sh)["expert_params_local"][()] == \
+        m_tp["expert_params_local"][()]  # None = tp
     # in the step: weights, grads and optimizer grow by the expert parameters' 3 extra quarters
     r4, r1 = predict_arrays(a | {"etp": np.array([4.0])}), predict_arrays(a | {"etp": np.array([1.0])})
     extra = 3.0 * m_tp["expert_params_local"][()]

@@ -30,7 +30,8 @@ import numpy as np
 import polars as pl
 
 from models.arch import mamba, mla
-from models.core.params import ACTIVATION_CODES
+from models.core.params import ACTIVATION_CODES, Activation
+from models.core.recompute import recompute_flops
 
 ArrayDict = Mapping[str, np.ndarray]
 
@@ -116,7 +117,7 @@ def normalize_arch(a: ArrayDict) -> dict[str, np.ndarray]:
     ns = _get(a, "n_shared_experts", 0.0)
     nd = _get(a, "n_dense_layers", 0.0)
     tied = _get(a, "tied_embeddings", 0.0)
-    act = _get(a, "activation", 0.0)
+    act = _get(a, "activation", float(Activation.GELU))
     out = {
         "n_layers": L,
         "d_model": h,
@@ -211,10 +212,7 @@ def hybrid_flops_per_token(ar: ArrayDict, pc: ArrayDict, seq_len, recompute):
                        ssd)
     attn_fwd = 4.0 * nA * s * q
     model = 6.0 * pc["matmul_params_active"] + 3.0 * attn_fwd + 3.0 * ssd
-    rc = np.asarray(recompute)
-    extra = np.where(rc == 2, 2.0 * pc["matmul_params_layers_active"] + attn_fwd + ssd,
-                     np.where(rc == 1, attn_fwd, 0.0))
-    return model, model + extra
+    return model, model + recompute_flops(recompute, pc["matmul_params_layers_active"], attn_fwd, ssd)
 
 
 def layer_shapes(arch: ArrayDict) -> dict[str, np.ndarray]:
@@ -235,7 +233,7 @@ def layer_shapes(arch: ArrayDict) -> dict[str, np.ndarray]:
     ms = arch.get("mla")
     if ms is not None:  # MLA rows: the core width q_core stands for q and kv (models.arch.mla)
         q, kvd = np.where(ms["mla"], ms["core_dim"], q), np.where(ms["mla"], ms["core_dim"], kvd)
-    has_bias = (arch["activation"] == 0).astype(np.float64)  # gelu
+    has_bias = (arch["activation"] == Activation.GELU).astype(np.float64)
     mats = 3.0 - has_bias  # 2 matrices for gelu, 3 for swiglu
     qk = q + kvd
     h2 = 2.0 * h
@@ -298,7 +296,7 @@ def param_counts(a: ArrayDict, *, normalized: bool = False, shapes: ArrayDict | 
     E, k, ns = ar["n_experts"], ar["top_k"], ar["n_shared_experts"]
     plc = sh["attn_matmul"] + sh["attn_bias"] + sh["norm_params"]
     dense_mlp = sh["dense_mlp_matmul"] + sh["mlp_bias"]
-    has_bias = sh["has_bias"] if "has_bias" in sh else (ar["activation"] == 0).astype(np.float64)
+    has_bias = sh["has_bias"] if "has_bias" in sh else (ar["activation"] == Activation.GELU).astype(np.float64)
     final_norm = h + has_bias * h  # 2h for gelu (gain + bias), h for swiglu
     lm_head = V * h
     tied = ar["tied_embeddings"]
@@ -360,14 +358,16 @@ def model_flops_per_token(a: ArrayDict, seq_len) -> np.ndarray:
 
 
 def recompute_flops_per_token(a: ArrayDict, seq_len, recompute) -> np.ndarray:
-    """Extra (hardware) FLOPs per token from recomputation. recompute: 0 none, 1 selective, 2 full."""
+    """Extra (hardware) FLOPs per token from recomputation of an architecture, by recompute code
+    (models.core.params.Recompute; the rule: models.core.recompute.recompute_flops); the MTP modules'
+    (models.arch.mla) added, hybrid rows by their blocks (``hybrid_flops_per_token``)."""
     ar = normalize_arch(a)
     sh = layer_shapes(ar)
     pc = param_counts(ar, normalized=True, shapes=sh)
     s = _f(seq_len)
     attn_fwd = 4.0 * ar["n_layers"] * s * sh["q_dim"]
     rc = np.asarray(recompute)
-    out = np.where(rc == 2, 2.0 * pc["matmul_params_layers_active"] + attn_fwd, np.where(rc == 1, attn_fwd, 0.0))
+    out = recompute_flops(rc, pc["matmul_params_layers_active"], attn_fwd)
     if "mtp" in ar:
         model, hw = mla.mtp_flops_per_token(ar, sh, s, rc)
         out = out + (hw - model)

@@ -49,6 +49,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from models.core.recompute import recompute_flops
+
 #: architecture columns of MLA rows (measurements/architectures.csv)
 COLUMNS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 #: number of multi-token-prediction modules a run trains (0 or empty: none)
@@ -222,10 +224,8 @@ def mtp_flops_per_token(arch, shapes, seq_len, recompute):
     mp = mtp_params(arch, shapes)
     attn_fwd = 4.0 * D * s * q
     model = 6.0 * mp["active_matmul"] + 3.0 * attn_fwd
-    rc = np.asarray(recompute)
     block = mp["active_matmul"] - D * arch["vocab"] * arch["d_model"]  # the head is not recomputed
-    extra = np.where(rc == 2, 2.0 * block + attn_fwd, np.where(rc == 1, attn_fwd, 0.0))
-    return model, model + extra
+    return model, model + recompute_flops(recompute, block, attn_fwd)
 
 
 def mtp_stage_time(D, fwd_layer, bwd_layer, recompute_layer, t_lm, Tt2, h, wrt, aT, aTt, inv_rate, inv_hbm, wh):

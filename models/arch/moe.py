@@ -55,6 +55,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from models.core.params import Recompute
+
 #: optional config columns of the MoE options (null/NaN = the default: etp = tp, dropless, not padded, no EP
 #: all-to-all overlap, the all-to-all dispatcher; ``moe_a2a_overlap`` 1 = Megatron-Core
 #: ``--overlap-moe-expert-parallel-comm``; ``moe_dispatcher`` 1 = the flex dispatcher, DeepEP or HybridEP)
@@ -182,10 +184,10 @@ def a2a_merged_fraction(a2a_overlap, n_micro, pp, vpp, n_experts, ep, recompute_
     without the overlap, "one extra micro-batch forward step before the 1f1b stages"; schedules.py
     ``get_pp_rank_microbatches`` with the default group size pp) and as many in cool-down, unmerged:
     (m v - W) / (m v), at least 0. Not applicable (0): no overlap, dense rows, ep = 1, pp > 1 without
-    interleaving, and full recompute (``recompute_code`` 2; Megatron-Bridge asserts
+    interleaving, and full recompute (``recompute_code`` Recompute.FULL; Megatron-Bridge asserts
     ``recompute_granularity != "full"`` with the overlap)."""
     m, p, v = _f(n_micro), _f(pp), _f(vpp)
-    on = (_f(a2a_overlap) > 0) & (_f(n_experts) > 0) & (_f(ep) > 1) & (np.asarray(recompute_code) != 2)
+    on = (_f(a2a_overlap) > 0) & (_f(n_experts) > 0) & (_f(ep) > 1) & (np.asarray(recompute_code) != Recompute.FULL)
     no_pp = (m - 1.0) / np.maximum(m, 1.0)
     chunks = m * v
     warm = 2.0 * (p - 1.0) + (v - 1.0) * p + 1.0

@@ -23,27 +23,79 @@ import numpy as np
 # ---------------------------------------------------------------------------------------
 # Categorical codes used by the array-level API (``predict_arrays``). Strings are encoded
 # to these integers outside the hot path; -1 means "unknown / not in the vocabulary".
+# Each class below names the codes of one category (``rc == Recompute.FULL``) and its
+# ``*_CODES`` dict maps the words a config table uses to them. The names are plain ints,
+# not IntEnum members: numpy compares an array with a Python int on its fast path and with
+# an int subclass on a slower one, and the model makes dozens of comparisons per block.
 # ---------------------------------------------------------------------------------------
-ACTIVATION_CODES: Mapping[str, int] = {"gelu": 0, "swiglu": 1}
+class Activation:
+    """MLP activation codes (``ACTIVATION_CODES``)."""
+
+    GELU = 0  # two matrices, GPT-style biases
+    SWIGLU = 1  # three matrices (gate, up, down), no biases
+
+
+class Sharding:
+    """What the data-parallel group shards (``SHARDING_CODES``); each code shards what the one before it does and
+    more (models.memory.model._held_params)."""
+
+    NONE = 0  # nothing: every data-parallel rank holds the whole model state
+    ZERO1 = 1  # the optimizer state
+    ZERO2 = 2  # the optimizer state and the gradients
+    ZERO3 = 3  # also the weights (DeepSpeed: a 16-bit weight partition beside the fp32 master)
+    FSDP = 4  # also the weights (PyTorch FSDP: the fp32 sharded parameter is the master, no 16-bit shard)
+    HSDP = 5  # as FSDP inside the node, replicated across nodes
+
+
+class Recompute:
+    """Activation recomputation codes (``RECOMPUTE_CODES``; what each repeats: models.core.recompute)."""
+
+    NONE = 0
+    SELECTIVE = 1  # the attention core (Megatron-LM), or the stack's save list (models.memory.model)
+    FULL = 2  # every layer's forward, from the layer input it stored
+
+
+class Dtype:
+    """Precision of the matmuls (``DTYPE_CODES``)."""
+
+    BF16 = 0
+    FP16 = 1
+    FP8 = 2
+    FP8_CS = 3  # fp8 with per-tensor current scaling
+    MXFP8 = 4
+    NVFP4 = 5
+    FP32 = 6
+    TF32 = 7
+
+
+class TpMode:
+    """Tensor-parallel form codes (``TP_MODE_CODES``; models.physics.tp2d)."""
+
+    ONE_D = 0  # Megatron's 1-D split
+    TWO_D = 1  # the 2-D weight-stationary grid
+
+
+ACTIVATION_CODES: Mapping[str, int] = {"gelu": Activation.GELU, "swiglu": Activation.SWIGLU}
 SHARDING_CODES: Mapping[str, int] = {
-    "none": 0,
-    "zero1": 1,
-    "zero2": 2,
-    "zero3": 3,
-    "fsdp": 4,
-    "hsdp": 5,
+    "none": Sharding.NONE,
+    "zero1": Sharding.ZERO1,
+    "zero2": Sharding.ZERO2,
+    "zero3": Sharding.ZERO3,
+    "fsdp": Sharding.FSDP,
+    "hsdp": Sharding.HSDP,
 }
-RECOMPUTE_CODES: Mapping[str, int] = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_CODES: Mapping[str, int] = {"none": Recompute.NONE, "selective": Recompute.SELECTIVE, "full": Recompute.FULL}
 DTYPE_CODES: Mapping[str, int] = {
-    "bf16": 0,
-    "fp16": 1,
-    "fp8": 2,
-    "fp8-cs": 3,
-    "mxfp8": 4,
-    "nvfp4": 5,
-    "fp32": 6,
-    "tf32": 7,
+    "bf16": Dtype.BF16,
+    "fp16": Dtype.FP16,
+    "fp8": Dtype.FP8,
+    "fp8-cs": Dtype.FP8_CS,
+    "mxfp8": Dtype.MXFP8,
+    "nvfp4": Dtype.NVFP4,
+    "fp32": Dtype.FP32,
+    "tf32": Dtype.TF32,
 }
+TP_MODE_CODES: Mapping[str, int] = {"1d": TpMode.ONE_D, "2d": TpMode.TWO_D}
 #: the low-precision formats (the fp8 family and nvfp4): GEMMs at the 8-bit efficiency, "low precision" in the
 #: residual and interval features
 LOW_PRECISION_DTYPES = ("fp8", "fp8-cs", "mxfp8", "nvfp4")
@@ -55,8 +107,14 @@ def is_low_precision(dtype_code) -> np.ndarray:
     return np.isin(dtype_code, _LOW_CODES)
 
 
-# tensor-parallel form (models.physics.tp2d): Megatron's 1-D split, or the 2-D weight-stationary grid
-TP_MODE_CODES: Mapping[str, int] = {"1d": 0, "2d": 1}
+def is_32bit(dtype_code) -> np.ndarray:
+    """Rows whose dtype code is fp32 or tf32: 4-byte weights and activations, GEMMs at the 32-bit efficiency."""
+    return (dtype_code == Dtype.FP32) | (dtype_code == Dtype.TF32)
+
+
+def is_unknown_code(code: np.ndarray, codes: Mapping[str, int]) -> np.ndarray:
+    """Rows whose integer code is none of ``codes`` (a ``*_CODES`` dict, codes 0..n-1)."""
+    return (code < 0) | (code > len(codes) - 1)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ import numpy as np
 import polars as pl
 
 from models.core.domains import GENERATION_GROUPS, Domain
-from models.core.params import DEFAULT, PhysParams, is_low_precision
+from models.core.params import DEFAULT, PhysParams, Recompute, Sharding, is_low_precision
 from models.core.software import PRESETS, preset_params
 from models.fitting.assumptions import params_for
 from models.physics.step_time import OUTPUT_COLUMNS, encode_configs, with_error_strings
@@ -281,8 +281,10 @@ def residual_features(a: Mapping[str, np.ndarray], out: Mapping[str, np.ndarray]
         cols += [np.log(g("micro_batch") * g("seq_len") / cp), np.log(g("d_model") / tp), np.log(g("ffn_dim") / tp),
                  np.log(np.ceil(g("n_layers") / pp)), np.log(out["n_microbatches"]),
                  np.log(tp), np.log(pp), np.log(dp), np.log(g("n_gpus")),
-                 is_low_precision(dt).astype(float), (rc == 1).astype(float), (rc == 2).astype(float),
-                 ((sh >= 3) & (sh <= 5)).astype(float), ((sh == 1) | (sh == 2)).astype(float),
+                 is_low_precision(dt).astype(float), (rc == Recompute.SELECTIVE).astype(float),
+                 (rc == Recompute.FULL).astype(float),
+                 ((sh >= Sharding.ZERO3) & (sh <= Sharding.HSDP)).astype(float),
+                 ((sh == Sharding.ZERO1) | (sh == Sharding.ZERO2)).astype(float),
                  (np.nan_to_num(g("sequence_parallel", 0.0)) > 0).astype(float),
                  np.clip(out["memory_gb_per_gpu"] / g("memory_gb"), 0.0, 5.0),
                  (np.nan_to_num(g("n_experts", 0.0)) > 0).astype(float)]

@@ -35,13 +35,16 @@ Allowance: ``mem_overhead_gb`` + ``mem_fragmentation_frac`` x modelled bytes (pr
 ``overhead_frac_of_capacity`` the fixed part is a fraction of the device instead (portable).
 Capacity: vendor "GB" are binary (``CAPACITY_BYTES_PER_GB``; compare with ``capacity_bytes``).
 
-What a training stack's words mean (selective = attention core in Megatron, a save list in torchtitan and
+The entry is ``memory_per_gpu(x, shapes, params, options)``: ``x`` the block's decoded ``Inputs``
+(models.core.inputs, the object the step-time model reads; ``memory_inputs`` builds one for a memory question
+alone). What a training stack's words mean (selective = attention core in Megatron, a save list in torchtitan and
 MaxText; fp32 main_grad vs 16-bit gradients; the loss's logits bytes; LoRA; FSDP with pipeline parallelism) enters
-through keyword arguments of ``memory_per_gpu``; models.memory.presets holds the sourced presets that fill them.
+through ``options`` (``MemoryOptions``); models.memory.presets holds the sourced presets that fill them.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields, replace
 from typing import Mapping
 
 import numpy as np
@@ -49,7 +52,8 @@ import numpy as np
 from models.arch import mamba, mla
 from models.arch.accounting import hybrid_param_counts
 from models.core.fastops import clip
-from models.core.params import DEFAULT, PhysParams
+from models.core.inputs import Inputs
+from models.core.params import DEFAULT, Dtype, PhysParams, Recompute, Sharding, is_32bit
 from models.core.precision import quantized_param_bytes, saved_gemm_input_bytes
 
 GB = 1e9
@@ -173,7 +177,7 @@ def activation_bytes_per_layer(
     *,
     tp=1,
     sequence_parallel=False,
-    recompute=0,
+    recompute=Recompute.NONE,
     q_dim=None,
     kv_dim=None,
     ffn_eff=None,
@@ -185,7 +189,7 @@ def activation_bytes_per_layer(
 ):
     """Stored activation bytes of one transformer layer for one micro-batch, per GPU.
 
-    recompute: 0 none, 1 selective, 2 full (the full-recompute value excludes the one-layer
+    recompute: a models.core.params.Recompute code (the full-recompute value excludes the one-layer
     working set, which ``memory_per_gpu`` adds once). Defaults reproduce Korthikanti et al.
     2022 for a GPT (MHA, ffn = 4h, GeLU) with 2-byte activations; ``dropout_mask_elems`` = 0
     drops their two dropout masks (2 s b h) for recipes trained without dropout.
@@ -207,7 +211,8 @@ def activation_bytes_per_layer(
     kept, scores, checkpoint = _activation_elems(
         tokens, s, h, a, inv_t, np.where(sp, inv_t, 1.0), 4.0 * q + 4.0 * kv + _f(ffn_coeff) * F,
         8.0 + _f(dropout_mask_elems), _f(attn_scores_stored))
-    return scale * np.where(rc == 2, checkpoint, np.where(rc == 1, kept, kept + scores))
+    return scale * np.where(rc == Recompute.FULL, checkpoint,
+                            np.where(rc == Recompute.SELECTIVE, kept, kept + scores))
 
 
 def hybrid_activation_bytes(hy, act_args, q_dim, kv_dim, mlp_width, moe_width, recompute, scores_stored,
@@ -216,10 +221,9 @@ def hybrid_activation_bytes(hy, act_args, q_dim, kv_dim, mlp_width, moe_width, r
     one micro-batch, in the units of ``_activation_elems``. Each block keeps its norm input and mixer input
     (replicated 4 + half the dropout masks, i.e. half of a transformer layer's 8 + m_d) and its mixer's sharded
     tensors: attention 4q + 4kv (+ scores on attention blocks only), MLP c_f F, MoE c_f F_moe + dispatch copies,
-    Mamba-2 `models.arch.mamba.activation_bytes_per_token`, Mamba-1 `mamba1_activation_bytes_per_token`. Selective recompute drops the attention scores (Megatron's
-    core-attention recompute; Mamba blocks have no selective option); full recompute keeps each block's input
-    2h and the working set of its heaviest block."""
-
+    Mamba-2 `models.arch.mamba.activation_bytes_per_token`, Mamba-1 `mamba1_activation_bytes_per_token`. Selective
+    recompute drops the attention scores (Megatron's core-attention recompute; Mamba blocks have no selective
+    option); full recompute keeps each block's input 2h and the working set of its heaviest block."""
     nM, nA, nF, nE = mamba.block_shares(hy)
     rep, m_sh = mamba.activation_bytes_per_token(act_args[2], hy["d_inner"], hy["bc"], hy["mamba_n_heads"],
                                                  dropout_mask_elems)
@@ -231,11 +235,12 @@ def hybrid_activation_bytes(hy, act_args, q_dim, kv_dim, mlp_width, moe_width, r
     mean_sh = nA * a_sh + nF * mlp_width + nE * moe_width + nM * m_sh
     kept, scores, checkpoint = _activation_elems(*act_args, mean_sh, rep, scores_stored)
     rc = np.asarray(recompute)
-    stored = np.where(rc == 2, checkpoint, np.where(rc == 1, kept, kept + nA * scores))
+    stored = np.where(rc == Recompute.FULL, checkpoint,
+                      np.where(rc == Recompute.SELECTIVE, kept, kept + nA * scores))
     heaviest = np.maximum(np.maximum((nA > 0) * a_sh, (nF > 0) * mlp_width), np.maximum((nE > 0) * moe_width,
                                                                                       (nM > 0) * m_sh))
     work = _activation_elems(*act_args, heaviest, rep, scores_stored)[0] + (nA > 0) * scores
-    return stored, (rc == 2) * work
+    return stored, (rc == Recompute.FULL) * work
 
 
 def moe_dispatch_elems(h, k_r, hy=None):
@@ -276,7 +281,7 @@ def low_precision_saved_inputs(q_dim, F_fc2, dense_frac, rc, saved_bytes, lp_fra
     on = lp_frac * (saved_bytes < 2.0)
     d = saved_bytes - 2.0  # per element, against Korthikanti's 2 bytes
     rep = on * d * (1.0 + dense_frac)
-    proj = np.where(np.asarray(rc) == 1, d, saved_bytes) * q_dim
+    proj = np.where(np.asarray(rc) == Recompute.SELECTIVE, d, saved_bytes) * q_dim
     return rep, on * (d * F_fc2 + proj)
 
 
@@ -301,7 +306,7 @@ def active_module_code(code, rc):
     if code is None:
         return None
     code = np.nan_to_num(_f(code))
-    on = (code > 0) & (np.asarray(rc) == 1)
+    on = (code > 0) & (np.asarray(rc) == Recompute.SELECTIVE)
     return np.where(on, code, 0.0).astype(np.int64) if np.any(on) else None
 
 
@@ -342,18 +347,17 @@ def module_recompute_savings(code, h, n_heads, F_d, expert_ffn, k_r, ns, cf, moe
     return rep, sharded
 
 
-def _module_recompute_elems(code, rc, arch, shapes, act_args, lp, any_moe, k_r, cf, saved_bytes, lp_frac):
+def _module_recompute_elems(code, rc, arch, shapes, act_args, local, any_moe, k_r, cf, saved_bytes, lp_frac):
     """Stored elements (units of ``_activation_elems``) one layer no longer keeps under ``recompute_modules``
     (``module_recompute_savings``), on selective-recompute rows with a module list; 0.0 where no row has one."""
     if (code := active_module_code(code, rc)) is None:
         return 0.0
     on = code > 0
-    moe_w = lp["moe_frac"] if any_moe else 0.0
+    moe_w = local["moe_frac"] if any_moe else 0.0
     dense_w = 1.0 - moe_w
     fc2 = 2.0 if saved_bytes is None else 2.0 + lp_frac * (saved_bytes < 2.0) * (saved_bytes - 2.0)
     dispatch = None
     if (hy := arch.get("hybrid")) is not None:  # hybrid rows: shares of MoE / MLP blocks, no quantized saves
-
         dispatch = moe_dispatch_elems(act_args[2], k_r, hy)
         _, _, mlp_share, moe_share = mamba.block_shares(hy)
         moe_w = np.where(hy["hybrid"], moe_share, moe_w)
@@ -365,143 +369,149 @@ def _module_recompute_elems(code, rc, arch, shapes, act_args, lp, any_moe, k_r, 
     return on * _activation_elems(*act_args, sharded, rep, 0.0)[0]
 
 
-def _local_params(arch, shapes, Ls, t, p, e, any_moe, etp=None) -> dict:
+def _local_params(x: Inputs, shapes, any_moe, etp=None) -> dict:
     """Parameters on one GPU of the stage: ``dense`` (attention, norms, dense MLPs, shared experts, routers,
     embeddings of a first/last stage), ``expert`` (its routed experts), and the per-layer counts the prefetch
     buffers read (``plc`` attention + norms, ``dense_mlp``, ``moe_mlp`` shared + local routed experts of one MoE
     layer; ``is_moe`` rows with MoE layers; ``moe_frac`` their share of the layers). Routed experts are divided
     by ep * etp (``etp`` expert tensor parallelism, models.arch.moe; None = tp)."""
+    arch = x.arch
     h, L, V, E, ns = arch["d_model"], arch["n_layers"], arch["vocab"], arch["n_experts"], arch["n_shared_experts"]
-    inv_t = 1.0 / t
+    tp, pp, ep, layers_per_stage = x.t, x.p, x.e, x.Ls
+    inv_tp = 1.0 / tp
     n_moe = shapes["n_moe_layers"]
     plc = shapes["attn_matmul"] + shapes["attn_bias"] + shapes["norm_params"]
     dense_mlp = shapes["dense_mlp_matmul"] + shapes["mlp_bias"]
     Vh = V * h
     tied = arch["tied_embeddings"]
     if np.ndim(tied) and not np.count_nonzero(tied):  # untied everywhere: 2 V h on a single stage
-        embed_stage = Vh * (2.0 - (p > 1))
+        embed_stage = Vh * (2.0 - (pp > 1))
     else:
-        embed_stage = np.where(p > 1, Vh, Vh * (2.0 - clip(tied, 0, 1)))
-    out = {"plc": plc, "dense_mlp": dense_mlp, "embed": embed_stage * inv_t}
+        embed_stage = np.where(pp > 1, Vh, Vh * (2.0 - clip(tied, 0, 1)))
+    out = {"plc": plc, "dense_mlp": dense_mlp, "embed": embed_stage * inv_tp}
     if any_moe:
         moe_frac = n_moe / L
-        Ls_moe = Ls * moe_frac
-        Ls_dense = Ls - Ls_moe
+        moe_layers = layers_per_stage * moe_frac
+        dense_layers = layers_per_stage - moe_layers
         expert = shapes["expert_matmul"] + shapes["expert_bias"]
-        e1 = np.maximum(e, 1.0)
+        ep_ranks = np.maximum(ep, 1.0)
         ns_expert = ns * expert
-        dense_local = (Ls * plc + Ls_dense * dense_mlp + Ls_moe * (ns_expert + shapes["router_matmul"])
-                       + embed_stage) * inv_t
-        E_expert_e = E * expert / e1
+        dense_local = (layers_per_stage * plc + dense_layers * dense_mlp
+                       + moe_layers * (ns_expert + shapes["router_matmul"]) + embed_stage) * inv_tp
+        experts_per_ep_rank = E * expert / ep_ranks
         if etp is not None:  # expert tensor parallelism: x tp / etp, exactly 1.0 at etp = tp (models.arch.moe)
-            E_expert_e = E_expert_e * (t / _f(etp))
-        expert_local = Ls_moe * E_expert_e * inv_t
-        out.update(moe_frac=moe_frac, is_moe=moe_frac > 0, moe_mlp=ns_expert + E_expert_e)
+            experts_per_ep_rank = experts_per_ep_rank * (tp / _f(etp))
+        expert_local = moe_layers * experts_per_ep_rank * inv_tp
+        out.update(moe_frac=moe_frac, is_moe=moe_frac > 0, moe_mlp=ns_expert + experts_per_ep_rank)
     else:
-        dense_local = (Ls * plc + Ls * dense_mlp + embed_stage) * inv_t
+        dense_local = (layers_per_stage * plc + layers_per_stage * dense_mlp + embed_stage) * inv_tp
         expert_local = np.zeros(np.shape(dense_local))
     if arch.get("mla") is not None or arch.get("mtp") is not None:
         # MLA: duplicated down-projections; MTP modules on the last stage
-
-        dense_local, expert_local = mla.local_params(arch, shapes, dense_local, expert_local, Ls, t, p, e,
-                                                     etp=etp)
+        dense_local, expert_local = mla.local_params(arch, shapes, dense_local, expert_local, layers_per_stage, tp,
+                                                     pp, ep, etp=etp)
     hy = arch.get("hybrid")
-    if hy is not None:  # hybrid rows: the stage holds Ls of the n_layers blocks (models.arch.mamba)
-
+    if hy is not None:  # hybrid rows: the stage holds layers_per_stage of the n_layers blocks (models.arch.mamba)
         hyb = hy["hybrid"]
         hc = hybrid_param_counts(arch, shapes)
-        frac = Ls / L
-        e_h = np.maximum(e, 1.0)
+        frac = layers_per_stage / L
+        ep_h = np.maximum(ep, 1.0)
         if etp is not None:  # routed experts / (ep etp) (models.arch.moe)
-            e_h = e_h * (_f(etp) / t)
-        dense_local = np.where(hyb, (frac * hc["blocks_dense"] + embed_stage) * inv_t, dense_local)
-        expert_local = np.where(hyb, frac * hc["blocks_expert"] / e_h * inv_t, expert_local)
+            ep_h = ep_h * (_f(etp) / tp)
+        dense_local = np.where(hyb, (frac * hc["blocks_dense"] + embed_stage) * inv_tp, dense_local)
+        expert_local = np.where(hyb, frac * hc["blocks_expert"] / ep_h * inv_tp, expert_local)
     out.update(dense=dense_local, expert=expert_local)
     return out
 
 
-def _state_shares(lp, shard, d, c, e, node_size, inv_t, any_moe, etp_scale=None) -> dict:
-    """Parameters per GPU whose weights (``S_w``), gradients (``S_g``) and optimizer state (``S_o``) this GPU
-    holds, and ``S_none`` (unsharded). Sharding: weights by codes 3-5, gradients by 2-5, optimizer state by 1-5;
-    the data-parallel group is dp*cp (routed experts: dp*cp/ep, x tp/etp = ``etp_scale`` with expert tensor
-    parallelism, models.arch.moe.expert_dp_size); HSDP (5) shards inside the node."""
-    dense_local, expert_local = lp["dense"], lp["expert"]
-    nd = d * c
-    hs_any = bool(np.any(shard == 5))
+def _held_params(x: Inputs, local, shard, any_moe, etp_scale=None) -> dict:
+    """Parameters per GPU whose weights (``weights``), gradients (``grads``) and optimizer state (``optimizer``)
+    this GPU holds, and ``unsharded`` (all of the stage's). Sharding (models.core.params.Sharding): weights from
+    ZERO3 on, gradients from ZERO2 on, optimizer state from ZERO1 on; the data-parallel group is dp*cp (routed
+    experts: dp*cp/ep, x tp/etp = ``etp_scale`` with expert tensor parallelism, models.arch.moe.expert_dp_size);
+    HSDP shards inside the node."""
+    dense_local, expert_local = local["dense"], local["expert"]
+    dp_group = x.d * x.c
+    inv_tp = 1.0 / x.t
+    hs_any = bool(np.any(shard == Sharding.HSDP))
     if hs_any:
-        hs = clip(np.floor(_f(node_size) * inv_t), 1.0, nd)
-        is5 = shard == 5
-        D = np.where(is5, hs, nd)
+        node_group = clip(np.floor(_f(x.node) * inv_tp), 1.0, dp_group)  # HSDP's group: the node's dp ranks
+        is_hsdp = shard == Sharding.HSDP
+        dense_group = np.where(is_hsdp, node_group, dp_group)
     else:
-        D = nd
-    S_none = dense_local + expert_local
+        dense_group = dp_group
+    unsharded = dense_local + expert_local
     if any_moe:
-        ne = nd / np.maximum(e, 1.0)
-        ne = np.maximum(ne * etp_scale if etp_scale is not None else ne, 1.0)
-        De = np.where(is5, np.minimum(hs, ne), ne) if hs_any else ne
-        S_full = dense_local / D + expert_local / De
+        expert_group = dp_group / np.maximum(x.e, 1.0)
+        expert_group = np.maximum(expert_group * etp_scale if etp_scale is not None else expert_group, 1.0)
+        if hs_any:
+            expert_group = np.where(is_hsdp, np.minimum(node_group, expert_group), expert_group)
+        sharded = dense_local / dense_group + expert_local / expert_group
     else:
-        S_full = dense_local / D
-    return {"S_none": S_none, "S_w": np.where(shard >= 3, S_full, S_none),
-            "S_g": np.where(shard >= 2, S_full, S_none), "S_o": np.where(shard >= 1, S_full, S_none)}
+        sharded = dense_local / dense_group
+    return {"unsharded": unsharded, "weights": np.where(shard >= Sharding.ZERO3, sharded, unsharded),
+            "grads": np.where(shard >= Sharding.ZERO2, sharded, unsharded),
+            "optimizer": np.where(shard >= Sharding.ZERO1, sharded, unsharded)}
 
 
-def _weights(lp, S, shard, fp32, wb, Ls, inv_t, any_moe, hy, fsdp_unsharded_stage) -> np.ndarray:
+def _weights(x: Inputs, local, held, shard, is_fp32, weight_bytes, any_moe, fsdp_unsharded_stage) -> np.ndarray:
     """Weight bytes: the held 16-bit (fp32 runs: 4-byte) copy, plus two gathered layers as prefetch buffers
     under ZeRO-3 / FSDP / HSDP (or the whole gathered stage: FSDP without reshard-after-forward)."""
-    w_sh = shard >= 3
+    gathers_weights = shard >= Sharding.ZERO3
     # PyTorch FSDP/HSDP (MixedPrecision param_dtype=bf16) keeps only the fp32 sharded
     # parameters - the master copy counted in the optimizer state - and casts to 16 bits on
     # all-gather, so no separate 16-bit shard exists (PyTorch FSDP docs, MixedPrecision:
     # "sharded parameters ... remain in full precision"); DeepSpeed ZeRO-3 keeps a 16-bit
     # partition next to the fp32 master in the optimizer.
-    no16 = (shard >= 4) & ~fp32
-    weights = (wb * S["S_w"]) * ~no16 if np.any(no16) else wb * S["S_w"]
-    if np.any(w_sh):  # ZeRO-3/FSDP/HSDP: two gathered layers as prefetch buffers
-        plc, dense_mlp = lp["plc"], lp["dense_mlp"]
+    no16 = (shard >= Sharding.FSDP) & ~is_fp32
+    weights = (weight_bytes * held["weights"]) * ~no16 if np.any(no16) else weight_bytes * held["weights"]
+    if np.any(gathers_weights):  # ZeRO-3/FSDP/HSDP: two gathered layers as prefetch buffers
+        plc, dense_mlp = local["plc"], local["dense_mlp"]
+        inv_tp = 1.0 / x.t
         if any_moe:
-            layer_local = (plc + np.where(lp["is_moe"], lp["moe_mlp"], dense_mlp)) * inv_t
+            layer_local = (plc + np.where(local["is_moe"], local["moe_mlp"], dense_mlp)) * inv_tp
         else:
-            layer_local = (plc + dense_mlp) * inv_t
-        if hy is not None:  # two of the stage's blocks (mean block)
-            layer_local = np.where(hy["hybrid"], 2.0 * (lp["dense"] + lp["expert"]) / np.maximum(Ls, 1.0),
+            layer_local = (plc + dense_mlp) * inv_tp
+        if (hy := x.arch.get("hybrid")) is not None:  # two of the stage's blocks (mean block)
+            layer_local = np.where(hy["hybrid"], 2.0 * (local["dense"] + local["expert"]) / np.maximum(x.Ls, 1.0),
                                    layer_local)
-        prefetch = 2.0 * wb * layer_local
+        prefetch = 2.0 * weight_bytes * layer_local
         if fsdp_unsharded_stage is not None and np.any(fsdp_unsharded_stage):
             # FSDP without reshard-after-forward (torchtitan with pp > 1): the whole stage's 16-bit
             # weights stay gathered from forward to backward, in place of the two prefetch buffers
-            prefetch = np.where(np.asarray(fsdp_unsharded_stage, dtype=bool), wb * S["S_none"], prefetch)
-        weights = weights + w_sh * prefetch
+            prefetch = np.where(np.asarray(fsdp_unsharded_stage, dtype=bool), weight_bytes * held["unsharded"],
+                                prefetch)
+        weights = weights + gathers_weights * prefetch
     return weights
 
 
-def _grads_optimizer(S, shard, fp32, m, params, grad_bytes, trainable_frac, fsdp_unsharded_stage,
-                     optimizer_bytes=None):
+def _grads_optimizer(held, shard, is_fp32, n_micro, params, options: MemoryOptions):
     """(gradient bytes, optimizer-state bytes, parameters whose optimizer state this GPU holds). NaN in
-    ``grad_bytes`` / ``optimizer_bytes`` (16-bit rows): ``params``' value."""
-    S_g, S_o = S["S_g"], S["S_o"]
+    ``options.grad_bytes`` / ``options.optimizer_bytes`` (16-bit rows): ``params``' value."""
+    held_grads, held_optimizer = held["grads"], held["optimizer"]
+    grad_bytes, fsdp_unsharded_stage = options.grad_bytes, options.fsdp_unsharded_stage
     gb, gb32 = (params.grad_bytes if grad_bytes is None else _f(grad_bytes)), 4.0
     if grad_bytes is not None and np.any(np.isnan(gb)):
         gb = np.where(np.isnan(gb), params.grad_bytes, gb)
-    grads = (gb * S_g) if np.all(gb == gb32) else np.where(fp32, gb32, gb) * S_g
+    grads = (gb * held_grads) if np.all(gb == gb32) else np.where(is_fp32, gb32, gb) * held_grads
     ob_m, ob_32 = params.optimizer_state_bytes_mixed, params.optimizer_state_bytes_fp32
-    if optimizer_bytes is not None and not np.all(np.isnan(ob_row := _f(optimizer_bytes))):
+    if options.optimizer_bytes is not None and not np.all(np.isnan(ob_row := _f(options.optimizer_bytes))):
         ob_m = np.where(np.isnan(ob_row), ob_m, ob_row)
-    ob = np.where(fp32, ob_32, ob_m) if np.any(fp32) else ob_m
-    optimizer = ob * S_o
+    ob = np.where(is_fp32, ob_32, ob_m) if np.any(is_fp32) else ob_m
+    optimizer = ob * held_optimizer
     if fsdp_unsharded_stage is not None and np.any(fsdp_unsharded_stage):
-        grads = grads + (np.asarray(fsdp_unsharded_stage, dtype=bool) * (shard >= 3) * (m > 1)) * (gb * S["S_none"])
-    if trainable_frac is not None:  # LoRA: frozen weights have no gradient and no optimizer state
-        tf = _f(trainable_frac)
+        accumulating = np.asarray(fsdp_unsharded_stage, dtype=bool) * (shard >= Sharding.ZERO3) * (n_micro > 1)
+        grads = grads + accumulating * (gb * held["unsharded"])
+    if options.trainable_frac is not None:  # LoRA: frozen weights have no gradient and no optimizer state
+        tf = _f(options.trainable_frac)
         grads = grads * tf
         optimizer = optimizer * tf
-        S_o = S_o * tf
-    return grads, optimizer, S_o
+        held_optimizer = held_optimizer * tf
+    return grads, optimizer, held_optimizer
 
 
-def _activations(arch, shapes, lp, s, b, t, p, c, v, m, rc, sp, wb, Ls, any_moe, params, selective_policy,
-                 logits_bytes, logits_chunks, act_offload_frac, moe_rho=None, saved_bytes=None,
-                 lp_frac=None, recompute_modules=None) -> tuple[np.ndarray, np.ndarray]:
+def _activations(x: Inputs, shapes, local, weight_bytes, any_moe, params, options: MemoryOptions, moe_rho=None,
+                 saved_bytes=None, lp_frac=None) -> tuple[np.ndarray, np.ndarray]:
     """(activation bytes of the most loaded stage, in-flight micro-batches): stored per layer and micro-batch,
     one layer's working set (full recompute; recomputed save-list tensors), logits on the last stage, MTP.
     ``moe_rho``: the most loaded EP rank stores rho x the mean routed copies (models.arch.moe; None = 1).
@@ -510,48 +520,51 @@ def _activations(arch, shapes, lp, s, b, t, p, c, v, m, rc, sp, wb, Ls, any_moe,
     # The stored bytes are linear in the sharded FFN width F, so a stage mixing dense and MoE
     # layers stores per layer what one layer of the layer-weighted mean width stores:
     # F_mix = F_dense + moe_frac (F_moe - F_dense).
+    arch = x.arch
     h, V, k, ns = arch["d_model"], arch["vocab"], arch["top_k"], arch["n_shared_experts"]
     ms, mtp, hy = arch.get("mla"), arch.get("mtp"), arch.get("hybrid")
-    inv_t = 1.0 / t
-    scale = 0.5 * wb  # the Korthikanti coefficients are for 2-byte activations
-    s_loc = s / c
-    tokens = s_loc * b
-    rep_div_inv = np.where(sp, inv_t, 1.0) if np.any(sp) else 1.0
+    tp, pp, vpp, n_micro, rc = x.t, x.p, x.v, x.m, x.rc
+    inv_tp = 1.0 / tp
+    scale = 0.5 * weight_bytes  # the Korthikanti coefficients are for 2-byte activations
+    s_loc = x.s / x.c
+    tokens = s_loc * x.b
+    rep_div_inv = np.where(x.sp, inv_tp, 1.0) if np.any(x.sp) else 1.0
     cf = 2.0 * shapes["mlp_mats"]  # 4 for GeLU (input, output), 6 for SwiGLU (gate, up, product)
     attn_part = 4.0 * (shapes["q_dim"] + shapes["kv_dim"])
     F_d = arch["ffn_dim"]
-    any_full = bool(np.any(rc == 2))
+    any_full = bool(np.any(rc == Recompute.FULL))
     k_r = k * _f(moe_rho) if moe_rho is not None else k  # the most loaded EP rank's routed copies (models.arch.moe)
     if any_moe:
         # the MoE dispatch copies 2h*top_k are added to the sharded part via the FFN width
         F_experts = (k_r + ns) * arch["expert_ffn_dim"]
         F_m = F_experts + 2.0 * h * k_r / cf
-        F_mix = F_d + lp["moe_frac"] * (F_m - F_d)
-        F_work = np.where(lp["is_moe"], F_m, F_d) if any_full else F_mix  # full recompute: the heaviest layer
+        F_mix = F_d + local["moe_frac"] * (F_m - F_d)
+        F_work = np.where(local["is_moe"], F_m, F_d) if any_full else F_mix  # full recompute: the heaviest layer
     else:
         F_mix = F_work = F_d
     ass = params.attn_scores_stored
-    act_args = (tokens, s, h, arch["n_heads"], inv_t, rep_div_inv)
+    act_args = (tokens, x.s, h, arch["n_heads"], inv_tp, rep_div_inv)
     rep_elems = 8.0 + params.dropout_mask_elems
     if ms is not None:  # MLA rows: the latents, kept replicated over tp (models.arch.mla)
-
         rep_elems = rep_elems + np.where(ms["mla"], mla.activation_bytes_per_token(ms, h)[0], 0.0)
     if saved_bytes is not None and np.any(saved_bytes < 2.0):  # low-precision GEMM inputs (TE)
-        moe_frac = lp["moe_frac"] if any_moe else 0.0
+        moe_frac = local["moe_frac"] if any_moe else 0.0
         F_fc2 = F_d + moe_frac * (F_experts - F_d) if any_moe else F_d
         d_rep, d_sh = low_precision_saved_inputs(shapes["q_dim"], F_fc2, 1.0 - moe_frac, rc, saved_bytes, lp_frac)
         rep_elems, attn_part = rep_elems + d_rep, attn_part + d_sh
     kept, scores, checkpoint = _activation_elems(*act_args, attn_part + cf * F_mix, rep_elems, ass)
-    stored = np.where(rc == 0, kept + scores, kept) if ass else kept
+    stored = np.where(rc == Recompute.NONE, kept + scores, kept) if ass else kept
     recomputed = 0.0
-    if selective_policy is not None and np.any(listed := (np.asarray(selective_policy) > 0) & (rc == 1)):
+    selective_policy = options.selective_policy
+    if selective_policy is not None and np.any(
+            listed := (np.asarray(selective_policy) > SELECTIVE_ATTENTION_CORE) & (rc == Recompute.SELECTIVE)):
         code = np.asarray(selective_policy).astype(np.int64)
-        saved = _save_list_elems(act_args, shapes, F_mix, t, code)
+        saved = _save_list_elems(act_args, shapes, F_mix, tp, code)
         stored = np.where(listed, saved, stored)
         # during a layer's backward its unsaved tensors are recomputed: the rest of its working set, once
         recomputed = scale * (listed * np.maximum(kept - saved, 0.0))
     if any_full:
-        is_full = rc == 2
+        is_full = rc == Recompute.FULL
         stored = np.where(is_full, checkpoint, stored)
         kept_work = kept if F_work is F_mix else _activation_elems(*act_args, attn_part + cf * F_work, rep_elems,
                                                                    ass)[0]
@@ -559,7 +572,7 @@ def _activations(arch, shapes, lp, s, b, t, p, c, v, m, rc, sp, wb, Ls, any_moe,
     else:
         working = 0.0
     working = working + recomputed
-    mod_saved = _module_recompute_elems(recompute_modules, rc, arch, shapes, act_args, lp, any_moe, k_r, cf,
+    mod_saved = _module_recompute_elems(options.recompute_modules, rc, arch, shapes, act_args, local, any_moe, k_r, cf,
                                         saved_bytes, lp_frac)
     if hy is not None:
         h_stored, h_working = hybrid_activation_bytes(
@@ -570,26 +583,26 @@ def _activations(arch, shapes, lp, s, b, t, p, c, v, m, rc, sp, wb, Ls, any_moe,
         working = np.where(hy["hybrid"], scale * h_working, working)
     if np.any(mod_saved):  # module recompute: not stored; one layer's recomputed tensors live in its backward
         stored, working = stored - mod_saved, working + scale * mod_saved
-    stage_acts = scale * stored * Ls
-    if act_offload_frac is not None:
-        stage_acts = stage_acts * (1.0 - _f(act_offload_frac))
-    if np.any(v > 1):
-        inflight = np.where(v > 1, p + (p - 1.0) / v, p)
-        inflight = np.maximum(np.minimum(inflight, m), 1.0)
+    stage_acts = scale * stored * x.Ls
+    if options.act_offload_frac is not None:
+        stage_acts = stage_acts * (1.0 - _f(options.act_offload_frac))
+    if np.any(vpp > 1):
+        inflight = np.where(vpp > 1, pp + (pp - 1.0) / vpp, pp)
+        inflight = np.maximum(np.minimum(inflight, n_micro), 1.0)
     else:
-        inflight = np.maximum(np.minimum(p, m), 1.0)
-    lb = 4.0 if logits_bytes is None else _f(logits_bytes)
-    if logits_chunks is not None:
-        lb = lb / np.maximum(_f(logits_chunks), 1.0)
-    logits = (lb * tokens) * V * inv_t
+        inflight = np.maximum(np.minimum(pp, n_micro), 1.0)
+    lb = 4.0 if options.logits_bytes is None else _f(options.logits_bytes)
+    if options.logits_chunks is not None:
+        lb = lb / np.maximum(_f(options.logits_chunks), 1.0)
+    logits = (lb * tokens) * V * inv_tp
     # first stage: all in-flight micro-batches; last stage: one, plus the fp32 logits. With
     # pp = 1 the in-flight count is 1 and both are the same stage (max = stage + logits).
     act_last = stage_acts + working + logits
     if mtp is not None:  # MTP: one more layer's activations and logits per module on the last stage
         act_last = act_last + mtp * (scale * stored + logits)
     activations = np.maximum(stage_acts * inflight + working, act_last)
-    if mtp is not None and np.any(p > 1):  # with pp > 1 this is the last stage (models.arch.mla) ...
-        activations = np.where(p > 1, act_last, activations)
+    if mtp is not None and np.any(pp > 1):  # with pp > 1 this is the last stage (models.arch.mla) ...
+        activations = np.where(pp > 1, act_last, activations)
     return activations, inflight
 
 
@@ -600,13 +613,13 @@ def low_precision_layer_share(layers_16bit, arch) -> np.ndarray:
     return clip(1.0 - l16 / np.maximum(arch["n_layers"], 1.0), 0.0, 1.0)
 
 
-def quantized_weights(lp, shard, wb, fp8_param_gather, dtype_code, non_tn_fp8, layers_16bit, arch):
+def quantized_weights(local, shard, weight_bytes, fp8_param_gather, dtype_code, non_tn_fp8, layers_16bit, arch):
     """(change of the weight bytes, {``quantized_dense_params_local``, ``quantized_expert_params_local``}) of rows
     whose recipe keeps its GEMM weights as Transformer Engine quantized parameters (Megatron-Core
     ``fp8_param_gather``): each such weight holds ``models.core.precision.QUANTIZED_PARAM_BYTES`` per element (fp8 / fp8-cs
     1 B where ``non_tn_fp8``, the device runs non-TN FP8 GEMMs, else 2 B with the Hopper transpose; mxfp8 2.0625 B,
-    row- and column-wise copies) in place of the 16-bit ``wb``; the fp32 master (optimizer state) and the gradients
-    are unchanged. (0.0, {}) where no row has the flag.
+    row- and column-wise copies) in place of the 16-bit ``weight_bytes``; the fp32 master (optimizer state) and the
+    gradients are unchanged. (0.0, {}) where no row has the flag.
 
     Quantized: the decoder layers' weights (attention, MLP, experts; their norms, biases and routers, under 0.1 % of
     a layer, counted with them) in the share of layers run in low precision (the ``layers_16bit`` a recipe keeps in
@@ -615,153 +628,129 @@ def quantized_weights(lp, shard, wb, fp8_param_gather, dtype_code, non_tn_fp8, l
     FSDP rows keep the 16-bit accounting, and so do dtypes without a layout."""
     if fp8_param_gather is None or dtype_code is None or not np.any(_f(fp8_param_gather) > 0):
         return 0.0, {}
-
     qb = quantized_param_bytes(dtype_code, False if non_tn_fp8 is None else non_tn_fp8)
-    on = (_f(fp8_param_gather) > 0) & (np.asarray(shard) < 3) & ~np.isnan(qb)
+    on = (_f(fp8_param_gather) > 0) & (np.asarray(shard) < Sharding.ZERO3) & ~np.isnan(qb)
     frac = on * low_precision_layer_share(layers_16bit, arch)
-    q_dense = frac * np.maximum(lp["dense"] - lp["embed"], 0.0)
-    q_expert = frac * lp["expert"]
-    dw = np.where(on, qb - wb, 0.0) * (q_dense + q_expert)
+    q_dense = frac * np.maximum(local["dense"] - local["embed"], 0.0)
+    q_expert = frac * local["expert"]
+    dw = np.where(on, qb - weight_bytes, 0.0) * (q_dense + q_expert)
     return dw, {"quantized_dense_params_local": q_dense, "quantized_expert_params_local": q_expert}
 
 
 def _saved_input_bytes(quantized_saves, dtype_code, layers_16bit, arch):
     """(bytes per saved GEMM input element, share of layers in low precision) of each row, or (None, None) where no
-    row keeps quantized inputs (``memory_per_gpu``'s ``quantized_saves``)."""
+    row keeps quantized inputs (``MemoryOptions.quantized_saves``)."""
     if quantized_saves is None or dtype_code is None or not np.any(quantized_saves):
         return None, None
-
     b = np.where(np.asarray(quantized_saves, dtype=bool), saved_gemm_input_bytes(dtype_code), 2.0)
     return b, low_precision_layer_share(layers_16bit, arch)
 
 
 def _sharding_codes(sharding) -> np.ndarray:
-    """Integer sharding codes (models.core.params.SHARDING_CODES); NaN -> -1, unknown codes (> 5) behave like "none" (the
-    row is invalid anyway)."""
+    """Integer sharding codes (models.core.params.Sharding); NaN -> -1, unknown codes (above HSDP) behave like NONE
+    (the row is invalid anyway)."""
     shard = np.asarray(sharding)
     if shard.dtype.kind not in "iu":
         shard = np.nan_to_num(shard.astype(np.float64), nan=-1.0).astype(np.int64)
-    if shard.ndim and (shard > 5).any():
-        shard = np.where(shard > 5, 0, shard)
-    elif not shard.ndim and shard > 5:
+    if shard.ndim and (shard > Sharding.HSDP).any():
+        shard = np.where(shard > Sharding.HSDP, Sharding.NONE, shard)
+    elif not shard.ndim and shard > Sharding.HSDP:
         shard = np.zeros_like(shard)
     return shard
 
 
-def _overhead(modelled, params, capacity_gb, overhead_frac_of_capacity) -> np.ndarray:
+def _overhead(modelled, params, options: MemoryOptions) -> np.ndarray:
     """Allowance: the fragmentation share of the modelled bytes + a fixed part (or a share of the device)."""
-    if overhead_frac_of_capacity is not None and capacity_gb is not None:
-        fixed = _f(overhead_frac_of_capacity) * capacity_bytes(capacity_gb)
+    if options.overhead_frac_of_capacity is not None and options.capacity_gb is not None:
+        fixed = _f(options.overhead_frac_of_capacity) * capacity_bytes(options.capacity_gb)
     else:
         fixed = params.mem_overhead_gb * GB
     return params.mem_fragmentation_frac * modelled + fixed
 
 
-def memory_per_gpu(
-    *,
-    arch: Mapping[str, np.ndarray],
-    shapes: Mapping[str, np.ndarray],
-    seq_len,
-    micro_batch,
-    n_micro,
-    tp,
-    pp,
-    dp,
-    cp,
-    ep,
-    vpp,
-    sharding,
-    recompute,
-    sequence_parallel,
-    is_fp32,
-    node_size,
-    params: PhysParams = DEFAULT,
-    layers_per_stage=None,
-    act_bytes=None,
-    grad_bytes=None,
-    trainable_frac=None,
-    selective_policy=None,
-    logits_bytes=None,
-    logits_chunks=None,
-    act_offload_frac=None,
-    fsdp_unsharded_stage=None,
-    capacity_gb=None,
-    overhead_frac_of_capacity=None,
-    etp=None,
-    moe_rho=None,
-    quantized_saves=None,
-    dtype_code=None,
-    layers_16bit=None,
-    fp8_param_gather=None, non_tn_fp8=None, recompute_modules=None, optimizer_bytes=None,
-) -> dict[str, np.ndarray]:
+@dataclass(frozen=True)
+class MemoryOptions:
+    """What a training stack and a run's recipe set for memory beyond the layout: per-row arrays (or scalars), each
+    None to keep ``PhysParams``' behaviour. models.memory.presets.memory_options fills them from a stack's preset;
+    the step-time model adds the values a run's recipe states (models.physics.step_time.ROW_MEMORY_OPTIONS)."""
+
+    # bytes per gradient element of 16-bit runs (4 = Megatron fp32 ``main_grad``, 2 = 16-bit gradients); fp32/tf32
+    # runs keep 4; NaN: ``PhysParams.grad_bytes``
+    grad_bytes: np.ndarray | None = None
+    # bytes of optimizer state per parameter of 16-bit runs (NaN: ``PhysParams.optimizer_state_bytes_mixed``, 12 =
+    # fp32 master + Adam m + v; 4 = a recipe that keeps Adam's m and v in bf16 and no master copy); fp32/tf32 runs
+    # keep theirs
+    optimizer_bytes: np.ndarray | None = None
+    # share of the parameters that get gradients and optimizer state (LoRA: the adapters; frozen base weights keep
+    # only their 16-bit copy)
+    trainable_frac: np.ndarray | None = None
+    # what recompute = selective stores (``SELECTIVE_ATTENTION_CORE`` Megatron-LM/Korthikanti: everything but the
+    # attention core; ``SELECTIVE_OP_SAC`` torchtitan op-level SAC; ``MAXTEXT_REMAT`` policies: ``_SAVE_LISTS``)
+    selective_policy: np.ndarray | None = None
+    logits_bytes: np.ndarray | None = None  # bytes per logit element the loss keeps for backward (None: 4, fp32)
+    logits_chunks: np.ndarray | None = None  # token chunks the loss runs over (only one chunk's logits live)
+    act_offload_frac: np.ndarray | None = None  # share of the stored layer activations offloaded to host memory
+    # FSDP with pipeline parallelism (torchtitan): the stage's 16-bit weights stay gathered from forward to backward
+    # (``reshard_after_forward=False``) and gradients accumulate unsharded over the micro-batches
+    # (torch.distributed.pipelining ``set_requires_gradient_sync(last_backward)``), upcast to ``grad_bytes``
+    fsdp_unsharded_stage: np.ndarray | None = None
+    # the fixed allowance as ``overhead_frac_of_capacity`` of a ``capacity_gb`` device instead of
+    # ``PhysParams.mem_overhead_gb`` (portable; both needed)
+    capacity_gb: np.ndarray | None = None
+    overhead_frac_of_capacity: np.ndarray | None = None
+    # low-precision GEMMs keep their quantized input for backward (``low_precision_saved_inputs``)
+    quantized_saves: np.ndarray | None = None
+    # weights kept as quantized parameters, no 16-bit copy (``quantized_weights``); ``non_tn_fp8``: the device runs
+    # non-TN FP8 GEMMs (no transposed copy)
+    fp8_param_gather: np.ndarray | None = None
+    non_tn_fp8: np.ndarray | None = None
+    # Megatron-Core module recompute bits of selective rows (``RECOMPUTE_MODULE_BITS``, ``module_recompute_savings``)
+    recompute_modules: np.ndarray | None = None
+
+
+NO_OPTIONS = MemoryOptions()
+
+
+def memory_per_gpu(x: Inputs, shapes: Mapping[str, np.ndarray], params: PhysParams = DEFAULT,
+                   options: MemoryOptions = NO_OPTIONS) -> dict[str, np.ndarray]:
     """Bytes per GPU on the most loaded stage: weights, grads, optimizer, activations, overhead.
 
-    All arguments are arrays (or scalars) of equal length; ``sharding`` and ``recompute`` are integer codes
-    (models.core.params.SHARDING_CODES / RECOMPUTE_CODES), ``arch`` a normalized architecture
-    (models.arch.accounting.normalize_arch) and ``shapes`` its layer_shapes. Optional, when the caller already has them:
-    ``layers_per_stage`` = ceil(n_layers / pp), ``act_bytes`` = 4 for fp32/tf32 runs else 2.
+    ``x``: the block's decoded inputs, of which the memory model reads the architecture (``arch``, a normalized
+    architecture, models.arch.accounting.normalize_arch; ``E``) and the layout (``s``, ``b``, ``m``, ``t``, ``p``,
+    ``d``, ``c``, ``e``, ``v``, ``Ls``, ``shard``, ``rc``, ``dt``, ``sp``, ``is_fp32``, ``node``, ``layers_16bit``;
+    ``et`` and ``rho`` where the block has routed experts); ``memory_inputs`` builds them without a decoded block.
+    ``shapes``: the architecture's layer_shapes. ``params``: bytes per value, the allowance, what attention stores.
+    ``options``: what the training stack and the run's recipe set (``MemoryOptions``).
     Returns bytes (not GB) and the in-flight micro-batch count; ``optimizer_params_local`` is the parameter count
     whose optimizer state this GPU holds (optimizer bytes / state bytes).
-
-    Framework-dependent terms (models.memory.presets presets; each None keeps the behaviour of
-    ``params``, i.e. the model before presets existed):
-    ``grad_bytes``       bytes per gradient element of 16-bit runs (4 = Megatron fp32
-                         ``main_grad``, 2 = 16-bit gradients); fp32/tf32 runs keep 4; NaN: ``params``'.
-    ``optimizer_bytes``  bytes of optimizer state per parameter of 16-bit runs (NaN or None:
-                         ``params.optimizer_state_bytes_mixed``, 12 = fp32 master + Adam m + v; 4 = a recipe
-                         that keeps Adam's m and v in bf16 and no master copy); fp32/tf32 runs keep theirs.
-    ``trainable_frac``   fraction of the parameters that get gradients and optimizer state
-                         (LoRA: the adapters; frozen base weights keep only their 16-bit copy).
-    ``selective_policy`` what ``recompute`` = selective stores: 0 Megatron-LM/Korthikanti
-                         (everything but the attention core), 1 torchtitan op-level SAC, 2-6
-                         MaxText remat policies (``_SAVE_LISTS``, ``MAXTEXT_REMAT``).
-    ``logits_bytes``     bytes per logit element the loss keeps for backward (default 4: fp32).
-    ``logits_chunks``    the loss runs over this many token chunks (only one chunk's logits live).
-    ``act_offload_frac`` fraction of the stored layer activations offloaded to host memory.
-    ``fsdp_unsharded_stage`` FSDP with pipeline parallelism (torchtitan): the stage's 16-bit
-                         weights stay gathered from forward to backward (``reshard_after_forward=False``)
-                         and gradients accumulate unsharded over the micro-batches (torch.distributed.pipelining
-                         ``set_requires_gradient_sync(last_backward)``), upcast to ``grad_bytes``.
-    ``capacity_gb`` + ``overhead_frac_of_capacity``: the fixed allowance is this fraction of the
-                         device's capacity instead of ``params.mem_overhead_gb`` (portable).
-    ``etp``              expert tensor-parallel degree (models.arch.moe): routed experts / (ep etp), their
-                         data-parallel group tp*cp*dp / (etp ep); None = tp.
-    ``moe_rho``          the most loaded EP rank's routed tokens / the mean (models.arch.moe.effective_imbalance):
-                         scales its routed activations; None = 1.
-    ``quantized_saves``, ``dtype_code``, ``layers_16bit``: quantized GEMM inputs (``low_precision_saved_inputs``).
-    ``fp8_param_gather``, ``non_tn_fp8``: quantized weights, no 16-bit copy (``quantized_weights``).
-    ``recompute_modules`` Megatron-Core module recompute bits of selective rows (``module_recompute_savings``).
 
     Implementation note: few numpy calls per row block (the step-time model's hot path): block-level branches skip
     terms of absent rows (MoE, sharding modes, full recompute); categories are compared as integer codes.
 
     Parts (one function each): ``_local_params`` (parameters on the stage's GPU, dense and routed experts),
-    ``_state_shares`` (ZeRO / FSDP / HSDP), ``_weights`` (+ prefetch), ``quantized_weights``, ``_grads_optimizer``,
+    ``_held_params`` (ZeRO / FSDP / HSDP), ``_weights`` (+ prefetch), ``quantized_weights``, ``_grads_optimizer``,
     ``_activations``, ``_overhead``.
     """
-    args = dict(locals())  # for the stage without the MTP modules (below)
-    t, p, d, c, e, v, m = (_f(x) for x in (tp, pp, dp, cp, ep, vpp, n_micro))
-    shard = _sharding_codes(sharding)
-    rc = np.asarray(recompute)
-    fp32 = np.asarray(is_fp32, dtype=bool)
-    wb = _f(act_bytes) if act_bytes is not None else 2.0 + 2.0 * fp32.astype(np.float64)  # 16-bit, fp32: 4 B
-    Ls = np.ceil(arch["n_layers"] / p) if layers_per_stage is None else _f(layers_per_stage)
+    shard = _sharding_codes(x.shard)
+    is_fp32 = np.asarray(x.is_fp32, dtype=bool)
+    weight_bytes = 2.0 + 2.0 * is_fp32.astype(np.float64)  # 16-bit, fp32: 4 B (also per activation element)
     any_moe = bool(np.any(shapes["n_moe_layers"] > 0))
-    inv_t = 1.0 / t
+    # expert tensor parallelism and the most loaded EP rank's share: read where the block has routed experts
+    has_experts = bool(np.any(x.E > 0))
+    etp = x.et if has_experts else None
+    moe_rho = x.rho if has_experts else None
 
-    lp = _local_params(arch, shapes, Ls, t, p, e, any_moe, etp)
-    S = _state_shares(lp, shard, d, c, e, node_size, inv_t, any_moe, None if etp is None else t / _f(etp))
-    dw, q_out = quantized_weights(lp, shard, wb, fp8_param_gather, dtype_code, non_tn_fp8, layers_16bit, arch)
-    weights = _weights(lp, S, shard, fp32, wb, Ls, inv_t, any_moe, arch.get("hybrid"), fsdp_unsharded_stage) + dw
-    grads, optimizer, S_o = _grads_optimizer(S, shard, fp32, m, params, grad_bytes, trainable_frac,
-                                             fsdp_unsharded_stage, optimizer_bytes)
+    local = _local_params(x, shapes, any_moe, etp)
+    held = _held_params(x, local, shard, any_moe, None if etp is None else x.t / _f(etp))
+    dw, q_out = quantized_weights(local, shard, weight_bytes, options.fp8_param_gather, x.dt, options.non_tn_fp8,
+                                  x.layers_16bit, x.arch)
+    weights = _weights(x, local, held, shard, is_fp32, weight_bytes, any_moe, options.fsdp_unsharded_stage) + dw
+    grads, optimizer, optimizer_params = _grads_optimizer(held, shard, is_fp32, x.m, params, options)
     activations, inflight = _activations(
-        arch, shapes, lp, _f(seq_len), _f(micro_batch), t, p, c, v, m, rc,
-        np.asarray(sequence_parallel, dtype=bool), wb, Ls, any_moe, params, selective_policy, logits_bytes,
-        logits_chunks, act_offload_frac, moe_rho, *_saved_input_bytes(quantized_saves, dtype_code, layers_16bit, arch),
-        recompute_modules)
+        x, shapes, local, weight_bytes, any_moe, params, options, moe_rho,
+        *_saved_input_bytes(options.quantized_saves, x.dt, x.layers_16bit, x.arch))
     modelled = weights + grads + optimizer + activations
-    overhead = _overhead(modelled, params, capacity_gb, overhead_frac_of_capacity)
+    overhead = _overhead(modelled, params, options)
     total = modelled + overhead
     out = {
         "mem_weights_bytes": weights,
@@ -771,12 +760,35 @@ def memory_per_gpu(
         "mem_overhead_bytes": overhead,
         "mem_total_bytes": total,
         "inflight_microbatches": inflight,
-        "dense_params_local": lp["dense"],
-        "expert_params_local": lp["expert"],
-        "optimizer_params_local": S_o, **q_out,  # q_out: weights held quantized (models.physics.parts.dp_comm)
+        "dense_params_local": local["dense"],
+        "expert_params_local": local["expert"],
+        "optimizer_params_local": optimizer_params,
+        **q_out,  # weights held quantized (models.physics.parts.dp_comm)
     }
-    if arch.get("mtp") is not None and np.any(p > 1):  # the first stage, without the MTP modules, may hold more
-        first = memory_per_gpu(**(args | {"arch": {k: x for k, x in arch.items() if k != "mtp"}}))
-        use = (p > 1) & (first["mem_total_bytes"] > total)
+    if x.arch.get("mtp") is not None and np.any(x.p > 1):  # the first stage, without the MTP modules, may hold more
+        first = memory_per_gpu(replace(x, arch={k: a for k, a in x.arch.items() if k != "mtp"}), shapes, params,
+                               options)
+        use = (x.p > 1) & (first["mem_total_bytes"] > total)
         out.update({k: np.where(use, first[k], out[k]) for k in out if k.startswith("mem_") or k.startswith("infl")})
     return out
+
+
+def memory_inputs(arch: Mapping[str, np.ndarray], *, seq_len, micro_batch, n_micro, tp=1.0, pp=1.0, dp=1.0, cp=1.0,
+                  ep=1.0, vpp=1.0, sharding=Sharding.NONE, recompute=Recompute.NONE, sequence_parallel=False,
+                  dtype=Dtype.BF16, node_size=8.0, layers_16bit=0.0, etp=None, moe_rho=1.0) -> Inputs:
+    """The ``Inputs`` of a memory question asked without a decoded block (a test, a notebook): ``arch`` a normalized
+    architecture (models.arch.accounting.normalize_arch), the layout as arrays or scalars (codes: models.core.params
+    Sharding, Recompute, Dtype); ``node_size`` the GPUs of one scale-up domain (HSDP's group), ``etp`` None = tp,
+    ``moe_rho`` the most loaded EP rank's routed tokens / the mean. The fields only the time model reads (hardware
+    rates, traffic) are None."""
+    f = lambda v: np.asarray(v, dtype=np.float64)  # noqa: E731
+    tp_degree, pp_degree, dtype_code = f(tp), f(pp), np.asarray(dtype, dtype=np.int64)
+    given = dict(
+        arch=arch, hy=arch.get("hybrid"), L=arch["n_layers"], E=arch["n_experts"], s=f(seq_len), b=f(micro_batch),
+        m=f(n_micro), t=tp_degree, p=pp_degree, d=f(dp), c=f(cp), e=f(ep), v=f(vpp),
+        Ls=np.ceil(arch["n_layers"] / pp_degree), shard=np.asarray(sharding, dtype=np.int64),
+        rc=np.asarray(recompute, dtype=np.int64), dt=dtype_code, sp=np.asarray(sequence_parallel, dtype=bool),
+        is_fp32=is_32bit(dtype_code), node=f(node_size), layers_16bit=f(layers_16bit),
+        et=tp_degree if etp is None else f(etp), rho=f(moe_rho))
+    given["n"] = int(np.broadcast(*(given[k] for k in ("L", "s", "b", "m", "t", "p", "d"))).size)
+    return Inputs(**{fl.name: given.get(fl.name) for fl in fields(Inputs)})

@@ -4,8 +4,8 @@ The same word means different bytes in different stacks. "selective" recompute i
 Megatron-LM/NeMo (Korthikanti et al. 2022) but a matmul-output save list in torchtitan; gradients are fp32
 ``main_grad`` buffers in Megatron-LM but 2-byte partitions in the ZeRO paper's accounting; llm-foundry's loss never
 materialises fp32 logits; torchtitan with pipeline parallelism keeps each stage's weights gathered. Each preset
-below fixes these choices for one stack, with the source of every value, and ``memory_arguments`` turns a column of
-preset names into the keyword arguments of ``models.memory.model.memory_per_gpu``.
+below fixes these choices for one stack, with the source of every value, and ``memory_options`` turns a column of
+preset names into the ``models.memory.model.MemoryOptions`` of ``memory_per_gpu``.
 
 Mapping from a source's words: ``framework_preset(framework, year)`` (the ``framework`` column as the source wrote
 it), ``finetune_mode(model_name)`` (LoRA runs), ``reported_memory_gb(gpu_as_reported)`` (a capacity the source
@@ -26,13 +26,16 @@ from models.memory.model import (
     MAXTEXT_REMAT,
     SELECTIVE_ATTENTION_CORE,
     SELECTIVE_OP_SAC,
+    MemoryOptions,
     recompute_modules_code,
 )
 
 
 @dataclass(frozen=True)
 class MemoryPreset:
-    """Memory-relevant behaviour of one training stack (``models.memory.model.memory_per_gpu`` keyword arguments)."""
+    """Memory-relevant behaviour of one training stack: what ``memory_options`` gives
+    ``models.memory.model.MemoryOptions``, and the layout defaults the runs adapter reads (sequence parallelism,
+    sharding, FSDP with pipeline parallelism)."""
 
     selective_policy: int  # what recompute = "selective" stores (models.memory.model SELECTIVE_* codes)
     grad_bytes: float  # bytes per gradient element held during accumulation, 16-bit runs
@@ -756,7 +759,7 @@ def recipe_optimizer(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-# ---- to memory_per_gpu ---------------------------------------------------------------------------------------------
+# ---- to MemoryOptions ----------------------------------------------------------------------------------------------
 _FIELDS = ("selective_policy", "grad_bytes", "logits_bytes", "logits_chunks", "act_offload_frac",
            "quantized_saves")
 #: integer code of each preset (for the array-level API, like models.core.params.*_CODES); -1/unknown -> "default"
@@ -785,14 +788,14 @@ def keeps_stage_gathered(preset, pp) -> np.ndarray:
     return _KEEP_GATHERED[preset_codes(preset)] & (np.asarray(pp, dtype=np.float64) > 1)
 
 
-def memory_arguments(preset, pp=None) -> dict[str, np.ndarray]:
-    """Keyword arguments of ``models.memory.model.memory_per_gpu`` for an array of preset codes (fast: table lookups) or
-    names. ``pp`` turns on ``fsdp_unsharded_stage`` for presets whose FSDP keeps stage weights gathered."""
+def memory_options(preset, pp=None) -> MemoryOptions:
+    """The ``models.memory.model.MemoryOptions`` of an array of preset codes (fast: table lookups) or names. ``pp``
+    turns on ``fsdp_unsharded_stage`` for presets whose FSDP keeps stage weights gathered."""
     idx = preset_codes(preset)
     out = {f: t[idx] for f, t in _TABLES.items()}
     if pp is not None:
         out["fsdp_unsharded_stage"] = keeps_stage_gathered(idx, pp)
-    return out
+    return MemoryOptions(**out)
 
 
 def sequence_parallel_default(preset: pl.Expr, tp: pl.Expr, otherwise: pl.Expr | None = None) -> pl.Expr:

@@ -311,15 +311,16 @@ def choose_peak(codes: np.ndarray, peaks: list[np.ndarray], flags: list[np.ndarr
     codes = np.asarray(codes)
     if codes.dtype != np.int64:
         codes = codes.astype(np.int64)
-    bad = (codes < 0) | (codes > 7)
+    n_codes = len(peaks)  # one peak per dtype code (DTYPE_CODES order)
+    bad = (codes < 0) | (codes >= n_codes)
     shape = np.broadcast(codes, peaks[0]).shape
     any_bad = bool(np.any(bad))
     idx = np.where(bad, 0, codes) if any_bad else codes
     # which codes occur (one pass); a code maps to the same result as an earlier code when its
     # peak and flag are the same arrays (fp8 family), so those rows need no separate selection
-    present = np.bincount(np.ravel(idx), minlength=8) if np.ndim(idx) else np.eye(8, dtype=np.int64)[int(idx)]
+    present = np.bincount(np.ravel(idx), minlength=n_codes) if np.ndim(idx) else np.eye(n_codes, dtype=np.int64)[int(idx)]
     groups: list[tuple[int, list[int]]] = []  # (representative code, codes)
-    for code in range(8):
+    for code in range(n_codes):
         if not present[code]:
             continue
         for rep, members in groups:

@@ -1,7 +1,7 @@
 """The named parts of the step-time model (vectorized over a block of configurations).
 
-``models.physics.step_time._predict_chunk`` decodes a block of inputs into ``Inputs``, flags invalid rows, and then calls
-one function per part, in this order (docs/model.md, "Where each part lives"):
+``models.physics.step_time._predict_chunk`` decodes a block of inputs into ``Inputs`` (models.core.inputs), flags
+invalid rows, and then calls one function per part, in this order (docs/model.md, "Where each part lives"):
 
     rates        per-GPU work units of one micro-batch: tokens, GEMM / HBM rates, bytes per element (``Rates``)
     compute      forward + backward + recompute of the stage's layers, LM head, MTP, host issue time (``Compute``)
@@ -17,9 +17,9 @@ one function per part, in this order (docs/model.md, "Where each part lives"):
     flops_per_token  model and hardware FLOPs per token (MFU / HFU)
 
 Memory (weights, gradients, optimizer state, activations, overhead) is ``models.memory.model.memory_per_gpu``, itself a
-driver over its parts. Every function reads only the fields its signature names; each returns arrays of the
-block's length. Names carry units: ``*_s`` seconds, ``*_bytes`` bytes, ``t_*`` seconds, ``inv_*`` seconds per
-FLOP or per byte.
+driver over its parts, reading the same ``Inputs``. Every function reads only the fields its signature names; each
+returns arrays of the block's length. Names carry units: ``*_s`` seconds, ``*_bytes`` bytes, ``t_*`` seconds,
+``inv_*`` seconds per FLOP or per byte.
 """
 
 from __future__ import annotations
@@ -32,93 +32,15 @@ import numpy as np
 from models.arch import mamba, mla, moe
 from models.arch.accounting import hybrid_flops_per_token
 from models.core.fastops import clip
+from models.core.inputs import Inputs
 from models.core.memo import IdentityMemo
-from models.core.params import PhysParams
+from models.core.params import Activation, PhysParams, Recompute, Sharding
 from models.core.precision import param_gather_bytes, saved_gemm_input_bytes
+from models.core.recompute import recompute_flops, recomputed_work
 from models.memory.model import RECOMPUTE_MODULE_BITS as BITS
-from models.memory.model import SAVE_LIST_RECOMPUTE, active_module_code
+from models.memory.model import SAVE_LIST_RECOMPUTE, SELECTIVE_OP_SAC, active_module_code
 from models.physics import collectives as coll
 from models.physics import tp2d
-
-
-@dataclass(slots=True)
-class Inputs:
-    """Decoded inputs of one block (``models.physics.step_time._decode``): architecture, layout, hardware, network."""
-
-    n: int
-    arch: Mapping[str, np.ndarray]  # normalized architecture (models.arch.accounting.normalize_arch)
-    hy: Mapping[str, np.ndarray] | None  # hybrid Mamba-Transformer arrays (models.arch.mamba); None: no hybrid row
-    # architecture
-    L: np.ndarray  # layers
-    h: np.ndarray  # d_model
-    heads: np.ndarray
-    kvh: np.ndarray  # key/value heads
-    V: np.ndarray  # vocabulary
-    E: np.ndarray  # routed experts (0: dense)
-    k: np.ndarray  # top_k
-    ns: np.ndarray  # shared experts
-    act: np.ndarray  # activation code (0 GeLU, 1 SwiGLU)
-    # layout
-    s: np.ndarray  # sequence length
-    B: np.ndarray  # global batch (sequences)
-    b: np.ndarray  # micro-batch (sequences)
-    N: np.ndarray  # GPUs
-    t: np.ndarray  # tp
-    p: np.ndarray  # pp
-    d: np.ndarray  # dp
-    c: np.ndarray  # cp
-    e: np.ndarray  # ep
-    v: np.ndarray  # vpp
-    m: np.ndarray  # micro-batches per step = B / (d b)
-    Ls: np.ndarray  # layers per stage = ceil(L / p)
-    shard: np.ndarray  # sharding code (models.core.params.SHARDING_CODES)
-    rc: np.ndarray  # recompute code
-    dt: np.ndarray  # dtype code
-    sp: np.ndarray  # sequence parallel (bool; always on for 2-D tensor-parallel rows)
-    tp_mode: np.ndarray  # tensor-parallel form code (models.core.params.TP_MODE_CODES: 0 Megatron 1-D, 1 the 2-D grid)
-    tp2d: np.ndarray | None  # 2-D tensor-parallel rows (models.physics.tp2d); None: no such row in the block
-    grid2d: tuple | None  # models.physics.tp2d.grid(t), computed once per block; None when there is no 2-D row
-    is_fp32: np.ndarray
-    # hardware (efficiencies applied)
-    mem_cap: np.ndarray  # memory_gb
-    ke: np.ndarray | float  # kernel efficiency of the software stack
-    tp_ov: np.ndarray | float  # share of TP traffic that may hide behind compute (``overlap``; 1 on TPUs)
-    gemm_eff: np.ndarray  # GEMM efficiency of the row's dtype
-    head_16bit: np.ndarray  # the LM head runs in 16 bits (low-precision recipes; ``lm_head``)
-    layers_16bit: np.ndarray  # layers a low-precision recipe keeps in 16 bits (``layers_kept_in_16bit``; 0: none)
-    gemm_eff_16: np.ndarray  # the row's 16-bit GEMM efficiency
-    hbm_bw: np.ndarray  # bytes/s
-    sm: np.ndarray  # SM count (A100-equivalent when not given)
-    peaks: np.ndarray  # peak table (models.physics.hardware.peak_table)
-    peak_tf: np.ndarray  # TFLOPS of the row's dtype
-    peak_fb: np.ndarray  # peak fell back to another dtype's
-    attn_peak_tf: np.ndarray  # TFLOPS of the attention core (16-bit, fp32 for fp32 runs)
-    # network
-    node: np.ndarray  # GPUs of one scale-up domain (<= n_gpus)
-    tiers: object  # models.physics.collectives.network_tiers (None: non-blocking)
-    tier_bad: np.ndarray
-    bw_up: np.ndarray  # scale-up bytes/s (PCIe/host tier rows: pcie_eff, else scaleup_eff)
-    bw_out: np.ndarray  # scale-out bytes/s
-    bw_a2a: np.ndarray  # per-GPU NIC bytes/s of the EP all-to-all (models.physics.collectives.A2A_RDMA_EFF applied)
-    a_up: np.ndarray | float  # scale-up latency per step, s (an array when the block has PCIe/host tier rows)
-    a_out: float  # scale-out latency, s
-    # MoE options (models.arch.moe)
-    et: np.ndarray  # expert tensor-parallel degree (tp by default; tp for dense rows)
-    moe_cf: np.ndarray  # capacity factor (NaN: dropless)
-    rho: np.ndarray | float  # the most loaded EP rank's routed tokens / the mean (1.0: balanced)
-    a2a: np.ndarray | float  # passes run merged with another micro-batch's by the EP A2A overlap (0: no overlap)
-    flex: np.ndarray | bool  # the flex dispatcher (DeepEP/HybridEP; models.arch.moe.DISPATCHER_FLEX); False: all-to-all
-    rc_modules: np.ndarray | None = None  # Megatron-Core recompute_modules bits (models.memory.model); None: no row has them
-    save_list: np.ndarray | None = None  # selective_policy codes a row states (models.memory.model); None: no row does
-    # share of the GEMM weights whose gradient the backward computes (``compute``, ``dp_comm``): 1.0, or a LoRA
-    # run's trainable share (its frozen base weights get no weight-gradient GEMM and no gradient traffic)
-    wgrad: np.ndarray | float = 1.0
-    # rows whose stack all-gathers quantized GEMM inputs under sequence parallelism (``quantized_gather_share``: the
-    # TransformerEngine presets); None: no such row
-    quantized_gather: np.ndarray | None = None
-    # rows compiled by XLA (a TPU, or an XLA stack such as MaxText on a GPU), whose full recompute skips the layer's
-    # last GEMM (``remat_skipped_gemm``); None: no such row
-    xla: np.ndarray | None = None
 
 
 @dataclass(slots=True)
@@ -224,7 +146,8 @@ def rates(x: Inputs, P: PhysParams, sh: Mapping, pc: Mapping) -> Rates:
         wrt_16 = np.where(low, 2.0 * inv_t, wrt)
     return Rates(
         sh=sh, pc=pc, any_moe=bool(np.any(x.E > 0)), any_cp=bool(np.any(x.c > 1)), any_ep=bool(np.any(x.e > 1)),
-        q=sh["q_dim"], kvd=sh["kv_dim"], Ls_moe=Ls_moe, Ls_dense=x.Ls - Ls_moe, n_fwd_passes=1.0 + (x.rc == 2),
+        q=sh["q_dim"], kvd=sh["kv_dim"], Ls_moe=Ls_moe, Ls_dense=x.Ls - Ls_moe,
+        n_fwd_passes=1.0 + (x.rc == Recompute.FULL),
         act_b=act_b, w_read_b=w_read_b, inv_rate=inv_rate, inv_hbm=1.0 / x.hbm_bw,
         attn_rate=x.attn_peak_tf * (1e12 * P.attn_eff * x.ke), inv_t=inv_t, s_loc=s_loc, T=T,
         Tt2=(2.0 * T) * inv_t,  # 2 T / t: FLOPs per weight per token-batch on one GPU
@@ -334,7 +257,7 @@ def compute(x: Inputs, r: Rates, P: PhysParams, casts: bool = True) -> Compute:
     sq_t = (r.s_loc * x.s) * (x.b * r.inv_t)  # query x key pairs per GPU
     t_core = (4.0 * P.attn_causal_work_fraction) * sq_t * r.q / r.attn_rate
     # --- element-wise (forward): HBM traffic ---
-    ef = np.where(x.act == 0, P.elementwise_f_elems_gelu, P.elementwise_f_elems_swiglu)
+    ef = np.where(x.act == Activation.GELU, P.elementwise_f_elems_gelu, P.elementwise_f_elems_swiglu)
     ew_common = r.aT * ((P.elementwise_h_elems_fwd + P.elementwise_elems_per_dropout * P.dropout_mask_elems) * x.h)
     if x.sp.any():
         ew_common = np.where(x.sp, ew_common * r.inv_t, ew_common)
@@ -375,8 +298,7 @@ def compute(x: Inputs, r: Rates, P: PhysParams, casts: bool = True) -> Compute:
         Ls_attn = np.where(hy["hybrid"], hb["Ls_attn"], x.Ls)
         Ls_moe = np.where(hy["hybrid"], hb["Ls_moe"], Ls_moe)
         tp_per_stage = np.where(hy["hybrid"], x.Ls, tp_per_stage)
-    recompute_layers = np.where(rc == 2, fwd_layers, np.where(rc == 1, Ls_attn * (t_core + ew_scores * inv_hbm),
-                                                              0.0))
+    recompute_layers = recomputed_work(rc, fwd_layers, Ls_attn * (t_core + ew_scores * inv_hbm))
     if x.xla is not None:
         recompute_layers = recompute_layers - remat_skipped_gemm(x, r, t_mlp_d, t_mlp_m)
     t_lm = lm_head(x, r) * ((2.0 + x.wgrad) / 3.0)  # forward + data gradient (+ weight gradient if trained)
@@ -388,13 +310,14 @@ def compute(x: Inputs, r: Rates, P: PhysParams, casts: bool = True) -> Compute:
         last_moe = r.sh["n_moe_layers"] > 0
         g1, e1 = (np.where(last_moe, gemm_core_m, gemm_core_d), np.where(last_moe, t_ew_m, t_ew_d)) if r.any_moe \
             else (gemm_core_d, t_ew_d)
-        rc1 = np.where(rc == 2, g1 + e1, np.where(rc == 1, t_core + ew_scores * inv_hbm, 0.0))
+        rc1 = recomputed_work(rc, g1 + e1, t_core + ew_scores * inv_hbm)
         t_mtp, b_mtp = mla.mtp_stage_time(mtp, g1 + e1, 2.0 * g1 + P.elementwise_bwd_factor * e1, rc1, t_lm, r.Tt2,
                                           x.h, r.wrt, r.aT, r.aTt, r.inv_rate, inv_hbm, r.wh)
         compute_mb, bwd_mb, tp_per_stage = compute_mb + t_mtp, bwd_mb + b_mtp, tp_per_stage + 2.0 * mtp
         Ls_attn, Ls_moe = Ls_attn + mtp, Ls_moe + mtp * last_moe
         last_mb, last_bwd, mtp_counts = last_mb + t_mtp, last_bwd + b_mtp, (mtp, mtp * last_moe, 2.0 * mtp)
     # host (CPU) time to issue the ops of one micro-batch; the GPU waits for it when kernels are short
+    # ops the recompute repeats, by code (models.core.params.Recompute: none, selective, full)
     ops_rc = np.take(np.array([0.0, P.ops_attn_core_fwd, P.ops_per_layer_fwd]), rc, mode="clip")
     host_mb = (0.5 * tp_per_stage) * P.host_overhead_s_per_op * (
         P.ops_per_layer_fwd * (1.0 + P.elementwise_bwd_factor) + ops_rc)
@@ -412,7 +335,7 @@ def remat_skipped_gemm(x: Inputs, r: Rates, t_mlp_d: np.ndarray, t_mlp_m: np.nda
     read. PyTorch's ``torch.utils.checkpoint`` re-runs the forward up to its last saving op (the down-projection
     saves its input as it runs) and Megatron-Core's re-runs it whole: other rows recompute every GEMM. Hybrid rows
     (their own block costs, ``models.arch.mamba``) are left whole."""
-    skip = x.xla & (x.rc == 2)
+    skip = x.xla & (x.rc == Recompute.FULL)
     if x.hy is not None:
         skip = skip & ~x.hy["hybrid"]
     saved = (r.Ls_dense * t_mlp_d + r.Ls_moe * t_mlp_m) / r.n_mats
@@ -477,7 +400,6 @@ def module_recompute(x: Inputs, r: Rates, cm: Compute) -> Compute:
     routed width through HBM), ``layernorm`` the MoE layers' pre-MLP norm (read and write h), ``mla_up_proj`` the
     MLA query and key/value up-projection GEMMs (RoPE's element-wise work not counted). The token exchange around a
     recomputed MoE layer is not repeated here. ``cm`` itself where no row has a module list."""
-
     if (code := active_module_code(x.rc_modules, x.rc)) is None:
         return cm
     bit = {k: (code & v) > 0 for k, v in BITS.items()}
@@ -507,11 +429,10 @@ def save_list_recompute(x: Inputs, r: Rates, cm: Compute) -> Compute:
     GEMMs where it keeps neither, and the MLP's input GEMMs (gate and up; for MoE layers the experts' and shared
     experts') with the activation where it keeps them not. Hybrid blocks keep the attention-core rule. ``cm``
     itself where no row states one."""
-
     if x.save_list is None:
         return cm
     code = np.nan_to_num(x.save_list).astype(np.int64)
-    on = (code > 1) & (x.rc == 1)
+    on = (code > SELECTIVE_OP_SAC) & (x.rc == Recompute.SELECTIVE)  # MaxText's save lists
     if x.hy is not None:
         on = on & ~x.hy["hybrid"]
     if not np.any(on):
@@ -659,7 +580,6 @@ def quantized_gather_share(x: Inputs, r: Rates) -> np.ndarray | float:
     input / grad-output quantizer gathers the quantized tensor). ``x.quantized_gather``: the TransformerEngine rows
     (memory presets whose low-precision GEMMs keep quantized inputs, models.memory.presets ``quantized_saves``); other
     stacks, 16-bit rows and rows without sequence parallelism (an all-reduce of the 16-bit output) keep 1.0."""
-
     rows = x.quantized_gather
     if rows is None:
         return 1.0
@@ -812,30 +732,31 @@ def dp_comm(x: Inputs, r: Rates, mem: Mapping[str, np.ndarray], cm: Compute, ov:
     wb = r.act_b  # 16-bit weights, 4 bytes for fp32/tf32 runs
     w_d, w_e = dense_local * wb, (expert_local * wb if any_exp else 0.0)  # bytes of the weight all-gathers
     if "quantized_dense_params_local" in mem:  # weights kept quantized (fp8_param_gather; models.memory.model)
-
         qg = param_gather_bytes(x.dt, wb) - wb  # Float8Tensor weights gather their uint8 buffer (1 B), MXFP8 2 B
         w_d = w_d + qg * mem["quantized_dense_params_local"]
         w_e = w_e + qg * mem["quantized_expert_params_local"] if any_exp else w_e
-    full_shard = (shard == 3) | (shard == 4)
-    present = np.bincount(np.clip(shard, 0, 6), minlength=7) > 0  # sharding codes in this block
+    full_shard = (shard == Sharding.ZERO3) | (shard == Sharding.FSDP)
+    # sharding codes in this block (unknown codes above HSDP in one bin past it)
+    present = np.bincount(np.clip(shard, 0, Sharding.HSDP + 1), minlength=Sharding.HSDP + 2) > 0
     has = lambda *codes: bool(present[list(codes)].any())  # noqa: E731
     zero = np.zeros(n)
     # plain DP: all-reduce grads; ZeRO-1/2: reduce-scatter grads + all-gather updated weights
-    ar_d = coll.all_reduce_time(gbytes_d, nd, dp_bw, dp_a) if has(0) else zero
-    rs_d = coll.reduce_scatter_time(gbytes_d, nd, dp_bw, dp_a) if has(1, 2, 3, 4) else zero
-    ag_w = coll.all_gather_time(w_d, nd, dp_bw, dp_a) if has(1, 2, 3, 4) else zero
+    ar_d = coll.all_reduce_time(gbytes_d, nd, dp_bw, dp_a) if has(Sharding.NONE) else zero
+    zero_fsdp = (Sharding.ZERO1, Sharding.ZERO2, Sharding.ZERO3, Sharding.FSDP)
+    rs_d = coll.reduce_scatter_time(gbytes_d, nd, dp_bw, dp_a) if has(*zero_fsdp) else zero
+    ag_w = coll.all_gather_time(w_d, nd, dp_bw, dp_a) if has(*zero_fsdp) else zero
     if any_exp:
         ar_d = ar_d + coll.all_reduce_time(gbytes_e, ne, epd_bw, epd_a)
         rs_d = rs_d + coll.reduce_scatter_time(gbytes_e, ne, epd_bw, epd_a)
         ag_w = ag_w + coll.all_gather_time(w_e, ne, epd_bw, epd_a)
     # ZeRO-1/2 re-gather the weights the optimizer updated: all of them, or a LoRA run's trained ones
     ag_upd = ag_w
-    if np.any(np.asarray(x.wgrad) < 1.0) and has(1, 2):
+    if np.any(np.asarray(x.wgrad) < 1.0) and has(Sharding.ZERO1, Sharding.ZERO2):
         ag_upd = coll.all_gather_time(w_d * x.wgrad, nd, dp_bw, dp_a)
         if any_exp:
             ag_upd = ag_upd + coll.all_gather_time(w_e * x.wgrad, ne, epd_bw, epd_a)
     # HSDP: reduce-scatter inside the node, all-reduce of the 1/hs shard across nodes
-    if has(5):
+    if has(Sharding.HSDP):
         hs_bw_in, hs_a_in = coll.group_link(hs, hs, bw_up, bw_out, a_up, a_out)
         hs_bw_x, hs_a_x = coll.group_link(nd / hs, 1.0, bw_up, bw_out, a_up, a_out, t * hs, tiers)
         hsdp_red = coll.reduce_scatter_time(gbytes_d + gbytes_e, hs, hs_bw_in, hs_a_in) + coll.all_reduce_time(
@@ -845,9 +766,9 @@ def dp_comm(x: Inputs, r: Rates, mem: Mapping[str, np.ndarray], cm: Compute, ov:
     else:
         hsdp_red = hsdp_ag = zero
     # codes outside 0..5 are invalid rows (ERR_CATEGORY, NaN outputs)
-    grad_sync = np.where(shard == 0, ar_d, np.where(shard == 5, hsdp_red, rs_d))
+    grad_sync = np.where(shard == Sharding.NONE, ar_d, np.where(shard == Sharding.HSDP, hsdp_red, rs_d))
     # ZeRO-3 / FSDP / HSDP: parameter all-gathers in forward and backward of every micro-batch
-    gathers = np.where(full_shard, 2.0 * ag_w, np.where(shard == 5, 2.0 * hsdp_ag, 0.0))
+    gathers = np.where(full_shard, 2.0 * ag_w, np.where(shard == Sharding.HSDP, 2.0 * hsdp_ag, 0.0))
     # one overlap budget per micro-batch: compute already hiding CP/TP/EP/PP traffic cannot hide
     # the gathers, and the final gradient reduction only hides behind backward compute of
     # the last micro-batch that hides neither (keeps step time monotone in compute speed)
@@ -866,7 +787,8 @@ def dp_comm(x: Inputs, r: Rates, mem: Mapping[str, np.ndarray], cm: Compute, ov:
     dp_hide = np.maximum(P.dp_overlap * (cm.bwd_mb + idle_half) - hidden_gathers - hidden_comm, 0.0)
     dp_exposed = np.maximum(grad_sync - dp_hide, 0.0)
     ag_hide = P.dp_overlap * idle_half
-    dp_exposed = dp_exposed + np.where((shard == 1) | (shard == 2), np.maximum(ag_upd - ag_hide, 0.0), 0.0)
+    zero12 = (shard == Sharding.ZERO1) | (shard == Sharding.ZERO2)
+    dp_exposed = dp_exposed + np.where(zero12, np.maximum(ag_upd - ag_hide, 0.0), 0.0)
     if once is not None:  # the one gather of the step, behind the first micro-batch's forward compute
         fwd_mb = np.maximum(cm.compute_mb - cm.bwd_mb, 0.0)
         dp_exposed = dp_exposed + np.where(once, np.maximum(ag_w - P.fsdp_gather_overlap * fwd_mb, 0.0), 0.0)
@@ -906,13 +828,12 @@ def flops_per_token(x: Inputs, r: Rates) -> tuple[np.ndarray, np.ndarray]:
     L, s, q, rc, pc = x.L, x.s, r.q, x.rc, r.pc
     model_fpt = 6.0 * pc["matmul_params_active"] + 12.0 * L * s * q
     attn_fwd = 4.0 * L * s * q
-    hw_fpt = model_fpt + np.where(rc == 2, 2.0 * pc["matmul_params_layers_active"] + attn_fwd,
-                                  np.where(rc == 1, attn_fwd, 0.0))
+    hw_fpt = model_fpt + recompute_flops(rc, pc["matmul_params_layers_active"], attn_fwd)
     if x.xla is not None:  # XLA's full recompute skips each layer's down-projection (``remat_skipped_gemm``)
         sh = r.sh
         down = (sh["n_dense_mlp_layers"] * sh["dense_mlp_matmul"]
                 + np.nan_to_num(sh["n_moe_layers"] * (x.k + x.ns) * sh["expert_matmul"])) / sh["mlp_mats"]
-        hw_fpt = hw_fpt - np.where(x.xla & (rc == 2), 2.0 * down, 0.0)
+        hw_fpt = hw_fpt - np.where(x.xla & (rc == Recompute.FULL), 2.0 * down, 0.0)
     if (hy := x.hy) is not None:
         h_model, h_hw = hybrid_flops_per_token(x.arch, pc, s, rc)
         model_fpt, hw_fpt = np.where(hy["hybrid"], h_model, model_fpt), np.where(hy["hybrid"], h_hw, hw_fpt)

@@ -9,6 +9,7 @@ and ten million rows. Formulas, conventions and defaults: docs/model.md.
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import Mapping
 
 import numpy as np
@@ -23,6 +24,7 @@ from models.arch.accounting import (
 )
 from models.core.domains import GENERATION_GROUPS
 from models.core.fastops import divisible
+from models.core.inputs import Inputs
 from models.core.memo import IdentityMemo
 from models.core.params import (
     ACTIVATION_CODES,
@@ -32,10 +34,13 @@ from models.core.params import (
     SHARDING_CODES,
     TP_MODE_CODES,
     PhysParams,
+    TpMode,
+    is_32bit,
     is_low_precision,
+    is_unknown_code,
 )
-from models.memory.model import GB, capacity_bytes, memory_per_gpu
-from models.memory.presets import keeps_stage_gathered, memory_arguments, preset_codes
+from models.memory.model import GB, NO_OPTIONS, MemoryOptions, capacity_bytes, memory_per_gpu
+from models.memory.presets import keeps_stage_gathered, memory_options, preset_codes
 from models.physics import collectives as coll
 from models.physics import parts, tp2d
 from models.physics.hardware import (
@@ -45,7 +50,6 @@ from models.physics.hardware import (
     is_pcie,
     peak_table,
 )
-from models.physics.parts import Inputs
 
 LAYOUT_COLUMNS = (
     "seq_len",
@@ -185,29 +189,26 @@ ROW_MEMORY_OPTIONS = {"act_offload_frac": 0.0, "logits_bytes": 4.0, "fp8_param_g
                       "grad_bytes": np.nan, "optimizer_bytes": np.nan, "selective_policy": 0.0}
 
 
-def _memory_options(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> dict:
-    """Keyword arguments of `memory_per_gpu` from optional arrays: `memory_preset` (codes of the training stack's
+def _memory_options(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> MemoryOptions:
+    """The memory model's ``MemoryOptions`` from optional arrays: `memory_preset` (codes of the training stack's
     memory behaviour, models.memory.presets), `trainable_frac` (LoRA: the share of parameters trained) and
     ``ROW_MEMORY_OPTIONS`` (what a run's recipe sets: offloaded activations, logits bytes)."""
-    out: dict = {}
-    if a.get("memory_preset") is not None:
-
-        codes = _code(a, "memory_preset", n)
-        out.update(memory_arguments(codes, pp))
+    preset = memory_options(_code(a, "memory_preset", n), pp) if a.get("memory_preset") is not None else NO_OPTIONS
+    row: dict = {}
     if a.get("trainable_frac") is not None:
-        out["trainable_frac"] = np.nan_to_num(_f(a["trainable_frac"], n), nan=1.0)
+        row["trainable_frac"] = np.nan_to_num(_f(a["trainable_frac"], n), nan=1.0)
     for c_, default in ROW_MEMORY_OPTIONS.items():  # the row's recipe (models.memory.presets.recipe_memory); NaN: preset's
         if a.get(c_) is not None:
-            row = _f(a[c_], n)
-            out[c_] = np.where(np.isnan(row), out.get(c_, default), row)
-    if "selective_policy" in out:  # a code (models.memory.model): the row's save list (e.g. a MaxText remat_policy)
-        out["selective_policy"] = np.asarray(out["selective_policy"]).astype(np.int64)
-    if "fp8_param_gather" in out and a.get("generation_code") is not None:
+            stated = _f(a[c_], n)
+            fallback = getattr(preset, c_)
+            row[c_] = np.where(np.isnan(stated), default if fallback is None else fallback, stated)
+    if "selective_policy" in row:  # a code (models.memory.model): the row's save list (e.g. a MaxText remat_policy)
+        row["selective_policy"] = row["selective_policy"].astype(np.int64)
+    if "fp8_param_gather" in row and a.get("generation_code") is not None:
         # Transformer Engine runs non-TN FP8 GEMMs on compute capability 10.x (utils.py is_non_tn_fp8_gemm_supported):
         # the Blackwell group of models.core.domains (B200, GB200, B300, GB300); Hopper needs the weight's transpose
-
-        out["non_tn_fp8"] = _f(a["generation_code"], n) == GENERATION_GROUPS.index("Blackwell")
-    return out
+        row["non_tn_fp8"] = _f(a["generation_code"], n) == GENERATION_GROUPS.index("Blackwell")
+    return replace(preset, **row) if row else preset
 
 
 def _quantized_gather(a: Mapping[str, np.ndarray], n: int) -> np.ndarray | None:
@@ -216,8 +217,7 @@ def _quantized_gather(a: Mapping[str, np.ndarray], n: int) -> np.ndarray | None:
     without presets or without such a row."""
     if a.get("memory_preset") is None:
         return None
-
-    q = memory_arguments(_code(a, "memory_preset", n))["quantized_saves"]
+    q = memory_options(_code(a, "memory_preset", n)).quantized_saves
     return q if q.any() else None
 
 
@@ -226,7 +226,6 @@ def _stage_gathered(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> np.n
     (models.memory.presets.keeps_stage_gathered; the memory model's ``fsdp_unsharded_stage``); None without presets."""
     if a.get("memory_preset") is None:
         return None
-
     keep = keeps_stage_gathered(_code(a, "memory_preset", n), pp)
     return keep if keep.any() else None
 
@@ -350,8 +349,8 @@ def _decode_static(a: Mapping[str, np.ndarray], n: int) -> dict:
     B, b, d, p = g("global_batch_seqs"), g("micro_batch"), g("dp"), g("pp")
     c, e, v = (np.where(np.isnan(x), 1.0, x) for x in (g("cp", 1.0), g("ep", 1.0), g("vpp", 1.0)))
     dt = _code(a, "dtype", n)
-    tpm = _code(a, "tp_mode", n)  # models.core.params.TP_MODE_CODES; 2-D rows (models.physics.tp2d) are sequence-sharded
-    tp2d_rows = tpm == 1
+    tpm = _code(a, "tp_mode", n)  # models.core.params.TpMode; 2-D rows (models.physics.tp2d) are sequence-sharded
+    tp2d_rows = tpm == TpMode.TWO_D
     tp2d_rows = tp2d_rows if tp2d_rows.any() else None
     sp = g("sequence_parallel", 0.0) > 0  # NaN -> False
     # low-precision rows: GEMMs at the 8-bit efficiency; their LM head runs in 16 bits (models.physics.parts.lm_head)
@@ -374,7 +373,7 @@ def _decode_static(a: Mapping[str, np.ndarray], n: int) -> dict:
     hw = {c_: g(c_) for c_ in HARDWARE_COLUMNS if c_.startswith("peak_")}
     peaks, flags = peak_table(hw)
     peak_tf, peak_fb = choose_peak(dt, peaks, flags)
-    is_fp32 = (dt == 6) | (dt == 7)
+    is_fp32 = is_32bit(dt)
     # layers a low-precision recipe keeps in 16 bits (models.core.precision; NaN: none)
     l16 = g("n_layers_16bit", 0.0)
     l16 = np.where(low & (l16 > 0), l16, 0.0)  # NaN > 0 is False
@@ -448,7 +447,7 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
         # per-row GEMM efficiencies (a calibration's values for each row's hardware generation)
         e16 = np.where(np.isnan(g("matmul_eff_16bit", e16)), e16, g("matmul_eff_16bit", e16))  # NaN: the params'
         e8 = np.where(np.isnan(g("matmul_eff_8bit", e8)), e8, g("matmul_eff_8bit", e8))
-        eff = np.where(low, e8, np.where((dt == 6) | (dt == 7), e32, e16))
+        eff = np.where(low, e8, np.where(fx["is_fp32"], e32, e16))
     else:
         eff = np.take(np.array([e16, e16, e8, e8, e8, e8, e32, e32]), dt, mode="clip")
     # the slowest EP rank's factor of the mean routed tokens (models.arch.moe)
@@ -519,8 +518,9 @@ def _validity_static(x: Inputs) -> np.ndarray:
     _flag(err, vpp_bad, ERR_VPP)
     _flag(err, ~divisible(x.s, c), ERR_CP_SEQ)
     act, shard, rc, dt = x.act, x.shard, x.rc, x.dt
-    cat_bad = (act < 0) | (act > 1) | (shard < 0) | (shard > 5) | (rc < 0) | (rc > 2) | (dt < 0) | (dt > 7)
-    cat_bad |= (x.tp_mode < 0) | (x.tp_mode > 1)
+    cat_bad = is_unknown_code(act, ACTIVATION_CODES) | is_unknown_code(shard, SHARDING_CODES)
+    cat_bad |= is_unknown_code(rc, RECOMPUTE_CODES) | is_unknown_code(dt, DTYPE_CODES)
+    cat_bad |= is_unknown_code(x.tp_mode, TP_MODE_CODES)
     _flag(err, cat_bad, ERR_CATEGORY)
     if x.hy is not None:
         _hybrid_validity(err, x.hy, t, c)
@@ -548,13 +548,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     cp_mb, hidden_cp = parts.cp_comm(x, r, cm)
     ov = parts.overlap(cm, cp_mb, hidden_cp, parts.tp_comm(x, r, cm), parts.ep_comm(x, r, cm), parts.pp_comm(x, r), P,
                        x.a2a, x.tp_ov)
-    mem = _memory_memo(a, n, P, lambda mp: memory_per_gpu(
-        arch=x.arch, shapes=sh, seq_len=x.s, micro_batch=x.b, n_micro=x.m, tp=x.t, pp=x.p, dp=x.d, cp=x.c, ep=x.e,
-        vpp=x.v, sharding=x.shard, recompute=x.rc, sequence_parallel=x.sp, is_fp32=x.is_fp32, node_size=x.node,
-        params=mp, layers_per_stage=x.Ls, act_bytes=r.act_b, dtype_code=x.dt, layers_16bit=x.layers_16bit,
-        **_memory_options(a, n, x.p),
-        **(dict(etp=x.et, moe_rho=x.rho) if r.any_moe else {}),
-    ))
+    mem = _memory_memo(a, n, P, lambda mp: memory_per_gpu(x, sh, mp, _memory_options(a, n, x.p)))
     dp_exposed, gather_exposed_mb = parts.dp_comm(x, r, mem, cm, ov, P, _stage_gathered(a, n, x.p))
     optimizer_s = parts.optimizer(x, mem, P)
     st = parts.step_time(x, cm, ov, gather_exposed_mb, dp_exposed, optimizer_s)

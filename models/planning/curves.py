@@ -57,6 +57,8 @@ from models.core.params import (
     SHARDING_CODES,
     TP_MODE_CODES,
     PhysParams,
+    Sharding,
+    TpMode,
 )
 from models.fitting.calibration import apply_calibration
 from models.fitting.predictor import Predictor, predict_arrays
@@ -247,7 +249,8 @@ def enumerate_points(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], n_v
     scaleup = int(_num(hw_row, "scaleup_size", 8.0))
     s = int(seq_len)
     shard_codes = [SHARDING_CODES[x] if isinstance(x, str) else int(x) for x in grid.get("sharding", list(SHARDING_CODES))]
-    rc_codes = [RECOMPUTE_CODES[x] if isinstance(x, str) else int(x) for x in grid.get("recompute", [0, 1, 2])]
+    rc_codes = [RECOMPUTE_CODES[x] if isinstance(x, str) else int(x)
+                for x in grid.get("recompute", list(RECOMPUTE_CODES))]
     mbs = [int(x) for x in grid.get("micro_batch", [1, 2, 4, 8, 16, 32, 64]) if int(x) <= MAX_MICRO_BATCH]
     vpps_g = [int(x) for x in grid.get("vpp", list(range(1, MAX_VPP + 1)))]
     cps_g = grid.get("cp")
@@ -277,21 +280,21 @@ def enumerate_points(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], n_v
                         for ep in eps:
                             for etp in etps:
                                 for tpm in modes_g:
-                                    if tpm == 0 or tp >= tp2d.MIN_TP:
+                                    if tpm == TpMode.ONE_D or tp >= tp2d.MIN_TP:
                                         struct.append((i, n, B, tp, pp, cp, dp, ep, vpp, etp, tpm))
     if not struct:
         return {}, np.zeros(0, dtype=np.int64)
     S = np.asarray(struct, dtype=np.int64)
     # fine grid: micro-batch x sharding (incl. 'none' for dp*cp == 1) x recompute
-    fine = np.asarray([(mb, sh, rc) for mb in mbs for sh in sorted(set(shard_codes) | {0}) for rc in rc_codes],
-                      dtype=np.int64)
+    shard_grid = sorted(set(shard_codes) | {Sharding.NONE})
+    fine = np.asarray([(mb, sh, rc) for mb in mbs for sh in shard_grid for rc in rc_codes], dtype=np.int64)
     k, f = len(S), len(fine)
     S = np.repeat(S, f, axis=0)
     F = np.tile(fine, (k, 1))
     B_, cp_, dp_ = S[:, 2], S[:, 5], S[:, 6]
     mb_, sh_ = F[:, 0], F[:, 1]
     solo = dp_ * cp_ == 1
-    keep = ((B_ // dp_) % mb_ == 0) & np.where(solo, sh_ == 0, np.isin(sh_, shard_codes))
+    keep = ((B_ // dp_) % mb_ == 0) & np.where(solo, sh_ == Sharding.NONE, np.isin(sh_, shard_codes))
     S, F = S[keep], F[keep]
     m = len(S)
     out: dict[str, Any] = {
