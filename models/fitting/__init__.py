@@ -1,1 +1,11 @@
-"""x"""
+"""The one prediction function and what calibrates it: `predict` answers every command, table and view (physics with
+the parameters of the configuration's domain, the residual correction and the 90% interval; `Predictor` holds a
+fit, `Calibration` is one), `fit_calibration` fits the physical parameters, the residual regression and the
+interval widths on measured runs and scores them under the held-out transfer protocols (docs/calibration.md).
+
+Imports models.core, models.arch, models.memory and models.physics."""
+
+from models.fitting.calibration import fit_calibration
+from models.fitting.predictor import Calibration, Predictor, predict
+
+__all__ = ["Calibration", "Predictor", "fit_calibration", "predict"]
