@@ -264,7 +264,7 @@ class PhysParams:
     # prior: caching-allocator fragmentation and temporary buffers as a fraction of the
     # modelled bytes. Bounded by measurement: llm-foundry runs that ran at the edge of
     # 40/80 GB (MPT-1b mb 10 on A100-40GB, MPT-3b seq 8192 on 80 GB) leave 3-6 % above the
-    # modelled bytes, so 0.05 (was 0.10, which flagged 24 of them infeasible).
+    # modelled bytes, so 0.05 (a larger allowance calls some of them infeasible although they ran).
     mem_fragmentation_frac: float = 0.05
     # Whether the attention score/softmax/dropout tensors (Korthikanti's 5as/h term, and
     # their element-wise HBM traffic) are materialised: 0 = FlashAttention-style kernels
