@@ -1,9 +1,11 @@
 """The functions behind the commands, on plain Python / polars inputs: the CLI, the serve API and Python
 callers use the same ones (`from pipeline import api`).
 
-Every function resolves names (model, accelerator), applies and REPORTS its defaults, and predicts through
-the one prediction function (`models.fitting.predictor`). Bad input raises `InputError` with a message that names
-the flag or field and what was expected.
+Each command's function takes the command's options object (pipeline/options.py: `prediction(cfg,
+PredictOptions(...))`), or its fields as keywords (`prediction(cfg, model="llama3-8b", ...)`). Every function
+resolves names (model, accelerator), applies and REPORTS its defaults, and predicts through the one prediction
+function (`models.fitting.predictor`). Bad input raises `InputError` with a message that names the flag or field
+and what was expected.
 """
 
 from __future__ import annotations
@@ -13,9 +15,28 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
 import polars as pl
 
-from models.arch.archfile import APPROXIMATED_ARCHITECTURES, APPROXIMATED_NOTE
+from models.arch.archfile import (APPROXIMATED_ARCHITECTURES, APPROXIMATED_NOTE, ArchFileError,
+                                  architecture_from_mapping, hardware_from_mapping)
+from models.arch.moe import resolve_etp
+from models.core.params import DEFAULT, DTYPE_CODES, is_low_precision
+from models.core.precision import RECIPE_SOURCE, recipe_layers_16bit
+from models.corpus.runs_adapter import XLA_REMAT_NOTE, XLA_TP_NOTE, hybrid_problems
+from models.fitting.assumptions import check_assumptions, params_for
+from models.fitting.predictor import Predictor, predict
+from models.memory.model import MAXTEXT_REMAT
+from models.physics.hardware import compiler_overlaps_tp, resolve_hardware
+from models.physics.step_time import arch_config
+from models.planning import plan as P
+from models.planning.search import search as run_search
+from pipeline import catalog
+from pipeline.catalog import UnknownName, instance_network
+from pipeline.options import CurveOptions, FrontierOptions, Options, PlanOptions, PredictOptions, SearchOptions
+from pipeline.output import json_rows
+from pipeline.predict_runs import predict_file, predict_frame
+from pipeline.readers import FileRejected
 from pipeline.settings import Settings
 
 SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp")
@@ -42,6 +63,22 @@ class NoResult(InputError):
     def __init__(self, message: str, detail: Optional[dict] = None):
         super().__init__(message, exit_code=1)
         self.detail = detail or {}
+
+
+def _calibrated():
+    """pipeline.calibrated: the prediction model of the store's promoted fit (`model_for`, `promoted_fit`)."""
+    # start-up time: pipeline.calibrated loads DuckDB (the store's reader), which `import stepcast` leaves out
+    from pipeline import calibrated
+
+    return calibrated
+
+
+def _planning():
+    """(models.planning.curves, models.planning.frontier), for curve and frontier."""
+    # start-up time: the curve and frontier models load SciPy (the USL fit), which predict, search and plan never use
+    from models.planning import curves, frontier
+
+    return curves, frontier
 
 
 def check_choice(flag: str, value: Optional[str], allowed) -> None:
@@ -122,22 +159,7 @@ def _with_network_note(result: pl.DataFrame, oversubscription, pod_size) -> pl.D
     return _with_note(result, network_note(oversubscription, pod_size))
 
 
-def resolve_names(cfg: Settings, model: Optional[str] = None, gpu: Optional[str] = None, arch: Optional[dict] = None,
-                  hw_row: Optional[dict] = None) -> tuple[dict, dict]:
-    """(architecture row, hardware row) from names (ids or aliases) or given rows."""
-    from pipeline import catalog
-
-    try:
-        arch = arch if arch is not None else catalog.find_architecture(cfg.measurements, model)
-        hw_row = hw_row if hw_row is not None else catalog.find_hardware(cfg.measurements, gpu)
-    except catalog.UnknownName as err:
-        raise InputError(str(err)) from None
-    return arch, hw_row
-
-
 def resolved_hardware(hw_row: dict, overrides: Optional[dict] = None) -> dict:
-    from models.physics.hardware import resolve_hardware
-
     hw = resolve_hardware(pl.DataFrame([hw_row]), strict=False).row(0, named=True)
     if hw.get("hardware_error"):
         raise InputError(f"hardware {hw_row.get('id')}: {hw['hardware_error']}")
@@ -148,21 +170,11 @@ def resolved_hardware(hw_row: dict, overrides: Optional[dict] = None) -> dict:
     return hw
 
 
-def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[str] = None, gpus: int,
-                   global_batch: int, seq_len: int, micro_batch: Optional[int] = None, tp: int = 1, pp: int = 1,
-                   dp: Optional[int] = None, cp: int = 1, ep: int = 1, vpp: Optional[int] = None,
-                   sharding: Optional[str] = None,
-                   recompute: Optional[str] = None, sequence_parallel: Optional[bool] = None,
-                   tp_mode: str = "1d", dtype: str = "bf16", gpus_per_node: Optional[int] = None,
-                   inter_node_gbps: Optional[float] = None, analytical_only: bool = False,
-                   assumptions: str = "realistic", arch: Optional[dict] = None,
-                   hw_row: Optional[dict] = None, scaleup_size: Optional[int] = None,
-                   scaleup_gbps: Optional[float] = None, scaleout_gbps: Optional[float] = None,
-                   oversubscription: Optional[float] = None, pod_size: Optional[int] = None,
-                   etp: Optional[int] = None, capacity_factor: Optional[float] = None,
-                   layers_16bit: Optional[int] = None) -> pl.DataFrame:
-    """One configuration: a one-row frame with the resolved inputs, the prediction (calibrated unless
-    `analytical_only`), its interval and provenance (`fit_version`, `assumptions`, `calibration_domain`).
+def predict_config(cfg: Settings, o: PredictOptions, arch: dict, hw_row: dict, gpu: Optional[str]) -> pl.DataFrame:
+    """One configuration of `o` on the architecture row `arch` and hardware row `hw_row` (`gpu`: the name the
+    accelerator was asked by, for a cloud instance's network; None for a row from a file): a one-row frame with
+    the resolved inputs, the prediction (calibrated unless `analytical_only`), its interval and provenance
+    (`fit_version`, `assumptions`, `calibration_domain`).
     `assumptions` also lists every default applied (and the pod tier when it is oversubscribed). The network
     flags of search/curve (`scaleup_size`, `scaleup_gbps`, `scaleout_gbps`) stand beside the older
     `gpus_per_node` / `inter_node_gbps`; both given and different is an InputError. An invalid layout raises
@@ -170,11 +182,12 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     Megatron-Core's; where ep is folded over tp the largest etp that folds, listed in `assumptions`),
     `capacity_factor` the expert capacity factor (default: dropless). `layers_16bit`: layers a low-precision recipe
     keeps in 16 bits at the end of the stack (default: the model's published recipe, models.core.precision, else 0)."""
-    from models.memory.model import MAXTEXT_REMAT
-    from models.fitting.predictor import predict
-    from models.physics.step_time import arch_config
-    from pipeline.calibrated import model_for
-
+    gpus, global_batch, seq_len, tp, pp, cp, ep = o.gpus, o.global_batch, o.seq_len, o.tp, o.pp, o.cp, o.ep
+    sharding, recompute, dtype, tp_mode, assumptions = o.sharding, o.recompute, o.dtype, o.tp_mode, o.assumptions
+    # the defaults this function applies (and lists in `assumptions`)
+    dp, micro_batch, vpp, sequence_parallel, gpus_per_node = o.dp, o.micro_batch, o.vpp, o.sequence_parallel, \
+        o.gpus_per_node
+    etp, capacity_factor, layers_16bit = o.etp, o.capacity_factor, o.layers_16bit
     check_choice("--sharding", sharding, SHARDINGS)
     check_choice("--recompute", recompute, RECOMPUTES + tuple(MAXTEXT_REMAT))
     check_choice("--dtype", dtype, DTYPES)
@@ -183,18 +196,15 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     save_list = None
     if recompute in MAXTEXT_REMAT:  # a MaxText remat_policy: selective with its save list (models.memory.model)
         save_list, recompute = recompute, "selective"
-    for (old, ov), (new, nv) in ((("--gpus-per-node", gpus_per_node), ("--scaleup-size", scaleup_size)),
-                                 (("--inter-node-gbps", inter_node_gbps), ("--scaleout-gbps", scaleout_gbps))):
+    for (old, ov), (new, nv) in ((("--gpus-per-node", gpus_per_node), ("--scaleup-size", o.scaleup_size)),
+                                 (("--inter-node-gbps", o.inter_node_gbps), ("--scaleout-gbps", o.scaleout_gbps))):
         if ov is not None and nv is not None and ov != nv:
             raise InputError(f"{old} {ov:g} and {new} {nv:g} disagree: both set the same network tier; give one")
-    scaleout_gbps = scaleout_gbps if scaleout_gbps is not None else inter_node_gbps
-    arch, hw_row = resolve_names(cfg, model, gpu, arch, hw_row)
-    hw = resolved_hardware(hw_row, network_overrides(scaleup_size, scaleup_gbps, scaleout_gbps, oversubscription,
-                                                     pod_size))
+    scaleout_gbps = o.scaleout_gbps if o.scaleout_gbps is not None else o.inter_node_gbps
+    hw = resolved_hardware(hw_row, network_overrides(o.scaleup_size, o.scaleup_gbps, scaleout_gbps,
+                                                     o.oversubscription, o.pod_size))
     check_precision(dtype, hw)
     defaults = []
-    from pipeline.catalog import instance_network
-
     if gpu is not None and scaleout_gbps is None and (net := instance_network(gpu)) is not None:
         defaults.append(net[1])  # a cloud instance type's own scale-out network (`resolve_gpu`)
     if dp is None:
@@ -218,9 +228,6 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     if sequence_parallel is None:
         sequence_parallel = tp > 1
         defaults.append(f"sequence_parallel={'on' if sequence_parallel else 'off'}")
-    from models.physics.hardware import compiler_overlaps_tp
-    from models.corpus.runs_adapter import XLA_REMAT_NOTE, XLA_TP_NOTE
-
     if bool(compiler_overlaps_tp(hw.get("scaleup_link_code", float("nan")))):  # a TPU: XLA compiles (models.physics.parts)
         if tp > 1:
             defaults.append(XLA_TP_NOTE)
@@ -233,17 +240,12 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
         raise InputError(f"--capacity-factor must be a number > 0 (omit it for dropless), got {capacity_factor}")
     is_moe = float(arch.get("n_experts") or 0) > 0
     if is_moe and etp is None:  # Megatron-Core's default etp = tp, or the largest that folds (models.arch.moe)
-        from models.arch.moe import resolve_etp
-
         e_, inferred = resolve_etp(float("nan"), tp, cp, dp, ep)
         etp = int(e_)
         defaults.append(f"etp={etp} (ep={ep} does not fold with etp=tp: the largest etp dividing tp that does)"
                         if inferred else f"etp=tp={etp}")
     if is_moe and capacity_factor is None:
         defaults.append("dropless (no capacity factor)")
-    from models.core.params import DTYPE_CODES, is_low_precision
-    from models.core.precision import RECIPE_SOURCE, recipe_layers_16bit
-
     low = dtype in DTYPE_CODES and bool(is_low_precision(DTYPE_CODES[dtype]))
     if layers_16bit is not None and not (0 <= layers_16bit <= float(arch.get("n_layers") or 0)):
         raise InputError(f"--layers-16bit must be between 0 and the model's {arch.get('n_layers')} layers, "
@@ -275,7 +277,7 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
         defaults.append(f"recompute {save_list}: selective with that MaxText remat_policy's save list (memory: what "
                         f"it keeps on the device; time: what the backward recomputes)")
     configs = pl.DataFrame([row]).hstack(pl.DataFrame([{k: v for k, v in hw.items() if k not in row}]))
-    m = model_for(cfg, analytical_only, assumptions)
+    m = _calibrated().model_for(cfg, o.analytical_only, assumptions)
     res = predict(configs, m)
     err = res["error"][0]
     if err is not None and not err.startswith("memory"):
@@ -289,7 +291,7 @@ def predict_config(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[
     res = res.with_columns((pl.col("assumptions") + pl.lit("; defaults: " + ", ".join(defaults) if defaults else ""))
                            .alias("assumptions"))
     res = _with_approximation_note(res, arch)
-    res = _with_network_note(res, oversubscription, pod_size)
+    res = _with_network_note(res, o.oversubscription, o.pod_size)
     return inputs.hstack(res.with_columns(pl.lit(float(hw["inter_node_bw_gbps"])).alias("inter_node_bw_gbps")))
 
 
@@ -298,16 +300,13 @@ def search_layouts(cfg: Settings, *, arch: dict, hw_row: dict, gpus: int, global
                    analytical_only: bool = False, assumptions: str = "realistic",
                    hw_overrides: Optional[dict] = None) -> tuple[pl.DataFrame, int, Any]:
     """(best layouts, number evaluated, model used), ranked by the calibrated figure of the one function."""
-    from models.planning.search import search as run_search
-    from pipeline.calibrated import model_for
-
     check_choice("--dtype", dtype, DTYPES)
     check_choice("--assumptions", assumptions, ASSUMPTION_SETS)
     if rank_by not in ("throughput", "cost"):
         raise InputError(f"--rank-by must be throughput or cost, got '{rank_by}'")
     hw = resolved_hardware(hw_row, hw_overrides)
     check_precision(dtype, hw)
-    m = model_for(cfg, analytical_only, assumptions)
+    m = _calibrated().model_for(cfg, analytical_only, assumptions)
     price = hw_row.get("cloud_usd_per_hour")
     result, n = run_search(arch, hw, gpus, global_batch, seq_len, fixed=fixed or {}, dtype=dtype, top_k=top,
                            rank_by=rank_by, usd_per_gpu_hour=price, return_count=True, params=m)
@@ -326,9 +325,10 @@ def title_of(command: str, result: pl.DataFrame) -> str:
 
 
 # ------------------------------------------------------------------ the commands' computations
-# Each command of the CLI (`pipeline.cli`, `pipeline.commands.*`) parses its flags, calls one of these and prints
-# what it returns; `stepcast` (the Python API) calls the same ones. They check their input in the order the
-# command always did and raise InputError (NoResult when the input is valid but nothing answers).
+# Each command of the CLI (`pipeline.commands.*`) builds its options object (pipeline/options.py) of its flags,
+# calls one of these and prints what it returns; `stepcast` (the Python API) and the explorer (pipeline/serve.py)
+# build the same object and call the same ones. They check their input in the order the command always did and
+# raise InputError (NoResult when the input is valid but nothing answers).
 
 PREDICT_COLUMNS = ["run_id", "feasible", "error", "step_time_s", "step_time_lo_s", "step_time_hi_s",
                    "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu", "hfu",
@@ -369,11 +369,7 @@ def architecture(cfg: Settings, model: Optional[str] = None, arch_file: Optional
                  arch: Optional[Mapping] = None) -> dict:
     """The architecture dict of a mapping (a row of the architectures schema or a Hugging Face config), of
     `--arch-file PATH`, or of `--model NAME` (id, name or alias)."""
-    from pipeline import catalog
-
     if arch is not None:
-        from models.arch.archfile import ArchFileError, architecture_from_mapping
-
         try:
             return architecture_from_mapping(dict(arch), "arch")
         except ArchFileError as err:
@@ -388,11 +384,7 @@ def hardware_row(cfg: Settings, gpu: Optional[str] = None, hardware_file: Option
                  hardware: Optional[Mapping] = None) -> dict:
     """The hardware row of a mapping (a row of the hardware_specs schema), of `--hardware-file PATH`, or of
     `--gpu NAME`."""
-    from pipeline import catalog
-
     if hardware is not None:
-        from models.arch.archfile import ArchFileError, hardware_from_mapping
-
         try:
             return hardware_from_mapping(dict(hardware), "hardware")
         except ArchFileError as err:
@@ -409,9 +401,6 @@ def check_hybrid(arch_row: Mapping) -> None:
     and plan alike."""
     if "hybrid" not in str(arch_row.get("arch") or ""):
         return
-    from models.corpus.runs_adapter import hybrid_problems
-    from pipeline import catalog
-
     row, why = hybrid_problems(pl.DataFrame([{c: arch_row.get(c) for c in (
         "arch", *catalog.ARCH_MODEL_COLUMNS, *catalog.ARCH_HYBRID_COLUMNS)} | {"arch_params_b": arch_row.get(
             "params_b")}]).with_columns(pl.col("arch_params_b").cast(pl.Float64, strict=False)))
@@ -420,29 +409,28 @@ def check_hybrid(arch_row: Mapping) -> None:
         raise InputError(f"{arch_row['id']}: {problem}")
 
 
-def prediction(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[str] = None, gpus: Optional[int] = None,
-               global_batch: Optional[int] = None, seq_len: Optional[int] = None, arch_file: Optional[Path] = None,
-               hardware_file: Optional[Path] = None, arch: Optional[Mapping] = None,
-               hardware: Optional[Mapping] = None, **layout) -> pl.DataFrame:
+def prediction(cfg: Settings, o: Optional[PredictOptions] = None, /, *, arch: Optional[Mapping] = None,
+               hardware: Optional[Mapping] = None, **fields: Any) -> pl.DataFrame:
     """`stepcast predict` for one configuration: the resolved inputs and the prediction, columns in the order
-    the command prints them (`PREDICT_COLUMNS`, then the inputs). `layout` takes the other keywords of
-    `predict_config` (tp, pp, dp, micro_batch, sharding, ..., assumptions, analytical_only)."""
-    missing = [flag for flag, v in (("--model", model or arch_file or arch), ("--gpu", gpu or hardware_file or hardware),
-                                    ("--gpus", gpus), ("--global-batch", global_batch), ("--seq-len", seq_len))
+    the command prints them (`PREDICT_COLUMNS`, then the inputs). `arch` / `hardware`: the architecture or
+    accelerator as a row (or Hugging Face config) instead of --model / --gpu (`o.runs` is `run_predictions`'s)."""
+    o = PredictOptions.given(o, **fields)
+    missing = [flag for flag, v in (("--model", o.model or o.arch_file or arch),
+                                    ("--gpu", o.gpu or o.hardware_file or hardware), ("--gpus", o.gpus),
+                                    ("--global-batch", o.global_batch), ("--seq-len", o.seq_len))
                if v is None]
     if missing:
         raise InputError(f"missing {', '.join(missing)} (or give --runs FILE). See `stepcast predict --help`.")
-    arch_row = architecture(cfg, model, arch_file, arch)
-    hw_row = hardware_row(cfg, gpu, hardware_file, hardware)
+    arch_row = architecture(cfg, o.model, o.arch_file, arch)
+    hw_row = hardware_row(cfg, o.gpu, o.hardware_file, hardware)
     check_hybrid(arch_row)
-    if (layout.get("cp") or 1) > 1 and "hybrid" in str(arch_row.get("arch") or "") \
+    if (o.cp or 1) > 1 and "hybrid" in str(arch_row.get("arch") or "") \
             and arch_row.get("mamba_dt_rank") not in (None, "") \
             and arch_row.get("mamba_dt_rank") == arch_row.get("mamba_dt_rank"):  # NaN != NaN: empty
-        raise InputError(f"{arch_row['id']}: cp={layout['cp']}: Mamba-1 mixers (mamba_dt_rank) have no "
+        raise InputError(f"{arch_row['id']}: cp={o.cp}: Mamba-1 mixers (mamba_dt_rank) have no "
                          "context-parallel model (no context-parallel selective scan is published; Megatron-"
                          "Core's MambaContextParallel is for Mamba-2); use cp=1")
-    result = predict_config(cfg, arch=arch_row, hw_row=hw_row, gpu=None if hardware_file or hardware else gpu,
-                            gpus=gpus, global_batch=global_batch, seq_len=seq_len, **layout)
+    result = predict_config(cfg, o, arch_row, hw_row, None if o.hardware_file or hardware else o.gpu)
     extra = [c for c in result.columns if c not in PREDICT_COLUMNS]
     return result.select(PREDICT_COLUMNS + extra)
 
@@ -450,12 +438,8 @@ def prediction(cfg: Settings, *, model: Optional[str] = None, gpu: Optional[str]
 def run_predictions(cfg: Settings, runs, *, assumptions: str = "realistic",
                     analytical_only: bool = False) -> pl.DataFrame:
     """`stepcast predict --runs`: every run of a measurement-schema file (a path) or frame, one row per run_id."""
-    from pipeline.calibrated import model_for
-    from pipeline.catalog import UnknownName
-    from pipeline.predict_runs import predict_file, predict_frame
-    from pipeline.readers import FileRejected
-
     check_choice("--assumptions", assumptions, ASSUMPTION_SETS)
+    model_for = _calibrated().model_for
     try:
         if isinstance(runs, pl.DataFrame):
             return predict_frame(runs, cfg.measurements, model_for(cfg, analytical_only, assumptions))
@@ -491,59 +475,49 @@ def runs_summary(result: pl.DataFrame) -> str:
     return "; ".join(lines)
 
 
-def layout_search(cfg: Settings, *, model: Optional[str] = None, layers: Optional[int] = None,
-                  d_model: Optional[int] = None, heads: Optional[int] = None, kv_heads: Optional[int] = None,
-                  ffn_dim: Optional[int] = None, vocab: int = 51200, activation: str = "gelu",
-                  gpu: Optional[str] = None, arch_file: Optional[Path] = None, hardware_file: Optional[Path] = None,
-                  arch: Optional[Mapping] = None, hardware: Optional[Mapping] = None, gpus: int, global_batch: int,
-                  seq_len: int, dtype: str = "bf16", top: int = 10, rank_by: str = "throughput",
-                  tp: Optional[int] = None, pp: Optional[int] = None, dp: Optional[int] = None,
-                  cp: Optional[int] = None, ep: Optional[int] = None, vpp: Optional[int] = None,
-                  micro_batch: Optional[int] = None, sharding: Optional[str] = None, recompute: Optional[str] = None,
-                  tp_mode: Optional[str] = None,
-                  assumptions: str = "realistic", analytical_only: bool = False, scaleup_size: Optional[int] = None,
-                  scaleup_gbps: Optional[float] = None, scaleout_gbps: Optional[float] = None,
-                  oversubscription: Optional[float] = None,
-                  pod_size: Optional[int] = None, etp: Optional[int] = None,
-                  capacity_factor: Optional[float] = None) -> tuple[pl.DataFrame, int, dict, str]:
+def layout_search(cfg: Settings, o: Optional[SearchOptions] = None, /, *, arch: Optional[Mapping] = None,
+                  hardware: Optional[Mapping] = None, **fields: Any) -> tuple[pl.DataFrame, int, dict, str]:
     """`stepcast search`: (the best layouts ranked, `SEARCH_COLUMNS` first; how many were evaluated; the
-    architecture; the accelerator's name). `scaleup_size`, `scaleup_gbps`, `scaleout_gbps`, `oversubscription`
-    and `pod_size` override the accelerator's network tiers (the ranking is computed with them). NoResult when
-    no layout is feasible."""
+    architecture; the accelerator's name). The network options override the accelerator's network tiers (the
+    ranking is computed with them). `arch` / `hardware`: rows instead of --model / --gpu. NoResult when no layout
+    is feasible."""
+    o = SearchOptions.given(o, **fields)
+    rank_by, sharding, recompute, dtype, tp_mode = o.rank_by, o.sharding, o.recompute, o.dtype, o.tp_mode
     if rank_by not in ("throughput", "cost"):
         raise InputError(f"--rank-by must be throughput or cost, got '{rank_by}'")
     for name, value, allowed in (("--sharding", sharding, SHARDINGS), ("--recompute", recompute, RECOMPUTES),
-                                 ("--activation", activation, ("gelu", "swiglu")), ("--dtype", dtype, DTYPES),
+                                 ("--activation", o.activation, ("gelu", "swiglu")), ("--dtype", dtype, DTYPES),
                                  ("--tp-mode", tp_mode, TP_MODES)):
         check_choice(name, value, allowed)
-    if model or arch_file or arch is not None:
-        arch_row = architecture(cfg, model, arch_file, arch)
+    if o.model or o.arch_file or arch is not None:
+        arch_row = architecture(cfg, o.model, o.arch_file, arch)
     else:
-        missing = [f for f, v in (("--layers", layers), ("--d-model", d_model), ("--heads", heads)) if v is None]
+        missing = [f for f, v in (("--layers", o.layers), ("--d-model", o.d_model), ("--heads", o.heads)) if v is None]
         if missing:
             raise InputError(f"give --model ID, --arch-file PATH or the architecture flags ({', '.join(missing)} "
                              "missing)")
-        arch_row = dict(id="custom", n_layers=layers, d_model=d_model, n_heads=heads, n_kv_heads=kv_heads or heads,
-                        ffn_dim=ffn_dim or 4 * d_model, vocab=vocab, activation=activation, n_experts=0, top_k=0,
-                        tied_embeddings=False)
+        arch_row = dict(id="custom", n_layers=o.layers, d_model=o.d_model, n_heads=o.heads,
+                        n_kv_heads=o.kv_heads or o.heads, ffn_dim=o.ffn_dim or 4 * o.d_model, vocab=o.vocab,
+                        activation=o.activation, n_experts=0, top_k=0, tied_embeddings=False)
     check_hybrid(arch_row)  # a hybrid row predict refuses is not searched either
-    hw_row = hardware_row(cfg, gpu, hardware_file, hardware)
-    gpu = gpu or hw_row.get("id")
+    hw_row = hardware_row(cfg, o.gpu, o.hardware_file, hardware)
+    gpu = o.gpu or hw_row.get("id")
+    capacity_factor = o.capacity_factor
     if capacity_factor is not None and not (capacity_factor > 0 and math.isfinite(capacity_factor)):
         raise InputError(f"--capacity-factor must be a number > 0 (omit it for dropless), got {capacity_factor}")
-    fixed = {k: v for k, v in dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, micro_batch=micro_batch,
-                                   sharding=sharding, recompute=recompute, tp_mode=tp_mode,
+    fixed = {k: v for k, v in dict(tp=o.tp, pp=o.pp, dp=o.dp, cp=o.cp, ep=o.ep, etp=o.etp, vpp=o.vpp,
+                                   micro_batch=o.micro_batch, sharding=sharding, recompute=recompute, tp_mode=tp_mode,
                                    moe_capacity_factor=capacity_factor).items() if v is not None}
-    overrides = network_overrides(scaleup_size, scaleup_gbps, scaleout_gbps, oversubscription, pod_size)
-    result, n_evaluated, _ = search_layouts(cfg, arch=arch_row, hw_row=hw_row, gpus=gpus, global_batch=global_batch,
-                                            seq_len=seq_len, fixed=fixed, dtype=dtype, top=top, rank_by=rank_by,
-                                            analytical_only=analytical_only, assumptions=assumptions,
-                                            hw_overrides=overrides)
+    overrides = network_overrides(o.scaleup_size, o.scaleup_gbps, o.scaleout_gbps, o.oversubscription, o.pod_size)
+    result, n_evaluated, _ = search_layouts(cfg, arch=arch_row, hw_row=hw_row, gpus=o.gpus,
+                                            global_batch=o.global_batch, seq_len=o.seq_len, fixed=fixed, dtype=dtype,
+                                            top=o.top, rank_by=rank_by, analytical_only=o.analytical_only,
+                                            assumptions=o.assumptions, hw_overrides=overrides)
     if result.height == 0:
-        raise NoResult(f"no feasible layout among {n_evaluated:,} evaluated for {arch_row['id']} on {gpus} x {gpu} "
-                       f"(batch {global_batch} x {seq_len}{', fixed ' + str(fixed) if fixed else ''}). Try more GPUs, "
-                       f"a smaller micro-batch, recompute, or sharding.")
-    result = _with_network_note(result.with_row_index("rank", offset=1), oversubscription, pod_size)
+        raise NoResult(f"no feasible layout among {n_evaluated:,} evaluated for {arch_row['id']} on {o.gpus} x {gpu} "
+                       f"(batch {o.global_batch} x {o.seq_len}{', fixed ' + str(fixed) if fixed else ''}). Try more "
+                       f"GPUs, a smaller micro-batch, recompute, or sharding.")
+    result = _with_network_note(result.with_row_index("rank", offset=1), o.oversubscription, o.pod_size)
     extra = [c for c in result.columns if c not in SEARCH_COLUMNS]
     result = result.select([c for c in SEARCH_COLUMNS if c in result.columns] + extra)
     return result, n_evaluated, arch_row, gpu
@@ -551,14 +525,11 @@ def layout_search(cfg: Settings, *, model: Optional[str] = None, layers: Optiona
 
 # ---------------------------------------------------------------- curve and frontier
 
-def tier_hardware(cfg: Settings, gpu: str, *, scaleup_size: Optional[int] = None,
-                  scaleup_gbps: Optional[float] = None, scaleout_gbps: Optional[float] = None,
-                  memory_gb: Optional[float] = None, oversubscription: Optional[float] = None,
-                  pod_size: Optional[int] = None) -> dict:
-    """The resolved hardware row, with the network tiers (and memory) overridden where a flag gives them."""
-    from models.physics.hardware import resolve_hardware
-    from pipeline import catalog
-
+def tier_hardware(cfg: Settings, o: CurveOptions | FrontierOptions) -> dict:
+    """The resolved hardware row of `o.gpu`, with the network tiers (and the frontier's memory) overridden where an
+    option gives them."""
+    gpu, scaleup_size, scaleup_gbps, scaleout_gbps = o.gpu, o.scaleup_size, o.scaleup_gbps, o.scaleout_gbps
+    oversubscription, pod_size, memory_gb = o.oversubscription, o.pod_size, getattr(o, "memory_gb", None)
     check_network(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb, oversubscription, pod_size)
     try:
         hw_row = catalog.find_hardware(cfg.measurements, gpu)
@@ -584,13 +555,14 @@ def tier_hardware(cfg: Settings, gpu: str, *, scaleup_size: Optional[int] = None
     return hw
 
 
-def overrides_note(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb=None, oversubscription=None,
-                   pod_size=None) -> str:
-    parts = [f"{k} {v:g}" for k, v in (("scale-up size", scaleup_size), ("scale-up GB/s", scaleup_gbps),
-                                       ("scale-out GB/s", scaleout_gbps), ("memory GB", memory_gb),
-                                       ("pod size", pod_size)) if v is not None]
-    if oversubscription is not None and oversubscription != 1:
-        parts.append(f"oversubscription {oversubscription:g}:1")
+def overrides_note(o: Options) -> str:
+    """" (overridden: ...)": the network tiers (and the frontier's memory) the options override, for a title."""
+    memory_gb = getattr(o, "memory_gb", None)  # the frontier's
+    parts = [f"{k} {v:g}" for k, v in (("scale-up size", o.scaleup_size), ("scale-up GB/s", o.scaleup_gbps),
+                                       ("scale-out GB/s", o.scaleout_gbps), ("memory GB", memory_gb),
+                                       ("pod size", o.pod_size)) if v is not None]
+    if o.oversubscription is not None and o.oversubscription != 1:
+        parts.append(f"oversubscription {o.oversubscription:g}:1")
     return f" (overridden: {', '.join(parts)})" if parts else ""
 
 
@@ -599,17 +571,11 @@ def physics(cfg: Settings, assumptions: str, residual: bool = True, analytical_o
     prediction function): 'realistic' is the fit (``residual=False``: the frontier ranks and reports with the
     model directly, no post-hoc hook); 'ideal' is Epoch AI's ideal conditions on the fit's physics, no residual.
     Without a fit the priors answer."""
-    from models.fitting.assumptions import check_assumptions, params_for
-    from models.planning.curves import calibration_from_bundle
-    from models.core.params import DEFAULT
-    from models.fitting.predictor import Predictor
-    from pipeline.calibrated import promoted_fit
-
     try:
         check_assumptions(assumptions)
     except ValueError as err:
         raise InputError(f"--{err}") from None
-    bundle = None if analytical_only else promoted_fit(cfg)
+    bundle = None if analytical_only else _calibrated().promoted_fit(cfg)
     if analytical_only:
         if assumptions == "ideal":
             return None, params_for("ideal", DEFAULT), "ideal: Epoch AI's ideal conditions on the priors"
@@ -623,32 +589,27 @@ def physics(cfg: Settings, assumptions: str, residual: bool = True, analytical_o
                                                   "physics (no residual)")
     if not residual:
         return None, Predictor(bundle), f"realistic: calibrated with fit {bundle.version}"
-    hook, params, note = calibration_from_bundle(bundle)
+    hook, params, note = _planning()[0].calibration_from_bundle(bundle)
     return hook, params, f"realistic: {note}"
 
 
 def check_batch_rule(batch_rule: str) -> None:
-    from models.planning.curves import BATCH_RULES
+    rules = _planning()[0].BATCH_RULES
+    if batch_rule not in rules:
+        raise InputError(f"--batch-rule must be one of {', '.join(rules)}, got '{batch_rule}'")
 
-    if batch_rule not in BATCH_RULES:
-        raise InputError(f"--batch-rule must be one of {', '.join(BATCH_RULES)}, got '{batch_rule}'")
 
-
-def scaling_curve(cfg: Settings, *, gpu: str, model: Optional[str] = None, arch_file: Optional[Path] = None,
-                  arch: Optional[Mapping] = None, policy: str = "strong", tokens: Optional[float] = None,
-                  seq_len: int = 2048, global_batch: Optional[int] = None, per_gpu_batch: float = 1.0,
-                  max_gpus: int = 16384, threshold: float = 0.5, dtype: Optional[str] = None,
-                  assumptions: str = "realistic", batch_rule: str = "deepseek", scaleup_size: Optional[int] = None,
-                  scaleup_gbps: Optional[float] = None, scaleout_gbps: Optional[float] = None,
-                  analytical_only: bool = False, oversubscription: Optional[float] = None,
-                  pod_size: Optional[int] = None) -> tuple[dict, str]:
+def scaling_curve(cfg: Settings, o: Optional[CurveOptions] = None, /, *, arch: Optional[Mapping] = None,
+                  **fields: Any) -> tuple[dict, str]:
     """`stepcast curve`: (the document `--format json` prints, with the points as a frame under "points" and
-    the inflection under "inflection"; the header line the table and CSV print)."""
-    from models.planning.curves import (POLICIES, _arch_params, default_dtype, explain, inflection, round_batch)
-    from models.planning.curves import scaling_curve as sweep
-
-    if policy not in POLICIES:
-        raise InputError(f"--policy must be one of {', '.join(POLICIES)}, got '{policy}'")
+    the inflection under "inflection"; the header line the table and CSV print). `arch`: a row instead of --model."""
+    o = CurveOptions.given(o, **fields)
+    curves, _ = _planning()
+    policy, tokens, seq_len, per_gpu_batch, threshold, dtype = o.policy, o.tokens, o.seq_len, o.per_gpu_batch, \
+        o.threshold, o.dtype
+    assumptions, batch_rule, gpu = o.assumptions, o.batch_rule, o.gpu
+    if policy not in curves.POLICIES:
+        raise InputError(f"--policy must be one of {', '.join(curves.POLICIES)}, got '{policy}'")
     if tokens is not None and not (tokens > 0 and math.isfinite(tokens)):
         raise InputError(f"--tokens must be a positive number of tokens, got {tokens}")
     if not 0 < threshold <= 1:
@@ -657,25 +618,25 @@ def scaling_curve(cfg: Settings, *, gpu: str, model: Optional[str] = None, arch_
         raise InputError(f"--per-gpu-batch must be > 0 for the {policy} policy, got {per_gpu_batch}")
     if dtype is not None and dtype not in DTYPES:
         raise InputError(f"--dtype must be one of {', '.join(DTYPES)}, got '{dtype}'")
-    arch_row = architecture(cfg, model, arch_file, arch)
+    arch_row = architecture(cfg, o.model, o.arch_file, arch)
     check_hybrid(arch_row)
     check_batch_rule(batch_rule)
-    hook, params, note = physics(cfg, assumptions, analytical_only=analytical_only)
-    hw = tier_hardware(cfg, gpu, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps,
-                       oversubscription=oversubscription, pod_size=pod_size)
-    n_params = _arch_params(arch_row)
+    hook, params, note = physics(cfg, assumptions, analytical_only=o.analytical_only)
+    hw = tier_hardware(cfg, o)
+    n_params = curves._arch_params(arch_row)
     tokens = tokens if tokens is not None else 20.0 * n_params
-    batch = global_batch or round_batch(4 * 2**20 / seq_len)
+    batch = o.global_batch or curves.round_batch(4 * 2**20 / seq_len)
     try:
-        c = sweep(arch_row, hw, policy, seq_len=seq_len, tokens=tokens, global_batch_seqs=batch,
-                  per_gpu_batch_seqs=per_gpu_batch, n_max=max_gpus, dtype=dtype or default_dtype(hw), params=params,
-                  usd_per_gpu_hour=hw.get("cloud_usd_per_hour"), calibrate=hook, batch_rule=batch_rule)
+        c = curves.scaling_curve(arch_row, hw, policy, seq_len=seq_len, tokens=tokens, global_batch_seqs=batch,
+                                 per_gpu_batch_seqs=per_gpu_batch, n_max=o.max_gpus,
+                                 dtype=dtype or curves.default_dtype(hw), params=params,
+                                 usd_per_gpu_hour=hw.get("cloud_usd_per_hour"), calibrate=hook, batch_rule=batch_rule)
     except ValueError as err:
         raise InputError(str(err)) from None
-    rec = inflection(c, threshold)
+    rec = curves.inflection(c, threshold)
     price = hw.get("cloud_usd_per_hour")
     c = c.with_columns(pl.lit(assumptions).alias("assumptions"))
-    over = overrides_note(scaleup_size, scaleup_gbps, scaleout_gbps, None, oversubscription, pod_size)
+    over = overrides_note(o)
     header = (f"{arch_row['id']} on {gpu}{over}, {assumptions} "
               f"assumptions, {policy} scaling, seq {seq_len}, {tokens:.3g} tokens"
               + (f", batch {batch} seqs" if policy == "strong" else f", {per_gpu_batch:g} seq/GPU")
@@ -683,39 +644,35 @@ def scaling_curve(cfg: Settings, *, gpu: str, model: Optional[str] = None, arch_
                                        "none (no price for this accelerator)"))
     doc = {"model": arch_row["id"], "gpu": gpu, "assumptions": assumptions, "batch_rule": batch_rule,
            "policy": policy, "seq_len": seq_len, "tokens": tokens, "calibration": note,
-           "inflection": {k: clean(v) for k, v in rec.items()}, "explanation": explain(rec),
+           "inflection": {k: clean(v) for k, v in rec.items()}, "explanation": curves.explain(rec),
            "points": c.select([x for x in CURVE_COLUMNS if x in c.columns])}
-    if network_note(oversubscription, pod_size):
-        doc["network"] = {"oversubscription": oversubscription, "pod_size": pod_size}
+    if network_note(o.oversubscription, o.pod_size):
+        doc["network"] = {"oversubscription": o.oversubscription, "pod_size": o.pod_size}
     return doc, header
 
 
-def compute_frontier(cfg: Settings, *, gpu: str, months: float = 3.0, min_utilization: float = 0.8,
-                     dtype: Optional[str] = None, assumptions: str = "realistic", batch_rule: str = "deepseek",
-                     scaleup_size: Optional[int] = None, scaleup_gbps: Optional[float] = None,
-                     scaleout_gbps: Optional[float] = None, memory_gb: Optional[float] = None,
-                     analytical_only: bool = False, oversubscription: Optional[float] = None,
-                     pod_size: Optional[int] = None, tp_form: str = "1d") -> tuple[dict, pl.DataFrame, str]:
+def compute_frontier(cfg: Settings, o: Optional[FrontierOptions] = None, /,
+                     **fields: Any) -> tuple[dict, pl.DataFrame, str]:
     """`stepcast frontier`: (the document `--format json` prints, before NaN becomes None; the sweep of every compute
-    level; the title). NoResult when no level is trainable (its `detail` has "reason", "sweep", "title")."""
-    from models.planning.curves import default_dtype
-    from models.planning.frontier import frontier_summary, frontier_sweep
-
+    level; the title). NoResult when no level is trainable (its `detail` has "reason", "sweep", "title").
+    (`o.table` is the printout's: `frontier_document`.)"""
+    o = FrontierOptions.given(o, **fields)
+    curves, frontier = _planning()
+    gpu, months, min_utilization, assumptions, batch_rule = o.gpu, o.months, o.min_utilization, o.assumptions, \
+        o.batch_rule
     if not (months > 0 and math.isfinite(months)):
         raise InputError(f"--months must be > 0, got {months}")
     if not 0 < min_utilization <= 1:
         raise InputError(f"--min-utilization must be in (0, 1], got {min_utilization}")
     check_batch_rule(batch_rule)
-    from models.planning.frontier import TP_FORMS
-    check_choice("--tp-form", tp_form, TP_FORMS)
-    _, params, note = physics(cfg, assumptions, residual=False, analytical_only=analytical_only)
-    hw = tier_hardware(cfg, gpu, scaleup_size=scaleup_size, scaleup_gbps=scaleup_gbps, scaleout_gbps=scaleout_gbps,
-                       memory_gb=memory_gb, oversubscription=oversubscription, pod_size=pod_size)
-    dt = dtype or default_dtype(hw)
-    sweep = frontier_sweep(hw, months, params=params, dtype=dt, usd_per_gpu_hour=hw.get("cloud_usd_per_hour"),
-                           assumptions=assumptions, batch_rule=batch_rule, tp_form=tp_form)
-    s = frontier_summary(sweep, min_utilization)
-    over = overrides_note(scaleup_size, scaleup_gbps, scaleout_gbps, memory_gb, oversubscription, pod_size)
+    check_choice("--tp-form", o.tp_form, frontier.TP_FORMS)
+    _, params, note = physics(cfg, assumptions, residual=False, analytical_only=o.analytical_only)
+    hw = tier_hardware(cfg, o)
+    dt = o.dtype or curves.default_dtype(hw)
+    sweep = frontier.frontier_sweep(hw, months, params=params, dtype=dt, usd_per_gpu_hour=hw.get("cloud_usd_per_hour"),
+                                    assumptions=assumptions, batch_rule=batch_rule, tp_form=o.tp_form)
+    s = frontier.frontier_summary(sweep, min_utilization)
+    over = overrides_note(o)
     title = (f"frontier of {gpu}{over}: {assumptions} assumptions, {months:g} months, >= {min_utilization:g} x best "
              f"utilization, {batch_rule} batch rule ({note})")
     if not s["found"]:
@@ -753,16 +710,12 @@ def frontier_levels(sweep: pl.DataFrame) -> pl.DataFrame:
 
 def curve_document(doc: dict) -> dict:
     """What `stepcast curve --format json` prints (and `stepcast serve` answers) of a `scaling_curve` document."""
-    from pipeline.output import json_rows
-
     return dict(doc, points=json_rows(doc["points"]))
 
 
 def frontier_document(result: dict, sweep: pl.DataFrame, table: bool = False) -> dict:
     """What `stepcast frontier --format json` prints (and `stepcast serve` answers) of a `compute_frontier`
     answer; with `table`, every level as `--table` adds them."""
-    from pipeline.output import json_rows
-
     out = {k: clean(v) for k, v in result.items()}
     if table:
         out["levels"] = json_rows(frontier_levels(sweep))
@@ -773,8 +726,6 @@ def frontier_document(result: dict, sweep: pl.DataFrame, table: bool = False) ->
 
 def plan_prices(source: str, price_file: Optional[Path], measurements: Path):
     """Per-accelerator USD/hour by the chosen price source -> (dict id -> price, label)."""
-    from pipeline import catalog
-
     if price_file is not None or source.startswith("custom"):
         path = price_file or Path(source.split(":", 1)[1] if ":" in source else "")
         if not path or not Path(path).exists():
@@ -807,30 +758,19 @@ def plan_prices(source: str, price_file: Optional[Path], measurements: Path):
     raise InputError(f"--price-source must be median, cloud:NAME or custom:FILE, got '{source}'")
 
 
-def training_plan(cfg: Settings, *, model: Optional[str] = None, arch_file: Optional[Path] = None,
-                  arch: Optional[Mapping] = None, tokens: Optional[float] = None,
-                  deadline_days: Optional[float] = None, budget_usd: Optional[float] = None,
-                  hardware: Optional[str] = None, max_gpus: int = 65536, price_source: str = "median",
-                  price_file: Optional[Path] = None, seq_len: int = 8192, global_batch_tokens: int = 4_194_304,
-                  dtype: str = "bf16", optimal: bool = False, top: int = 10, assumptions: str = "realistic",
-                  analytical_only: bool = False, scaleup_size: Optional[int] = None,
-                  scaleup_gbps: Optional[float] = None, scaleout_gbps: Optional[float] = None,
-                  oversubscription: Optional[float] = None, pod_size: Optional[int] = None,
-                  warn: Optional[Callable[[str], None]] = None) -> tuple[pl.DataFrame, str]:
+def training_plan(cfg: Settings, o: Optional[PlanOptions] = None, /, *, arch: Optional[Mapping] = None,
+                  warn: Optional[Callable[[str], None]] = None, **fields: Any) -> tuple[pl.DataFrame, str]:
     """`stepcast plan`: (the ranked options, the columns the command prints; the title). NoResult when nothing
     meets the ask (`detail["empty_json"]`: the command prints `[]` for JSON). `warn` receives the warnings
-    the command prints (plans past a year without a deadline). The network flags override every candidate
-    accelerator's tiers, as in `search`."""
-    import numpy as np
-
-    from models.planning import plan as P
-    from models.physics.hardware import resolve_hardware
-    from pipeline import catalog
-    from pipeline.calibrated import model_for
-
-    batch_tokens = global_batch_tokens
-    overrides = {k: v for k, v in network_overrides(scaleup_size, scaleup_gbps, scaleout_gbps, oversubscription,
-                                                    pod_size).items() if v is not None}
+    the command prints (plans past a year without a deadline). The network options override every candidate
+    accelerator's tiers, as in `search`. `arch`: a row instead of --model."""
+    o = PlanOptions.given(o, **fields)
+    tokens, deadline_days, budget_usd, hardware, max_gpus = o.tokens, o.deadline_days, o.budget_usd, o.hardware, \
+        o.max_gpus
+    seq_len, dtype, optimal, top, assumptions = o.seq_len, o.dtype, o.optimal, o.top, o.assumptions
+    batch_tokens, pod_size = o.global_batch_tokens, o.pod_size
+    overrides = {k: v for k, v in network_overrides(o.scaleup_size, o.scaleup_gbps, o.scaleout_gbps,
+                                                    o.oversubscription, pod_size).items() if v is not None}
     if assumptions not in ASSUMPTION_SETS:
         raise InputError(f"--assumptions must be one of {', '.join(ASSUMPTION_SETS)}, got '{assumptions}'")
     if tokens is not None and not (tokens > 0 and math.isfinite(tokens)):
@@ -840,11 +780,11 @@ def training_plan(cfg: Settings, *, model: Optional[str] = None, arch_file: Opti
             raise InputError(f"{name} must be a positive number, got {v}")
     if optimal and budget_usd is None:
         raise InputError("--optimal needs --budget-usd (the compute you can buy decides the model size)")
-    if not optimal and (tokens is None or (model is None and arch_file is None and arch is None)):
+    if not optimal and (tokens is None or (o.model is None and o.arch_file is None and arch is None)):
         raise InputError("--model (or --arch-file) and --tokens are required (or use --optimal with --budget-usd)")
     if batch_tokens < seq_len:
         raise InputError(f"--global-batch-tokens ({batch_tokens}) must be at least --seq-len ({seq_len})")
-    prices, price_label = plan_prices(price_source, price_file, cfg.measurements)
+    prices, price_label = plan_prices(o.price_source, o.price_file, cfg.measurements)
     hw_all = resolve_hardware(catalog.hardware(cfg.measurements), strict=False)
     if hardware:
         try:  # names as people say them (H100, gb200) resolve to the table's ids
@@ -863,12 +803,11 @@ def training_plan(cfg: Settings, *, model: Optional[str] = None, arch_file: Opti
                .iter_rows(named=True)]
     for r in hw_rows:
         check_pod(pod_size, r)
-    pred_model = model_for(cfg, analytical_only, assumptions)
+    pred_model = _calibrated().model_for(cfg, o.analytical_only, assumptions)
     seqs = max(batch_tokens // seq_len, 1)
 
     if optimal:
-        result = _optimal(P, np, hw_rows, prices, budget_usd, deadline_days, max_gpus, seq_len, seqs, dtype,
-                          pred_model)
+        result = _optimal(hw_rows, prices, budget_usd, deadline_days, max_gpus, seq_len, seqs, dtype, pred_model)
         if result.height == 0:
             raise NoResult("no hardware in the list can train a model within the budget"
                            + (f" and {deadline_days:g} days" if deadline_days else "") + "; raise --budget-usd, "
@@ -876,9 +815,9 @@ def training_plan(cfg: Settings, *, model: Optional[str] = None, arch_file: Opti
         result = result.sort("loss").head(top).with_row_index("rank", offset=1)
         return (result.select([c for c in OPTIMAL_COLUMNS if c in result.columns]),
                 f"compute-optimal plans for ${budget_usd:,.0f} (Chinchilla loss, lower is better)"
-                + overrides_note(scaleup_size, scaleup_gbps, scaleout_gbps, None, oversubscription, pod_size))
+                + overrides_note(o))
 
-    arch_row = architecture(cfg, model, arch_file, arch)
+    arch_row = architecture(cfg, o.model, o.arch_file, arch)
     check_hybrid(arch_row)
     frame = P.plan_rows(arch_row, hw_rows, tokens, seqs, seq_len, max_gpus, prices, dtype=dtype, model=pred_model)
     if frame.height == 0:
@@ -920,16 +859,14 @@ def training_plan(cfg: Settings, *, model: Optional[str] = None, arch_file: Opti
              + (f" within {deadline_days:g} days" if deadline_days else "")
              + (f" within ${budget_usd:,.0f}" if budget_usd else "")
              + f" — {title_of('plan', ok).split(' — ', 1)[-1]}"
-             + overrides_note(scaleup_size, scaleup_gbps, scaleout_gbps, None, oversubscription, pod_size))
-    ok = _with_network_note(ok, oversubscription, pod_size)
+             + overrides_note(o))
+    ok = _with_network_note(ok, o.oversubscription, pod_size)
     return ok.select([c for c in PLAN_COLUMNS if c in ok.columns]), title
 
 
-def _optimal(P, np, hw_rows, prices, budget, deadline, max_gpus, seq_len, seqs, dtype, phys):
+def _optimal(hw_rows, prices, budget, deadline, max_gpus, seq_len, seqs, dtype, phys):
     """For each hardware and cluster size: the Chinchilla-optimal model for the compute the budget buys at the
     MFU the model predicts for that model on that cluster (fixed point of size -> MFU -> compute -> size)."""
-    from models.planning.search import search
-
     out = []
     for hw in hw_rows:
         price = prices[hw["id"]]
@@ -945,7 +882,7 @@ def _optimal(P, np, hw_rows, prices, budget, deadline, max_gpus, seq_len, seqs, 
                 n_opt, d_opt = P.CHINCHILLA.optimal(compute)
                 shape = {k: float(v) for k, v in P.dense_shape(n_opt).items()}
                 arch = dict(shape, activation="gelu", n_experts=0, top_k=0, tied_embeddings=False)
-                res = search(arch, hw, n, seqs, seq_len, fixed=P.PLAN_GRID, dtype=dtype, top_k=1,
+                res = run_search(arch, hw, n, seqs, seq_len, fixed=P.PLAN_GRID, dtype=dtype, top_k=1,
                              **({"params": phys} if phys is not None else {}))
                 if res.height == 0:
                     best = None

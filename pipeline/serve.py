@@ -8,11 +8,12 @@ What it serves, and nothing else:
 | `/vega-bundle.js` | the offline Vega / Vega-Lite / vega-embed bundle of the report site (reports.site.BUNDLE) |
 | `/api/predict`, `/api/search`, `/api/curve`, `/api/frontier` | the JSON `stepcast predict / search / curve / frontier --format json` prints |
 
-The API takes the commands' option names as query parameters (`--global-batch` is `global_batch`, flags are
-`analytical_only=true`), calls the functions the commands (and `import stepcast`) call, pipeline.api, and
-answers with the same JSON, so the numbers are the CLI's. A Hugging Face
-config.json (or a row of the architectures schema) can stand in for `model` as the `arch_json` parameter: the
-text of the file, which `--arch-file` would read. Bad input is HTTP 400 with the message the CLI prints
+The API takes the commands' options as query parameters (`--global-batch` is `global_batch`, flags are
+`analytical_only=true`): the parameters of an endpoint are the options of its command (pipeline/options.py) but
+those naming a file, which the server does not read for a caller (`query_parameters`). It builds the command's
+options object, calls the functions the commands (and `import stepcast`) call, pipeline.api, and answers with the
+same JSON, so the numbers are the CLI's. A Hugging Face config.json (or a row of the architectures schema) can
+stand in for `model` as the `arch_json` parameter: the text of the file, which `--arch-file` would read. Bad input is HTTP 400 with the message the CLI prints
 (`{"error": ...}`, an `api.InputError`); valid input without an answer (`api.NoResult`: a search with no
 feasible layout, a frontier with no trainable level) is 422 with the CLI's message.
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import json
 import math
@@ -36,8 +38,20 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import uvicorn
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from models.physics.hardware import resolve_hardware
+from models.planning.curves import default_dtype
+from pipeline import api, catalog
 from pipeline.api import InputError, NoResult
+from pipeline.calibrated import pin_promoted_fit
+from pipeline.options import CurveOptions, FrontierOptions, Options, PredictOptions, SearchOptions
+from pipeline.output import json_rows
 from pipeline.settings import Settings
+from reports.site import BUNDLE, _bundle
 
 EXPLORER = Path(__file__).resolve().parent / "explorer"
 MAX_QUERY_BYTES = 16_384  # a pasted config.json is 1-3 KB
@@ -92,40 +106,38 @@ def _bool(name: str, text: str) -> bool:
     raise InputError(f"Invalid value for '{_flag(name)}': '{text}' is not a valid boolean.")
 
 
-def _gpus(name: str, text: str) -> int:
-    return _int(name, text, 1, MAX_GPUS)
-
-
-def _top(name: str, text: str) -> int:
-    return _int(name, text, 1, MAX_TOP)
-
-
 def _str(name: str, text: str) -> str:
     return text
 
 
-POS = _int
-PREDICT_PARAMS: dict[str, Callable] = {
-    "model": _str, "arch_json": _str, "gpu": _str, "gpus": _gpus, "global_batch": POS, "seq_len": POS,
-    "micro_batch": POS, "tp": POS, "pp": POS, "dp": POS, "cp": POS, "ep": POS, "vpp": POS, "sharding": _str,
-    "recompute": _str, "sequence_parallel": _bool, "dtype": _str, "gpus_per_node": POS, "inter_node_gbps": _float,
-    "assumptions": _str, "analytical_only": _bool, "scaleup_size": POS, "scaleup_gbps": _float,
-    "scaleout_gbps": _float, "oversubscription": _float, "pod_size": POS}
-SEARCH_PARAMS: dict[str, Callable] = {
-    "model": _str, "arch_json": _str, "gpu": _str, "gpus": _gpus, "global_batch": POS, "seq_len": POS,
-    "dtype": _str, "top": _top, "rank_by": _str, "tp": POS, "pp": POS, "dp": POS, "cp": POS, "ep": POS, "vpp": POS,
-    "micro_batch": POS, "sharding": _str, "recompute": _str, "assumptions": _str, "analytical_only": _bool,
-    "scaleup_size": POS, "scaleup_gbps": _float, "scaleout_gbps": _float, "oversubscription": _float,
-    "pod_size": POS}
-CURVE_PARAMS: dict[str, Callable] = {
-    "model": _str, "arch_json": _str, "gpu": _str, "policy": _str, "tokens": _float, "seq_len": POS,
-    "global_batch": POS, "per_gpu_batch": _float, "max_gpus": _gpus, "threshold": _float, "dtype": _str,
-    "assumptions": _str, "batch_rule": _str, "scaleup_size": POS, "scaleup_gbps": _float, "scaleout_gbps": _float,
-    "analytical_only": _bool, "oversubscription": _float, "pod_size": POS}
-FRONTIER_PARAMS: dict[str, Callable] = {
-    "gpu": _str, "months": _float, "min_utilization": _float, "dtype": _str, "analytical_only": _bool,
-    "table": _bool, "assumptions": _str, "batch_rule": _str, "scaleup_size": POS, "scaleup_gbps": _float,
-    "scaleout_gbps": _float, "memory_gb": _float, "oversubscription": _float, "pod_size": POS}
+#: the explorer's upper bounds on the work one request asks for
+UPPER = {"gpus": MAX_GPUS, "max_gpus": MAX_GPUS, "top": MAX_TOP}
+PARSERS: dict[Any, Callable] = {int: _int, float: _float, bool: _bool, str: _str}
+
+
+def query_parameters(options: type[Options]) -> dict[str, Callable]:
+    """The query parameters of a command's endpoint, each with its parser: the options of `options` (a whole number
+    at least its lower bound, else 1, and at most UPPER's), `arch_json` after `model` where the command takes an
+    architecture. Not the options naming a file (--arch-file, --hardware-file, --runs): the server reads no file a
+    request names."""
+    out: dict[str, Callable] = {}
+    for o in options.fields():
+        if o.type is Path:
+            continue
+        parse = PARSERS[o.type]
+        if o.type is int:
+            lo = 1 if o.min is None else int(o.min)
+            parse = functools.partial(_int, lo=lo, hi=UPPER.get(o.name))
+        out[o.name] = parse
+        if o.name == "model":
+            out["arch_json"] = _str
+    return out
+
+
+PREDICT_PARAMS = query_parameters(PredictOptions)
+SEARCH_PARAMS = query_parameters(SearchOptions)
+CURVE_PARAMS = query_parameters(CurveOptions)
+FRONTIER_PARAMS = query_parameters(FrontierOptions)
 
 
 def parse_query(pairs: list[tuple[str, str]], spec: dict[str, Callable], endpoint: str) -> dict[str, Any]:
@@ -159,51 +171,41 @@ def _arch(q: dict) -> Optional[dict]:
     return obj
 
 
-def _require(q: dict, *names: str) -> None:
-    """The options the command requires, with typer's message when one is missing."""
-    for k in names:
-        if q.get(k) is None:
-            raise InputError(f"Missing option '{_flag(k)}'.")
+def _request(options: type[Options], q: dict) -> tuple[Options, Optional[dict]]:
+    """(the command's options object, the architecture of `arch_json` or None) of a parsed query; a required option
+    missing is an InputError with typer's message."""
+    for o in options.fields():
+        if o.required and q.get(o.name) is None:
+            raise InputError(f"Missing option '{_flag(o.name)}'.")
+    arch = _arch(q)
+    return options(**q), arch
 
 
 def predict_json(cfg: Settings, q: dict) -> list[dict]:
     """`stepcast predict --format json` for one configuration."""
-    from pipeline import api
-    from pipeline.output import json_rows
-
-    arch = _arch(q)
-    return json_rows(api.prediction(cfg, arch=arch, **q))
+    o, arch = _request(PredictOptions, q)
+    return json_rows(api.prediction(cfg, o, arch=arch))
 
 
 def search_json(cfg: Settings, q: dict) -> list[dict]:
     """`stepcast search --format json`."""
-    from pipeline import api
-    from pipeline.output import json_rows
-
-    _require(q, "gpus", "global_batch", "seq_len")
-    arch = _arch(q)
-    result, _, _, _ = api.layout_search(cfg, arch=arch, **q)
+    o, arch = _request(SearchOptions, q)
+    result, _, _, _ = api.layout_search(cfg, o, arch=arch)
     return json_rows(result)
 
 
 def curve_json(cfg: Settings, q: dict) -> dict:
     """`stepcast curve --format json`."""
-    from pipeline import api
-
-    _require(q, "gpu")
-    arch = _arch(q)
-    doc, _ = api.scaling_curve(cfg, arch=arch, **q)
+    o, arch = _request(CurveOptions, q)
+    doc, _ = api.scaling_curve(cfg, o, arch=arch)
     return api.curve_document(doc)
 
 
 def frontier_json(cfg: Settings, q: dict) -> dict:
     """`stepcast frontier --format json` (`table=true`: with every level, as `--table`)."""
-    from pipeline import api
-
-    _require(q, "gpu")
-    table = q.pop("table", False)
-    result, sweep, _ = api.compute_frontier(cfg, **q)
-    return api.frontier_document(result, sweep, table)
+    o, _ = _request(FrontierOptions, q)
+    result, sweep, _ = api.compute_frontier(cfg, o)
+    return api.frontier_document(result, sweep, o.table)
 
 
 ENDPOINTS: dict[str, tuple[dict, Callable]] = {
@@ -230,8 +232,6 @@ def finite(obj):
 def vega_bundle(cfg: Settings) -> bytes:
     """The report site's Vega bundle: the built site's copy when there is one, else made the way the site
     makes it (reports.site._bundle, vl-convert's offline bundle)."""
-    from reports.site import BUNDLE, _bundle
-
     built = cfg.reports / BUNDLE
     if built.is_file():
         return built.read_bytes()
@@ -247,10 +247,6 @@ def predictable_arch(row: dict) -> bool:
 
 def boot_data(cfg: Settings) -> dict:
     """What the page needs before its first request: the named models and accelerators, limits."""
-    from models.planning.curves import default_dtype
-    from models.physics.hardware import resolve_hardware
-    from pipeline import catalog
-
     arch = catalog.architectures(cfg.measurements)
     models = [{"id": r["id"], "name": r.get("name"), "params_b": finite(r.get("params_b")), "arch": r.get("arch")}
               for r in arch.iter_rows(named=True) if predictable_arch(r)]
@@ -276,8 +272,6 @@ class Explorer:
     """The state the app keeps from start-up: settings, the pinned fit, page and bundle, the worker pool."""
 
     def __init__(self, cfg: Settings, *, timeout_s: float = REQUEST_TIMEOUT_S, bundle: Optional[bytes] = None):
-        from pipeline.calibrated import pin_promoted_fit
-
         self.cfg = cfg
         self.timeout_s = timeout_s
         self.fit = pin_promoted_fit(cfg)
@@ -312,11 +306,6 @@ class Explorer:
 
 def create_app(cfg: Settings, *, timeout_s: float = REQUEST_TIMEOUT_S, bundle: Optional[bytes] = None):
     """The Starlette app: the page, the bundle and the four API endpoints (module docstring)."""
-    from reports.site import BUNDLE
-    from starlette.applications import Starlette
-    from starlette.responses import JSONResponse, Response
-    from starlette.routing import Route
-
     ex = Explorer(cfg, timeout_s=timeout_s, bundle=bundle)
 
     def respond(body: bytes, media: str, status: int = 200, extra: Optional[dict] = None) -> Response:
@@ -331,7 +320,7 @@ def create_app(cfg: Settings, *, timeout_s: float = REQUEST_TIMEOUT_S, bundle: O
     async def bundle_js(request):
         return respond(ex.bundle, "text/javascript; charset=utf-8", extra={"cache-control": "max-age=3600"})
 
-    async def api(request):
+    async def answer_api(request):
         spec, answer = ENDPOINTS[request.url.path]
         try:
             q = parse_query(request.query_params.multi_items(), spec, request.url.path)
@@ -355,7 +344,7 @@ def create_app(cfg: Settings, *, timeout_s: float = REQUEST_TIMEOUT_S, bundle: O
         return respond(body, "application/json")
 
     routes = [Route("/", page, methods=["GET", "HEAD"]), Route(f"/{BUNDLE}", bundle_js, methods=["GET", "HEAD"])]
-    routes += [Route(path, api, methods=["GET"]) for path in ENDPOINTS]
+    routes += [Route(path, answer_api, methods=["GET"]) for path in ENDPOINTS]
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         yield
@@ -407,8 +396,6 @@ def is_loopback(host: str) -> bool:
 
 def run(cfg: Settings, *, host: str = "127.0.0.1", port: int = 8765) -> None:
     """Start the explorer and serve until interrupted."""
-    import uvicorn
-
     if not is_loopback(host):
         print(f"warning: serving on {host}: anyone who can reach port {port} of this machine can use the explorer "
               "(read-only, no authentication, no encryption). Use the default 127.0.0.1 to keep it to yourself.",

@@ -15,11 +15,12 @@ polars inputs.
 | `frontier(...)`           | `stepcast frontier`          | dict (the JSON document)                      |
 | `plan(...)`               | `stepcast plan`              | polars DataFrame, best option first           |
 
-Keyword arguments are the command's flags (`--global-batch` -> `global_batch`) with the same defaults. Bad
-input raises `InputError` with the message the command prints; valid input without an answer (no feasible
-layout, no plan within the ask) raises its subclass `NoResult`. The store the answers come from (its
-promoted calibration fit) is the command's: `STEPCAST_STORE` or out/stepcast.duckdb in the project; pass
-`store=` to use another. Guide with examples: docs/python-api.md.
+Keyword arguments are the command's options (`--global-batch` -> `global_batch`) with the same defaults: all
+but `--format` and `--out`, which shape the printout (pipeline/options.py defines them once for the command
+line, these functions and the explorer). Bad input raises `InputError` with the message the command prints;
+valid input without an answer (no feasible layout, no plan within the ask) raises its subclass `NoResult`. The
+store the answers come from (its promoted calibration fit) is the command's: `STEPCAST_STORE` or
+out/stepcast.duckdb in the project; pass `store=` to use another. Guide with examples: docs/python-api.md.
 """
 
 from pipeline.api import InputError, NoResult

@@ -3,6 +3,7 @@ command's message on bad input, and importing it stays light."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
@@ -254,6 +255,17 @@ def test_no_answer_raises_no_result_with_the_cli_message():
 def test_a_bound_the_cli_declares_is_checked():
     with pytest.raises(stepcast.InputError, match="'--gpus': Input should be greater than or equal to 1"):
         stepcast.predict(model="llama3-8b", gpu="h100", gpus=0, global_batch=64, seq_len=8192)
+
+
+def test_the_keywords_are_a_signature():
+    """An unknown keyword is a TypeError, as for a written-out signature; a required option left out is the
+    InputError the command's own check gives."""
+    with pytest.raises(TypeError, match="tp_degree"):
+        stepcast.predict(model="llama3-8b", gpu="h100", gpus=8, global_batch=64, seq_len=8192, tp_degree=2)
+    with pytest.raises(stepcast.InputError, match="missing --gpu"):
+        stepcast.curve(model="llama3-8b")
+    assert inspect.signature(stepcast.search).parameters["tp"].default is None  # search fixes what it is given
+    assert inspect.signature(stepcast.predict).parameters["tp"].default == 1
 
 
 def test_import_stepcast_is_light_and_works_from_any_folder(tmp_path):

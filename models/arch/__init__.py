@@ -5,7 +5,10 @@ for a parameter count, and architecture or hardware descriptions from the files 
 
 Imports models.core only."""
 
-from models.arch.accounting import model_flops_per_token, param_counts
-from models.arch.archfile import architecture_from_mapping
+from models.core.lazy import entry_points
 
-__all__ = ["architecture_from_mapping", "model_flops_per_token", "param_counts"]
+__getattr__, __dir__, __all__ = entry_points(__name__, {
+    "architecture_from_mapping": "models.arch.archfile",
+    "model_flops_per_token": "models.arch.accounting",
+    "param_counts": "models.arch.accounting",
+})

@@ -5,7 +5,15 @@ the low-precision recipes, the recompute-FLOPs rule and the numeric helpers of t
 
 Imports nothing from the other sub-packages."""
 
-from models.core.inputs import Inputs
-from models.core.params import DEFAULT, Activation, Dtype, PhysParams, Recompute, Sharding, TpMode
+from models.core.lazy import entry_points
 
-__all__ = ["DEFAULT", "Activation", "Dtype", "Inputs", "PhysParams", "Recompute", "Sharding", "TpMode"]
+__getattr__, __dir__, __all__ = entry_points(__name__, {
+    "Activation": "models.core.params",
+    "DEFAULT": "models.core.params",
+    "Dtype": "models.core.params",
+    "Inputs": "models.core.inputs",
+    "PhysParams": "models.core.params",
+    "Recompute": "models.core.params",
+    "Sharding": "models.core.params",
+    "TpMode": "models.core.params",
+})

@@ -5,8 +5,11 @@ with (`measured_throughput`), and the error of every run (`predict_runs`).
 
 Imports models.core, models.arch, models.memory and models.physics."""
 
-from models.corpus.evaluate import predict_runs
-from models.corpus.runs_adapter import configs_from_runs, resolve_unstated
-from models.corpus.targets import measured_throughput
+from models.core.lazy import entry_points
 
-__all__ = ["configs_from_runs", "measured_throughput", "predict_runs", "resolve_unstated"]
+__getattr__, __dir__, __all__ = entry_points(__name__, {
+    "configs_from_runs": "models.corpus.runs_adapter",
+    "measured_throughput": "models.corpus.targets",
+    "predict_runs": "models.corpus.evaluate",
+    "resolve_unstated": "models.corpus.runs_adapter",
+})

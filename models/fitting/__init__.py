@@ -5,7 +5,11 @@ interval widths on measured runs and scores them under the held-out transfer pro
 
 Imports models.core, models.arch, models.memory and models.physics."""
 
-from models.fitting.calibration import fit_calibration
-from models.fitting.predictor import Calibration, Predictor, predict
+from models.core.lazy import entry_points
 
-__all__ = ["Calibration", "Predictor", "fit_calibration", "predict"]
+__getattr__, __dir__, __all__ = entry_points(__name__, {
+    "Calibration": "models.fitting.predictor",
+    "Predictor": "models.fitting.predictor",
+    "fit_calibration": "models.fitting.calibration",
+    "predict": "models.fitting.predictor",
+})

@@ -4,6 +4,11 @@ capacity (`capacity_bytes`), and what each training stack's words mean for those
 
 Reads the same `models.core.Inputs` as the time model. Imports models.core and models.arch."""
 
-from models.memory.model import MemoryOptions, capacity_bytes, memory_inputs, memory_per_gpu
+from models.core.lazy import entry_points
 
-__all__ = ["MemoryOptions", "capacity_bytes", "memory_inputs", "memory_per_gpu"]
+__getattr__, __dir__, __all__ = entry_points(__name__, {
+    "MemoryOptions": "models.memory.model",
+    "capacity_bytes": "models.memory.model",
+    "memory_inputs": "models.memory.model",
+    "memory_per_gpu": "models.memory.model",
+})

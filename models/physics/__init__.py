@@ -5,7 +5,10 @@ alpha-beta collectives over the network's tiers, 2-D tensor parallelism, and one
 `predict` takes a table of configurations and returns a table of predictions with the per-part breakdown
 (`predict_arrays` the same on a dict of arrays). Imports models.core, models.arch and models.memory."""
 
-from models.physics.hardware import resolve_hardware
-from models.physics.step_time import predict, predict_arrays
+from models.core.lazy import entry_points
 
-__all__ = ["predict", "predict_arrays", "resolve_hardware"]
+__getattr__, __dir__, __all__ = entry_points(__name__, {
+    "predict": "models.physics.step_time",
+    "predict_arrays": "models.physics.step_time",
+    "resolve_hardware": "models.physics.hardware",
+})

@@ -1,8 +1,14 @@
-"""CLI commands kept in their own modules; each registers on `pipeline.cli.app` with `@app.command()`.
+"""The commands of `stepcast`, one module per command or family; pipeline/cli.py registers them on its app.
 
-Import order here is the order in `stepcast --help`."""
-
-from pipeline.commands import search  # noqa: F401
-from pipeline.commands import plan  # noqa: F401
-from pipeline.commands import curves  # noqa: F401
-from pipeline.commands import fit  # noqa: F401
+| module | commands |
+|---|---|
+| common.py | (what they share: consoles, settings, `fail`, `command` building flags from pipeline/options.py) |
+| data.py | build, ingest, info |
+| predict.py | predict |
+| search.py | search |
+| plan.py | plan |
+| curves.py | curve, frontier |
+| fit.py | fit |
+| listing.py | list models, list gpus |
+| explore.py | serve |
+"""

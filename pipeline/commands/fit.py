@@ -5,16 +5,17 @@ from __future__ import annotations
 import json
 from typing import Optional
 
+import polars as pl
 import typer
+from rich.table import Table
 
-from pipeline.cli import _fail, app, console, settings
+from pipeline.commands.common import console, fail, settings, store_modules
 
 PROTOCOLS = ("loso", "loho", "logo", "lofo", "lopo", "scale", "vtrain_multi_lomso")
 GROUPINGS = {"loso": "source", "loho": "gpu", "logo": "generation", "lofo": "family", "lopo": "precision",
              "scale": "scale"}
 
 
-@app.command()
 def fit(
     grouping: Optional[str] = typer.Option(None, "--by", help="Rows of the per-group table: source, gpu, or the "
                                                                 "scheme's own groups [default: the scheme's]."),
@@ -49,36 +50,34 @@ def fit(
     refused one is kept. `stepcast fit --promote VERSION` serves a stored version by hand. Like every writer,
     the command holds the store's writer lock (waits up to STEPCAST_LOCK_WAIT_S seconds for another writer).
     """
-    import polars as pl
-
-    from pipeline import fits, store
-
+    fits, store = store_modules()
     wanted = tuple(p.strip() for p in protocols.split(",") if p.strip())
     bad = [p for p in wanted + (scheme,) if p not in PROTOCOLS]
     if bad:
-        _fail(f"unknown protocol '{bad[0]}': expected one of {', '.join(PROTOCOLS)}")
+        fail(f"unknown protocol '{bad[0]}': expected one of {', '.join(PROTOCOLS)}")
     if scheme not in wanted:
         wanted = wanted + (scheme,)
     grouping = grouping or GROUPINGS.get(scheme, "source")
     if grouping not in ("source", "gpu", GROUPINGS.get(scheme, "source")):
-        _fail(f"--by must be source, gpu or {GROUPINGS.get(scheme, 'source')} for --scheme {scheme}, got '{grouping}'")
+        fail(f"--by must be source, gpu or {GROUPINGS.get(scheme, 'source')} for --scheme {scheme}, got '{grouping}'")
     if fmt not in ("table", "json"):
-        _fail(f"--format must be table or json, got '{fmt}'")
+        fail(f"--format must be table or json, got '{fmt}'")
     cfg = settings()
     if not cfg.store.exists():
-        _fail(f"store not found: {cfg.store} (run `stepcast build` first)", 1)
+        fail(f"store not found: {cfg.store} (run `stepcast build` first)", 1)
     try:
         with store.writer_lock(cfg.store):
             con = store.connect(cfg.store)
             try:
                 if not store.table_exists(con, "runs"):
-                    _fail(f"{cfg.store}: no runs table (run `stepcast build` first)", 1)
+                    fail(f"{cfg.store}: no runs table (run `stepcast build` first)", 1)
                 if promote_version is not None:
                     try:
                         row = fits.promote(con, promote_version)
                     except KeyError as err:
-                        _fail(err.args[0], 1)
+                        fail(err.args[0], 1)
                 else:
+                    # start-up time: models.fitting.calibration loads NumPy and the fit's code, for this command only
                     from models.fitting.calibration import PROTOCOLS as DEFAULT_PROTOCOLS
 
                     res = fits.run_fit(con, protocols=wanted, force=force or set(wanted) != set(DEFAULT_PROTOCOLS))
@@ -87,7 +86,7 @@ def fit(
             if publish:
                 store.publish_snapshot(cfg.store, cfg.snapshot)
     except store.StoreBusy as err:
-        _fail(str(err), 1)
+        fail(str(err), 1)
     if promote_version is not None:
         console.print(f"serving fit {row['version']} (n_train {row['n_train']}): {row['promotion_reason']}",
                       highlight=False)
@@ -108,8 +107,6 @@ def fit(
                           "protocols": overall.to_dicts(), "scheme": scheme, "grouping": grouping,
                           "rows": wide.to_dicts()}, indent=2, default=str))
         return
-    from rich.table import Table
-
     pct = lambda v: "-" if v is None else f"{v:.1%}"  # noqa: E731
     t0 = Table(title="every protocol, all held-out runs: out-of-fold error of throughput per predictor")
     for c in ("protocol", "predictor", "n_runs", "MdAPE", "MAPE", "MdAPE sources equal", "MAPE sources equal",

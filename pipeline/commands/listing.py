@@ -8,11 +8,14 @@ from typing import Optional
 import polars as pl
 import typer
 
-from pipeline.cli import _fail, app, settings
+from pipeline import catalog
+from pipeline.catalog import VARIANT_WORD_RE, UnknownName, resolve_gpu
+from pipeline.commands.common import fail, settings
+from pipeline.output import FORMATS, render
 
+#: `stepcast list`, registered by pipeline.cli
 list_app = typer.Typer(help="Print the named architectures (`list models`) or accelerators (`list gpus`).",
                        no_args_is_help=True)
-app.add_typer(list_app, name="list")
 
 MODEL_COLUMNS = ["id", "name", "arch", "params_b", "active_params_b", "n_layers", "d_model", "n_heads", "n_kv_heads",
                  "ffn_dim", "vocab", "n_experts", "top_k", "expert_ffn_dim", "n_shared_experts", "n_dense_layers",
@@ -27,15 +30,13 @@ GPU_TABLE = ["id", "name", "short_names", "generation", "peak_bf16_tflops", "pea
 
 
 def _check(fmt: str) -> None:
-    if fmt not in ("table", "csv", "json"):
-        _fail(f"--format must be table, csv or json, got '{fmt}'")
+    if fmt not in FORMATS:
+        fail(f"--format must be table, csv or json, got '{fmt}'")
 
 
 def gpu_short_names(hw: pl.DataFrame) -> list[str]:
     """Per row, the words of its id that `--gpu` resolves to that row (`h100` -> h100-sxm5-80gb, the
     documented default of the H100 variants), `|`-separated."""
-    from pipeline.catalog import VARIANT_WORD_RE, UnknownName, resolve_gpu
-
     out = []
     for hw_id in hw["id"].to_list():
         words = [w for w in hw_id.split("-")
@@ -60,9 +61,6 @@ def list_models(
 
     `--model` (and a measurement file's model_name) accepts the id, the name or any alias, ignoring case,
     spaces, '-', '_' and '.'. Example: `stepcast list models --format csv`."""
-    from pipeline import catalog
-    from pipeline.output import render
-
     _check(fmt)
     arch = catalog.architectures(settings().measurements)
     frame = arch.select([c for c in MODEL_COLUMNS if c in arch.columns])
@@ -80,9 +78,6 @@ def list_gpus(
     `--gpu` accepts the id, the name, or words of them (`H100`, `A100 80GB`, `gb200`); a short name that fits
     several variants of one chip takes the SXM/OAM part with the most memory and says so.
     Example: `stepcast list gpus --format json`."""
-    from pipeline import catalog
-    from pipeline.output import render
-
     _check(fmt)
     hw = catalog.hardware(settings().measurements)
     frame = hw.with_columns(pl.Series("short_names", gpu_short_names(hw), dtype=pl.Utf8))
