@@ -1,5 +1,7 @@
 """Analytical predictions for every measured run, with the error by source and by hardware."""
 
+from pathlib import Path
+
 import dagster as dg
 import polars as pl
 from dagster_duckdb import DuckDBResource
@@ -7,17 +9,18 @@ from dagster_duckdb import DuckDBResource
 from assets.ingest import hardware, runs
 from models.corpus.evaluate import error_summary, predict_runs
 from pipeline import store
-from pipeline.fits import read_inputs
+from pipeline.fits import input_recipes, read_inputs
+from pipeline.resources import MeasurementsResource
 
 
 @dg.asset(group_name="predict", kinds={"duckdb"}, deps=[runs, hardware],
           description="The analytical model (no calibration) on every measured run: prediction, breakdown, "
                       "assumptions made for unstated layout, measured target and error. Also writes "
                       "`analytical_error` (MdAPE/MAPE of throughput by source and by hardware).")
-def analytical_predictions(duckdb: DuckDBResource) -> dg.MaterializeResult:
+def analytical_predictions(duckdb: DuckDBResource, measurements: MeasurementsResource) -> dg.MaterializeResult:
     with duckdb.get_connection() as con:
         runs_df, hw, metrics = read_inputs(con)
-    pred = predict_runs(runs_df, hw, metrics)
+    pred = predict_runs(runs_df, hw, metrics, input_recipes(Path(measurements.root)))
     errors = pl.concat([error_summary(pred, "source"), error_summary(pred, "gpu")])
     with duckdb.get_connection() as con:
         store.replace_table(con, "analytical_predictions", pred)

@@ -21,7 +21,7 @@ import polars as pl
 from models.fitting import calibration as cal
 from models.corpus.evaluate import predict_runs, prepare_configs
 from pipeline import store
-from pipeline.fits import read_inputs
+from pipeline.fits import input_recipes, read_inputs
 from pipeline.settings import Settings
 
 
@@ -32,8 +32,9 @@ def main() -> None:
     path = args.store or str(Settings.load().snapshot)
     con = store.connect(path, read_only=True)
     runs, hw, metrics = read_inputs(con)
-    ok, _ = prepare_configs(runs, hw)
-    targets = predict_runs(runs, hw, metrics)
+    recipes = input_recipes()
+    ok, _ = prepare_configs(runs, hw, recipes)
+    targets = predict_runs(runs, hw, metrics, recipes)
     data = cal.fit_data(ok, targets.select("run_id", "measured_tokens_per_s_per_gpu", "whole_run_average"))
     vm = np.array([str(r).startswith("vtrain_m") for r in data.run_id])
     t0 = time.perf_counter()

@@ -25,12 +25,14 @@ store's `runs` table): `normalize_name` drops case, spaces, `-`, `_`, `.` and br
 
 from __future__ import annotations
 
+import csv
 import difflib
 import json
 import re
 import sys
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -39,7 +41,11 @@ from models.arch.archfile import (
     architecture_from_mapping,
     hardware_from_mapping,
 )
+from pipeline.readers import FileRejected
 from pipeline.settings import Settings
+
+if TYPE_CHECKING:
+    from models.corpus.recipes import Recipes
 
 ARCH_MODEL_COLUMNS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "vocab", "activation",
                       "n_experts", "top_k", "expert_ffn_dim", "n_shared_experts", "n_dense_layers", "tied_embeddings")
@@ -110,6 +116,58 @@ def architectures(measurements: Path) -> pl.DataFrame:
 @lru_cache(maxsize=4)
 def hardware(measurements: Path) -> pl.DataFrame:
     return pl.read_csv(measurements / "hardware_specs.csv", infer_schema_length=None)
+
+
+#: the folder of the recipe tables under a measurements root: one CSV per table of models.corpus.recipes.TABLES
+RECIPES_FOLDER = "recipes"
+
+
+def read_recipe_csv(path: Path, line_column: str) -> pl.DataFrame:
+    """A recipe table's cells as text (empty -> null) with the file line of each row in `line_column`; raises
+    FileRejected for a file that is absent, unreadable or has a row of another width than its header."""
+    if not path.exists():
+        raise FileRejected(str(path), "file not found")
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if not header:
+                raise FileRejected(str(path), "expected a header line naming the table's columns", line=1)
+            rows, lines = [], []
+            for row in reader:
+                if not row:  # a blank line
+                    continue
+                if len(row) != len(header):
+                    raise FileRejected(str(path), f"expected {len(header)} fields (the header's), got {len(row)}",
+                                       line=reader.line_num)
+                rows.append([cell if cell != "" else None for cell in row])
+                lines.append(reader.line_num)
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise FileRejected(str(path), f"unreadable CSV: {err}") from None
+    frame = pl.DataFrame(rows, schema={c: pl.Utf8 for c in header}, orient="row") if rows else \
+        pl.DataFrame(schema={c: pl.Utf8 for c in header})
+    return frame.with_columns(pl.Series(line_column, lines, dtype=pl.Int64))
+
+
+@lru_cache(maxsize=4)
+def recipes(measurements: Path) -> Recipes:
+    """What the named recipes of measured runs set (models.corpus.recipes.Recipes), from the CSVs of
+    `measurements`/recipes/ (one per table of models.corpus.recipes.TABLES), read and checked once per measurements
+    root. A malformed file raises FileRejected naming the file, the line and column, and what was expected."""
+    # start-up time: the tables' checks read the model's vocabulary (numpy), loaded when runs are predicted only
+    from models.corpus.recipes import LINE_COLUMN, TABLES, RecipeTableError, recipes_from_frames
+
+    folder = Path(measurements) / RECIPES_FOLDER
+    paths = {name: folder / f"{name}.csv" for name in TABLES}
+    for extra in sorted(folder.glob("*.csv")):
+        if extra.stem not in TABLES:
+            raise FileRejected(str(extra), f"not a recipe table: expected one of {', '.join(TABLES)}")
+    frames = {name: read_recipe_csv(path, LINE_COLUMN) for name, path in paths.items()}
+    try:
+        return recipes_from_frames(frames)
+    except RecipeTableError as err:
+        raise FileRejected(str(paths.get(err.table, folder / f"{err.table}.csv")), err.reason, line=err.line,
+                           column=err.column) from None
 
 
 def _instance_key(name) -> str:

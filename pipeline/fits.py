@@ -37,6 +37,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import pickle
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -50,9 +51,11 @@ from models.fitting.calibration import (
     source_weights,
     weighted_median,
 )
+from models.corpus.recipes import Recipes
 from models.fitting.predictor import FEATURE_NAMES, predict
 from pipeline import catalog, store
 from pipeline.parallel import pool_map
+from pipeline.settings import Settings
 
 CV_SCHEME = "leave-one-source-out"
 
@@ -371,11 +374,14 @@ def promote(con: duckdb.DuckDBPyConnection, version: str, by: str = "stepcast fi
     return stored_fit(con, version)
 
 
-def write_calibrated(con: duckdb.DuckDBPyConnection, oof: pl.DataFrame | None = None) -> None:
-    """Rewrite `calibrated_predictions` with the promoted fit (`oof`: that fit's report['oof'], if at hand)."""
+def write_calibrated(con: duckdb.DuckDBPyConnection, oof: pl.DataFrame | None = None,
+                     recipes: Recipes | None = None) -> None:
+    """Rewrite `calibrated_predictions` with the promoted fit (`oof`: that fit's report['oof'], if at hand;
+    `recipes`: `input_recipes()` unless given)."""
     runs, hw, metrics = read_inputs(con)
-    ok, _ = prepare_configs(runs, hw)
-    targets = predict_runs(runs, hw, metrics)
+    recipes = recipes if recipes is not None else input_recipes()
+    ok, _ = prepare_configs(runs, hw, recipes)
+    targets = predict_runs(runs, hw, metrics, recipes)
     store.replace_table(con, "calibrated_predictions", calibrated_frame(load_promoted_fit(con), ok, targets, oof))
 
 
@@ -413,15 +419,25 @@ def read_inputs(con: duckdb.DuckDBPyConnection) -> tuple[pl.DataFrame, pl.DataFr
     return runs, hw, metrics
 
 
-def run_fit(con: duckdb.DuckDBPyConnection, protocols=None, force: bool = False) -> dict:
+def input_recipes(measurements: Path | None = None) -> Recipes:
+    """What the runs' named recipes set, as every store-side prediction reads it (the fit, the calibrated and
+    analytical predictions): the recipe tables of `measurements` (default: the settings' measurements root, the one
+    `stepcast build` fills the store from), `pipeline.catalog.recipes`."""
+    return catalog.recipes(measurements or Settings.load().measurements)
+
+
+def run_fit(con: duckdb.DuckDBPyConnection, protocols=None, force: bool = False,
+            recipes: Recipes | None = None) -> dict:
     """Fit on the store's runs (unless this exact version is already stored and `force` is False), store it
-    with the promotion decision, rewrite `calibrated_predictions` with the promoted fit. Returns {'fit': row,
-    'reused': bool, 'metrics': fit_metrics rows of this version, 'promoted': served version}."""
+    with the promotion decision, rewrite `calibrated_predictions` with the promoted fit. `recipes`: what the runs'
+    named recipes set (`input_recipes()` unless given). Returns {'fit': row, 'reused': bool, 'metrics': fit_metrics
+    rows of this version, 'promoted': served version}."""
     protocols = tuple(protocols or cal.PROTOCOLS)
     runs, hw, metrics = read_inputs(con)
-    prepared = prepare_configs(runs, hw)
+    recipes = recipes if recipes is not None else input_recipes()
+    prepared = prepare_configs(runs, hw, recipes)
     ok = prepared[0]
-    targets = predict_runs(runs, hw, metrics, prepared=prepared)
+    targets = predict_runs(runs, hw, metrics, recipes, prepared=prepared)
     data = cal.fit_data(ok, targets.select("run_id", "measured_tokens_per_s_per_gpu", "whole_run_average"))
     version = cal.fit_version(data)
     _ensure(con)

@@ -8,14 +8,33 @@ from pathlib import Path
 
 import polars as pl
 
-from models.memory.presets import remat_words
+from models.corpus.runs_adapter import configs_from_runs, resolve_unstated
+from models.corpus.targets import derive_flop_targets, measured_throughput
+from models.fitting.predictor import predict
 from models.memory.model import CAPACITY_BYTES_PER_GB
-from models.physics.hardware import HOST_COLUMN
+from models.memory.presets import remat_words
+from models.physics.hardware import HOST_COLUMN, resolve_hardware
+from models.physics.step_time import predict as physics
 from pipeline import catalog
-from pipeline.measurements import (BATCH_TOKENS_HEADERS, COLUMN_SYNONYMS, COLUMNS, ENUMS, GRAD_ACCUM_HEADERS,
-                                   LOCAL_BATCH_HEADERS, METRICS, MIXED_PRECISION, NODES_HEADERS, PARALLELISM_HEADERS,
-                                   SCHEMA, canonical_dtype, canonical_word, header_key, metric_synonym,
-                                   metric_value_key, samples_synonym)
+from pipeline.measurements import (
+    BATCH_TOKENS_HEADERS,
+    COLUMN_SYNONYMS,
+    COLUMNS,
+    ENUMS,
+    GRAD_ACCUM_HEADERS,
+    LOCAL_BATCH_HEADERS,
+    METRICS,
+    MIXED_PRECISION,
+    NODES_HEADERS,
+    PARALLELISM_HEADERS,
+    SCHEMA,
+    canonical_dtype,
+    canonical_word,
+    header_key,
+    metric_synonym,
+    metric_value_key,
+    samples_synonym,
+)
 from pipeline.readers import FileRejected, read_measurement_file
 
 BREAKDOWN = ["compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
@@ -753,12 +772,6 @@ def predict_file(path: Path, measurements: Path, model=None) -> pl.DataFrame:
 def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: str = "frame") -> pl.DataFrame:
     """`predict_file` on the rows of a measurement-schema frame (cells as strings, as a file is read; other
     types are taken as their text). Raises FileRejected (naming `source`) without a run_id column."""
-    from models.physics.hardware import resolve_hardware
-    from models.fitting.predictor import predict
-    from models.corpus.runs_adapter import configs_from_runs, resolve_unstated
-    from models.physics.step_time import predict as physics
-    from models.corpus.targets import derive_flop_targets, measured_throughput
-
     frame = frame.with_columns(pl.col(c).cast(pl.Utf8) for c, t in frame.schema.items()
                                if t != pl.Utf8 and c != "_line")
     frame, header_notes = read_headers(frame)  # other spellings of the schema's headers and metrics
@@ -797,7 +810,7 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
     runs = resolve_word_spellings(runs)  # sharding and recompute by a common spelling ("ZeRO-3", "true")
     runs, header_notes = stated_otherwise(runs, catalog.hardware(measurements), header_notes)
     hw = resolve_hardware(catalog.hardware(measurements), strict=False)
-    cfg = configs_from_runs(runs, hw)
+    cfg = configs_from_runs(runs, hw, catalog.recipes(measurements))  # what the runs' named recipes set
     header_note = pl.lit("; ".join(header_notes) if header_notes else None, dtype=pl.Utf8)
     cfg = cfg.with_columns(pl.concat_str([header_note, "assumptions", "_dtype_note", "_word_note", "_gpu_note"],
                                          separator="; ", ignore_nulls=True).replace("", None).alias("assumptions")

@@ -109,7 +109,7 @@ ULTRA = "mb2608-pre-training-nemotron-3-ultra-gb200-256gpu-mxfp8-gbs256"
 
 def test_nemotron_3_ultra_is_read_with_its_recipes_sharding_and_module_recompute_and_fits(corpus):
     """Its 26.08 GB200 recipe shards with Megatron-FSDP (HSDP) and recomputes the routed experts' activation
-    (models.memory.presets.RECIPE_SHARDING, RECIPE_RECOMPUTE_MODULES); read so, the measured run fits its 200 GB
+    (measurements/recipes/sharding.csv, recompute_modules.csv); read so, the measured run fits its 200 GB
     (186 GiB; read with the framework's default zero1 it would take 258 GB), and it is in the fit (not
     approximated)."""
     from models.arch.archfile import APPROXIMATED_ARCHITECTURES
@@ -126,7 +126,7 @@ def test_nemotron_3_ultra_is_read_with_its_recipes_sharding_and_module_recompute
 
 
 def test_a_stated_sharding_is_kept_over_the_recipes(corpus):
-    """RECIPE_SHARDING fills only a sharding the row leaves unstated: the same run stating zero1 keeps it."""
+    """The sharding recipe (measurements/recipes/sharding.csv) fills only a sharding the row leaves unstated: the same run stating zero1 keeps it."""
     from pipeline.predict_runs import predict_frame
 
     row = corpus.filter(corpus["run_id"] == ULTRA).head(1)

@@ -29,16 +29,18 @@ def inputs(built_store):
         fm = con.sql("select * from fit_metrics").pl()
     finally:
         con.close()
-    ok, _ = prepare_configs(runs, hw)
-    targets = predict_runs(runs, hw, metrics)
+    recipes = fits.input_recipes()
+    ok, _ = prepare_configs(runs, hw, recipes)
+    targets = predict_runs(runs, hw, metrics, recipes)
     data = cal.fit_data(ok, targets.select("run_id", "measured_tokens_per_s_per_gpu", "whole_run_average"))
-    return dict(ok=ok, data=data, bundle=bundle, fits=fit_rows, fit_metrics=fm, runs=runs, hw=hw, metrics=metrics)
+    return dict(ok=ok, data=data, bundle=bundle, fits=fit_rows, fit_metrics=fm, runs=runs, hw=hw, metrics=metrics,
+                recipes=recipes)
 
 
 def test_same_data_same_version_and_changed_data_new_version(inputs):
     d = inputs["data"]
-    ok, _ = prepare_configs(inputs["runs"], inputs["hw"])
-    targets = predict_runs(inputs["runs"], inputs["hw"], inputs["metrics"])
+    ok, _ = prepare_configs(inputs["runs"], inputs["hw"], inputs["recipes"])
+    targets = predict_runs(inputs["runs"], inputs["hw"], inputs["metrics"], inputs["recipes"])
     again = cal.fit_data(ok, targets.select("run_id", "measured_tokens_per_s_per_gpu", "whole_run_average"))
     assert cal.fit_version(again) == cal.fit_version(d) == inputs["bundle"].version
     changed = cal.FitData(d.configs, d.log_target + np.where(np.arange(len(d.log_target)) == 0, 0.01, 0.0), d.weight)

@@ -7,10 +7,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from models.memory.presets import recipe_fp8_params
+from models.corpus.recipes import recipe_fp8_params
 from models.memory.model import MemoryOptions, memory_inputs, memory_per_gpu
 from models.core.params import DTYPE_CODES
 from models.core.precision import PARAM_GATHER_BYTES, QUANTIZED_PARAM_BYTES, param_gather_bytes, quantized_param_bytes
+from pipeline.catalog import recipes
 from tests.conftest import MEASUREMENTS
 from tests.test_memory_low_precision import GPT3_175B, _arch
 
@@ -78,7 +79,7 @@ def test_recipe_flags_megatron_bridge_fp8_and_mxfp8_pretraining_and_sft_only():
         "framework": ["Megatron-Bridge / NeMo 26.02 (Megatron-Core)"] * 6 + ["NeMo 24.07 (Megatron-Core)"],
         "assumptions": [None] * 7,
     })
-    out = recipe_fp8_params(f)
+    out = recipe_fp8_params(f, recipes(MEASUREMENTS))
     assert out["fp8_param_gather"].to_list() == [1.0, 1.0, None, None, None, None, None]
     assert "bf16_with_mxfp8_mixed" in out["assumptions"][0]
     assert "bf16_with_fp8_current_scaling_mixed" in out["assumptions"][1]

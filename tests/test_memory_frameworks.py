@@ -19,10 +19,12 @@ from models.memory.presets import (
     preset_table,
     reported_memory_gb,
     sequence_parallel_default,
-    source_layout,
 )
 from models.memory.model import CAPACITY_BYTES_PER_GB, MemoryOptions, capacity_bytes, memory_inputs, memory_per_gpu
 from models.core.params import DEFAULT
+from models.corpus.recipes import source_layout
+from pipeline.catalog import recipes
+from tests.conftest import MEASUREMENTS
 
 GIB = 2.0**30
 LLAMA31 = {  # Llama 3.1 configs (meta-llama params.json): layers, d_model, heads, kv heads, ffn, vocab
@@ -268,7 +270,7 @@ def test_source_layout_fills_from_siblings_then_stack_defaults():
         "tp": [4, 4, None, None, None, None], "pp": [8, 8, None, None, None, None],
         "sharding": ["zero1", "zero1", None, None, None, None], "year": [2023] * 6,
     }, schema_overrides={"tp": pl.Int64, "pp": pl.Int64, "sharding": pl.Utf8})
-    out = source_layout(runs).sort("run_id")
+    out = source_layout(runs, recipes(MEASUREMENTS)).sort("run_id")
     assert out["tp"].to_list() == [4, 4, 4, 1, 8, None]
     assert out["pp"].to_list() == [8, 8, 8, 1, 8, None]
     assert out["sharding"].to_list() == ["zero1", "zero1", None, "fsdp", "none", None]

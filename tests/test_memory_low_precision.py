@@ -1,5 +1,6 @@
 """Low-precision activation memory (models.memory.model.low_precision_saved_inputs, models.core.precision.SAVED_GEMM_INPUT_BYTES)
-and what Megatron-Bridge's performance recipes set (models.memory.presets megatron_bridge preset, RECIPE_MEMORY), against
+and what Megatron-Bridge's performance recipes set (models.memory.presets megatron_bridge preset, measurements/recipes/
+memory.csv), against
 Korthikanti et al. 2022's activation formula and the measured runs of Megatron-Bridge's performance summary."""
 
 from pathlib import Path
@@ -9,10 +10,11 @@ import polars as pl
 import pytest
 
 from models.arch.accounting import layer_shapes, normalize_arch
-from models.memory.presets import RECIPE_MEMORY, memory_options
+from models.memory.presets import memory_options
 from models.memory.model import memory_inputs, memory_per_gpu
 from models.core.params import DEFAULT, DTYPE_CODES, MEGATRON_2022
 from models.core.precision import SAVED_GEMM_INPUT_BYTES, saved_gemm_input_bytes
+from pipeline.catalog import recipes
 from tests.conftest import MEASUREMENTS
 
 GPT3_175B = (96, 12288, 96, 96, 49152, 51200)  # layers, d_model, heads, kv heads, ffn, vocab (Korthikanti Table 3)
@@ -84,21 +86,21 @@ def test_megatron_bridge_preset_has_16bit_gradient_buffers():
 
 
 def test_recipe_table_names_a_source_for_every_entry():
-    for key, (rc, offloaded, source) in RECIPE_MEMORY.items():
+    for key, (rc, offloaded, source) in recipes(MEASUREMENTS).memory.items():
         assert rc in ("none", "selective", "full") and offloaded >= 0 and "Megatron-Bridge" in source, key
 
 
 def test_recipe_memory_of_gb300_and_b300_runs_names_the_source():
     """Llama 3 70B FP8 on GB300 offloads 20 of its 80 layers (FSDP, pp 1); DeepSeek-V3 MXFP8 on B300 (26.02, a row
     of another file: its framework names the container) recomputes the recipe's mla_up_proj."""
-    from models.memory.presets import recipe_memory
+    from models.corpus.recipes import recipe_memory
 
     frame = pl.DataFrame({
         "memory_preset": ["megatron_bridge"] * 2, "arch_id": ["llama3-70b", "deepseek-v3"],
         "model_name": ["LLAMA3_70B", "DeepSeekV3"], "gpu": ["gb300", "b300"], "dtype": ["fp8", "mxfp8"],
         "recompute": [None, None], "n_layers": [80, 61], "pp": [1, 16], "assumptions": [None, None],
         "framework": ["Megatron-Bridge / NeMo 26.04.01", "Megatron-Bridge / NeMo 26.02"]})
-    out = recipe_memory(frame)
+    out = recipe_memory(frame, recipes(MEASUREMENTS))
     assert out["recompute"].to_list() == ["none", "selective"]
     assert out["act_offload_frac"][0] == 0.25 and out["act_offload_frac"][1] is None
     a = out["assumptions"].to_list()

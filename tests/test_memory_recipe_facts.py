@@ -1,5 +1,5 @@
 """Recipe facts that decide whether measured runs fit: a NeMo Framework Launcher recipe's optimizer (bf16 Adam state,
-16-bit gradient buffer: models.memory.presets.RECIPE_OPTIMIZER) and the latent MoE's dispatch width
+16-bit gradient buffer: measurements/recipes/optimizer.csv) and the latent MoE's dispatch width
 (models.memory.model.moe_dispatch_elems). Each of the runs ran, so each must fit once its recipe's settings apply."""
 
 from dataclasses import replace
@@ -9,11 +9,12 @@ import polars as pl
 import pytest
 
 from models.arch.accounting import layer_shapes, normalize_arch
-from models.memory.presets import RECIPE_OPTIMIZER, memory_options
+from models.memory.presets import memory_options
 from models.memory.model import (memory_inputs, memory_per_gpu, module_recompute_savings, moe_dispatch_elems,
                                  recompute_modules_code)
 from models.core.params import DEFAULT
 
+from pipeline.catalog import recipes
 from tests.conftest import MEASUREMENTS
 
 NEMOTRON4_340B = dict(n_layers=96, d_model=18432, n_heads=96, n_kv_heads=8, ffn_dim=73728, vocab=256000,
@@ -72,7 +73,7 @@ def test_latent_moe_dispatches_latent_wide_copies():
 
 
 def test_recipe_tables_name_their_sources():
-    for (arch, task, container), (rc, ob, gb, src) in RECIPE_OPTIMIZER.items():
+    for (arch, task, container), (rc, ob, gb, src) in recipes(MEASUREMENTS).optimizer.items():
         assert rc in ("none", "selective", "full") and 0 < ob < 12 and gb in (2.0, 4.0)
         assert "NeMo-Framework-Launcher" in src and f"({container};" in src and "apex" in src, (arch, task)
 

@@ -1,6 +1,6 @@
 """Megatron-Core module recompute (``recompute_modules``; models.memory.model.module_recompute_savings, models.physics.parts
 .module_recompute) against Korthikanti et al. 2022's per-layer activation terms, and the Megatron-Bridge
-performance recipes that set it (models.memory.presets.RECIPE_RECOMPUTE_MODULES)."""
+performance recipes that set it (measurements/recipes/recompute_modules.csv)."""
 
 from dataclasses import replace
 
@@ -9,11 +9,13 @@ import polars as pl
 import pytest
 
 from models.arch.accounting import layer_shapes, normalize_arch
-from models.memory.presets import RECIPE_RECOMPUTE_MODULES, memory_options
+from models.memory.presets import memory_options
 from models.memory.model import (RECOMPUTE_MODULE_BITS, memory_inputs, memory_per_gpu, module_recompute_savings,
                                  recompute_modules_code)
 from models.core.params import DTYPE_CODES, MEGATRON_2022
 from models.physics.step_time import predict_arrays
+from pipeline.catalog import recipes
+from tests.conftest import MEASUREMENTS
 
 H, A, S = 12288, 96, 2048  # GPT-3 175B (Korthikanti Table 3): d_model, heads, sequence
 
@@ -109,7 +111,7 @@ def test_recompute_never_makes_a_step_faster(mods):
 
 def test_recipe_modules_are_sourced():
     """Every recipe entry names its file, its release branch and its container, and only Megatron-Core modules."""
-    for (arch, task, gpu, dtype, container), (mods, src) in RECIPE_RECOMPUTE_MODULES.items():
+    for (arch, task, gpu, dtype, container), (mods, src, _notes) in recipes(MEASUREMENTS).recompute_modules.items():
         assert set(mods) <= set(RECOMPUTE_MODULE_BITS)
         assert "Megatron-Bridge" in src and f", {container})" in src and "(r0." in src
 

@@ -239,23 +239,32 @@ def test_ep_a2a_hidden_is_bounded_by_the_other_passes_compute():
 
 
 
+def _shipped_recipes():
+    """The recipe tables of measurements/recipes/ (the Megatron-Bridge releases' MoE settings)."""
+    from pipeline.catalog import recipes
+    from tests.conftest import MEASUREMENTS
+
+    return recipes(MEASUREMENTS)
+
+
 def test_recipe_table_names_the_a2a_overlap_of_a_megatron_bridge_run():
     from models.corpus import moe_recipes as mr
+    rec = _shipped_recipes()
 
     dsv3 = ("deepseek-v3", "gb200", "mxfp8")
     # 26.06 turned the overlap on for DeepSeek-V3 on GB200 (r0.5.0 DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2);
     # 26.04's preset of the same layout did not; a run of another source: nothing known
-    assert mr.recipe_a2a_overlap("mb2606-pre-training-deepseekv3-gb200-256gpu-mxfp8-gbs4096", *dsv3) is True
-    assert mr.recipe_a2a_overlap("mb2604-pre-training-deepseekv3-gb200-256gpu-mxfp8-gbs4096", *dsv3) is False
-    assert mr.recipe_a2a_overlap("nemo-docs-deepseek-v3", *dsv3) is None
-    assert "r0.5.0" in mr.RECIPE_A2A_OVERLAP[("26.06", *dsv3)]
+    assert mr.recipe_a2a_overlap("mb2606-pre-training-deepseekv3-gb200-256gpu-mxfp8-gbs4096", *dsv3, rec) is True
+    assert mr.recipe_a2a_overlap("mb2604-pre-training-deepseekv3-gb200-256gpu-mxfp8-gbs4096", *dsv3, rec) is False
+    assert mr.recipe_a2a_overlap("nemo-docs-deepseek-v3", *dsv3, rec) is None
+    assert "r0.5.0" in rec.a2a_overlap[("26.06", *dsv3)].source
     assert mr.run_release("mb2511-pre-training-x") == "25.11"
-    assert set(mr.RECIPE_DISPATCHER) == set(mr.RECIPE_A2A_OVERLAP)
+    assert rec.a2a_overlap[("26.06", *dsv3)].dispatcher_backend == "hybridep"
     frame = pl.DataFrame({
         "run_id": ["mb2606-pre-training-deepseekv3-gb200-256gpu-mxfp8-gbs4096", "mb2604-x", "other", "mb2606-y"],
         "arch_id": ["deepseek-v3"] * 4, "gpu": ["gb200"] * 4, "dtype": ["mxfp8"] * 4,
         "moe_a2a_overlap": [None, None, None, 0.0], "assumptions": ["x", None, None, None]})
-    out = mr.resolve_a2a_overlap(frame)
+    out = mr.resolve_a2a_overlap(frame, rec)
     assert out["moe_a2a_overlap"].to_list() == [1.0, 0.0, None, 0.0]  # a stated value wins
     assert "moe_a2a_overlap=1 (Megatron-Bridge r0.5.0" in out["assumptions"][0]
     assert out["assumptions"][1] is None
@@ -265,6 +274,7 @@ def test_recipe_table_names_the_a2a_overlap_of_gb300_and_b300_runs():
     """GB300/B300 runs of the summary take their release's preset: by run id (mbYYMM-) or by the container their
     framework names (a row of another file); 26.06's DeepSeek-V3 B300 preset (tag v0.5.0) did not overlap."""
     from models.corpus import moe_recipes as mr
+    rec = _shipped_recipes()
 
     frame = pl.DataFrame({
         "run_id": ["mb2608-pre-training-qwen3-235b-a22b-gb300-256gpu-mxfp8-gbs8192",
@@ -275,32 +285,32 @@ def test_recipe_table_names_the_a2a_overlap_of_gb300_and_b300_runs():
                       "Megatron-Bridge / NeMo 26.02.01", "Megatron-Bridge / NeMo 26.06"],
         "arch_id": ["qwen3-235b-a22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3"],
         "gpu": ["gb300", "b300", "b300", "b300"], "dtype": ["mxfp8"] * 4, "assumptions": [None] * 4})
-    out = mr.resolve_a2a_overlap(frame)
+    out = mr.resolve_a2a_overlap(frame, rec)
     assert out["moe_a2a_overlap"].to_list() == [1.0, 1.0, 1.0, 0.0]
     a = out["assumptions"].to_list()
     assert "r0.6.0" in a[0] and "qwen/gb300/qwen3_moe.py qwen3_235b_a22b_pretrain_256gpu_gb300_fp8mx_config" in a[0]
     assert "r0.5.0" in a[1] and "QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_FP8_MX_V1" in a[1]
     assert "QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_FP8_MX_V2 (tag v0.3.0)" in a[2]
     assert a[3] is None
-    assert set(mr.RECIPE_DISPATCHER) == set(mr.RECIPE_A2A_OVERLAP)
-    assert mr.RECIPE_DISPATCHER[("26.06", "deepseek-v3", "gb300", "mxfp8")] == "hybridep"
-    assert mr.RECIPE_DISPATCHER[("26.02", "qwen3-235b-a22b", "b300", "mxfp8")] is None
+    assert rec.a2a_overlap[("26.06", "deepseek-v3", "gb300", "mxfp8")].dispatcher_backend == "hybridep"
+    assert rec.a2a_overlap[("26.02", "qwen3-235b-a22b", "b300", "mxfp8")].dispatcher_backend is None
 
 
 def test_recipe_etp_states_the_megatron_bridge_presets_expert_tp():
     from models.corpus import moe_recipes as mr
+    rec = _shipped_recipes()
 
     # every MoE preset of the releases sets expert_tensor_parallel_size=1, the tp-2 Qwen3-235B H100 run's too
-    assert mr.recipe_etp("mb2604-pre-training-qwen3-235b-a22b-h100-256gpu-fp8-gbs8192") == 1
-    assert mr.recipe_etp("mb2511-pre-training-qwen3-235b-a22b-h100-256gpu-fp8-cs-gbs2048") == 1
-    assert mr.recipe_etp("nemo-docs-mixtral") is None and mr.recipe_etp("mb2701-x") is None
+    assert mr.recipe_etp("mb2604-pre-training-qwen3-235b-a22b-h100-256gpu-fp8-gbs8192", rec) == 1
+    assert mr.recipe_etp("mb2511-pre-training-qwen3-235b-a22b-h100-256gpu-fp8-cs-gbs2048", rec) == 1
+    assert mr.recipe_etp("nemo-docs-mixtral", rec) is None and mr.recipe_etp("mb2701-x", rec) is None
     note = "dropless; etp=1 (ep=32 does not fold with etp=tp: the largest etp dividing tp with etp*ep | tp*cp*dp, " \
            "as Megatron-Core needs); recompute=none"
     frame = pl.DataFrame({
         "run_id": ["mb2604-pre-training-qwen3-235b-a22b-h100-256gpu-fp8-gbs8192", "mb2604-dense", "other-moe",
                    "mb2606-stated"],
         "n_experts": [128, 0, 8, 64], "etp": [None, None, None, 2.0], "assumptions": [note, None, "etp=tp (x)", None]})
-    out = mr.resolve_recipe_etp(frame)
+    out = mr.resolve_recipe_etp(frame, rec)
     assert out["etp"].to_list() == [1.0, None, None, 2.0]  # dense, other sources and a stated etp are kept
     a = out["assumptions"][0]
     assert "etp=1 (Megatron-Bridge r0.4.0" in a and "does not fold" not in a and a.startswith("dropless; ")
@@ -312,20 +322,21 @@ def test_the_25_09_release_recipes():
     dispatches with DeepEP for DeepSeek-V3 on H100 only; every 25.09 MoE preset sets etp 1; DeepSeek-V3 recomputes
     mla_up_proj and mlp on H100, mla_up_proj on B200/GB200."""
     from models.corpus import moe_recipes as mr
-    from models.memory.presets import RECIPE_RECOMPUTE_MODULES
+    rec = _shipped_recipes()
 
     h100 = "mb2509-pre-training-deepseekv3-dropless-h100-1024gpu-fp8-gbs8192"
-    assert mr.recipe_a2a_overlap(h100, "deepseek-v3", "h100-sxm5-80gb", "fp8") is True
+    assert mr.recipe_a2a_overlap(h100, "deepseek-v3", "h100-sxm5-80gb", "fp8", rec) is True
     assert mr.recipe_a2a_overlap("mb2509-pre-training-deepseekv3-tokendrop-b200-256gpu-fp8-gbs2048", "deepseek-v3",
-                                 "b200", "fp8") is False
+                                 "b200", "fp8", rec) is False
     assert mr.recipe_a2a_overlap("mb2509-pre-training-qwen3-235b-a22b-tokendrop-h100-256gpu-fp8-gbs2048",
-                                 "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8") is False
-    assert mr.recipe_etp(h100) == 1 and "r0.1.0" in mr.RECIPE_ETP["25.09"][1]
-    assert mr.RECIPE_DISPATCHER[("25.09", "deepseek-v3", "h100-sxm5-80gb", "fp8")] == "deepep"
-    assert ("25.09", "deepseek-v3", "h100-sxm5-80gb", "fp8-cs") in mr.RECIPE_FLEX
-    assert RECIPE_RECOMPUTE_MODULES[("deepseek-v3", "pretrain", "h100-sxm5-80gb", "fp8", "25.09")][0] == \
+                                 "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8", rec) is False
+    assert mr.recipe_etp(h100, rec) == 1 and "r0.1.0" in rec.expert_tp[("25.09",)].source
+    assert rec.a2a_overlap[("25.09", "deepseek-v3", "h100-sxm5-80gb", "fp8")].dispatcher_backend == "deepep"
+    assert ("25.09", "deepseek-v3", "h100-sxm5-80gb", "fp8-cs") in rec.flex_dispatcher
+    modules = rec.recompute_modules
+    assert modules[("deepseek-v3", "pretrain", "h100-sxm5-80gb", "fp8", "25.09")].recompute_modules == \
         ("mla_up_proj", "mlp")
-    assert RECIPE_RECOMPUTE_MODULES[("deepseek-v3", "pretrain", "gb200", "fp8-cs", "25.09")][0] == ("mla_up_proj",)
+    assert modules[("deepseek-v3", "pretrain", "gb200", "fp8-cs", "25.09")].recompute_modules == ("mla_up_proj",)
 
 
 def test_cross_node_all_to_all_uses_each_ranks_own_nic():
@@ -399,15 +410,16 @@ def test_flex_dispatcher_sends_one_copy_per_remote_node():
 
 def test_recipe_dispatcher_names_the_flex_runs_only():
     from models.corpus import moe_recipes as mr
+    rec = _shipped_recipes()
 
     frame = pl.DataFrame({
         "run_id": ["mb2604-pre-training-qwen3-30b-a3b-h100-16gpu-fp8-gbs1024",
                    "mb2602-pre-training-qwen3-235b-a22b-h100-256gpu-fp8-gbs8192", "other"],
         "arch_id": ["qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-30b-a3b"],
         "gpu": ["h100-sxm5-80gb"] * 3, "dtype": ["fp8"] * 3, "assumptions": [None, "x", None]})
-    out = mr.resolve_recipe_dispatcher(frame)
+    out = mr.resolve_recipe_dispatcher(frame, rec)
     assert out["moe_dispatcher"].to_list() == [1.0, None, None]
     assert "moe_dispatcher=flex (Megatron-Bridge r0.4.0" in out["assumptions"][0]
     assert out["assumptions"][1] == "x"
     # 26.02's Qwen3-235B H100 preset names deepep, but its recipe ran the all-to-all dispatcher
-    assert mr.RECIPE_DISPATCHER[("26.02", "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8")] is None
+    assert rec.a2a_overlap[("26.02", "qwen3-235b-a22b", "h100-sxm5-80gb", "fp8")].dispatcher_backend is None

@@ -5,8 +5,6 @@ other accelerator's rows as they were."""
 
 from __future__ import annotations
 
-import shutil
-
 import dagster as dg
 import duckdb
 import polars as pl
@@ -14,7 +12,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from pipeline.definitions import make_definitions
-from pipeline.settings import Settings
+from tests.test_automation import _settings
 
 #: accelerators whose partitions are quick to recompute: a historical GPU and one the fit knows
 PARTITIONS = ("gtx-580", "a100-sxm4-80gb")
@@ -31,12 +29,9 @@ def _table(store, name: str) -> pl.DataFrame:
 
 @pytest.mark.parametrize("asset,gpu_column", [("frontier", "gpu"), ("scaling_curves", "gpu")])
 def test_one_partition_alone_gives_the_whole_build_s_rows(built_store, tmp_path, monkeypatch, asset, gpu_column):
-    target = tmp_path / "store" / "stepcast.duckdb"
-    target.parent.mkdir(parents=True)
-    shutil.copyfile(built_store, target)
-    monkeypatch.setenv("STEPCAST_STORE", str(target))
-    monkeypatch.setenv("STEPCAST_INCOMING", str(tmp_path / "incoming"))
+    cfg = _settings(tmp_path, built_store, monkeypatch)  # a copy of the built store
     monkeypatch.setenv("STEPCAST_WORKERS", "1")
+    target = cfg.store
     before = _table(target, asset)
     # the partitioned run rewrites only its accelerator's rows: blank them first, so equality shows it computed them
     con = duckdb.connect(str(target))
@@ -44,7 +39,7 @@ def test_one_partition_alone_gives_the_whole_build_s_rows(built_store, tmp_path,
         con.execute(f"delete from {asset} where {gpu_column} in ({', '.join('?' * len(PARTITIONS))})", PARTITIONS)
     finally:
         con.close()
-    job = make_definitions(Settings.load()).resolve_job_def("build")
+    job = make_definitions(cfg).resolve_job_def("build")
     for key in PARTITIONS:
         result = job.execute_in_process(instance=dg.DagsterInstance.ephemeral(), partition_key=key,
                                         asset_selection=[dg.AssetKey(asset)], raise_on_error=True)

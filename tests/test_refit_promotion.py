@@ -112,8 +112,9 @@ def inputs(built_store):
         fm = con.sql("select * from fit_metrics").pl()
     finally:
         con.close()
-    ok, _ = prepare_configs(runs, hw)
-    targets = predict_runs(runs, hw, metrics)
+    recipes = fits.input_recipes()
+    ok, _ = prepare_configs(runs, hw, recipes)
+    targets = predict_runs(runs, hw, metrics, recipes)
     data = cal.fit_data(ok, targets.select("run_id", "measured_tokens_per_s_per_gpu", "whole_run_average"))
     return dict(data=data, bundle=bundle, oof=served_oof, fit_metrics=fm)
 

@@ -22,7 +22,7 @@ def prepared(built_store):
         runs, hw, _ = fits.read_inputs(con)
     finally:
         con.close()
-    return prepare_configs(runs, hw)[0], hw
+    return prepare_configs(runs, hw, fits.input_recipes())[0], hw
 
 
 def test_vtrain_runs_carry_their_clusters_network_into_the_model(prepared):

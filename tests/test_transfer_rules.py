@@ -345,12 +345,15 @@ def test_an_unknown_stack_with_tensor_parallelism_shards_its_norm_activations_fr
 def test_a_summary_row_of_another_file_takes_its_releases_recipe(framework, overlap):
     """A Megatron-Bridge summary row in a user's file (its own run id, not the corpus's mbYYMM-) takes the recipe of
     the NeMo container its framework names: Qwen3-235B-A22B on GB200 in MXFP8 overlapped its EP all-to-all in 26.06
-    (RECIPE_A2A_OVERLAP), not in 26.04; a row naming no container is left to the physics' default."""
+    (measurements/recipes/a2a_overlap.csv), not in 26.04; a row naming no container is left to the physics'
+    default."""
     from models.corpus.moe_recipes import resolve_a2a_overlap
+    from pipeline.catalog import recipes
+    from tests.conftest import MEASUREMENTS
 
     row = pl.DataFrame({"run_id": ["my-table-row-3"], "framework": [framework], "arch_id": ["qwen3-235b-a22b"],
                         "gpu": ["gb200"], "dtype": ["mxfp8"], "assumptions": ["realistic"]})
-    out = resolve_a2a_overlap(row).row(0, named=True)
+    out = resolve_a2a_overlap(row, recipes(MEASUREMENTS)).row(0, named=True)
     assert out["moe_a2a_overlap"] == overlap
     assert ("QWEN3_235B_A22B" in out["assumptions"]) == (overlap == 1.0)
 

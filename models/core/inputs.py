@@ -71,14 +71,11 @@ class Inputs:
     peak_fb: np.ndarray  # peak fell back to another dtype's
     attn_peak_tf: np.ndarray  # TFLOPS of the attention core (16-bit, fp32 for fp32 runs)
     # network
-    node: np.ndarray  # GPUs of one scale-up domain (<= n_gpus)
-    tiers: object  # models.physics.collectives.network_tiers (None: non-blocking)
-    tier_bad: np.ndarray
-    bw_up: np.ndarray  # scale-up bytes/s (PCIe/host tier rows: pcie_eff, else scaleup_eff)
-    bw_out: np.ndarray  # scale-out bytes/s
-    bw_a2a: np.ndarray  # per-GPU NIC bytes/s of the EP all-to-all (models.physics.collectives.A2A_RDMA_EFF applied)
-    a_up: np.ndarray | float  # scale-up latency per step, s (an array when the block has PCIe/host tier rows)
-    a_out: float  # scale-out latency, s
+    node: np.ndarray  # GPUs of one scale-up domain (<= n_gpus): the size of the network's first tier
+    # the network's tiers, inner to outer (models.physics.network.Tier: size, bandwidths per accelerator in bytes/s
+    # with efficiencies applied, latency per step, oversubscription), built by models.physics.network.build
+    net: tuple
+    net_bad: np.ndarray  # rows whose network columns are invalid (an oversubscription < 1, a pod below the domain)
     # MoE options (models.arch.moe)
     et: np.ndarray  # expert tensor-parallel degree (tp by default; tp for dense rows)
     moe_cf: np.ndarray  # capacity factor (NaN: dropless)

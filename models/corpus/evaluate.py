@@ -6,6 +6,7 @@ import polars as pl
 
 from models.core.params import DEFAULT, PhysParams
 from models.core.software import predict_by_preset
+from models.corpus.recipes import Recipes
 from models.corpus.runs_adapter import configs_from_runs, resolve_unstated
 from models.corpus.targets import derive_flop_targets, measured_throughput
 from models.physics.hardware import resolve_hardware
@@ -21,23 +22,25 @@ KEEP_COLUMNS = ("run_id", "source", "gpu", "model_name", "framework", "dtype", "
                 "software_preset", "assumptions")
 
 
-def prepare_configs(runs: pl.DataFrame, hardware: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(predictable configs with recompute resolved, runs that cannot be predicted with `config_error`)."""
+def prepare_configs(runs: pl.DataFrame, hardware: pl.DataFrame,
+                    recipes: Recipes) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(predictable configs with recompute resolved, runs that cannot be predicted with `config_error`); `recipes`:
+    what the runs' named recipes set (models.corpus.recipes)."""
     hw = resolve_hardware(hardware, strict=False)
-    cfg = configs_from_runs(runs, hw)
+    cfg = configs_from_runs(runs, hw, recipes)
     ok = resolve_unstated(cfg.filter(pl.col("config_error").is_null()), predict)
     return ok, cfg.filter(pl.col("config_error").is_not_null())
 
 
-def predict_runs(runs: pl.DataFrame, hardware: pl.DataFrame, run_metrics: pl.DataFrame,
+def predict_runs(runs: pl.DataFrame, hardware: pl.DataFrame, run_metrics: pl.DataFrame, recipes: Recipes,
                  params: PhysParams = DEFAULT, preset_overrides: dict | None = None,
                  prepared: tuple[pl.DataFrame, pl.DataFrame] | None = None) -> pl.DataFrame:
     """One row per run: identifiers, the configuration actually predicted (with its assumptions), the
     analytical prediction and its breakdown, the measured target (throughput; MFU/HFU/TFLOP-only runs converted,
     `target_derived`) and the relative error of throughput. `preset_overrides` ({preset: {field: value}}) are
     fitted per-software-preset values (models.core.software.preset_params). `prepared`: `prepare_configs(runs,
-    hardware)` when the caller has it already."""
-    ok, bad_cfg = prepare_configs(runs, hardware) if prepared is None else prepared
+    hardware, recipes)` when the caller has it already."""
+    ok, bad_cfg = prepare_configs(runs, hardware, recipes) if prepared is None else prepared
     pred = predict_by_preset(ok, predict, params, overrides=preset_overrides)
     keep = list(KEEP_COLUMNS)
     good = ok.select(keep + ["peak_bf16_tflops"]).hstack(pred.select(PREDICTION_COLUMNS))

@@ -21,6 +21,7 @@ from models.arch.shapes import dense_shapes_for_params
 from models.core.precision import RECIPE_LAYERS_16BIT, RECIPE_SOURCE
 from models.core.software import predict_by_preset
 from models.corpus import moe_recipes as mr
+from models.corpus.recipes import Recipes, recipe_fp8_params, recipe_memory, recipe_micro_batch, recipe_optimizer
 from models.memory import presets as fw
 
 FSDP_STACKS = ("fsdp", "llm-foundry", "torchtitan", "composer", "fms")
@@ -231,12 +232,11 @@ def infer_layout(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _recipe_moe_options(frame: pl.DataFrame) -> pl.DataFrame:
+def _recipe_moe_options(frame: pl.DataFrame, recipes: Recipes) -> pl.DataFrame:
     """MoE options a Megatron-Bridge performance run's recipe sets and the schema has no column for
     (`models.corpus.moe_recipes`): the expert tensor-parallel size, the token dispatcher of a node-spanning EP group and the
     EP all-to-all overlap."""
-
-    return mr.resolve_a2a_overlap(mr.resolve_recipe_dispatcher(mr.resolve_recipe_etp(frame)))
+    return mr.resolve_a2a_overlap(mr.resolve_recipe_dispatcher(mr.resolve_recipe_etp(frame, recipes), recipes), recipes)
 
 
 def infer_dense_shape(frame: pl.DataFrame) -> pl.DataFrame:
@@ -312,10 +312,11 @@ def spans_hosts(size: pl.Expr, per_host: pl.Expr) -> pl.Expr:
     return size > per_host
 
 
-def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFrame:
+def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame, recipes: Recipes) -> pl.DataFrame:
     """`runs` rows (the store's runs table) + resolved hardware -> model input columns.
 
-    `hardware` is the output of `models.physics.hardware.resolve_hardware` (one row per hardware id). Returns one
+    `hardware` is the output of `models.physics.hardware.resolve_hardware` (one row per hardware id); `recipes` what
+    the runs' named recipes set (`models.corpus.recipes`, read from measurements/recipes/ by the pipeline). Returns one
     row per run with run_id, the architecture/layout/hardware columns `models.physics.step_time.predict` needs,
     `assumptions` and `config_error`. Recompute is not resolved here (see `resolve_recompute`), nor a wholly
     unstated layout (see `resolve_layout`).
@@ -377,7 +378,7 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
 
     out = r.with_columns(
         pl.when(xla_gpu).then(pl.lit(1.0)).otherwise(pl.lit(None, dtype=pl.Float64)).alias("xla_compiled"),
-        pl.col("sharding").is_null().alias("sharding_from_default"),  # a recipe may say otherwise (fw.recipe_memory)
+        pl.col("sharding").is_null().alias("sharding_from_default"),  # a recipe may say otherwise (recipe_memory)
         pl.coalesce(pl.col("sharding"), fw.default_sharding(pl.col("memory_preset"))).alias("sharding"),
         pl.col("recompute").replace("unknown", None).alias("recompute"),
         pl.col("dtype").fill_null("bf16").alias("dtype"),
@@ -422,8 +423,8 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
         pl.concat_str([pl.col("assumptions"), tp_note], separator="; ", ignore_nulls=True).str.strip_chars("; ")
         .replace("", None).alias("assumptions"))
     out = infer_layout(out)
-    out = fw.recipe_micro_batch(out)  # a summary row that states another system's micro-batch (models.memory.presets)
-    out = _recipe_moe_options(out)
+    out = recipe_micro_batch(out, recipes)  # a summary row that states another system's micro-batch
+    out = _recipe_moe_options(out, recipes)
     # a scale-up domain that spans hosts (a TPU pod's ICI, an NVL72 rack's NVLink Switch trays): a stated count
     # below it is one host's (4 TPU chips or 4 GB200s per host), not the domain (HOST_SPANNING_DOMAIN_NOTE)
     domain = pl.min_horizontal(pl.col("scaleup_size"), pl.col("n_gpus"))
@@ -449,8 +450,8 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
     out = _lora_fraction(out)
     out = resolve_mtp_layers(out)
     out = resolve_layers_16bit(out)
-    out = fw.recipe_memory(out).drop("sharding_from_default", strict=False)  # what a named recipe sets:
-    # recompute, activation offloading, Megatron-FSDP (models.memory.presets)
+    out = recipe_memory(out, recipes).drop("sharding_from_default", strict=False)  # what a named recipe sets:
+    # recompute, activation offloading, Megatron-FSDP (models.corpus.recipes)
     era_full = (pl.col("recompute").is_null() & megatron
                 & (pl.col("year").fill_null(2100) < SELECTIVE_RECOMPUTE_YEAR))
     out = out.with_columns(
@@ -458,8 +459,8 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.DataFram
         pl.when(era_full).then(pl.concat_str([pl.col("assumptions"), pl.lit(
             "recompute=full (Megatron before selective recomputation: every layer's activations recomputed)")],
             separator="; ", ignore_nulls=True)).otherwise(pl.col("assumptions")).alias("assumptions"))
-    out = fw.recipe_fp8_params(out)  # a named recipe's FP8 weights (fp8_param_gather, models.memory.presets)
-    out = fw.recipe_optimizer(out)  # a named recipe's optimizer state and gradient bytes (models.memory.presets)
+    out = recipe_fp8_params(out, recipes)  # a named recipe's FP8 weights (fp8_param_gather)
+    out = recipe_optimizer(out, recipes)  # a named recipe's optimizer state and gradient bytes
     out, hybrid = hybrid_problems(out)
     problems = [
         pl.when(pl.col("n_gpus").is_null()).then(pl.lit(

@@ -40,7 +40,7 @@ from models.core.recompute import recompute_flops, recomputed_work
 from models.memory.model import RECOMPUTE_MODULE_BITS as BITS
 from models.memory.model import SAVE_LIST_RECOMPUTE, SELECTIVE_OP_SAC, active_module_code
 from models.physics import collectives as coll
-from models.physics import tp2d
+from models.physics import network, tp2d
 
 
 @dataclass(slots=True)
@@ -553,7 +553,7 @@ def tp_comm(x: Inputs, r: Rates, cm: Compute) -> np.ndarray:
     """Tensor parallel, per micro-batch (s, before overlap): 2 all-reduces (or AG+RS pairs) per layer per forward
     pass, 2 in backward (hybrids: 1 per block, + a small all-reduce per Mamba-1 block: models.arch.mamba); 2-D rows: 4 all-gathers / reduce-scatters on the grid's c-group and 4 on its r-group per
     layer and pass (models.physics.tp2d)."""
-    tp_bw, tp_a = coll.group_link(x.t, np.minimum(x.t, x.node), x.bw_up, x.bw_out, x.a_up, x.a_out, 1.0, x.tiers)
+    tp_bw, tp_a = network.ring_link(x.net, x.t)
     tp_bytes = r.aT * x.h * quantized_gather_share(x, r)
     tp_one = coll.ring_all_reduce_time(tp_bytes, x.t, tp_bw, tp_a)
     tp_total = cm.tp_per_stage * (r.n_fwd_passes + 1.0) * tp_one
@@ -564,8 +564,8 @@ def tp_comm(x: Inputs, r: Rates, cm: Compute) -> np.ndarray:
     if x.tp2d is not None:
         F = x.arch["ffn_dim"]
         F_moe = (x.k + x.ns) * x.arch["expert_ffn_dim"] if r.any_moe else F
-        tp_2d = tp2d.tp_comm_s(r.Ls_dense, r.Ls_moe, r.n_fwd_passes + 1.0, r.T, x.h, r.q, r.kvd, F, F_moe, r.n_mats,
-                               x.t, x.node, x.bw_up, x.bw_out, x.a_up, x.a_out, r.act_b, x.tiers, x.grid2d)
+        tp_2d = tp2d.stage_comm_s(x.net, r.Ls_dense, r.Ls_moe, r.n_fwd_passes + 1.0, r.T, x.h, r.q, r.kvd, F, F_moe,
+                                  r.n_mats, x.t, r.act_b, x.grid2d)
         tp_total = np.where(x.tp2d, tp_2d, tp_total)
     return tp_total + expert_tp_comm(x, r, cm, tp_bytes, tp_one)
 
@@ -601,7 +601,7 @@ def expert_tp_comm(x: Inputs, r: Rates, cm: Compute, tp_bytes, tp_one) -> np.nda
     if not np.any(moved):
         return 0.0
     et = x.et
-    etp_bw, etp_a = coll.group_link(et, np.minimum(et, x.node), x.bw_up, x.bw_out, x.a_up, x.a_out, 1.0, x.tiers)
+    etp_bw, etp_a = network.ring_link(x.net, et)
     etp_one = coll.ring_all_reduce_time(moe.expert_tp_bytes(tp_bytes, x.t, et, x.rho), et, etp_bw, etp_a)
     return np.where(moved, cm.Ls_moe * (r.n_fwd_passes + 1.0) * (etp_one - tp_one), 0.0)
 
@@ -612,8 +612,7 @@ def cp_comm(x: Inputs, r: Rates, cm: Compute) -> tuple[np.ndarray, np.ndarray]:
     if not r.any_cp:
         return np.zeros(x.n), np.zeros(x.n)
     c, t, n_fwd_passes = x.c, x.t, r.n_fwd_passes
-    cp_rpn = clip(np.floor(x.node / t), 1.0, c)
-    cp_bw, cp_a = coll.group_link(c, cp_rpn, x.bw_up, x.bw_out, x.a_up, x.a_out, t, x.tiers)
+    cp_bw, cp_a = network.ring_link(x.net, c, t)
     kv_bytes = r.aTt * (2.0 * r.kvd)
     cp_step = coll.p2p_time(kv_bytes, cp_bw, cp_a)
     cp_total = np.where(c > 1, cm.Ls_attn * (c - 1.0) * cp_step * (n_fwd_passes + 2.0), 0.0)
@@ -646,27 +645,23 @@ def ep_comm(x: Inputs, r: Rates, cm: Compute) -> np.ndarray:
     2 more in bwd. The most loaded rank receives (dispatch) and sends (combine) rho x the mean; the group is ep
     ranks ``models.arch.moe.ep_stride`` apart (etp on Megatron-Core's expert grid, tp*cp at etp = tp), ``ep_rpn`` of
     them in one scale-up domain; across domains the share that leaves the node goes through the rank's own NIC
-    (``models.physics.collectives.ep_all_to_all_time``)."""
+    (``models.physics.collectives.ep_all_to_all``)."""
     if not r.any_ep:
         return np.zeros(x.n)
     stride = moe.ep_stride(x.t, x.c, x.et)
-    ep_rpn = clip(np.floor(x.node / stride), 1.0, x.e)
+    ep_rpn = network.ranks_per_domain(x.net, x.e, stride)
     ep_bytes = r.aTt * (x.k * x.h) * x.rho
     share = None  # the flex dispatcher (DeepEP/HybridEP) sends one copy per remote node (models.arch.moe)
     if np.any(x.flex):
         share = _flex_share(x, ep_rpn)
-    ep_one = coll.ep_all_to_all_time(ep_bytes, x.e, ep_rpn, x.bw_up, x.bw_a2a, x.a_up, x.a_out, stride, x.tiers,
-                                     share)
+    ep_one = coll.ep_all_to_all(x.net, ep_bytes, x.e, stride, ep_rpn, share)
     return cm.Ls_moe * (2.0 * r.n_fwd_passes + 2.0) * ep_one
 
 
 def pp_comm(x: Inputs, r: Rates) -> np.ndarray:
     """Pipeline point-to-point, per micro-batch (s, before overlap): activation forward + gradient backward per
     chunk boundary."""
-    tcd = x.t * x.c * x.d
-    pp_intra = tcd < x.node
-    pp_bw = np.where(pp_intra, x.bw_up, np.minimum(x.bw_up, x.bw_out / coll.pod_ratio(x.p, tcd, x.tiers)))
-    pp_a = np.where(pp_intra, x.a_up, x.a_out)
+    pp_bw, pp_a = network.p2p_link(x.net, x.p, x.t * x.c * x.d)  # neighbouring stages are tp*cp*dp ranks apart
     pp_bytes = r.aTt * x.h
     return np.where(x.p > 1, 2.0 * x.v * coll.p2p_time(pp_bytes, pp_bw, pp_a), 0.0)
 
@@ -712,19 +707,17 @@ def dp_comm(x: Inputs, r: Rates, mem: Mapping[str, np.ndarray], cm: Compute, ov:
     stage's weights once per step, in the first micro-batch's forward (prefetched behind its compute as far as
     ``fsdp_gather_overlap`` goes), and reduce-scatter the accumulated gradients once, after the last backward."""
     shard, t, e, n = x.shard, x.t, x.e, x.n
-    bw_up, bw_out, a_up, a_out, tiers = x.bw_up, x.bw_out, x.a_up, x.a_out, x.tiers
     dense_local = mem["dense_params_local"]
     expert_local = mem["expert_params_local"]
     nd = x.d * x.c
     ne = moe.expert_dp_size(t, x.c, x.d, e, x.et)
-    dp_rpn = clip(np.floor(x.node / t), 1.0, nd)
-    dp_bw, dp_a = coll.group_link(nd, dp_rpn, bw_up, bw_out, a_up, a_out, t, tiers)
+    dp_rpn = network.ranks_per_domain(x.net, nd, t)
+    dp_bw, dp_a = network.ring_link(x.net, nd, t, dp_rpn)
     any_exp = r.any_moe
     if any_exp:
         # dense rows of a block with MoE rows: an expert group of one rank, so no expert collective (and no latency)
         ne = np.where(x.E > 0, ne, 1.0)
-        epd_rpn = clip(np.floor(x.node / (x.et * e)), 1.0, ne)
-        epd_bw, epd_a = coll.group_link(ne, epd_rpn, bw_up, bw_out, a_up, a_out, x.et * e, tiers)
+        epd_bw, epd_a = network.ring_link(x.net, ne, x.et * e)
     hs = dp_rpn  # HSDP shards over the data-parallel ranks of one node
     # a LoRA run reduces the gradients of its trained weights only (x.wgrad: their share)
     gbytes_d = dense_local * P.grad_reduce_bytes * x.wgrad
@@ -757,8 +750,8 @@ def dp_comm(x: Inputs, r: Rates, mem: Mapping[str, np.ndarray], cm: Compute, ov:
             ag_upd = ag_upd + coll.all_gather_time(w_e * x.wgrad, ne, epd_bw, epd_a)
     # HSDP: reduce-scatter inside the node, all-reduce of the 1/hs shard across nodes
     if has(Sharding.HSDP):
-        hs_bw_in, hs_a_in = coll.group_link(hs, hs, bw_up, bw_out, a_up, a_out)
-        hs_bw_x, hs_a_x = coll.group_link(nd / hs, 1.0, bw_up, bw_out, a_up, a_out, t * hs, tiers)
+        hs_bw_in, hs_a_in = network.ring_link(x.net, hs, t, hs)  # the node's dp ranks: inside the domain
+        hs_bw_x, hs_a_x = network.ring_link(x.net, nd / hs, t * hs, 1.0)  # one rank per domain in each ring
         hsdp_red = coll.reduce_scatter_time(gbytes_d + gbytes_e, hs, hs_bw_in, hs_a_in) + coll.all_reduce_time(
             (gbytes_d + gbytes_e) / hs, nd / hs, hs_bw_x, hs_a_x
         )

@@ -41,15 +41,14 @@ from models.core.params import (
 )
 from models.memory.model import GB, NO_OPTIONS, MemoryOptions, capacity_bytes, memory_per_gpu
 from models.memory.presets import keeps_stage_gathered, memory_options, preset_codes
-from models.physics import collectives as coll
-from models.physics import parts, tp2d
+from models.physics import network, parts, tp2d
 from models.physics.hardware import (
     A100_TFLOPS_PER_SM,
     choose_peak,
     compiler_overlaps_tp,
-    is_pcie,
     peak_table,
 )
+from models.physics.network import NETWORK_COLUMNS
 
 LAYOUT_COLUMNS = (
     "seq_len",
@@ -86,8 +85,6 @@ HARDWARE_COLUMNS = (
     "sm_count",
     "scaleup_link_code",
 )
-# optional network tiers (models.physics.collectives.network_tiers): NaN or missing = a non-blocking network
-NETWORK_COLUMNS = ("oversubscription", "pod_size")
 
 # error bits of ``error_code``
 ERR_BAD_VALUE = 1 << 0
@@ -180,11 +177,11 @@ def _code(a: Mapping[str, np.ndarray], key: str, n: int) -> np.ndarray:
     return np.nan_to_num(_f(x, n), nan=0.0).astype(np.int64)
 
 
-#: per-row memory options a run's recipe may set (models.memory.presets.recipe_memory, recipe_fp8_params), with the value
+#: per-row memory options a run's recipe may set (models.corpus.recipes.recipe_memory, recipe_fp8_params), with the value
 #: used where neither the row nor its preset gives one: the share of layer activations offloaded to host memory, logits
 #: bytes, weights kept as quantized parameters (1.0; models.memory.model.quantized_weights), Megatron-Core recompute_modules
 #: bits (models.memory.model.RECOMPUTE_MODULE_BITS; 0: none), bytes per gradient element and of optimizer state per parameter
-#: (models.memory.presets.recipe_optimizer; NaN: the preset's, else PhysParams')
+#: (models.corpus.recipes.recipe_optimizer; NaN: the preset's, else PhysParams')
 ROW_MEMORY_OPTIONS = {"act_offload_frac": 0.0, "logits_bytes": 4.0, "fp8_param_gather": 0.0, "recompute_modules": 0.0,
                       "grad_bytes": np.nan, "optimizer_bytes": np.nan, "selective_policy": 0.0}
 
@@ -197,7 +194,7 @@ def _memory_options(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> Memo
     row: dict = {}
     if a.get("trainable_frac") is not None:
         row["trainable_frac"] = np.nan_to_num(_f(a["trainable_frac"], n), nan=1.0)
-    for c_, default in ROW_MEMORY_OPTIONS.items():  # the row's recipe (models.memory.presets.recipe_memory); NaN: preset's
+    for c_, default in ROW_MEMORY_OPTIONS.items():  # the row's recipe (models.corpus.recipes.recipe_memory); NaN: preset's
         if a.get(c_) is not None:
             stated = _f(a[c_], n)
             fallback = getattr(preset, c_)
@@ -337,7 +334,8 @@ def _shapes_and_counts(arch: Mapping[str, np.ndarray]):
 
 def _decode_static(a: Mapping[str, np.ndarray], n: int) -> dict:
     """The part of `_decode` that reads neither PhysParams nor EFFICIENCY_INPUTS: architecture (normalized), layout
-    (documented defaults filled), hardware peaks and bandwidths as given, the network tiers, the MoE options."""
+    (documented defaults filled), hardware peaks, the network's columns (models.physics.network.decode), the MoE
+    options."""
     g = lambda k, d=np.nan: _f(a[k], n) if k in a and a[k] is not None else np.full(n, d)  # noqa: E731
     arch = _ARCH_MEMO.get(tuple(a.get(k) for k in ARCH_INPUTS), n, lambda: normalize_arch(
         {k: g(k) for k in ("n_layers", "d_model", "n_heads", "ffn_dim", "vocab")} | {
@@ -366,10 +364,7 @@ def _decode_static(a: Mapping[str, np.ndarray], n: int) -> dict:
         a2a = moe.a2a_merged_fraction(g("moe_a2a_overlap", 0.0), B / (d * b), p, v, arch["n_experts"], e,
                                       _code(a, "recompute", n))
     N = g("n_gpus")
-    su = g("scaleup_size")
-    gpn = g("gpus_per_node")
-    node = np.where(np.isnan(gpn), su, np.minimum(gpn, np.where(np.isnan(su), gpn, su)))
-    tiers, tier_bad = coll.network_tiers(node, N, g("pod_size"), g("oversubscription"))  # None: non-blocking
+    net = network.decode(g, N)  # the scale-up domain, the links, the pod tier (models.physics.network)
     hw = {c_: g(c_) for c_ in HARDWARE_COLUMNS if c_.startswith("peak_")}
     peaks, flags = peak_table(hw)
     peak_tf, peak_fb = choose_peak(dt, peaks, flags)
@@ -380,8 +375,6 @@ def _decode_static(a: Mapping[str, np.ndarray], n: int) -> dict:
     sm = g("sm_count")
     if np.isnan(sm).any():  # no SM count given: A100-equivalent SMs of the 16-bit peak (models.physics.hardware)
         sm = np.where(np.isnan(sm), peaks[0] / A100_TFLOPS_PER_SM, sm)
-    # the PCIe/host scale-up tier where the part's accelerators talk over PCIe (models.physics.hardware `scaleup_link_code`)
-    pcie = is_pcie(g("scaleup_link_code")) if "scaleup_link_code" in a else None
     # TPUs: XLA overlaps the TP collectives with the matmuls (models.physics.hardware.compiler_overlaps_tp), except on a
     # row whose stack predates the async collectives (``xla_async_collectives`` 0: models.corpus.runs_adapter; NaN: on)
     tp_hidden = compiler_overlaps_tp(g("scaleup_link_code")) if "scaleup_link_code" in a else None
@@ -396,8 +389,7 @@ def _decode_static(a: Mapping[str, np.ndarray], n: int) -> dict:
         grid2d=None if tp2d_rows is None else tp2d.grid(t),  # once per block: every 2-D term uses it
         is_fp32=is_fp32, mem_cap=g("memory_gb"), head_16bit=low, layers_16bit=l16,
         sm=sm, peaks=peaks, peak_tf=peak_tf, peak_fb=peak_fb,
-        attn_peak_tf=np.where(is_fp32, peak_tf, peaks[0]), node=np.maximum(np.minimum(node, N), 1.0), tiers=tiers,
-        tier_bad=tier_bad, bw_a2a=g("inter_node_bw_gbps") * 1e9 * coll.A2A_RDMA_EFF,
+        attn_peak_tf=np.where(is_fp32, peak_tf, peaks[0]), node=net["domain"], net_bad=net["bad"],
         et=et, moe_cf=cap_f, a2a=a2a,
         flex=(g("moe_dispatcher", 0.0) == moe.DISPATCHER_FLEX) if "moe_dispatcher" in a else False,
         rc_modules=g("recompute_modules") if a.get("recompute_modules") is not None else None,
@@ -410,8 +402,7 @@ def _decode_static(a: Mapping[str, np.ndarray], n: int) -> dict:
     )
     if tp_hidden is not None and not tp_hidden.any():
         tp_hidden = None
-    given = dict(low=low, pad=pad, pcie=pcie, tp_hidden=tp_hidden, intra=g("intra_node_bw_gbps"),
-                 inter=g("inter_node_bw_gbps"), mbw=g("memory_bw_gbps"))
+    given = dict(low=low, pad=pad, tp_hidden=tp_hidden, net=net, mbw=g("memory_bw_gbps"))
     return {"fields": fields, "given": given}
 
 
@@ -429,8 +420,8 @@ def _xla_rows(a: Mapping[str, np.ndarray], n: int) -> np.ndarray | None:
 def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
     """The block's inputs as arrays: architecture (normalized), layout (documented defaults filled), hardware
     rates with the efficiencies of ``P`` (or per row: ``kernel_eff``, ``matmul_eff_16bit``, ``matmul_eff_8bit``)
-    and the network tiers. The part that depends on neither (`_decode_static`) is computed once per set of input
-    arrays (`_inputs_memo`)."""
+    and the network's tiers (models.physics.network.build). The part that depends on neither (`_decode_static`) is
+    computed once per set of input arrays (`_inputs_memo`)."""
     st = _inputs_memo(_DECODE_MEMO, a, n, (), lambda: _decode_static(a, n))
     fx, gv = st["fields"], st["given"]
     g = lambda k, d=np.nan: _f(a[k], n) if k in a and a[k] is not None else np.full(n, d)  # noqa: E731
@@ -453,19 +444,12 @@ def _decode(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> Inputs:
     # the slowest EP rank's factor of the mean routed tokens (models.arch.moe)
     rho = moe.effective_imbalance(P.moe_imbalance, fx["moe_cf"], gv["pad"])
     e16_rows = np.broadcast_to(e16, (n,)) if np.ndim(e16) == 0 else e16
-    # scale-up tier: NVLink-class (scaleup_eff, alpha_scaleup_s), or the PCIe/host tier where the part's
-    # accelerators talk over PCIe (models.physics.hardware `scaleup_link_code`; pcie_eff, alpha_pcie_s)
-    bw_up, a_up = gv["intra"] * 1e9 * P.scaleup_eff, P.alpha_scaleup_s
-    if (pcie := gv["pcie"]) is not None and pcie.any():
-        bw_up = np.where(pcie, gv["intra"] * 1e9 * P.pcie_eff, bw_up)
-        a_up = np.where(pcie, P.alpha_pcie_s, a_up)
     # share of the TP traffic that can hide behind compute: the params' (Megatron-class stacks expose it), all of it
     # where the compiler overlaps it (TPUs)
     tp_ov = P.tp_overlap if gv["tp_hidden"] is None else np.where(gv["tp_hidden"], 1.0, P.tp_overlap)
     return Inputs(
         **fx, ke=ke, tp_ov=tp_ov, gemm_eff=eff, gemm_eff_16=e16_rows, hbm_bw=gv["mbw"] * 1e9 * (P.hbm_eff * ke),
-        bw_up=bw_up,
-        bw_out=gv["inter"] * 1e9 * P.scaleout_eff, a_up=a_up, a_out=P.alpha_scaleout_s, rho=rho,
+        net=network.build(gv["net"], P), rho=rho,
     )
 
 
@@ -475,11 +459,12 @@ def _validity(x: Inputs, a: Mapping[str, np.ndarray] | None = None) -> np.ndarra
     static = _validity_static(x) if a is None else _inputs_memo(_VALIDITY_MEMO, a, x.n, (),
                                                                 lambda: _validity_static(x))
     err = static.copy()
-    peak_tf, hbm_bw, bw_up, bw_out = x.peak_tf, x.hbm_bw, x.bw_up, x.bw_out
+    peak_tf, hbm_bw = x.peak_tf, x.hbm_bw
     _flag(err, ~(np.isfinite(peak_tf) & (peak_tf > 0)), ERR_DTYPE_PEAK)
-    hw_bad = ~(np.isfinite(hbm_bw) & (hbm_bw > 0) & np.isfinite(x.mem_cap))
-    hw_bad |= ~(np.isfinite(bw_up) & (bw_up > 0) & np.isfinite(bw_out) & (bw_out > 0) & np.isfinite(x.attn_peak_tf))
-    hw_bad |= x.tier_bad
+    hw_bad = ~(np.isfinite(hbm_bw) & (hbm_bw > 0) & np.isfinite(x.mem_cap) & np.isfinite(x.attn_peak_tf))
+    for tier in x.net:  # every tier of the network needs a bandwidth
+        hw_bad |= ~(np.isfinite(tier.bw_Bps) & (tier.bw_Bps > 0))
+    hw_bad |= x.net_bad
     _flag(err, hw_bad, ERR_HARDWARE)
     return err
 
@@ -665,7 +650,7 @@ def encode_configs(configs: pl.DataFrame) -> dict[str, np.ndarray]:
         exprs.append(pl.col("xla_async_collectives").cast(pl.Float64, strict=False))
     if "xla_compiled" in cols:  # 1: an XLA-compiled stack on a GPU (runs_adapter; a TPU is XLA's by its hardware)
         exprs.append(pl.col("xla_compiled").cast(pl.Float64, strict=False))
-    for c_ in ROW_MEMORY_OPTIONS:  # what a run's recipe sets for memory (models.memory.presets.recipe_memory; null: preset's)
+    for c_ in ROW_MEMORY_OPTIONS:  # what a run's recipe sets for memory (models.corpus.recipes.recipe_memory; null: preset's)
         if c_ in cols:
             exprs.append(pl.col(c_).cast(pl.Float64, strict=False).alias(c_))
     if "layer_pattern" in cols:  # hybrids: block counts from the pattern (null for other rows), Mamba shapes

@@ -51,7 +51,7 @@ smallest (Pope et al.'s optimum); the near-square rule is kept (for F = 4 h, MHA
 and the square grid sends at most ~15 % more).
 
 Tiers: the r-group (the larger bytes per GPU) is r consecutive ranks (stride 1: inside a node when r <= the node),
-the c-group c ranks r apart (stride r), each on the tier it spans (``models.physics.collectives.group_link``).
+the c-group c ranks r apart (stride r), each paying the tiers it spans (``models.physics.network.ring_link``).
 
 Compute: the same FLOPs per GPU as 1-D (each GEMM is 1/tp of the layer's); the GEMMs read and write the gathered
 activations: per token h/r in and out of the QKV / W_1 GEMMs and of the W_o / W_2 ones, (q + 2 kv)/c, q/c,
@@ -67,9 +67,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.core.fastops import clip, divisible
+from models.core.fastops import divisible
 from models.core.params import TP_MODE_CODES
 from models.physics import collectives as coll
+from models.physics import network
 
 TP_MODES = tuple(TP_MODE_CODES)
 
@@ -114,25 +115,22 @@ def megatron_bytes_per_layer(tokens, d_model, tp, act_bytes=2.0):
     return 2.0 * coll.ring_all_reduce_bytes(_f(act_bytes) * _f(tokens) * _f(d_model), tp)
 
 
-def links(tp, node, bw_up, bw_out, a_up, a_out, tiers=None, rc=None):
-    """Bandwidth and latency of the (r-group, c-group): ``((bw_r, a_r), (bw_c, a_c))``. The r-group is r consecutive
-    ranks, the c-group c ranks r apart (module docstring, "Tiers"). ``rc``: ``grid(tp)`` when the caller has it."""
+def links(tiers, tp, rc=None):
+    """Bandwidth and latency of the (r-group, c-group) on the network ``tiers`` (models.physics.network):
+    ``((bw_r, a_r), (bw_c, a_c))``. The r-group is r consecutive ranks, the c-group c ranks r apart (module
+    docstring, "Tiers"). ``rc``: ``grid(tp)`` when the caller has it."""
     r, c = _grid(tp, rc)
-    node = _f(node)
-    row = coll.group_link(r, np.minimum(r, node), bw_up, bw_out, a_up, a_out, 1.0, tiers)
-    col = coll.group_link(c, clip(np.floor(node / r), 1.0, c), bw_up, bw_out, a_up, a_out, r, tiers)
-    return row, col
+    return network.ring_link(tiers, r), network.ring_link(tiers, c, r)
 
 
-def comm_time_per_layer_s(tokens, d_model, q_dim, kv_dim, ffn, n_mats, tp, node, bw_up, bw_out, a_up, a_out,
-                          act_bytes=2.0, tiers=None, rc=None):
-    """Time of one layer's 2-D tensor-parallel collectives in one pass (forward; backward is the same), seconds:
-    4 ring all-gathers/reduce-scatters on the c-group and 4 on the r-group (module docstring), run in series.
-    ``rc``: ``grid(tp)`` when the caller has it (the step-time model computes it once per block)."""
+def layer_comm_s(tiers, tokens, d_model, q_dim, kv_dim, ffn, n_mats, tp, act_bytes=2.0, rc=None, lk=None):
+    """Time of one layer's 2-D tensor-parallel collectives in one pass (forward; backward is the same) on the
+    network ``tiers``, seconds: 4 ring all-gathers/reduce-scatters on the c-group and 4 on the r-group (module
+    docstring), run in series. ``rc``: ``grid(tp)``, ``lk``: ``links(tiers, tp, rc)``, when the caller has them."""
     rc = _grid(tp, rc)
     r, c = rc
     aT = _f(act_bytes) * _f(tokens)
-    (bw_r, a_r), (bw_c, a_c) = links(tp, node, bw_up, bw_out, a_up, a_out, tiers, rc)
+    (bw_r, a_r), (bw_c, a_c) = links(tiers, tp, rc) if lk is None else lk
     t_col = 4.0 * coll.all_gather_time(aT * _f(d_model) / r, c, bw_c, a_c)
     q, kv, F, nm = _f(q_dim), _f(kv_dim), _f(ffn), _f(n_mats)
     t_row = (coll.reduce_scatter_time(aT * (q + 2.0 * kv) / c, r, bw_r, a_r)
@@ -140,6 +138,14 @@ def comm_time_per_layer_s(tokens, d_model, q_dim, kv_dim, ffn, n_mats, tp, node,
              + coll.reduce_scatter_time(aT * (nm - 1.0) * F / c, r, bw_r, a_r)
              + coll.all_gather_time(aT * F / c, r, bw_r, a_r))
     return t_row + t_col
+
+
+def comm_time_per_layer_s(tokens, d_model, q_dim, kv_dim, ffn, n_mats, tp, node, bw_up, bw_out, a_up, a_out,
+                          act_bytes=2.0, pods=None, rc=None):
+    """``layer_comm_s`` on the network given by its links (``network.of_links``: a scale-up domain of ``node``
+    accelerators; ``pods`` = (pod size, oversubscription) of an oversubscribed tier above pods)."""
+    tiers = network.of_links(_f(node), bw_up, bw_out, a_up, a_out, pods=pods)
+    return layer_comm_s(tiers, tokens, d_model, q_dim, kv_dim, ffn, n_mats, tp, act_bytes, rc)
 
 
 def gemm_io_elems_per_token(d_model, q_dim, kv_dim, ffn, n_mats, tp, rc=None):
@@ -168,13 +174,23 @@ def moe_io_elems_per_token(d_model, top_k, ffn_moe, n_mats, tp, rc=None):
     return (1.0 + _f(top_k)) * 2.0 * _f(d_model) / r + _f(n_mats) * _f(ffn_moe) / c
 
 
-def tp_comm_s(Ls_dense, Ls_moe, n_passes, tokens, d_model, q_dim, kv_dim, ffn, ffn_moe, n_mats, tp, node, bw_up,
-              bw_out, a_up, a_out, act_bytes, tiers=None, rc=None):
+def stage_comm_s(tiers, Ls_dense, Ls_moe, n_passes, tokens, d_model, q_dim, kv_dim, ffn, ffn_moe, n_mats, tp,
+                 act_bytes, rc=None):
     """Tensor-parallel communication of one micro-batch on a stage of ``Ls_dense`` dense and ``Ls_moe`` MoE layers
-    over ``n_passes`` passes (forward, backward, a recomputed forward), seconds. ``rc``: ``grid(tp)`` when the
-    caller has it."""
-    args = (node, bw_up, bw_out, a_up, a_out, act_bytes, tiers, _grid(tp, rc))
-    per = _f(Ls_dense) * comm_time_per_layer_s(tokens, d_model, q_dim, kv_dim, ffn, n_mats, tp, *args)
+    over ``n_passes`` passes (forward, backward, a recomputed forward) on the network ``tiers``, seconds. ``rc``:
+    ``grid(tp)`` when the caller has it."""
+    rc = _grid(tp, rc)
+    lk = links(tiers, tp, rc)  # the same grid and links for the dense and the MoE layers
+    per = _f(Ls_dense) * layer_comm_s(tiers, tokens, d_model, q_dim, kv_dim, ffn, n_mats, tp, act_bytes, rc, lk)
     if np.any(_f(Ls_moe) > 0):
-        per = per + _f(Ls_moe) * comm_time_per_layer_s(tokens, d_model, q_dim, kv_dim, ffn_moe, n_mats, tp, *args)
+        per = per + _f(Ls_moe) * layer_comm_s(tiers, tokens, d_model, q_dim, kv_dim, ffn_moe, n_mats, tp, act_bytes,
+                                              rc, lk)
     return _f(n_passes) * per
+
+
+def tp_comm_s(Ls_dense, Ls_moe, n_passes, tokens, d_model, q_dim, kv_dim, ffn, ffn_moe, n_mats, tp, node, bw_up,
+              bw_out, a_up, a_out, act_bytes, pods=None, rc=None):
+    """``stage_comm_s`` on the network given by its links (as ``comm_time_per_layer_s``)."""
+    tiers = network.of_links(_f(node), bw_up, bw_out, a_up, a_out, pods=pods)
+    return stage_comm_s(tiers, Ls_dense, Ls_moe, n_passes, tokens, d_model, q_dim, kv_dim, ffn, ffn_moe, n_mats, tp,
+                        act_bytes, rc)

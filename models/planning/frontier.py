@@ -20,7 +20,7 @@ level is evaluated (the sweep goes *through* infeasible levels and says why each
    interleaved) not above the ceiling.
 4. **The cluster and layout** (``_search``): any N = tp × pp × dp × cp. tp is any power of two up to the head
    count (it may leave the scale-up domain and then pays the network's bandwidth and latency,
-   ``models.physics.collectives.group_link``); pp any value up to the layer count, ~2 per octave (1, 2, 3, 4, 6, 8, 11,
+   ``models.physics.network.ring_link``); pp any value up to the layer count, ~2 per octave (1, 2, 3, 4, 6, 8, 11,
    16, 23, ...; uneven stages allowed); dp 2 per octave (1, 2, 3, 4, 6, 8, 12, ...); cp (ring attention) 1-8;
    the tensor-parallel form ``tp_form``: Megatron's 1-D (default), the 2-D grid for tp >= 4 (``2d``), or the
    better of the two (``any``; models.physics.tp2d). Under ``ideal`` assumptions TP traffic hides behind compute, and

@@ -2,7 +2,7 @@
 
 Enumeration rules (docs/model.md, "Search"):
   tp   divisors of n_gpus that divide n_heads (beyond the scale-up domain too: the step-time model then
-       charges the network's bandwidth and latency, models.physics.collectives.group_link)
+       charges the network's bandwidth and latency, models.physics.network.ring_link)
   pp   divisors of n_gpus/tp up to n_layers; uneven stages are allowed (the stage with
        ceil(n_layers/pp) layers governs the step, as predict models it)
   cp   powers of two dividing n_gpus/(tp*pp) and seq_len, up to ``max_cp`` (16)
