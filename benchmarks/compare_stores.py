@@ -5,7 +5,9 @@
 Each DIR is the folder of a `stepcast --store DIR/stepcast.duckdb build` (snapshot in DIR/snapshot, site in
 DIR/site). Tables: every value exact (rows sorted, since a table's row order is not part of it), with the fit
 version (a hash of the model code, so it changes with any edit of models/) replaced by a placeholder and
-timestamps left out. Sites: every file byte for byte, except that each page's datasets (`var DATA = {...}`) are
+timestamps left out; a column the AFTER store adds (a fact moved from code into a table) and a change of the
+provenance text (`PROVENANCE_COLUMNS`: sources appended) are reported beside the table, not counted as a
+difference, while a removed column is. Sites: every file byte for byte, except that each page's datasets (`var DATA = {...}`) are
 compared as parsed JSON with their rows as a set (their key order follows the drawing process's string hashing,
 their row order the store's scan order), and the fit version and the fit's created_at are replaced. Exits 1 when
 anything differs."""
@@ -19,6 +21,8 @@ import duckdb
 import polars as pl
 from polars.testing import assert_frame_equal
 
+#: text that says where a value comes from, not a value: a change may add sources (reported, not a difference)
+PROVENANCE_COLUMNS = {"source_ref", "source", "notes", "price_ref"}
 SKIP_COLUMNS = {"bytes", "n_bytes"}  # fit_artifacts' pickle holds the fit version and the classes' module paths
 
 
@@ -61,9 +65,16 @@ def main(a_dir: str, b_dir: str) -> int:
         print(f"{t}: only in one store")
     for t in sorted(set(ta) & set(tb)):
         fa, fb = ca.sql(f'select * from "{t}"').pl(), cb.sql(f'select * from "{t}"').pl()
+        removed = [c for c in fa.columns if c not in fb.columns]
+        added = [c for c in fb.columns if c not in fa.columns]
+        shared = [c for c in fa.columns if c in fb.columns and c not in PROVENANCE_COLUMNS]
+        notes = [f"columns added: {added}"] if added else []
+        notes += [f"provenance text differs: {c}" for c in fa.columns if c in PROVENANCE_COLUMNS and c in fb.columns
+                  and not _normal(fa.select(c), va).equals(_normal(fb.select(c), vb))]
         try:
-            assert_frame_equal(_normal(fa, va), _normal(fb, vb), check_exact=True)
-            print(f"{t}: equal ({fa.height} rows x {fa.width} columns)")
+            assert not removed, f"columns removed: {removed}"
+            assert_frame_equal(_normal(fa.select(shared), va), _normal(fb.select(shared), vb), check_exact=True)
+            print(f"{t}: equal ({fa.height} rows x {len(shared)} columns){'; ' + '; '.join(notes) if notes else ''}")
         except AssertionError as err:
             differ.append(t)
             print(f"{t}: DIFFERENT: {str(err)[:300]}")
