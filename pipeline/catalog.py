@@ -46,6 +46,7 @@ from pipeline.settings import Settings
 
 if TYPE_CHECKING:
     from models.corpus.recipes import Recipes
+    from models.memory.stacks import Stacks
 
 ARCH_MODEL_COLUMNS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "vocab", "activation",
                       "n_experts", "top_k", "expert_ffn_dim", "n_shared_experts", "n_dense_layers", "tied_embeddings")
@@ -149,11 +150,33 @@ def read_recipe_csv(path: Path, line_column: str) -> pl.DataFrame:
     return frame.with_columns(pl.Series(line_column, lines, dtype=pl.Int64))
 
 
+#: the stack tables under a measurements root (models.memory.stacks): one row per training stack, one per word
+STACKS_FILE = "stacks.csv"
+STACK_WORDS_FILE = "stack_words.csv"
+
+
+@lru_cache(maxsize=4)
+def stacks(measurements: Path) -> Stacks:
+    """The training stacks runs may name and the words they write for them (models.memory.stacks.Stacks), from
+    `measurements`/stacks.csv and stack_words.csv, read and checked once per measurements root. A malformed file
+    raises FileRejected naming the file, the line and column, and what was expected."""
+    # start-up time: the tables' checks read the model's vocabulary (numpy), loaded when runs are predicted only
+    from models.memory.stacks import LINE_COLUMN, STACK_TABLE, WORD_TABLE, StackTableError, stacks_from_frames
+
+    paths = {STACK_TABLE: Path(measurements) / STACKS_FILE, WORD_TABLE: Path(measurements) / STACK_WORDS_FILE}
+    frames = {name: read_recipe_csv(path, LINE_COLUMN) for name, path in paths.items()}
+    try:
+        return stacks_from_frames(frames[STACK_TABLE], frames[WORD_TABLE])
+    except StackTableError as err:
+        raise FileRejected(str(paths[err.table]), err.reason, line=err.line, column=err.column) from None
+
+
 @lru_cache(maxsize=4)
 def recipes(measurements: Path) -> Recipes:
     """What the named recipes of measured runs set (models.corpus.recipes.Recipes), from the CSVs of
     `measurements`/recipes/ (one per table of models.corpus.recipes.TABLES), read and checked once per measurements
-    root. A malformed file raises FileRejected naming the file, the line and column, and what was expected."""
+    root, checked against the root's stacks (`stacks`), which the `Recipes` carries. A malformed file raises
+    FileRejected naming the file, the line and column, and what was expected."""
     # start-up time: the tables' checks read the model's vocabulary (numpy), loaded when runs are predicted only
     from models.corpus.recipes import LINE_COLUMN, TABLES, RecipeTableError, recipes_from_frames
 
@@ -163,8 +186,9 @@ def recipes(measurements: Path) -> Recipes:
         if extra.stem not in TABLES:
             raise FileRejected(str(extra), f"not a recipe table: expected one of {', '.join(TABLES)}")
     frames = {name: read_recipe_csv(path, LINE_COLUMN) for name, path in paths.items()}
+    known = stacks(measurements)
     try:
-        return recipes_from_frames(frames)
+        return recipes_from_frames(frames, known)
     except RecipeTableError as err:
         raise FileRejected(str(paths.get(err.table, folder / f"{err.table}.csv")), err.reason, line=err.line,
                            column=err.column) from None

@@ -85,11 +85,12 @@ def test_corpus_lora_runs_are_predicted_near_their_measurements(built_store):
 # ---- the sequence-parallel all-gather of TransformerEngine's low-precision rows (models.physics.parts.quantized_gather_share)
 
 def _tp_row(dtype, preset, sp=1.0):
-    from models.memory.presets import preset_codes
+    from pipeline.catalog import stacks
+    from tests.conftest import MEASUREMENTS
 
     # an FP4 peak for the NVFP4 row (any: the ratio is of TP traffic): the B200's dense 9,000 TFLOPS
     return _row(peak_fp4_tflops=9000.0, n_gpus=8.0, tp=8.0, pp=1.0, global_batch_seqs=64.0, micro_batch=16.0, dtype=DTYPE_CODES[dtype],
-                sequence_parallel=sp, memory_preset=preset_codes(np.array([preset])))
+                sequence_parallel=sp, **stacks(MEASUREMENTS).row_arrays(np.array([preset])))
 
 
 def _tp_bytes_share(dtype, preset, sp=1.0):

@@ -7,26 +7,25 @@ import polars as pl
 import pytest
 
 from models.arch.accounting import layer_shapes, normalize_arch, param_counts
-from models.memory.presets import (
-    source_interleave,
-    PRESETS,
-    finetune_mode,
+from models.memory.presets import finetune_mode, lora_trainable_frac, reported_memory_gb, source_interleave
+from models.memory.stacks import (
     framework_preset,
-    lora_trainable_frac,
-    memory_options,
     pipeline_micro_batch,
-    preset_codes,
     preset_table,
-    reported_memory_gb,
     sequence_parallel_default,
+    stack_columns,
+    stack_memory_options,
+    stage_gathered,
 )
 from models.memory.model import CAPACITY_BYTES_PER_GB, MemoryOptions, capacity_bytes, memory_inputs, memory_per_gpu
 from models.core.params import DEFAULT
 from models.corpus.recipes import source_layout
-from pipeline.catalog import recipes
+from pipeline.catalog import recipes, stacks
 from tests.conftest import MEASUREMENTS
 
 GIB = 2.0**30
+STACKS = stacks(MEASUREMENTS)
+memory_options = STACKS.memory_options
 LLAMA31 = {  # Llama 3.1 configs (meta-llama params.json): layers, d_model, heads, kv heads, ffn, vocab
     "8b": (32, 4096, 32, 8, 14336, 128256),
     "70b": (80, 8192, 64, 8, 28672, 128256),
@@ -225,23 +224,24 @@ def test_capacity_fraction_allowance_scales_with_the_device():
 ])
 def test_framework_words_map_to_presets(framework, year, preset):
     df = pl.DataFrame({"framework": [framework], "year": [year]}, schema={"framework": pl.Utf8, "year": pl.Int64})
-    assert df.select(framework_preset("framework", "year"))["memory_preset"][0] == preset
+    assert df.select(framework_preset(STACKS, "framework", "year"))["memory_preset"][0] == preset
 
 
-def test_preset_codes_and_names_give_the_same_arguments():
+def test_stack_names_and_row_columns_give_the_same_arguments():
     names = np.array(["torchtitan", "megatron", "nonsense", "llm_foundry"])
     by_name = memory_options(names, pp=np.array([8, 8, 8, 1]))
-    by_code = memory_options(preset_codes(names), pp=np.array([8, 8, 8, 1]))
+    cols = pl.DataFrame({"p": names}).select(stack_columns(STACKS, pl.col("p")))  # as the corpus reader writes them
+    by_row = stack_memory_options({c: cols[c].to_numpy() for c in cols.columns}, pp=np.array([8, 8, 8, 1]))
     for f in fields(MemoryOptions):
-        np.testing.assert_array_equal(getattr(by_name, f.name), getattr(by_code, f.name))
+        np.testing.assert_array_equal(getattr(by_name, f.name), getattr(by_row, f.name))
     assert by_name.logits_bytes.tolist() == [12.0, 6.0, 4.0, 4.0]  # unknown -> default
     # with pp > 1 torchtitan and an unknown stack keep the stage gathered (when they shard it: FSDP), Megatron does not
     assert by_name.fsdp_unsharded_stage.tolist() == [True, False, True, False]
 
 
 def test_every_preset_names_its_source():
-    t = preset_table()
-    assert set(t["memory_preset"]) == set(PRESETS)
+    t = preset_table(STACKS)
+    assert set(t["memory_preset"]) == set(STACKS.ids)
     assert t["source"].str.len_chars().min() > 40
 
 
@@ -253,10 +253,10 @@ def test_source_words_for_lora_capacity_and_micro_batches():
     assert out["reported_memory_gb"].to_list() == [96.0, 40.0, None]
     mb = pl.DataFrame({"p": ["torchtitan", "torchtitan", "megatron"], "mb": [32, 16, 4], "pp": [8, 1, 8],
                        "vpp": [None, None, None]}, schema_overrides={"vpp": pl.Int64})
-    got = mb.select(pipeline_micro_batch(pl.col("p"), pl.col("mb"), pl.col("pp"), pl.col("vpp")))["micro_batch"]
+    got = mb.select(pipeline_micro_batch(STACKS, pl.col("p"), pl.col("mb"), pl.col("pp"), pl.col("vpp")))["micro_batch"]
     assert got.to_list() == [4, 16, 4]
     sp = pl.DataFrame({"p": ["torchtitan", "llm_foundry", "megatron_deepspeed"], "tp": [8, 8, 8]})
-    assert sp.select(sequence_parallel_default(pl.col("p"), pl.col("tp"), otherwise=pl.lit(True)))[
+    assert sp.select(sequence_parallel_default(STACKS, pl.col("p"), pl.col("tp"), otherwise=pl.lit(True)))[
         "sequence_parallel"].to_list() == [True, False, True]
 
 
@@ -288,7 +288,7 @@ def test_source_interleave_takes_the_same_sources_vpp_for_the_same_stage_split_o
         "framework": ["NeMo"] * 6, "year": [2023] * 6,
         "tp": [4, 4, 8, 4, 4, 4], "pp": [8, 8, 8, 1, 8, 8], "vpp": [12, None, None, None, 2, None],
     }, schema_overrides={"vpp": pl.Int64})
-    out = source_interleave(runs).sort("run_id")
+    out = source_interleave(runs, STACKS).sort("run_id")
     got = dict(zip(out["run_id"], out["vpp"]))
     assert got == {"v30": 12, "v31": 12, "v31-tp8": None, "v31-pp1": None, "stated": 2, "elsewhere": None}
     assert dict(zip(out["run_id"], out["vpp_from_source"]))["v31"] is True
@@ -347,11 +347,10 @@ def test_unnamed_stack_with_fsdp_and_pp_keeps_the_stage_gathered():
     """A stack the adapter does not name (memory preset `default`) that runs FSDP with pp > 1 does what the stacks
     that run the two together do (PyTorch's pipelining, Meta's Llama 3 4D parallelism): one all-gather of the stage
     per step, not two per micro-batch; the memory model holds the stage gathered, as torchtitan's preset does."""
-    from models.memory.presets import keeps_stage_gathered
     from models.physics.step_time import predict_arrays
 
-    assert keeps_stage_gathered(np.array(["default", "default", "megatron"]), np.array([8, 1, 8])).tolist() == \
-        [True, False, False]
+    assert stage_gathered(STACKS.row_arrays(np.array(["default", "default", "megatron"])), np.array([8, 1, 8])
+                          ).tolist() == [True, False, False]
     row = dict(n_layers=126.0, d_model=16384.0, n_heads=128.0, n_kv_heads=8.0, ffn_dim=53248.0, vocab=128256.0,
                activation=1.0, seq_len=8192.0, global_batch_seqs=2048.0, micro_batch=1.0, n_gpus=8192.0, tp=8.0,
                pp=16.0, dp=64.0, cp=1.0, vpp=1.0, sharding=3, recompute=0, dtype=0, peak_fp32_tflops=66.9,
@@ -359,8 +358,8 @@ def test_unnamed_stack_with_fsdp_and_pp_keeps_the_stage_gathered():
                memory_gb=80.0, memory_bw_gbps=3350.0, intra_node_bw_gbps=450.0, inter_node_bw_gbps=50.0,
                gpus_per_node=8.0, scaleup_size=8.0)
     a = {k: np.atleast_1d(np.asarray(v)) for k, v in row.items()}
-    once = predict_arrays({**a, "memory_preset": preset_codes(np.array(["default"]))}, DEFAULT)
-    every = predict_arrays({**a, "memory_preset": preset_codes(np.array(["pytorch_fsdp"]))}, DEFAULT)
+    once = predict_arrays({**a, **STACKS.row_arrays(np.array(["default"]))}, DEFAULT)
+    every = predict_arrays({**a, **STACKS.row_arrays(np.array(["pytorch_fsdp"]))}, DEFAULT)
     assert once["dp_comm_exposed_s"][0] < 0.1 * every["dp_comm_exposed_s"][0]
     assert once["step_time_s"][0] < every["step_time_s"][0]
     assert once["memory_gb_per_gpu"][0] > every["memory_gb_per_gpu"][0]

@@ -10,12 +10,13 @@ import polars as pl
 import pytest
 
 from models.arch.accounting import layer_shapes, normalize_arch
-from models.memory.presets import memory_options
 from models.memory.model import memory_inputs, memory_per_gpu
 from models.core.params import DEFAULT, DTYPE_CODES, MEGATRON_2022
 from models.core.precision import SAVED_GEMM_INPUT_BYTES, saved_gemm_input_bytes
-from pipeline.catalog import recipes
+from pipeline.catalog import recipes, stacks
 from tests.conftest import MEASUREMENTS
+
+memory_options = stacks(MEASUREMENTS).memory_options  # a stack's memory values (measurements/stacks.csv)
 
 GPT3_175B = (96, 12288, 96, 96, 49152, 51200)  # layers, d_model, heads, kv heads, ffn, vocab (Korthikanti Table 3)
 

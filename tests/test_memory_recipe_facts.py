@@ -9,13 +9,14 @@ import polars as pl
 import pytest
 
 from models.arch.accounting import layer_shapes, normalize_arch
-from models.memory.presets import memory_options
 from models.memory.model import (memory_inputs, memory_per_gpu, module_recompute_savings, moe_dispatch_elems,
                                  recompute_modules_code)
 from models.core.params import DEFAULT
 
-from pipeline.catalog import recipes
+from pipeline.catalog import recipes, stacks
 from tests.conftest import MEASUREMENTS
+
+memory_options = stacks(MEASUREMENTS).memory_options  # a stack's memory values (measurements/stacks.csv)
 
 NEMOTRON4_340B = dict(n_layers=96, d_model=18432, n_heads=96, n_kv_heads=8, ffn_dim=73728, vocab=256000,
                       activation=0, tied_embeddings=0)  # measurements/architectures.csv nemotron-4-340b

@@ -9,13 +9,14 @@ import polars as pl
 import pytest
 
 from models.arch.accounting import layer_shapes, normalize_arch
-from models.memory.presets import memory_options
 from models.memory.model import (RECOMPUTE_MODULE_BITS, memory_inputs, memory_per_gpu, module_recompute_savings,
                                  recompute_modules_code)
 from models.core.params import DTYPE_CODES, MEGATRON_2022
 from models.physics.step_time import predict_arrays
-from pipeline.catalog import recipes
+from pipeline.catalog import recipes, stacks
 from tests.conftest import MEASUREMENTS
+
+memory_options = stacks(MEASUREMENTS).memory_options  # a stack's memory values (measurements/stacks.csv)
 
 H, A, S = 12288, 96, 2048  # GPT-3 175B (Korthikanti Table 3): d_model, heads, sequence
 

@@ -144,7 +144,7 @@ def test_the_runs_adapter_reads_the_tables_not_a_second_copy(shipped):
         (pl.col("arch_id") == "llama3-70b") & (pl.col("gpu") == "gb200") & (pl.col("dtype") == "fp8"))
         .then(pl.lit("20")).otherwise(pl.col("act_offload_layers")).alias("act_offload_layers"))
     frames["optimizer"] = frames["optimizer"].with_columns(pl.lit("6").alias("grad_bytes_per_param"))
-    changed = recipes_from_frames(frames)
+    changed = recipes_from_frames(frames, catalog.stacks(MEASUREMENTS))
     run = "mb2604-pre-training-qwen3-235b-a22b-h100-256gpu-fp8-gbs8192"
     assert (mr.recipe_etp(run, shipped), mr.recipe_etp(run, changed)) == (1, 2)
     etp = pl.DataFrame({"run_id": [run], "n_experts": [128], "etp": [None], "assumptions": [None]},
@@ -196,8 +196,10 @@ def test_no_recipe_table_is_left_in_the_model_code():
 
 # ---- malformed tables are refused ------------------------------------------------------------------------------------
 def _root(tmp_path: Path) -> Path:
-    """A measurements root with a copy of the shipped recipe tables."""
+    """A measurements root with a copy of the shipped recipe tables and the stack tables they are checked against."""
     shutil.copytree(FOLDER, tmp_path / catalog.RECIPES_FOLDER)
+    for name in (catalog.STACKS_FILE, catalog.STACK_WORDS_FILE):
+        shutil.copy(MEASUREMENTS / name, tmp_path / name)
     return tmp_path
 
 
@@ -291,11 +293,11 @@ def test_the_pure_parser_counts_lines_without_a_line_column():
     """`recipes_from_frames` on frames without `_line` (built in code): row i is line i + 2, as in a file."""
     frames = {name: catalog.read_recipe_csv(FOLDER / f"{name}.csv", LINE_COLUMN).drop(LINE_COLUMN)
               for name in TABLES}
-    assert recipes_from_frames(frames) == catalog.recipes(MEASUREMENTS)
+    assert recipes_from_frames(frames, catalog.stacks(MEASUREMENTS)) == catalog.recipes(MEASUREMENTS)
     frames["expert_tp"] = frames["expert_tp"].with_columns(
         pl.when(pl.col("container") == "26.02").then(pl.lit("0")).otherwise(pl.col("etp")).alias("etp"))
     with pytest.raises(RecipeTableError) as err:
-        recipes_from_frames(frames)
+        recipes_from_frames(frames, catalog.stacks(MEASUREMENTS))
     assert (err.value.table, err.value.line, err.value.column) == ("expert_tp", 4, "etp")
     with pytest.raises(RecipeTableError, match="expected the table"):
-        recipes_from_frames({k: v for k, v in frames.items() if k != "memory"})
+        recipes_from_frames({k: v for k, v in frames.items() if k != "memory"}, catalog.stacks(MEASUREMENTS))

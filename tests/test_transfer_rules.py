@@ -14,11 +14,13 @@ import pytest
 
 from models.fitting import calibration as cal
 from models.fitting.predictor import GEN_KEY, NATIVE_GEN_KEY, Calibration, native_kernel_effs, predict
-from models.corpus.runs_adapter import TYPICAL_LAYERS_PER_CHUNK, infer_layout
+from models.corpus.runs_adapter import INTERLEAVES_COLUMN, TYPICAL_LAYERS_PER_CHUNK, infer_layout
+from models.memory.stacks import interleaving_stacks, stack_columns
 from pipeline import fits
 from tests.test_one_model import _frame
 from pipeline import catalog
 from pipeline.settings import Settings
+from tests.conftest import MEASUREMENTS as MEASUREMENTS_ROOT
 
 
 # ---------------------------------------------------------------- unstated interleave
@@ -28,11 +30,14 @@ def _layout_frame(**over) -> pl.DataFrame:
                global_batch_seqs=512, framework="NeMo 24.07 (Megatron-Core)", vpp=None, n_layers=96,
                software_preset="default", memory_preset="megatron", assumptions=None)
     row.update(over)
-    return pl.DataFrame([row], schema_overrides={"vpp": pl.Int64, "assumptions": pl.Utf8})
+    frame = pl.DataFrame([row], schema_overrides={"vpp": pl.Int64, "assumptions": pl.Utf8})
+    # the stack's interleave rule, as the corpus reader writes it (models.memory.stacks)
+    return frame.with_columns(pl.col("memory_preset").is_in(interleaving_stacks(catalog.stacks(MEASUREMENTS_ROOT)))
+                              .alias(INTERLEAVES_COLUMN))
 
 
 def test_unstated_interleave_of_a_megatron_class_pipeline_is_chunks_of_two_layers():
-    out = infer_layout(_layout_frame()).row(0, named=True)
+    out = infer_layout(_layout_frame(), catalog.stacks(MEASUREMENTS_ROOT)).row(0, named=True)
     # 96 layers / pp 8 = 12 per stage -> 6 chunks of 2 layers; 512 / 8 = 64 micro-batches, a multiple of pp
     assert TYPICAL_LAYERS_PER_CHUNK == 2 and out["vpp"] == 6
     assert "vpp=6 (interleaved in chunks of 2 layers" in out["assumptions"]
@@ -48,7 +53,7 @@ def test_unstated_interleave_of_a_megatron_class_pipeline_is_chunks_of_two_layer
     (dict(n_layers=24), "3 layers per stage: one chunk"),
 ])
 def test_interleave_is_not_assumed_where_the_stack_or_the_batch_does_not_allow_it(over, why):
-    assert infer_layout(_layout_frame(**over))["vpp"][0] == 1, why
+    assert infer_layout(_layout_frame(**over), catalog.stacks(MEASUREMENTS_ROOT))["vpp"][0] == 1, why
 
 
 # ---------------------------------------------------------------- PyTorch-native kernel efficiency
@@ -375,6 +380,7 @@ def test_a_stage_that_stays_gathered_is_gathered_once_per_step_not_per_micro_bat
     def dp_time(preset, batch):
         f = _frame(base | {"global_batch": batch}).with_columns(pl.lit(2.0).alias("inter_node_bw_gbps"),
                                                                 pl.lit(preset).alias("memory_preset"))
+        f = f.with_columns(stack_columns(catalog.stacks(meas), pl.col("memory_preset")))  # the corpus reader's columns
         return physics(f)["dp_comm_exposed_s"][0]
 
     kept_small, kept_large = dp_time("torchtitan", 32), dp_time("torchtitan", 128)

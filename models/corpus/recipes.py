@@ -26,7 +26,7 @@ import polars as pl
 
 from models.core.params import DTYPE_CODES, RECOMPUTE_CODES, SHARDING_CODES
 from models.memory.model import RECOMPUTE_MODULE_BITS, recompute_modules_code
-from models.memory.presets import PRESETS, framework_preset
+from models.memory.stacks import Stacks, framework_preset
 
 
 # ---- one row of each table (the values after its key columns) --------------------------------------------------------
@@ -115,8 +115,9 @@ KINDS: Mapping[str, tuple[str, Callable[[str], object]]] = MappingProxyType({
     "dtype": (f"one of {', '.join(DTYPE_CODES)}", lambda s: s if s in DTYPE_CODES else None),
     "recompute": (f"one of {', '.join(RECOMPUTE_CODES)}", lambda s: s if s in RECOMPUTE_CODES else None),
     "sharding": (f"one of {', '.join(SHARDING_CODES)}", lambda s: s if s in SHARDING_CODES else None),
-    "preset": (f"a memory preset ({', '.join(PRESETS)}) or * (any)",
-               lambda s: s if s in PRESETS or s == "*" else None),
+    # a stack id of measurements/stacks.csv or *: the id's spelling here, the table's ids in `parse_table`
+    "preset": ("a memory preset (a stack id of measurements/stacks.csv) or * (any)",
+               lambda s: s if s == "*" or _ID.match(s) else None),
     "modules": (f"Megatron-Core recompute modules separated by '|' (each one of {', '.join(RECOMPUTE_MODULE_BITS)})",
                 _modules),
     "whole": ("a whole number >= 0", lambda s: int(s) if _WHOLE.match(s) else None),
@@ -187,7 +188,7 @@ TABLES: Mapping[str, Table] = MappingProxyType({t.name: t for t in (
         Column("logits_bytes_per_element", "bytes", "bytes per logit element the fused cross-entropy keeps"),
         _SOURCE), "containers whose TE fused cross-entropy writes its gradient in place"),
     Table("default_layouts", DefaultLayout, (
-        Column("memory_preset", "preset", "the stack (models.memory.presets memory preset; * any)"),
+        Column("memory_preset", "preset", "the stack (an id of measurements/stacks.csv; * any)"),
         Column("gpu_prefix", "id", "hardware ids starting with it (empty: any)", optional=True)), (
         Column("tp", "positive", "tensor-parallel GPUs"),
         Column("pp", "positive", "pipeline stages"),
@@ -209,7 +210,8 @@ TABLES: Mapping[str, Table] = MappingProxyType({t.name: t for t in (
 @dataclass(frozen=True)
 class Recipes:
     """Every recipe table, each {key tuple (the table's key columns): row (its value columns)}, read-only. Built by
-    ``recipes_from_frames``; the fields are the tables of ``TABLES``. `default_layouts` keeps the file's order."""
+    ``recipes_from_frames``; the fields are the tables of ``TABLES`` and the `Stacks` they were checked against.
+    `default_layouts` keeps the file's order."""
 
     memory: Mapping[tuple[str, str, str, str], MemoryRecipe]
     recompute_modules: Mapping[tuple[str, str, str, str, str], ModulesRecipe]
@@ -223,6 +225,9 @@ class Recipes:
     a2a_overlap: Mapping[tuple[str, str, str, str], OverlapRecipe]
     expert_tp: Mapping[tuple[str], ExpertTpRecipe]
     flex_dispatcher: Mapping[tuple[str, str, str, str], Sourced]
+    # the training stacks the tables' `memory_preset` keys name, and the words runs write for them
+    # (measurements/stacks.csv, stack_words.csv; models.memory.stacks): what the runs adapter reads a run's stack with
+    stacks: Stacks
 
 
 #: the column a reader may add to a table's frame: the file line of each row (else row i is line i + 2)
@@ -241,21 +246,24 @@ class RecipeTableError(ValueError):
         super().__init__(f"{where}: {self.reason}")
 
 
-def _cell(table: Table, line: int, col: Column, text) -> object:
+def _cell(table: Table, line: int, col: Column, text, stacks: tuple[str, ...] | None) -> object:
     if text is None or text == "":
         if col.optional:
             return None
         raise RecipeTableError(table.name, line, col.name, f"a value ({KINDS[col.kind][0]})", "")
     expected, parse = KINDS[col.kind]
     value = parse(text)
+    if col.kind == "preset" and stacks is not None and value not in (*stacks, "*"):
+        value, expected = None, f"a memory preset ({', '.join(stacks)}) or * (any)"
     if value is None:
         raise RecipeTableError(table.name, line, col.name, expected, text)
     return value
 
 
-def parse_table(table: Table, frame: pl.DataFrame) -> Mapping[tuple, tuple]:
+def parse_table(table: Table, frame: pl.DataFrame, stacks: tuple[str, ...] | None = None) -> Mapping[tuple, tuple]:
     """{key: row} of one table's frame (its cells as text; an optional `LINE_COLUMN`), checked: the table's columns
-    and no other, each cell of its column's kind (``KINDS``), no key twice. Raises RecipeTableError."""
+    and no other, each cell of its column's kind (``KINDS``; a memory preset one of the `stacks` ids when given), no
+    key twice. Raises RecipeTableError."""
     names = [c.name for c in table.columns]
     present = [c for c in frame.columns if c != LINE_COLUMN]
     for name in names:
@@ -270,7 +278,7 @@ def parse_table(table: Table, frame: pl.DataFrame) -> Mapping[tuple, tuple]:
     seen: dict[tuple, int] = {}
     n_key = len(table.key)
     for line, cells in zip(lines, frame.select(pl.col(n).cast(pl.Utf8) for n in names).iter_rows()):
-        values = [_cell(table, line, col, text) for col, text in zip(table.columns, cells)]
+        values = [_cell(table, line, col, text, stacks) for col, text in zip(table.columns, cells)]
         key = tuple(values[:n_key])
         if key in rows:
             raise RecipeTableError(table.name, line, ", ".join(c.name for c in table.key),
@@ -279,16 +287,18 @@ def parse_table(table: Table, frame: pl.DataFrame) -> Mapping[tuple, tuple]:
     return MappingProxyType(rows)
 
 
-def recipes_from_frames(frames: Mapping[str, pl.DataFrame]) -> Recipes:
+def recipes_from_frames(frames: Mapping[str, pl.DataFrame], stacks: Stacks) -> Recipes:
     """The `Recipes` of one frame per table of ``TABLES`` (cells as text, as a CSV is read), each checked by
-    ``parse_table``. Raises RecipeTableError for a missing or unknown table or a malformed one."""
+    ``parse_table`` against the `stacks` (``models.memory.stacks.stacks_from_frames``), which the `Recipes` carries.
+    Raises RecipeTableError for a missing or unknown table or a malformed one."""
     for name in frames:
         if name not in TABLES:
             raise RecipeTableError(name, None, None, f"one of the recipe tables ({', '.join(TABLES)})", name)
     for name in TABLES:
         if name not in frames:
             raise RecipeTableError(name, None, None, "the table (one frame per recipe table)")
-    return Recipes(**{name: parse_table(table, frames[name]) for name, table in TABLES.items()})
+    return Recipes(**{name: parse_table(table, frames[name], stacks.ids) for name, table in TABLES.items()},
+                   stacks=stacks)
 
 
 # ---- a run's key in a table ------------------------------------------------------------------------------------------
@@ -483,7 +493,7 @@ def source_layout(runs: pl.DataFrame, recipes: Recipes) -> pl.DataFrame:
        everything over the slice (FSDP); Habana's MLPerf GPT-3 runs TP 8 x PP 8.
     Needs columns run_id, source, arch_id, framework, gpu, tp, pp, sharding, year."""
     unstated = pl.col("tp").is_null() & pl.col("pp").is_null()
-    keyed = runs.with_columns(framework_preset("framework", "year").alias("_stack"))
+    keyed = runs.with_columns(framework_preset(recipes.stacks, "framework", "year").alias("_stack"))
     key = ["source", "arch_id", "_stack"]
     stated = keyed.filter(pl.col("tp").is_not_null() & pl.col("pp").is_not_null() & pl.col("arch_id").is_not_null())
     sib = (stated.group_by(*key, "tp", "pp").len()

@@ -23,27 +23,22 @@ from models.core.software import predict_by_preset
 from models.corpus import moe_recipes as mr
 from models.corpus.recipes import Recipes, recipe_fp8_params, recipe_memory, recipe_micro_batch, recipe_optimizer
 from models.memory import presets as fw
+from models.memory import stacks as st
+from models.memory.stacks import Stacks
 
-FSDP_STACKS = ("fsdp", "llm-foundry", "torchtitan", "composer", "fms")
 #: from this year on, a stack of unknown name with tp > 1 is read with sequence parallelism: the TP of the stacks
 #: of that era shards the norm and dropout activations over the tensor-parallel group (Megatron-LM and every stack
 #: built on it since Korthikanti et al. 2022; torchtitan's TP plan puts SequenceParallel on the norms)
 UNKNOWN_STACK_SP_YEAR = 2023
-MEGATRON_STACKS = ("megatron", "nemo", "bigscience", "deepspeed", "neox", "megascale")  # frameworks.FRAMEWORK_WORDS
-#: stacks whose kernels are PyTorch's own (SDPA's FlashAttention-2, unfused norm/RoPE/elementwise kernels) rather
-#: than TransformerEngine's: the FSDP stacks, and trainers built on Hugging Face models or plain PyTorch modules
-#: (Hugging Face Transformers/Accelerate and nanotron, Colossal-AI, Lightning/LitGPT, AI2's OLMo trainer, OpenLM)
-NATIVE_KERNEL_STACKS = FSDP_STACKS + ("nanotron", "accelerate", "transformers", "hugging", "colossal", "lightning",
-                                      "litgpt", "olmo", "open_lm", "openlm")
 #: from this year on a DeepSpeed run that is not Megatron-DeepSpeed runs Hugging Face models with SDPA attention
 #: (FlashAttention-2 kernels): Transformers v4.36 (Dec 2023) made ``attn_implementation="sdpa"`` the default
 DEEPSPEED_SDPA_YEAR = 2024
-#: stacks compiled by XLA (JAX): on a GPU their kernels are XLA's fusions, cuBLAS/cuBLASLt GEMMs and cuDNN
-#: attention, not TransformerEngine's fused LayerNorm-GEMMs and fused RoPE/softmax kernels, so they are read in
-#: the non-TransformerEngine kernel class (preset ``pytorch_native``, whose fitted ``kernel_eff`` is the rate of
-#: kernels outside TransformerEngine relative to it). On a TPU XLA *is* the vendor's stack: those rows keep the
-#: reference preset
-XLA_STACKS = ("maxtext", "jax", "pax", "praxis", "t5x", "levanter", "easylm", "flax")
+# The words of a run's `framework` column and the families they flag (measurements/stack_words.csv, read into
+# models.memory.stacks.Stacks): `fsdp` (PyTorch FSDP stacks: no gradient accumulation by default), `megatron_based`,
+# `native_kernels` (PyTorch's own kernels, SDPA's FlashAttention-2, rather than TransformerEngine's: software preset
+# ``pytorch_native``) and `xla` (stacks compiled by XLA: on a GPU their kernels are XLA's fusions, cuBLAS/cuBLASLt GEMMs
+# and cuDNN attention, read in the non-TransformerEngine kernel class; on a TPU XLA *is* the vendor's stack: those rows
+# keep the reference preset).
 #: from this year on a TPU run's XLA overlaps the tensor-parallel collectives with the matmuls (async collective
 #: fusion and collective matmul: Wang et al., ASPLOS 2023; the LIBTPU flags every MaxText TPU recipe sets from its
 #: 2023 releases on, models.physics.hardware.compiler_overlaps_tp). An earlier TPU run (PaLM, 2022) is read with the TP
@@ -53,14 +48,6 @@ XLA_ASYNC_COLLECTIVES_YEAR = 2023
 XLA_TP_NOTE = "TP traffic hidden behind the matmuls while compute lasts (XLA on a TPU)"
 XLA_REMAT_NOTE = ("full recompute under XLA: each layer's down-projection not recomputed (JAX remat keeps only what "
                   "the backward needs)")
-
-
-def _has_any(col: str, words: tuple[str, ...]) -> pl.Expr:
-    low = pl.col(col).fill_null("").str.to_lowercase()
-    expr = pl.lit(False)
-    for w in words:
-        expr = expr | low.str.contains(w, literal=True)
-    return expr
 
 
 #: hardware columns a run can state for its own cluster (the run's value wins over the hardware table's)
@@ -114,15 +101,19 @@ def _largest_divisor_at_most(n: np.ndarray, cap: np.ndarray) -> np.ndarray:
 #: recipe pp 4 x vpp 5 = 4 layers, Llama 3.1 405B pp 8 x vpp 8 = 2, MLPerf GPT-3 pp 8 x vpp 12 = 1). Llama 3's
 #: 405B training used the interleaved schedule too (Dubey et al. 2024, section 3.3.2).
 TYPICAL_LAYERS_PER_CHUNK = 2
+#: per row: the run's stack interleaves a pipeline whose run states no interleave (models.memory.stacks
+#: ``interleaves_pipeline``), written by `configs_from_runs` for `infer_layout` and `resolve_layout`
+INTERLEAVES_COLUMN = "stack_interleaves_pipeline"
 
 
 def _interleaving_stack(frame: pl.DataFrame) -> np.ndarray:
     """Rows whose stack interleaves its pipeline by default: FlashAttention-era (`software_preset` default) with a
-    Megatron-class or unnamed memory preset. DeepSpeed's and torchtitan's default schedules are not interleaved."""
-    if "software_preset" not in frame.columns or "memory_preset" not in frame.columns:
+    stack whose row says so (`stack_interleaves_pipeline`, written by `configs_from_runs` from the stack's
+    ``interleaves_pipeline``: Megatron-class or unnamed). DeepSpeed's and torchtitan's default schedules are not
+    interleaved."""
+    if "software_preset" not in frame.columns or INTERLEAVES_COLUMN not in frame.columns:
         return np.zeros(frame.height, dtype=bool)
-    return ((frame["software_preset"] == "default") & frame["memory_preset"].is_in(["megatron", "megatron_bridge", "default"])
-            ).fill_null(False).to_numpy()
+    return ((frame["software_preset"] == "default") & frame[INTERLEAVES_COLUMN]).fill_null(False).to_numpy()
 
 
 def typical_vpp(interleaving: np.ndarray, n_layers: np.ndarray, pp: np.ndarray,
@@ -136,18 +127,15 @@ def typical_vpp(interleaving: np.ndarray, n_layers: np.ndarray, pp: np.ndarray,
     return np.where(ok & np.isfinite(v) & (v > 1), v, np.nan)
 
 
-def infer_layout(frame: pl.DataFrame) -> pl.DataFrame:
+def infer_layout(frame: pl.DataFrame, stacks: Stacks) -> pl.DataFrame:
     """Fill tp, pp, dp, cp, ep, vpp, micro_batch, seq_len and global_batch_seqs by the documented rules (module
     docstring) and append what was inferred to `assumptions`. Needs `scaleup_size` (the hardware joined),
-    `n_gpus`, `year`, `framework`. Adds `layout_unstated` for `resolve_layout`."""
+    `n_gpus`, `year`, `framework`; `stacks` reads the framework words. Adds `layout_unstated` for `resolve_layout`."""
     f = lambda c: frame[c].cast(pl.Float64).to_numpy()  # noqa: E731
     n, year, node = f("n_gpus"), f("year"), f("scaleup_size")
     tp0, pp0, dp0, cp0, ep0, mb0 = f("tp"), f("pp"), f("dp"), f("cp"), f("ep"), f("micro_batch")
     seq0, B0 = f("seq_len"), f("global_batch_seqs")
-    fr = frame["framework"].fill_null("").str.to_lowercase()
-    fsdp = np.zeros(frame.height, dtype=bool)
-    for w in FSDP_STACKS:
-        fsdp |= fr.str.contains(w, literal=True).to_numpy()
+    fsdp = frame.select(st.has_words(stacks, "framework", "fsdp").alias("fsdp"))["fsdp"].to_numpy()
     node = np.where(np.isfinite(node), np.minimum(node, np.nan_to_num(n, nan=1.0)), 8.0)
     notes: list[list[str]] = [[] for _ in range(frame.height)]
 
@@ -332,8 +320,9 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame, recipes: Recip
             r = r.with_columns(pl.lit(None, dtype=dtype).alias(c))
     notes: list[pl.Expr] = []
 
+    stacks = recipes.stacks  # the training stacks and their words (measurements/stacks.csv, stack_words.csv)
     if "source" in r.columns and "arch_id" in r.columns:
-        r = fw.source_interleave(r)
+        r = fw.source_interleave(r, stacks)
     else:
         r = r.with_columns(pl.lit(False).alias("vpp_from_source"))
 
@@ -344,26 +333,28 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame, recipes: Recip
         notes.append(pl.col("model_name_note"))
     if "_shape_note" in r.columns:  # a shape from the stated size (infer_dense_shape)
         notes.append(pl.col("_shape_note"))
-    megatron = _has_any("framework", MEGATRON_STACKS)
+    megatron = st.has_words(stacks, "framework", "megatron_based")
     # no framework named, but FSDP/HSDP sharding: PyTorch's FullyShardedDataParallel, a PyTorch-native stack
     # (not on a TPU, whose stack is XLA whatever it shards: MaxText's and Pax's FSDP are XLA's sharding)
     on_xla = pl.col("gpu").is_in(_tpu_ids(hardware)).fill_null(False)
     fsdp_unnamed = (pl.col("framework").fill_null("").str.strip_chars() == "") & ~on_xla & \
         pl.col("sharding").is_in(["fsdp", "hsdp"]).fill_null(False) if "sharding" in r.columns else pl.lit(False)
     note(fsdp_unnamed, "software stack pytorch_native (no framework stated; FSDP/HSDP sharding is PyTorch's)")
-    xla_gpu = _has_any("framework", XLA_STACKS) & ~megatron & ~on_xla
+    xla_gpu = st.has_words(stacks, "framework", "xla") & ~megatron & ~on_xla
     note(xla_gpu, "software stack pytorch_native (an XLA-compiled stack on a GPU: kernels outside "
                   "TransformerEngine)")
     if "arch_id" in r.columns:
 
         note(pl.col("arch_id").is_in(APPROXIMATED_ARCHITECTURES).fill_null(False), APPROXIMATED_NOTE)
-    r = r.with_columns(fw.framework_preset("framework", "year"))  # memory_preset: the stack's memory behaviour
+    r = r.with_columns(st.framework_preset(stacks, "framework", "year"))  # memory_preset: the stack's label
     r = r.with_columns(pl.when(fsdp_unnamed).then(pl.lit("pytorch_fsdp")).otherwise(pl.col("memory_preset"))
                        .alias("memory_preset"))  # and its memory behaviour is PyTorch FSDP's
+    r = r.with_columns(*st.stack_columns(stacks, pl.col("memory_preset")),  # its memory values, for the step-time model
+                       pl.col("memory_preset").is_in(st.interleaving_stacks(stacks)).alias(INTERLEAVES_COLUMN))
     ratio = pl.col("ffn_dim").cast(pl.Float64) / pl.col("d_model").cast(pl.Float64)
     note(pl.col("vpp_from_source"), "vpp from the same source's runs of this model and tp x pp")
     note(pl.col("sharding").is_null(), "sharding from framework default")
-    # no sharding stated and no stack whose default is known (none named, or one `framework_preset` does not know):
+    # no sharding stated and no stack whose default is known (none named, or one `models.memory.stacks.framework_preset` does not know):
     # `resolve_sharding` may read a measured run as sharded
     r = r.with_columns((pl.col("sharding").is_null() & (pl.col("memory_preset") == "default")).alias("sharding_open"))
     note(pl.col("dtype").is_null(), "dtype=bf16")
@@ -379,7 +370,7 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame, recipes: Recip
     out = r.with_columns(
         pl.when(xla_gpu).then(pl.lit(1.0)).otherwise(pl.lit(None, dtype=pl.Float64)).alias("xla_compiled"),
         pl.col("sharding").is_null().alias("sharding_from_default"),  # a recipe may say otherwise (recipe_memory)
-        pl.coalesce(pl.col("sharding"), fw.default_sharding(pl.col("memory_preset"))).alias("sharding"),
+        pl.coalesce(pl.col("sharding"), st.default_sharding(stacks, pl.col("memory_preset"))).alias("sharding"),
         pl.col("recompute").replace("unknown", None).alias("recompute"),
         pl.col("dtype").fill_null("bf16").alias("dtype"),
         pl.coalesce(
@@ -395,11 +386,13 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame, recipes: Recip
         pl.col("n_dense_layers").fill_null(0).alias("n_dense_layers"),
         pl.col("tied_embeddings").fill_null(False).alias("tied_embeddings"),
         pl.concat_str(notes, separator="; ", ignore_nulls=True).alias("assumptions"),
-        pl.when(_has_any("framework", ("deepspeed",)) & ~_has_any("framework", ("megatron",))
+        pl.when(st.has_words(stacks, "framework", "names_deepspeed")
+                & ~st.has_words(stacks, "framework", "names_megatron")
                 & (pl.col("year").fill_null(0) >= DEEPSPEED_SDPA_YEAR)).then(pl.lit("pytorch_native"))
-        .when(_has_any("framework", ("deepspeed",)) | (megatron & (pl.col("year").fill_null(2100) <= 2022)))
+        .when(st.has_words(stacks, "framework", "names_deepspeed")
+              | (megatron & (pl.col("year").fill_null(2100) <= 2022)))
         .then(pl.lit("megatron_2022"))
-        .when(_has_any("framework", NATIVE_KERNEL_STACKS) & ~megatron).then(pl.lit("pytorch_native"))
+        .when(st.has_words(stacks, "framework", "native_kernels") & ~megatron).then(pl.lit("pytorch_native"))
         .when(fsdp_unnamed | xla_gpu).then(pl.lit("pytorch_native"))
         .otherwise(pl.lit("default")).alias("software_preset"),
     )
@@ -422,7 +415,7 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame, recipes: Recip
         pl.when(early).then(pl.lit(0.0)).otherwise(pl.lit(None, dtype=pl.Float64)).alias("xla_async_collectives"),
         pl.concat_str([pl.col("assumptions"), tp_note], separator="; ", ignore_nulls=True).str.strip_chars("; ")
         .replace("", None).alias("assumptions"))
-    out = infer_layout(out)
+    out = infer_layout(out, stacks)
     out = recipe_micro_batch(out, recipes)  # a summary row that states another system's micro-batch
     out = _recipe_moe_options(out, recipes)
     # a scale-up domain that spans hosts (a TPU pod's ICI, an NVL72 rack's NVLink Switch trays): a stated count
@@ -440,9 +433,9 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame, recipes: Recip
             separator="; ", ignore_nulls=True).alias("assumptions"),
         # a preset that does not say (Megatron-DeepSpeed, an unknown stack): a Megatron stack's tp, or any tp from
         # UNKNOWN_STACK_SP_YEAR on
-        fw.sequence_parallel_default(pl.col("memory_preset"), pl.col("tp"), (pl.col("tp") > 1) & (
+        st.sequence_parallel_default(stacks, pl.col("memory_preset"), pl.col("tp"), (pl.col("tp") > 1) & (
             megatron | (pl.col("year").fill_null(UNKNOWN_STACK_SP_YEAR) >= UNKNOWN_STACK_SP_YEAR))),
-        fw.pipeline_micro_batch(pl.col("memory_preset"), pl.col("micro_batch"), pl.col("pp"), pl.col("vpp")),
+        st.pipeline_micro_batch(stacks, pl.col("memory_preset"), pl.col("micro_batch"), pl.col("pp"), pl.col("vpp")),
     )
     if "gpu_as_reported" in out.columns:  # a capacity the source states wins (e.g. Grand Teton H100s, 96 GB)
         out = out.with_columns(pl.coalesce(fw.reported_memory_gb("gpu_as_reported"), pl.col("memory_gb"))
@@ -954,7 +947,7 @@ INFERRED_SHARDING = ("zero1", "zero2", "zero3")
 
 def resolve_sharding(configs: pl.DataFrame, predict, measured=None) -> pl.DataFrame:
     """A measured run with no sharding stated on a stack whose default is unknown (none named, or one
-    `frameworks.framework_preset` does not know: `sharding_open`), dp > 1, that does not fit in the
+    `models.memory.stacks.framework_preset` does not know: `sharding_open`), dp > 1, that does not fit in the
     memory model unsharded: the least sharding that fits (`INFERRED_SHARDING`), with its stated recompute, else
     selective (the most `resolve_recompute` gives a measured run). A run that was measured fitted, and every
     data-parallel stack offers optimizer-state sharding; where none fits the row keeps `none` (its memory figure

@@ -39,7 +39,8 @@ The entry is ``memory_per_gpu(x, shapes, params, options)``: ``x`` the block's d
 (models.core.inputs, the object the step-time model reads; ``memory_inputs`` builds one for a memory question
 alone). What a training stack's words mean (selective = attention core in Megatron, a save list in torchtitan and
 MaxText; fp32 main_grad vs 16-bit gradients; the loss's logits bytes; LoRA; FSDP with pipeline parallelism) enters
-through ``options`` (``MemoryOptions``); models.memory.presets holds the sourced presets that fill them.
+through ``options`` (``MemoryOptions``); models.memory.stacks turns a training stack's sourced row
+(measurements/stacks.csv) into them.
 """
 
 from __future__ import annotations
@@ -671,7 +672,7 @@ def _overhead(modelled, params, options: MemoryOptions) -> np.ndarray:
 @dataclass(frozen=True)
 class MemoryOptions:
     """What a training stack and a run's recipe set for memory beyond the layout: per-row arrays (or scalars), each
-    None to keep ``PhysParams``' behaviour. models.memory.presets.memory_options fills them from a stack's preset;
+    None to keep ``PhysParams``' behaviour. models.memory.stacks.stack_memory_options fills them from a stack's values;
     the step-time model adds the values a run's recipe states (models.physics.step_time.ROW_MEMORY_OPTIONS)."""
 
     # bytes per gradient element of 16-bit runs (4 = Megatron fp32 ``main_grad``, 2 = 16-bit gradients); fp32/tf32

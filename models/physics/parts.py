@@ -578,7 +578,7 @@ def quantized_gather_share(x: Inputs, r: Rates) -> np.ndarray | float:
     LayerNorm output (forward) and the output gradient (backward) before the sequence-parallel all-gather
     (transformer_engine/pytorch/module/layernorm_linear.py and linear.py: ``gather_along_first_dim`` with the
     input / grad-output quantizer gathers the quantized tensor). ``x.quantized_gather``: the TransformerEngine rows
-    (memory presets whose low-precision GEMMs keep quantized inputs, models.memory.presets ``quantized_saves``); other
+    (stacks whose low-precision GEMMs keep quantized inputs, models.memory.stacks ``quantized_saves``); other
     stacks, 16-bit rows and rows without sequence parallelism (an all-reduce of the 16-bit output) keep 1.0."""
     rows = x.quantized_gather
     if rows is None:
@@ -703,7 +703,7 @@ def dp_comm(x: Inputs, r: Rates, mem: Mapping[str, np.ndarray], cm: Compute, ov:
     parameter gathers in forward and backward; dense weights over dp*cp, routed experts over
     tp*cp*dp/(etp*ep) ranks etp*ep apart (models.arch.moe.expert_dp_size; dp*cp/ep at etp = tp). Weights a recipe keeps
     as quantized parameters (``mem`` quantized_*_params_local) gather models.core.precision.PARAM_GATHER_BYTES each.
-    ``stage_gathered`` rows (FSDP under PyTorch's pipelining, models.memory.presets.keeps_stage_gathered) gather their
+    ``stage_gathered`` rows (FSDP under PyTorch's pipelining, models.memory.stacks.stage_gathered) gather their
     stage's weights once per step, in the first micro-batch's forward (prefetched behind its compute as far as
     ``fsdp_gather_overlap`` goes), and reduce-scatter the accumulated gradients once, after the last backward."""
     shard, t, e, n = x.shard, x.t, x.e, x.n

@@ -40,7 +40,7 @@ from models.core.params import (
     is_unknown_code,
 )
 from models.memory.model import GB, NO_OPTIONS, MemoryOptions, capacity_bytes, memory_per_gpu
-from models.memory.presets import keeps_stage_gathered, memory_options, preset_codes
+from models.memory.stacks import STACK_COLUMNS, has_stack_columns, stack_memory_options, stage_gathered
 from models.physics import network, parts, tp2d
 from models.physics.hardware import (
     A100_TFLOPS_PER_SM,
@@ -186,15 +186,23 @@ ROW_MEMORY_OPTIONS = {"act_offload_frac": 0.0, "logits_bytes": 4.0, "fp8_param_g
                       "grad_bytes": np.nan, "optimizer_bytes": np.nan, "selective_policy": 0.0}
 
 
+def _stack_arrays(a: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarray] | None:
+    """The training stack's memory values of each row (models.memory.stacks.STACK_COLUMNS, written by the corpus
+    reader from measurements/stacks.csv); None for configurations that carry none (search, curves, flags)."""
+    return {c: _f(a[c], n) for c in STACK_COLUMNS} if has_stack_columns(a) else None
+
+
 def _memory_options(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> MemoryOptions:
-    """The memory model's ``MemoryOptions`` from optional arrays: `memory_preset` (codes of the training stack's
-    memory behaviour, models.memory.presets), `trainable_frac` (LoRA: the share of parameters trained) and
+    """The memory model's ``MemoryOptions`` from optional arrays: the stack's values (``STACK_COLUMNS``: the training
+    stack's memory behaviour, models.memory.stacks), `trainable_frac` (LoRA: the share of parameters trained) and
     ``ROW_MEMORY_OPTIONS`` (what a run's recipe sets: offloaded activations, logits bytes)."""
-    preset = memory_options(_code(a, "memory_preset", n), pp) if a.get("memory_preset") is not None else NO_OPTIONS
+    stack = _stack_arrays(a, n)
+    preset = stack_memory_options(stack, pp) if stack is not None else NO_OPTIONS
     row: dict = {}
     if a.get("trainable_frac") is not None:
         row["trainable_frac"] = np.nan_to_num(_f(a["trainable_frac"], n), nan=1.0)
-    for c_, default in ROW_MEMORY_OPTIONS.items():  # the row's recipe (models.corpus.recipes.recipe_memory); NaN: preset's
+    for c_, default in ROW_MEMORY_OPTIONS.items():  # the row's recipe (models.corpus.recipes.recipe_memory)
+        # NaN: the stack's value
         if a.get(c_) is not None:
             stated = _f(a[c_], n)
             fallback = getattr(preset, c_)
@@ -210,20 +218,22 @@ def _memory_options(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> Memo
 
 def _quantized_gather(a: Mapping[str, np.ndarray], n: int) -> np.ndarray | None:
     """Rows whose stack all-gathers the quantized GEMM input under sequence parallelism: the TransformerEngine
-    presets (models.memory.presets ``quantized_saves``, the memory model's flag for the same quantized inputs); None
-    without presets or without such a row."""
-    if a.get("memory_preset") is None:
+    stacks (models.memory.stacks ``quantized_saves``, the memory model's flag for the same quantized inputs); None
+    without stack values or without such a row."""
+    stack = _stack_arrays(a, n)
+    if stack is None:
         return None
-    q = memory_options(_code(a, "memory_preset", n)).quantized_saves
+    q = stack_memory_options(stack).quantized_saves
     return q if q.any() else None
 
 
 def _stage_gathered(a: Mapping[str, np.ndarray], n: int, pp: np.ndarray) -> np.ndarray | None:
     """Rows whose stack keeps a pipeline stage's FSDP weights gathered across the step's micro-batches
-    (models.memory.presets.keeps_stage_gathered; the memory model's ``fsdp_unsharded_stage``); None without presets."""
-    if a.get("memory_preset") is None:
+    (models.memory.stacks.stage_gathered; the memory model's ``fsdp_unsharded_stage``); None without stack values."""
+    stack = _stack_arrays(a, n)
+    if stack is None:
         return None
-    keep = keeps_stage_gathered(_code(a, "memory_preset", n), pp)
+    keep = stage_gathered(stack, pp)
     return keep if keep.any() else None
 
 
@@ -650,7 +660,10 @@ def encode_configs(configs: pl.DataFrame) -> dict[str, np.ndarray]:
         exprs.append(pl.col("xla_async_collectives").cast(pl.Float64, strict=False))
     if "xla_compiled" in cols:  # 1: an XLA-compiled stack on a GPU (runs_adapter; a TPU is XLA's by its hardware)
         exprs.append(pl.col("xla_compiled").cast(pl.Float64, strict=False))
-    for c_ in ROW_MEMORY_OPTIONS:  # what a run's recipe sets for memory (models.corpus.recipes.recipe_memory; null: preset's)
+    for c_ in STACK_COLUMNS:  # the training stack's memory values (models.memory.stacks; `memory_preset` is its label)
+        if c_ in cols:
+            exprs.append(pl.col(c_).cast(pl.Float64, strict=False).alias(c_))
+    for c_ in ROW_MEMORY_OPTIONS:  # what a run's recipe sets for memory (models.corpus.recipes.recipe_memory; null: stack's)
         if c_ in cols:
             exprs.append(pl.col(c_).cast(pl.Float64, strict=False).alias(c_))
     if "layer_pattern" in cols:  # hybrids: block counts from the pattern (null for other rows), Mamba shapes
@@ -666,9 +679,6 @@ def encode_configs(configs: pl.DataFrame) -> dict[str, np.ndarray]:
     enc = enc.with_columns([pl.col(c).fill_null(np.nan) for c, t in enc.schema.items() if t != pl.Int64])
     for name in enc.columns:
         out[name] = enc[name].to_numpy()
-    if "memory_preset" in cols:  # the training stack's memory behaviour (models.memory.presets), as codes
-
-        out["memory_preset"] = preset_codes(configs["memory_preset"].cast(pl.Utf8).fill_null("default").to_numpy())
     return out
 
 
