@@ -65,7 +65,9 @@ from models.fitting.predictor import (
 from models.fitting.predictor import predict_arrays as serve_arrays
 from models.physics.step_time import OUTPUT_COLUMNS, encode_configs, predict_arrays
 
-FIT_CODE_VERSION = "stepcast-calibration/16"  # 16: a measured run with no micro-batch stated is read with the fastest that fits; 15: a run with no layout stated (not FSDP-class) is read with the fastest layout that fits, an MoE run with no ep with the fastest degree that fits; 14: full recompute under XLA skips each layer's down-projection; 13: a generation with its own 8-bit GEMM fraction but too few 16-bit runs takes 16-bit = its 8-bit x the reference generation's 16-bit / 8-bit; a DeepSeek-V3-class pipeline gives its last stage the remaining layers beside MTP and loss; 12: a LoRA run computes and reduces its adapters' weight gradients only; TransformerEngine low-precision rows all-gather quantized activations for sequence parallelism; 7: the EP all-to-all across nodes on each rank's own NIC; 8: native kernel efficiency per generation, never applied to an earlier one; 9: DP traffic hides in the pipeline's idle warm-up and cool-down; 10: the shared GEMM efficiencies from two sources at least, an unseen generation's from the priors; 11: a hardware model the fit never measured takes the wider interval
+#: bumped whenever a change of the fit's code changes what a stored fit means (a fit of another version is not
+#: reused); what each version changed: docs/calibration.md, "Fit code versions"
+FIT_CODE_VERSION = "stepcast-calibration/16"
 FIT_FIELDS = ("matmul_eff_16bit", "matmul_eff_8bit", "attn_eff", "gemm_ramp_flops_per_sm", "host_overhead_s_per_op",
               "scaleup_eff", "scaleout_eff", "alpha_scaleup_s", "tp_overlap", "dp_overlap", "fsdp_gather_overlap")
 PRESET_FIELDS = {"megatron_2022": ("host_overhead_s_per_op",), "pytorch_native": ("kernel_eff",)}

@@ -38,8 +38,7 @@ from models.physics.step_time import OUTPUT_COLUMNS, encode_configs, with_error_
 from models.physics.step_time import predict_arrays as physics_arrays
 
 ASSUMPTIONS = ("realistic", "ideal")
-#: software preset -> era code, in models.core.software.PRESETS order (a test checks they agree): `pytorch_native`
-#: was missing until calibration/4, so served predictions of PyTorch-native runs ran on the reference kernels
+#: software preset -> era code, in models.core.software.PRESETS order (a test checks they agree)
 ERA_CODES = {"default": 0, "megatron_2022": 1, "pytorch_native": 2}
 BREAKDOWN = ("compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
              "optimizer_s")
@@ -91,7 +90,7 @@ class Calibration:
     # which physical parameters answer outside the domain: "fitted" (the pooled fit over every domain seen:
     # the population estimate of a portable parameter) or "prior" (models.core.params.DEFAULT)
     outside: str = "fitted"
-    # the interval's width model (None: constant half-widths, fits before calibration/5): the half-width of a
+    # the interval's width model (None: constant half-widths, a fit stored without one): the half-width of a
     # configuration is q_inside (or q_extrapolated) x exp(width_features . width_coef), so a mixture-of-experts,
     # hybrid, low-precision or very large run gets the wider interval its out-of-fold errors show
     width_coef: np.ndarray | None = None
@@ -164,9 +163,8 @@ _NVIDIA_ORDER = ("pre-Ampere", "Ampere", "Ada", "Hopper", "Blackwell")
 #: warpgroup ``wgmma`` reaches the peak; ``mma.sync`` reaches about 2/3 of it (Shah et al. 2024, FlashAttention-3,
 #: arXiv:2407.08608, section 2.2, after Luo et al. 2024, arXiv:2402.13499), which is why FlashAttention-2 runs at
 #: 35% of an H100's peak against 70% of an A100's. Blackwell's native path is ``tcgen05``; no published figure gives
-#: its ``mma.sync`` share, so it keeps Hopper's (stated where it answers). The fitted values agree: the
-#: calibration/16 fit gives the native stacks 0.94 of the reference kernels on Ampere and 0.67 on Hopper, a ratio
-#: of 0.71.
+#: its ``mma.sync`` share, so it keeps Hopper's (stated where it answers). docs/calibration.md compares it with
+#: the fitted values.
 LEGACY_MMA_SHARE = {"pre-Ampere": 1.0, "Ampere": 1.0, "Ada": 1.0, "Hopper": 2.0 / 3.0, "Blackwell": 2.0 / 3.0}
 
 
