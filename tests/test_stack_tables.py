@@ -47,7 +47,7 @@ def test_both_files_load_once_per_root(shipped):
     assert len(shipped.words) == len(_rows(catalog.STACK_WORDS_FILE)[1]) > 0
     assert DEFAULT_STACK in shipped.stacks
     assert catalog.stacks(MEASUREMENTS) is shipped
-    assert catalog.recipes(MEASUREMENTS).stacks is shipped  # the corpus reader gets them with the recipes
+    assert catalog.recipes(MEASUREMENTS).stacks == shipped  # the corpus reader gets them with the recipes
 
 
 @pytest.mark.parametrize("name", sorted(FILES))

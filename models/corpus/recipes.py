@@ -25,6 +25,7 @@ from typing import NamedTuple
 import polars as pl
 
 from models.core.params import DTYPE_CODES, RECOMPUTE_CODES, SHARDING_CODES
+from models.core.tables import LINE_COLUMN, TableError
 from models.memory.model import RECOMPUTE_MODULE_BITS, recompute_modules_code
 from models.memory.stacks import Stacks, framework_preset
 
@@ -230,20 +231,10 @@ class Recipes:
     stacks: Stacks
 
 
-#: the column a reader may add to a table's frame: the file line of each row (else row i is line i + 2)
-LINE_COLUMN = "_line"
 
 
-class RecipeTableError(ValueError):
-    """A table that cannot be read: which, where (line 1 is the header; None: the table as a whole), what was
-    expected and what was found."""
-
-    def __init__(self, table: str, line: int | None, column: str | None, expected: str, got=None):
-        self.table, self.line, self.column = table, line, column
-        self.reason = f"expected {expected}" + ("" if got is None else f", got {got!r}")
-        where = "".join([table, f": line {line}" if line is not None else "",
-                         f", column {column}" if column else ""])
-        super().__init__(f"{where}: {self.reason}")
+class RecipeTableError(TableError):
+    """A recipe table that cannot be read (models.core.tables.TableError)."""
 
 
 def _cell(table: Table, line: int, col: Column, text, stacks: tuple[str, ...] | None) -> object:

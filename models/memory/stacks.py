@@ -33,7 +33,12 @@ import numpy as np
 import polars as pl
 
 from models.core.params import SHARDING_CODES
-from models.memory.model import SELECTIVE_ATTENTION_CORE, SELECTIVE_OP_SAC, MemoryOptions
+from models.core.tables import LINE_COLUMN, TableError
+from models.memory.model import (
+    SELECTIVE_ATTENTION_CORE,
+    SELECTIVE_OP_SAC,
+    MemoryOptions,
+)
 
 #: the stack of a run whose words name none (models.core.params.DEFAULT's choices)
 DEFAULT_STACK = "default"
@@ -47,8 +52,6 @@ NEMO_RELEASE_PATTERN = r"(?i)nemo(?: framework)?[^0-9a-z]{0,3}(\d\d\.\d\d)(?:\.\
 _NO_YEAR = 2100
 #: the families a word may flag (stack_words.csv columns, the runs adapter's reading rules)
 FAMILIES = ("fsdp", "megatron_based", "native_kernels", "xla", "names_deepspeed", "names_megatron")
-#: the column a reader may add to a table's frame: the file line of each row (else row i is line i + 2)
-LINE_COLUMN = "_line"
 
 
 @dataclass(frozen=True)
@@ -88,16 +91,8 @@ class StackWord:
     source: str
 
 
-class StackTableError(ValueError):
-    """A stack table that cannot be read: which, where (line 1 is the header; None: the table as a whole), what was
-    expected and what was found."""
-
-    def __init__(self, table: str, line: int | None, column: str | None, expected: str, got=None):
-        self.table, self.line, self.column = table, line, column
-        self.reason = f"expected {expected}" + ("" if got is None else f", got {got!r}")
-        where = "".join([table, f": line {line}" if line is not None else "",
-                         f", column {column}" if column else ""])
-        super().__init__(f"{where}: {self.reason}")
+class StackTableError(TableError):
+    """A stack table that cannot be read (models.core.tables.TableError)."""
 
 
 # ---- the tables' columns ---------------------------------------------------------------------------------------------
