@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import csv
 import difflib
+import io
 import json
 import re
 import sys
@@ -41,7 +42,8 @@ from models.arch.archfile import (
     architecture_from_mapping,
     hardware_from_mapping,
 )
-from pipeline.readers import FileRejected
+from models.core.tables import LINE_COLUMN
+from pipeline.readers import FileRejected, _decode
 from pipeline.settings import Settings
 
 if TYPE_CHECKING:
@@ -124,26 +126,30 @@ RECIPES_FOLDER = "recipes"
 
 
 def read_recipe_csv(path: Path, line_column: str) -> pl.DataFrame:
-    """A recipe table's cells as text (empty -> null) with the file line of each row in `line_column`; raises
-    FileRejected for a file that is absent, unreadable or has a row of another width than its header."""
+    """A recipe or stack table's cells as text (empty -> null) with the file line of each row in `line_column`;
+    raises FileRejected for a file that is absent or unreadable (a bad byte named by line and column, as the
+    measurement files' `pipeline.readers._decode` names it) or has a row of another width than its header."""
     if not path.exists():
         raise FileRejected(str(path), "file not found")
     try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            reader = csv.reader(f)
-            header = next(reader, None)
-            if not header:
-                raise FileRejected(str(path), "expected a header line naming the table's columns", line=1)
-            rows, lines = [], []
-            for row in reader:
-                if not row:  # a blank line
-                    continue
-                if len(row) != len(header):
-                    raise FileRejected(str(path), f"expected {len(header)} fields (the header's), got {len(row)}",
-                                       line=reader.line_num)
-                rows.append([cell if cell != "" else None for cell in row])
-                lines.append(reader.line_num)
-    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        text = _decode(str(path), path.read_bytes())
+    except OSError as err:
+        raise FileRejected(str(path), f"unreadable CSV: {err}") from None
+    try:
+        reader = csv.reader(io.StringIO(text, newline=""))
+        header = next(reader, None)
+        if not header:
+            raise FileRejected(str(path), "expected a header line naming the table's columns", line=1)
+        rows, lines = [], []
+        for row in reader:
+            if not row:  # a blank line
+                continue
+            if len(row) != len(header):
+                raise FileRejected(str(path), f"expected {len(header)} fields (the header's), got {len(row)}",
+                                   line=reader.line_num)
+            rows.append([cell if cell != "" else None for cell in row])
+            lines.append(reader.line_num)
+    except csv.Error as err:
         raise FileRejected(str(path), f"unreadable CSV: {err}") from None
     frame = pl.DataFrame(rows, schema={c: pl.Utf8 for c in header}, orient="row") if rows else \
         pl.DataFrame(schema={c: pl.Utf8 for c in header})
@@ -161,7 +167,12 @@ def stacks(measurements: Path) -> Stacks:
     `measurements`/stacks.csv and stack_words.csv, read and checked once per measurements root. A malformed file
     raises FileRejected naming the file, the line and column, and what was expected."""
     # start-up time: the tables' checks read the model's vocabulary (numpy), loaded when runs are predicted only
-    from models.memory.stacks import LINE_COLUMN, STACK_TABLE, WORD_TABLE, StackTableError, stacks_from_frames
+    from models.memory.stacks import (
+        STACK_TABLE,
+        WORD_TABLE,
+        StackTableError,
+        stacks_from_frames,
+    )
 
     paths = {STACK_TABLE: Path(measurements) / STACKS_FILE, WORD_TABLE: Path(measurements) / STACK_WORDS_FILE}
     frames = {name: read_recipe_csv(path, LINE_COLUMN) for name, path in paths.items()}
@@ -178,7 +189,7 @@ def recipes(measurements: Path) -> Recipes:
     root, checked against the root's stacks (`stacks`), which the `Recipes` carries. A malformed file raises
     FileRejected naming the file, the line and column, and what was expected."""
     # start-up time: the tables' checks read the model's vocabulary (numpy), loaded when runs are predicted only
-    from models.corpus.recipes import LINE_COLUMN, TABLES, RecipeTableError, recipes_from_frames
+    from models.corpus.recipes import TABLES, RecipeTableError, recipes_from_frames
 
     folder = Path(measurements) / RECIPES_FOLDER
     paths = {name: folder / f"{name}.csv" for name in TABLES}

@@ -14,10 +14,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from models.core.tables import LINE_COLUMN
 from models.corpus import moe_recipes as mr
 from models.corpus.recipes import (
     KINDS,
-    LINE_COLUMN,
     TABLES,
     RecipeTableError,
     Recipes,

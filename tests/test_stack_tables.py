@@ -26,6 +26,7 @@ from models.memory.stacks import (
 from pipeline import catalog
 from pipeline.readers import FileRejected
 from tests.conftest import MEASUREMENTS, ROOT
+from tests.test_recipe_tables import _rewrite
 
 FILES = {catalog.STACKS_FILE: STACK_FILE_COLUMNS, catalog.STACK_WORDS_FILE: WORD_FILE_COLUMNS}
 
@@ -120,11 +121,6 @@ def _root(tmp_path: Path) -> Path:
     for name in FILES:
         shutil.copy(MEASUREMENTS / name, tmp_path / name)
     return tmp_path
-
-
-def _rewrite(path: Path, change) -> None:
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    path.write_text("".join(change(lines)), encoding="utf-8")
 
 
 def _refused(root: Path) -> FileRejected:

@@ -25,7 +25,7 @@ from typing import NamedTuple
 import polars as pl
 
 from models.core.params import DTYPE_CODES, RECOMPUTE_CODES, SHARDING_CODES
-from models.core.tables import LINE_COLUMN, TableError
+from models.core.tables import Column, Kinds, TableError, table_rows
 from models.memory.model import RECOMPUTE_MODULE_BITS, recompute_modules_code
 from models.memory.stacks import Stacks, framework_preset
 
@@ -108,7 +108,7 @@ def _modules(cell: str) -> tuple[str, ...] | None:
 
 
 #: kind of a column -> (what a cell must be, cell text -> value, None where it is not one)
-KINDS: Mapping[str, tuple[str, Callable[[str], object]]] = MappingProxyType({
+KINDS: Kinds = MappingProxyType({
     "text": ("a non-empty text", lambda s: s),
     "id": ("a lower-case id (letters, digits, '.', '_', '+', '-')", lambda s: s if _ID.match(s) else None),
     "container": ("a NeMo container release YY.MM (e.g. 26.04)", lambda s: s if _CONTAINER.match(s) else None),
@@ -125,14 +125,6 @@ KINDS: Mapping[str, tuple[str, Callable[[str], object]]] = MappingProxyType({
     "positive": ("a whole number >= 1", lambda s: int(s) if _WHOLE.match(s) and int(s) >= 1 else None),
     "bytes": ("a number of bytes >= 0 (e.g. 2 or 4.5)", lambda s: float(s) if _DECIMAL.match(s) else None),
 })
-
-
-@dataclass(frozen=True)
-class Column:
-    name: str
-    kind: str  # a key of KINDS
-    meaning: str  # what the column holds, with its unit (measurements/DATA_CARD.md says the same)
-    optional: bool = False  # an empty cell is allowed (None)
 
 
 @dataclass(frozen=True)
@@ -237,39 +229,19 @@ class RecipeTableError(TableError):
     """A recipe table that cannot be read (models.core.tables.TableError)."""
 
 
-def _cell(table: Table, line: int, col: Column, text, stacks: tuple[str, ...] | None) -> object:
-    if text is None or text == "":
-        if col.optional:
-            return None
-        raise RecipeTableError(table.name, line, col.name, f"a value ({KINDS[col.kind][0]})", "")
-    expected, parse = KINDS[col.kind]
-    value = parse(text)
-    if col.kind == "preset" and stacks is not None and value not in (*stacks, "*"):
-        value, expected = None, f"a memory preset ({', '.join(stacks)}) or * (any)"
-    if value is None:
-        raise RecipeTableError(table.name, line, col.name, expected, text)
-    return value
-
-
 def parse_table(table: Table, frame: pl.DataFrame, stacks: tuple[str, ...] | None = None) -> Mapping[tuple, tuple]:
     """{key: row} of one table's frame (its cells as text; an optional `LINE_COLUMN`), checked: the table's columns
     and no other, each cell of its column's kind (``KINDS``; a memory preset one of the `stacks` ids when given), no
     key twice. Raises RecipeTableError."""
-    names = [c.name for c in table.columns]
-    present = [c for c in frame.columns if c != LINE_COLUMN]
-    for name in names:
-        if name not in present:
-            raise RecipeTableError(table.name, 1, name, f"a column {name} (the table's columns: {', '.join(names)})")
-    for name in present:
-        if name not in names:
-            raise RecipeTableError(table.name, 1, name, f"only the table's columns ({', '.join(names)})", name)
-    lines = (frame[LINE_COLUMN].to_list() if LINE_COLUMN in frame.columns
-             else list(range(2, frame.height + 2)))
+    def check(col: Column, value) -> str | None:
+        if col.kind == "preset" and stacks is not None and value not in (*stacks, "*"):
+            return f"a memory preset ({', '.join(stacks)}) or * (any)"
+        return None
+
     rows: dict[tuple, tuple] = {}
     seen: dict[tuple, int] = {}
     n_key = len(table.key)
-    for line, cells in zip(lines, frame.select(pl.col(n).cast(pl.Utf8) for n in names).iter_rows()):
-        values = [_cell(table, line, col, text, stacks) for col, text in zip(table.columns, cells)]
+    for line, values in table_rows(table.name, table.columns, frame, KINDS, RecipeTableError, check):
         key = tuple(values[:n_key])
         if key in rows:
             raise RecipeTableError(table.name, line, ", ".join(c.name for c in table.key),

@@ -24,7 +24,7 @@ What the object gives:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import reduce
 from types import MappingProxyType
@@ -33,7 +33,7 @@ import numpy as np
 import polars as pl
 
 from models.core.params import SHARDING_CODES
-from models.core.tables import LINE_COLUMN, TableError
+from models.core.tables import Column, Kinds, TableError, table_rows
 from models.memory.model import (
     SELECTIVE_ATTENTION_CORE,
     SELECTIVE_OP_SAC,
@@ -104,7 +104,7 @@ _RELEASE = re.compile(r"^\d\d\.\d\d$")
 _BOOL = {"true": True, "false": False}
 
 #: kind of a column -> (what a cell must be, cell text -> value, None where it is not one)
-KINDS: Mapping[str, tuple[str, Callable[[str], object]]] = MappingProxyType({
+KINDS: Kinds = MappingProxyType({
     "text": ("a non-empty text", lambda s: s),
     "id": ("a lower-case id (letters, digits, '_')", lambda s: s if _ID.match(s) else None),
     "word": ("a word in lower case (a run's framework cell is matched lower-cased)",
@@ -119,14 +119,6 @@ KINDS: Mapping[str, tuple[str, Callable[[str], object]]] = MappingProxyType({
     "release": ("a NeMo container release YY.MM (e.g. 24.12)", lambda s: s if _RELEASE.match(s) else None),
     "order": ("a whole number >= 1", lambda s: int(s) if _WHOLE.match(s) and int(s) >= 1 else None),
 })
-
-
-@dataclass(frozen=True)
-class Column:
-    name: str  # the file's column
-    kind: str  # a key of KINDS
-    meaning: str  # what the column holds, with its unit (measurements/DATA_CARD.md says the same)
-    optional: bool = False  # an empty cell is allowed (None: "the stack does not say")
 
 
 #: measurements/stacks.csv: the id, then one column per ``Stack`` field, in order
@@ -221,33 +213,9 @@ class Stacks:
 
 # ---- reading the tables ----------------------------------------------------------------------------------------------
 def _cells(table: str, columns: tuple[Column, ...], frame: pl.DataFrame) -> list[tuple[int, dict]]:
-    """(line, {column: value}) of every row of a frame (cells as text), checked: the table's columns and no other,
-    each cell of its column's kind."""
-    names = [c.name for c in columns]
-    present = [c for c in frame.columns if c != LINE_COLUMN]
-    for name in names:
-        if name not in present:
-            raise StackTableError(table, 1, name, f"a column {name} (the table's columns: {', '.join(names)})")
-    for name in present:
-        if name not in names:
-            raise StackTableError(table, 1, name, f"only the table's columns ({', '.join(names)})", name)
-    lines = frame[LINE_COLUMN].to_list() if LINE_COLUMN in frame.columns else list(range(2, frame.height + 2))
-    out = []
-    for line, cells in zip(lines, frame.select(pl.col(n).cast(pl.Utf8) for n in names).iter_rows()):
-        row = {}
-        for col, text in zip(columns, cells):
-            if text is None or text == "":
-                if not col.optional:
-                    raise StackTableError(table, line, col.name, f"a value ({KINDS[col.kind][0]})", "")
-                row[col.name] = None
-                continue
-            expected, parse = KINDS[col.kind]
-            value = parse(text)
-            if value is None:
-                raise StackTableError(table, line, col.name, expected, text)
-            row[col.name] = value
-        out.append((line, row))
-    return out
+    """(line, {column: value}) of every row of a frame (cells as text), checked (models.core.tables.table_rows)."""
+    return [(line, dict(zip((c.name for c in columns), values)))
+            for line, values in table_rows(table, columns, frame, KINDS, StackTableError)]
 
 
 def _stack(line: int, r: dict, ids: set[str]) -> Stack:
