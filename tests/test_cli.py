@@ -68,7 +68,7 @@ def test_info_json(built_store):
     assert result.exit_code == 0, result.output
     info = json.loads(result.output)
     assert info["store"] == str(built_store)
-    assert info["tables"]["runs"] == 2039 and info["tables"]["run_metrics"] == 2458
+    assert info["tables"]["runs"] == 2311 and info["tables"]["run_metrics"] == 2961
     assert info["snapshot"].endswith("snapshot/stepcast.duckdb")
 
 

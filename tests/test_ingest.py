@@ -60,16 +60,16 @@ def test_shipped_corpus_exact_counts(built_store):
     try:
         log = {Path(r[0]).name: r for r in con.execute(
             "select file, rows_total, rows_accepted, rows_rejected, rows_duplicate, status from ingest_log").fetchall()}
-        assert log["measured_runs.csv"][1:] == (1018, 1018, 0, 0, "accepted")
+        assert log["measured_runs.csv"][1:] == (1521, 1521, 0, 0, "accepted")
         assert log["ground_truth_single.csv"][1:] == (1440, 1440, 0, 0, "accepted")
         # the multi-node raw file is recognised as the 109 vTrain rows already in measured_runs.csv
         assert log["ground_truth_multi.csv"][1:] == (109, 0, 0, 109, "duplicate")
-        assert con.execute("select count(*) from run_metrics").fetchall()[0][0] == 1018 + 1440
+        assert con.execute("select count(*) from run_metrics").fetchall()[0][0] == 1521 + 1440
         assert con.execute("select count(*) from rejected_rows").fetchall()[0][0] == 0
         n_runs_shipped = con.execute(
             "select count(distinct run_id) from run_metrics where source_file like '%measured_runs.csv'").fetchall()[0][0]
-        assert n_runs_shipped == 599
-        assert con.execute("select count(*) from runs").fetchall()[0][0] == 599 + 1440
+        assert n_runs_shipped == 871
+        assert con.execute("select count(*) from runs").fetchall()[0][0] == 871 + 1440
         vtrain = con.execute("select count(*) from runs where run_id like 'vtrain_m%'").fetchall()[0][0]
         assert vtrain == 109
         assert con.execute("select count(*) from hardware").fetchall()[0][0] == 54

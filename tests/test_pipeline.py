@@ -23,7 +23,7 @@ def test_build_materializes_everything_and_checks_pass(built_store):
     snapshot = built_store.parent / "snapshot" / built_store.name
     con = duckdb.connect(str(snapshot), read_only=True)
     try:
-        assert con.execute("select count(*) from runs").fetchall()[0][0] == 2039
+        assert con.execute("select count(*) from runs").fetchall()[0][0] == 2311
         with pytest.raises(duckdb.Error):
             con.execute("create table x (a int)")
     finally:

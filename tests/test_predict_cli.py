@@ -64,7 +64,7 @@ def test_predict_runs_file_one_row_per_run(tmp_path):
     assert result.exit_code == 0, result.output
     pred = pl.read_csv(out, infer_schema_length=None)
     assert set(RUNS_REQUIRED) <= set(pred.columns)
-    assert pred.height == 599 and pred["run_id"].n_unique() == 599
+    assert pred.height == 871 and pred["run_id"].n_unique() == 871
     # whole-run GPU-hour totals name no GPU count: kept, with the reason
     llama2 = pred.filter(pl.col("run_id") == "llama2_70b").row(0, named=True)
     assert llama2["feasible"] is False and "n_gpus not stated" in llama2["error"]

@@ -205,16 +205,17 @@ def test_the_shared_gemm_efficiency_is_fitted_only_from_two_sources(sources, fit
 
 def test_an_unseen_generation_takes_the_priors_gemm_efficiencies(served: Calibration):
     """The fit's shared GEMM efficiency is its largest generation's own (Ampere's); a generation the fit never saw
-    (AMD) is served the priors' instead, and an inside one (Ampere) the fitted value: the unseen row's physics
-    equals the served model with the shared value replaced by the prior."""
+    (Ada: no run of the corpus is on an L40S or RTX 4090) is served the priors' instead, and an inside one (Ampere)
+    the fitted value: the unseen row's physics equals the served model with the shared value replaced by the
+    prior."""
     from models.core.params import DEFAULT
 
-    assert "AMD" not in served.domain.generations and "Ampere" in served.domain.generations
+    assert "Ada" not in served.domain.generations and "Ampere" in served.domain.generations
     assert abs(served.params.matmul_eff_16bit - DEFAULT.matmul_eff_16bit) > 0.01  # else the test cannot tell
-    rows = pl.concat([_native_row(g, "default") for g in ("mi300x", "a100-sxm4-80gb")], how="diagonal_relaxed")
+    rows = pl.concat([_native_row(g, "default") for g in ("l40s", "a100-sxm4-80gb")], how="diagonal_relaxed")
     got = predict(rows, served)["compute_s"].to_numpy()
     seen = dataclasses.replace(served, domain=dataclasses.replace(
-        served.domain, generations=(*served.domain.generations, "AMD")))
+        served.domain, generations=(*served.domain.generations, "Ada")))
     shared = predict(rows, seen)["compute_s"].to_numpy()
     faster = DEFAULT.matmul_eff_16bit > served.params.matmul_eff_16bit
     assert (got[0] < shared[0]) if faster else (got[0] > shared[0])
@@ -393,13 +394,13 @@ def test_a_stage_that_stays_gathered_is_gathered_once_per_step_not_per_micro_bat
 # ---------------------------------------------------------------- hardware models the fit never measured
 
 def test_a_hardware_model_the_fit_never_measured_is_extrapolated_with_the_wider_interval(served):
-    """The served fit records the hardware models of its runs; GB300 (Blackwell, like the corpus's B200 and GB200,
-    but never measured there) keeps the fitted parameters and the Blackwell GEMM efficiencies, and takes
-    q_extrapolated; the same configuration on GB200 is inside and takes q_inside."""
+    """The served fit records the hardware models of its runs; B100 (Blackwell, like the corpus's B200, GB200,
+    B300 and GB300, but never measured there) keeps the fitted parameters and the Blackwell GEMM efficiencies, and
+    takes q_extrapolated; the same configuration on GB200 is inside and takes q_inside."""
     from models.core.domains import Domain, hardware_code
     from models.fitting.predictor import DOMAIN_INSIDE, DOMAIN_NEW_HARDWARE, encode, predict_arrays
 
-    assert "gb200" in served.domain.hardware and "gb300" not in served.domain.hardware
+    assert "gb200" in served.domain.hardware and "b100" not in served.domain.hardware
     assert served.q_extrapolated > served.q_inside
     meas = Settings.load().measurements
 
@@ -411,7 +412,7 @@ def test_a_hardware_model_the_fit_never_measured_is_extrapolated_with_the_wider_
         res = predict_arrays(encode(frame), served)
         return res, predict(frame, served).row(0, named=True)
 
-    (r300, p300), (r200, p200) = one("gb300"), one("gb200")
+    (r300, p300), (r200, p200) = one("b100"), one("gb200")
     assert r300["domain_code"][0] == DOMAIN_NEW_HARDWARE and r200["domain_code"][0] == DOMAIN_INSIDE
     assert p300["calibration_domain"].startswith("extrapolated: hardware model not in the fit (its generation "
                                                  "Blackwell is: ")
@@ -555,16 +556,31 @@ def test_the_reference_generations_fractions_move_the_derived_generations_16bit_
     assert phys.parts_touched((GEN_KEY + "Hopper", "matmul_eff_16bit")) == list(range(len(phys.parts)))
 
 
-def test_the_served_fit_answers_blackwell_bf16_with_the_derived_fraction(served):
-    """The shipped corpus has 8 Blackwell BF16 runs (too few for its own 16-bit fraction) and Hopper both of its own:
-    the served fit stores Blackwell's 16-bit fraction as derived, below the shared value, and a B200 BF16 row is
-    predicted with it (slower than with the shared value; an Ampere row is unchanged)."""
+def test_a_generation_without_enough_16bit_runs_takes_the_derived_fraction():
+    """A generation whose 8-bit GEMM fraction is its own but whose 16-bit one is not (too few 16-bit runs) takes
+    16-bit = its 8-bit x the reference generation's 16-bit / 8-bit; one with both of its own keeps them."""
+    from models.fitting.calibration import derive_16bit
+
+    slots = [(GEN_KEY + "Hopper", "matmul_eff_16bit"), (GEN_KEY + "Hopper", "matmul_eff_8bit"),
+             (GEN_KEY + "Blackwell", "matmul_eff_8bit"), (GEN_KEY + "AMD", "matmul_eff_16bit"),
+             (GEN_KEY + "AMD", "matmul_eff_8bit")]
+    over = {GEN_KEY + "Hopper": {"matmul_eff_16bit": 0.75, "matmul_eff_8bit": 0.60},
+            GEN_KEY + "Blackwell": {"matmul_eff_8bit": 0.48}, GEN_KEY + "AMD": {"matmul_eff_16bit": 0.5,
+                                                                              "matmul_eff_8bit": 0.4}}
+    got = derive_16bit({k: dict(v) for k, v in over.items()}, slots)
+    assert got[GEN_KEY + "Blackwell"]["matmul_eff_16bit"] == pytest.approx(0.48 * 0.75 / 0.60, rel=1e-12)
+    assert got[GEN_KEY + "AMD"] == over[GEN_KEY + "AMD"] and got[GEN_KEY + "Hopper"] == over[GEN_KEY + "Hopper"]
+
+
+def test_the_served_fit_answers_blackwell_bf16_with_its_own_fraction(served):
+    """The second data release brought GB300 and B300 BF16 runs: Blackwell has 16-bit runs enough for its own
+    16-bit fraction (not the derived one), and a B200 BF16 row is predicted with it; an Ampere row is unchanged."""
     hop, bw = served.preset_overrides[GEN_KEY + "Hopper"], served.preset_overrides[GEN_KEY + "Blackwell"]
-    assert bw["matmul_eff_16bit"] == pytest.approx(
-        bw["matmul_eff_8bit"] * hop["matmul_eff_16bit"] / hop["matmul_eff_8bit"], rel=1e-9)
-    assert bw["matmul_eff_16bit"] < served.params.matmul_eff_16bit
+    derived = bw["matmul_eff_8bit"] * hop["matmul_eff_16bit"] / hop["matmul_eff_8bit"]
+    assert abs(bw["matmul_eff_16bit"] / derived - 1.0) > 1e-6
     shared = dataclasses.replace(served, preset_overrides={
         **served.preset_overrides, GEN_KEY + "Blackwell": {"matmul_eff_8bit": bw["matmul_eff_8bit"]}})
     tput = lambda gpu, fit: predict(_native_row(gpu, "default"), fit)["tokens_per_s_per_gpu"][0]  # noqa: E731
-    assert tput("b200", served) < 0.98 * tput("b200", shared)
+    own = bw["matmul_eff_16bit"] / served.params.matmul_eff_16bit
+    assert tput("b200", served) / tput("b200", shared) == pytest.approx(own, rel=0.05)
     assert tput("a100-sxm4-80gb", served) == pytest.approx(tput("a100-sxm4-80gb", shared), rel=1e-12)
