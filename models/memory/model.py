@@ -122,6 +122,24 @@ SELECTIVE_OP_SAC = 1
 MAXTEXT_REMAT = {"minimal": 2, "save_dot_except_mlpwi": 3, "save_dot_except_mlp": 4, "save_qkv_proj": 5,
                  "save_dot_with_context_except_mlp": 6, "qkv_proj_offloaded": 7, "minimal_offloaded": 8,
                  "minimal_flash": 9, "save_out_proj": 10}
+#: Pipeline schedules a training stack runs, as codes of ``MemoryOptions.pipeline_schedule`` (measurements/stacks.csv
+#: writes them in its `interleaves_pipeline` column). What the most loaded pipeline rank holds under each:
+#:  0 ``1f1b`` / 1 ``interleaved``: Megatron-LM's 1F1B, interleaved when vpp > 1 (Korthikanti et al. 2022 eq. 5;
+#:    megatron/core/pipeline_parallel/schedules.py: the first rank runs (pp-1)*2 + (vpp-1)*pp warm-up chunk forwards,
+#:    i.e. pp + (pp-1)/vpp stages' worth of micro-batches), the module docstring's rule.
+#:  2 ``dualpipe``: DeepSeek's DualPipe (deepseek-ai/DualPipe README, "Pipeline Bubbles and Memory Usage Comparison":
+#:    2x parameters and PP+1 micro-batches of activations per device; examples/example_dualpipe.py gives rank r the
+#:    stages r and pp-1-r, so rank 0 holds the embedding, the output head and the MTP module together, as
+#:    arXiv:2412.19437 section 3.2.3 "Shared Embedding and Output Head for Multi-Token Prediction" says).
+#:  3 ``balanced_interleave``: Llama 3's interleaved schedule (Dubey et al. 2024, arXiv:2407.21783 section 3.3.2):
+#:    "we reduce one Transformer layer each from the first and the last stages ... the first model chunk on the first
+#:    stage has only the embedding, and the last model chunk on the last stage has only output projection and loss
+#:    calculation". The first rank's extra warm-up micro-batches (the (pp-1) beyond pp) sit on its first chunk, which
+#:    holds no layer: the first stage keeps min(pp, m) micro-batches of ceil((L + 2) / pp) - 1 layers.
+PIPELINE_SCHEDULES = {"1f1b": 0, "interleaved": 1, "dualpipe": 2, "balanced_interleave": 3}
+SCHEDULE_DUALPIPE = PIPELINE_SCHEDULES["dualpipe"]
+SCHEDULE_BALANCED = PIPELINE_SCHEDULES["balanced_interleave"]
+
 #: What the backward recomputes under each ``selective_policy`` code (the forward values it needs that the policy
 #: does not keep), per layer, as flags for (attention core, QKV projections, attention output projection, the MLP's
 #: input GEMMs and activation): the core from the saved q, k, v unless the context is saved; the QKV GEMMs unless
@@ -553,6 +571,9 @@ def _activations(x: Inputs, shapes, local, weight_bytes, any_moe, params, option
         F_fc2 = F_d + moe_frac * (F_experts - F_d) if any_moe else F_d
         d_rep, d_sh = low_precision_saved_inputs(shapes["q_dim"], F_fc2, 1.0 - moe_frac, rc, saved_bytes, lp_frac)
         rep_elems, attn_part = rep_elems + d_rep, attn_part + d_sh
+        if any_moe and options.quantized_dispatch is not None and np.any(options.quantized_dispatch):
+            qd = np.asarray(options.quantized_dispatch, dtype=bool)
+            attn_part = attn_part + qd * moe_frac * quantized_dispatch_elems(h, k_r, saved_bytes, lp_frac)
     kept, scores, checkpoint = _activation_elems(*act_args, attn_part + cf * F_mix, rep_elems, ass)
     stored = np.where(rc == Recompute.NONE, kept + scores, kept) if ass else kept
     recomputed = 0.0
@@ -604,6 +625,15 @@ def _activations(x: Inputs, shapes, local, weight_bytes, any_moe, params, option
     activations = np.maximum(stage_acts * inflight + working, act_last)
     if mtp is not None and np.any(pp > 1):  # with pp > 1 this is the last stage (models.arch.mla) ...
         activations = np.where(pp > 1, act_last, activations)
+    dual, balanced = _schedule_rows(options.pipeline_schedule, pp)
+    if balanced is not None:  # the extra warm-up micro-batches sit on the layerless first chunk
+        plain = np.maximum(np.minimum(pp, n_micro), 1.0)
+        inflight = np.where(balanced, plain, inflight)
+        activations = np.where(balanced, np.maximum(stage_acts * plain + working, act_last), activations)
+    if dual is not None:  # DualPipe: PP + 1 micro-batches of a stage, and rank 0 has the head (and MTP) too
+        d_in = dualpipe_inflight(pp, n_micro)
+        inflight = np.where(dual, d_in, inflight)
+        activations = np.where(dual, stage_acts * (d_in - 1.0) + act_last, activations)
     return activations, inflight
 
 
@@ -660,6 +690,41 @@ def _sharding_codes(sharding) -> np.ndarray:
     return shard
 
 
+#: The memory counters a source may report, and which part of ``memory_per_gpu``'s total each one holds. The total
+#: (``mem_total_bytes``, ``memory_gb_per_gpu``) is what the device must hold, the figure compared with the capacity:
+#:   device     the total: the modelled tensors, the caching allocator's share, and the fixed allowance (CUDA context,
+#:              NCCL and cuBLAS workspaces; ``PhysParams.mem_overhead_gb``), roughly what nvidia-smi shows;
+#:   reserved   torch.cuda.memory_stats()["reserved_bytes.all.peak"] (torchtitan's "memory: X GiB" log): the caching
+#:              allocator's segments = the modelled tensors + the allocator's reserve over them
+#:              (``ALLOCATOR_RESERVE_FRAC``, the fragmentation share of ``_overhead``); without the fixed allowance,
+#:              which lives outside the allocator;
+#:   allocated  ["allocated_bytes.all.peak"] (Megatron-LM's mem-max-allocated-bytes): the modelled tensors only;
+#:   active     ["active_bytes.all.peak"] (torchtune's peak_memory_active): as allocated (active blocks are the
+#:              allocated ones plus blocks freed but not yet reused by a pending stream; the model does not split them).
+#: Data card of the shared measured_memory.csv: none of these counters includes the CUDA context or communication
+#: buffers (nvidia-smi shows 0.5-3 GiB more); PyTorch docs, torch.cuda.memory_stats: reserved = allocated + cached.
+MEMORY_COUNTERS = ("device", "reserved", "allocated", "active")
+#: the caching allocator's reserve over the allocated bytes, as a share of them: ``PhysParams.mem_fragmentation_frac``
+#: (prior 0.05), named here for the counters (``counter_bytes``)
+ALLOCATOR_RESERVE_FRAC = DEFAULT.mem_fragmentation_frac
+
+
+def counter_bytes(total_bytes, counter: str, params: PhysParams = DEFAULT, fixed_bytes=None) -> np.ndarray:
+    """The bytes a memory counter (``MEMORY_COUNTERS``) reads of a prediction whose total is ``total_bytes`` (the
+    ``mem_total_bytes`` of ``memory_per_gpu``, i.e. ``memory_gb_per_gpu`` x 1e9): the total less the fixed allowance
+    (``fixed_bytes``; default ``params.mem_overhead_gb``, the allowance of every row without a capacity share) for
+    ``reserved``, and further less the allocator's reserve (``params.mem_fragmentation_frac``) for ``allocated`` and
+    ``active``. An unknown counter reads the total (``device``)."""
+    total = _f(total_bytes)
+    fixed = params.mem_overhead_gb * GB if fixed_bytes is None else _f(fixed_bytes)
+    c = (counter or "").strip().lower()
+    if c == "reserved":
+        return total - fixed
+    if c in ("allocated", "active"):
+        return (total - fixed) / (1.0 + params.mem_fragmentation_frac)
+    return total
+
+
 def _overhead(modelled, params, options: MemoryOptions) -> np.ndarray:
     """Allowance: the fragmentation share of the modelled bytes + a fixed part (or a share of the device)."""
     if options.overhead_frac_of_capacity is not None and options.capacity_gb is not None:
@@ -707,9 +772,50 @@ class MemoryOptions:
     non_tn_fp8: np.ndarray | None = None
     # Megatron-Core module recompute bits of selective rows (``RECOMPUTE_MODULE_BITS``, ``module_recompute_savings``)
     recompute_modules: np.ndarray | None = None
+    # with ``quantized_saves``: the MoE layers' dispatched token copies are quantized as well
+    # (``quantized_dispatch_elems``; DeepSeek-V3 dispatches FP8 tokens)
+    quantized_dispatch: np.ndarray | None = None
+    # the stack's pipeline schedule (``PIPELINE_SCHEDULES`` codes; None or 0/1: Megatron-style 1F1B)
+    pipeline_schedule: np.ndarray | None = None
 
 
 NO_OPTIONS = MemoryOptions()
+
+
+def _schedule_rows(schedule, pp):
+    """(DualPipe rows, balanced-interleave rows) among the pipelined rows (pp > 1) of ``MemoryOptions.
+    pipeline_schedule`` (``PIPELINE_SCHEDULES``), each None where no row has it."""
+    if schedule is None:
+        return None, None
+    code = np.nan_to_num(_f(schedule)).astype(np.int64)
+    piped = _f(pp) > 1
+    dual, bal = piped & (code == SCHEDULE_DUALPIPE), piped & (code == SCHEDULE_BALANCED)
+    return (dual if np.any(dual) else None), (bal if np.any(bal) else None)
+
+
+def balanced_first_stage_layers(n_layers, pp, layers_per_stage):
+    """Transformer layers on the first (and last) stage of Llama 3's balanced pipeline (``PIPELINE_SCHEDULES``
+    ``balanced_interleave``; arXiv:2407.21783 section 3.3.2): the embedding and the output head each take one layer's
+    slot, so the L + 2 slots split evenly over pp stages and the first and last stages hold one fewer layer
+    (126 layers on 16 stages: 7 on each end, 8 in between). Never more than ``layers_per_stage``."""
+    slots = np.ceil((_f(n_layers) + 2.0) / np.maximum(_f(pp), 1.0))
+    return np.minimum(np.maximum(slots - 1.0, 1.0), _f(layers_per_stage))
+
+
+def dualpipe_inflight(pp, n_micro):
+    """Micro-batches of one stage's activations a DualPipe rank holds: PP + 1 (deepseek-ai/DualPipe README, the
+    memory comparison table), at most the step's micro-batches."""
+    return np.maximum(np.minimum(_f(pp) + 1.0, _f(n_micro)), 1.0)
+
+
+def quantized_dispatch_elems(h, k_r, saved_bytes, lp_frac):
+    """Change of a MoE layer's stored elements per token (units of ``_activation_elems``: bytes at 2 B/element)
+    when its dispatched token copies are quantized (DeepSeek-V3, arXiv:2412.19437 section 3.3.2: "we quantize the
+    activation before MoE up-projections into FP8 and then apply dispatch components, which is compatible with FP8
+    Fprop in MoE up-projections"): the k_r copies of h elements, Korthikanti's 2 bytes each in
+    ``moe_dispatch_elems``, take ``saved_bytes`` each (the cached FP8 input of the up-projection). 0 where saved_bytes
+    is 2."""
+    return _f(lp_frac) * (_f(saved_bytes) < 2.0) * (_f(saved_bytes) - 2.0) * _f(h) * _f(k_r)
 
 
 def memory_per_gpu(x: Inputs, shapes: Mapping[str, np.ndarray], params: PhysParams = DEFAULT,
@@ -741,7 +847,16 @@ def memory_per_gpu(x: Inputs, shapes: Mapping[str, np.ndarray], params: PhysPara
     etp = x.et if has_experts else None
     moe_rho = x.rho if has_experts else None
 
+    dual, balanced = _schedule_rows(options.pipeline_schedule, x.p)
+    if balanced is not None:  # Llama 3's balanced stages: the first (and last) stage holds one layer fewer
+        x = replace(x, Ls=np.where(balanced, balanced_first_stage_layers(x.arch["n_layers"], x.p, x.Ls), x.Ls))
     local = _local_params(x, shapes, any_moe, etp)
+    if dual is not None:  # DualPipe: rank 0 holds the first stage (embedding) and the last (head, MTP) together
+        x_first = replace(x, arch={k: a for k, a in x.arch.items() if k != "mtp"}) if x.arch.get("mtp") is not None \
+            else x
+        first_stage = _local_params(x_first, shapes, any_moe, etp)
+        local = {**local, "dense": np.where(dual, local["dense"] + first_stage["dense"], local["dense"]),
+                 "expert": np.where(dual, local["expert"] + first_stage["expert"], local["expert"])}
     held = _held_params(x, local, shard, any_moe, None if etp is None else x.t / _f(etp))
     dw, q_out = quantized_weights(local, shard, weight_bytes, options.fp8_param_gather, x.dt, options.non_tn_fp8,
                                   x.layers_16bit, x.arch)
@@ -770,6 +885,8 @@ def memory_per_gpu(x: Inputs, shapes: Mapping[str, np.ndarray], params: PhysPara
         first = memory_per_gpu(replace(x, arch={k: a for k, a in x.arch.items() if k != "mtp"}), shapes, params,
                                options)
         use = (x.p > 1) & (first["mem_total_bytes"] > total)
+        if dual is not None:  # DualPipe's rank 0 already holds both ends
+            use = use & ~dual
         out.update({k: np.where(use, first[k], out[k]) for k in out if k.startswith("mem_") or k.startswith("infl")})
     return out
 

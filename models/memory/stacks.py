@@ -35,9 +35,12 @@ import polars as pl
 from models.core.params import SHARDING_CODES
 from models.core.tables import Column, Kinds, TableError, table_rows
 from models.memory.model import (
+    PIPELINE_SCHEDULES,
+    RECOMPUTE_MODULE_BITS,
     SELECTIVE_ATTENTION_CORE,
     SELECTIVE_OP_SAC,
     MemoryOptions,
+    recompute_modules_code,
 )
 
 #: the stack of a run whose words name none (models.core.params.DEFAULT's choices)
@@ -70,14 +73,26 @@ class Stack:
     # GroupedLinear: models.core.precision.SAVED_GEMM_INPUT_BYTES); False where the stack's FP8 keeps 16-bit inputs or
     # is unknown (torchao Float8Linear saves the high-precision input and weight for its backward casts)
     quantized_saves: bool
+    # the MoE layers' dispatched token copies are quantized too (``quantized_saves`` = with_dispatch: DeepSeek-V3
+    # quantizes the activation before the MoE up-projections to FP8 and then dispatches it, arXiv:2412.19437 3.3.2)
+    quantized_dispatch: bool
     local_batch_per_dp_rank: bool  # the stated micro-batch is the local batch, split into pp x stages micro-batches
     interleaves_pipeline: bool  # a pipelined run that states no interleave takes the typical one
+    # the stack's pipeline schedule for memory (models.memory.model.PIPELINE_SCHEDULES, read from the
+    # `interleaves_pipeline` cell: true/false = Megatron-style 1F1B, dualpipe, balanced_interleave)
+    pipeline_schedule: int
     before_year: int | None  # a run of this stack from before this year reads as `before_year_reads_as`
     before_year_reads_as: str | None
     nemo_release_from: str | None  # a NeMo release (YY.MM) from this one on reads as `nemo_release_reads_as`
     nemo_release_reads_as: str | None
     rules_source: str | None  # the source of the layout and reading rules above
     source: str  # the source of the memory values
+    # bytes of optimizer state per parameter of 16-bit runs (None: PhysParams' 12, fp32 master + Adam m + v; NaN in
+    # the configuration's column)
+    optimizer_bytes: float | None = None
+    # Megatron-Core module names (models.memory.model.RECOMPUTE_MODULE_BITS) that recompute = selective also
+    # recomputes in this stack, as a bitmask (0: none)
+    recompute_modules: int = 0
 
 
 @dataclass(frozen=True)
@@ -102,6 +117,16 @@ _DECIMAL = re.compile(r"^\d+(\.\d+)?$")
 _WHOLE = re.compile(r"^\d+$")
 _RELEASE = re.compile(r"^\d\d\.\d\d$")
 _BOOL = {"true": True, "false": False}
+#: `quantized_saves` cells: true / false, or with_dispatch (the dispatched MoE token copies quantized too)
+_QSAVES = {"true": 1, "false": 0, "with_dispatch": 2}
+#: `interleaves_pipeline` cells: true / false (Megatron-style interleaved / plain 1F1B), or a named schedule
+_SCHEDULE_CELLS = {"true": "interleaved", "false": "1f1b", "dualpipe": "dualpipe",
+                   "balanced_interleave": "balanced_interleave"}
+
+
+def _modules_code(cell: str):
+    names = [n.strip() for n in cell.split("|")]
+    return recompute_modules_code(names) if names and all(n in RECOMPUTE_MODULE_BITS for n in names) else None
 
 #: kind of a column -> (what a cell must be, cell text -> value, None where it is not one)
 KINDS: Kinds = MappingProxyType({
@@ -114,6 +139,9 @@ KINDS: Kinds = MappingProxyType({
     "count": ("a number >= 1", lambda s: float(s) if _DECIMAL.match(s) and float(s) >= 1 else None),
     "share": ("a share between 0 and 1", lambda s: float(s) if _DECIMAL.match(s) and float(s) <= 1 else None),
     "bool": ("true or false", lambda s: _BOOL.get(s)),
+    "qsaves": ("true, false or with_dispatch", lambda s: _QSAVES.get(s)),
+    "schedule": (f"one of {', '.join(_SCHEDULE_CELLS)}", lambda s: _SCHEDULE_CELLS.get(s)),
+    "modules": (f"Megatron-Core module names joined by '|' ({', '.join(RECOMPUTE_MODULE_BITS)})", _modules_code),
     "sharding": (f"one of {', '.join(SHARDING_CODES)}", lambda s: s if s in SHARDING_CODES else None),
     "year": ("a year (e.g. 2022)", lambda s: int(s) if _WHOLE.match(s) and len(s) == 4 else None),
     "release": ("a NeMo container release YY.MM (e.g. 24.12)", lambda s: s if _RELEASE.match(s) else None),
@@ -136,10 +164,13 @@ STACK_FILE_COLUMNS: tuple[Column, ...] = (
     Column("unsharded_weights_with_pp", "bool", "FSDP keeps a stage's weights gathered and its gradients unsharded "
                                                 "over the step when pp > 1"),
     Column("default_sharding", "sharding", "the sharding of a run that states none"),
-    Column("quantized_saves", "bool", "low-precision GEMMs keep their quantized input for backward"),
+    Column("quantized_saves", "qsaves", "low-precision GEMMs keep their quantized input for backward "
+                                        "(with_dispatch: and the MoE dispatched token copies are quantized)"),
     Column("local_batch_per_dp_rank", "bool", "the stated micro-batch is the local batch per data-parallel rank, "
                                               "split into pp x (stages per rank) micro-batches"),
-    Column("interleaves_pipeline", "bool", "a pipelined run that states no interleave runs the typical one"),
+    Column("interleaves_pipeline", "schedule", "a pipelined run that states no interleave runs the typical one "
+                                               "(true); or the stack's own schedule: dualpipe, balanced_interleave "
+                                               "(models.memory.model.PIPELINE_SCHEDULES)"),
     Column("before_year", "year", "a run of this stack from before this year reads as before_year_reads_as",
            optional=True),
     Column("before_year_reads_as", "id", "the stack such a run reads as", optional=True),
@@ -149,6 +180,10 @@ STACK_FILE_COLUMNS: tuple[Column, ...] = (
     Column("rules_source", "text", "where the layout and reading rules were read (needed when one applies)",
            optional=True),
     Column("source", "text", "where the memory values were read"),
+    Column("optimizer_bytes_per_param", "bytes", "bytes of optimizer state per parameter, 16-bit runs (empty: "
+                                                 "12, fp32 master + Adam m + v)", optional=True),
+    Column("recompute_modules", "modules", "what recompute = selective also recomputes in this stack, as "
+                                           "Megatron-Core recompute_modules names joined by '|'", optional=True),
 )
 #: measurements/stack_words.csv
 WORD_TABLE = "stack_words"
@@ -203,7 +238,7 @@ class Stacks:
         configuration's columns carry them to the step-time model."""
         a = np.asarray(names).astype(str)
         rows = [self.stacks.get(n, self.stacks[DEFAULT_STACK]) for n in a.ravel()]
-        return {c: np.array([float(getattr(r, f)) for r in rows], dtype=np.float64).reshape(a.shape)
+        return {c: np.array([_num(getattr(r, f)) for r in rows], dtype=np.float64).reshape(a.shape)
                 for c, f in STACK_COLUMNS.items()}
 
     def memory_options(self, names, pp=None) -> MemoryOptions:
@@ -226,7 +261,7 @@ def _stack(line: int, r: dict, ids: set[str]) -> Stack:
         if r[target] is not None and r[target] not in ids:
             raise StackTableError(STACK_TABLE, line, target, f"a stack id of the table ({', '.join(sorted(ids))})",
                                   r[target])
-    rules = r["local_batch_per_dp_rank"] or r["interleaves_pipeline"] or r["before_year"] is not None \
+    rules = r["local_batch_per_dp_rank"] or r["interleaves_pipeline"] != "1f1b" or r["before_year"] is not None \
         or r["nemo_release_from"] is not None
     if rules and r["rules_source"] is None:
         raise StackTableError(STACK_TABLE, line, "rules_source", "the source of the row's layout and reading rules")
@@ -235,10 +270,14 @@ def _stack(line: int, r: dict, ids: set[str]) -> Stack:
         logits_bytes=r["logits_bytes_per_element"], logits_chunks=r["logits_chunks"],
         act_offload_frac=r["act_offload_frac"], sequence_parallel_with_tp=r["sequence_parallel_with_tp"],
         unsharded_weights_with_pp=r["unsharded_weights_with_pp"], default_sharding=r["default_sharding"],
-        quantized_saves=r["quantized_saves"], local_batch_per_dp_rank=r["local_batch_per_dp_rank"],
-        interleaves_pipeline=r["interleaves_pipeline"], before_year=r["before_year"],
+        quantized_saves=r["quantized_saves"] >= 1, quantized_dispatch=r["quantized_saves"] == 2,
+        local_batch_per_dp_rank=r["local_batch_per_dp_rank"],
+        interleaves_pipeline=r["interleaves_pipeline"] in ("interleaved", "balanced_interleave"),
+        pipeline_schedule=PIPELINE_SCHEDULES[r["interleaves_pipeline"]], before_year=r["before_year"],
         before_year_reads_as=r["before_year_reads_as"], nemo_release_from=r["nemo_release_from"],
-        nemo_release_reads_as=r["nemo_release_reads_as"], rules_source=r["rules_source"], source=r["source"])
+        nemo_release_reads_as=r["nemo_release_reads_as"], rules_source=r["rules_source"], source=r["source"],
+        optimizer_bytes=r["optimizer_bytes_per_param"],
+        recompute_modules=r["recompute_modules"] or 0)
 
 
 def stacks_from_frames(stacks: pl.DataFrame, words: pl.DataFrame) -> Stacks:
@@ -366,15 +405,23 @@ STACK_COLUMNS: Mapping[str, str] = MappingProxyType({
     "stack_selective_policy": "selective_policy", "stack_grad_bytes": "grad_bytes",
     "stack_logits_bytes": "logits_bytes", "stack_logits_chunks": "logits_chunks",
     "stack_act_offload_frac": "act_offload_frac", "stack_quantized_saves": "quantized_saves",
-    "stack_unsharded_weights_with_pp": "unsharded_weights_with_pp"})
+    "stack_unsharded_weights_with_pp": "unsharded_weights_with_pp", "stack_optimizer_bytes": "optimizer_bytes",
+    "stack_recompute_modules": "recompute_modules", "stack_quantized_dispatch": "quantized_dispatch",
+    "stack_pipeline_schedule": "pipeline_schedule"})
+
+
+def _num(value) -> float:
+    """A stack value as a configuration column carries it: a float (booleans 1.0/0.0), NaN where the stack does not
+    say (None)."""
+    return float("nan") if value is None else float(value)
 
 
 def stack_columns(stacks: Stacks, preset: pl.Expr) -> list[pl.Expr]:
     """The ``STACK_COLUMNS`` of a column of stack ids (null or unknown: the default stack's values)."""
     p = preset.fill_null(DEFAULT_STACK)
     default = stacks.stacks[DEFAULT_STACK]
-    return [p.replace_strict({k: float(getattr(v, f)) for k, v in stacks.stacks.items()},
-                             default=float(getattr(default, f)), return_dtype=pl.Float64).alias(c)
+    return [p.replace_strict({k: _num(getattr(v, f)) for k, v in stacks.stacks.items()},
+                             default=_num(getattr(default, f)), return_dtype=pl.Float64).alias(c)
             for c, f in STACK_COLUMNS.items()]
 
 
@@ -399,6 +446,16 @@ def stack_memory_options(a: Mapping[str, np.ndarray], pp=None) -> MemoryOptions:
     for f in ("grad_bytes", "logits_bytes", "logits_chunks", "act_offload_frac"):
         out[f] = np.array(a[f"stack_{f}"], dtype=np.float64)  # a copy: the options never alias the inputs
     out["quantized_saves"] = np.asarray(a["stack_quantized_saves"]) != 0
+    # the values added for the published layouts (docs/memory.md); arrays without them keep PhysParams' behaviour
+    if a.get("stack_optimizer_bytes") is not None:
+        out["optimizer_bytes"] = np.array(a["stack_optimizer_bytes"], dtype=np.float64)
+    if a.get("stack_recompute_modules") is not None:
+        out["recompute_modules"] = np.nan_to_num(np.array(a["stack_recompute_modules"], dtype=np.float64))
+    if a.get("stack_quantized_dispatch") is not None:
+        out["quantized_dispatch"] = np.asarray(a["stack_quantized_dispatch"]) != 0
+    if a.get("stack_pipeline_schedule") is not None:
+        out["pipeline_schedule"] = np.nan_to_num(np.asarray(a["stack_pipeline_schedule"], dtype=np.float64)
+                                                 ).astype(np.int64)
     if pp is not None:
         out["fsdp_unsharded_stage"] = stage_gathered(a, pp)
     return MemoryOptions(**out)
