@@ -9,6 +9,7 @@ OMP/MKL threads are pinned to 1 anyway):
   parameters of each row's domain, the residual correction and the interval) with the promoted fit of
   `--store` (or, without a store, a stand-in calibration with a ridge residual on every feature, so the
   residual path is timed);
+- the same adapted to a source's runs (`--calibrate-on`: the throughput factor and the k-shot interval);
 and the wall time of an exhaustive, calibrated layout search for MT-NLG 530B on 4,096 A100-SXM4-80GB (global
 batch 1,920, seq 2,048) with the number of layouts evaluated and the best layout.
 """
@@ -128,6 +129,22 @@ def main() -> None:
     print(f"calibrated predict_arrays ({cal.model_kind}, fit {cal.version}): {args.n:,} configs in {best:.3f} s -> "
           f"{args.n / best:,.0f} configs/s (best of {args.repeat}; median {args.n / float(np.median(walls)):,.0f}/s; "
           f"{inside:,} inside the fit's domain)")
+
+    # the same, adapted to a source's runs (--calibrate-on / --source: models.fitting.adapt): the throughput factor
+    # and the k-shot interval applied to the calibrated outputs
+    from models.fitting.adapt import AdaptationRule, adapt
+
+    rule = getattr(cal, "adaptation_rule", None) or AdaptationRule(1.0, 1.0, 0.02, ((0, 0.3), (3, 0.2)))
+    adapted = predictor.Predictor(cal, adaptation=adapt([-0.2, -0.15, -0.25], rule, "bench"))
+    walls = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        predictor.predict_arrays(cfg, adapted)
+        walls.append(time.perf_counter() - t0)
+    best = min(walls)
+    print(f"adapted predict_arrays (3 runs, throughput factor {adapted.adaptation.throughput_factor:.3f}): "
+          f"{args.n:,} configs in {best:.3f} s -> {args.n / best:,.0f} configs/s (best of {args.repeat}; median "
+          f"{args.n / float(np.median(walls)):,.0f}/s)")
 
     a100 = hw.filter(pl.col("id") == "a100-sxm4-80gb").to_dicts()[0]
     mtnlg = dict(n_layers=105, d_model=20480, n_heads=128, ffn_dim=81920, vocab=51200, activation="gelu",

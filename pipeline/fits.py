@@ -53,7 +53,7 @@ from models.fitting.calibration import (
 )
 from models.corpus.recipes import Recipes
 from models.fitting.predictor import FEATURE_NAMES, predict
-from pipeline import catalog, store
+from pipeline import adaptation, catalog, store
 from pipeline.parallel import pool_map
 from pipeline.settings import Settings
 
@@ -83,6 +83,8 @@ def _ensure(con: duckdb.DuckDBPyConnection) -> None:
     # the same with every source weighing the same (models.fitting.calibration._metrics); null in rows of older fits
     con.execute("ALTER TABLE fit_metrics ADD COLUMN IF NOT EXISTS mdape_balanced DOUBLE")
     con.execute("ALTER TABLE fit_metrics ADD COLUMN IF NOT EXISTS mape_balanced DOUBLE")
+    # the k-shot protocol's rows (scheme 'kshot'): how many of a unit's runs adapted the fit; null elsewhere
+    con.execute("ALTER TABLE fit_metrics ADD COLUMN IF NOT EXISTS k_shot BIGINT")
     con.execute("""CREATE TABLE IF NOT EXISTS fit_artifacts (
         version VARCHAR PRIMARY KEY, format VARCHAR, sklearn_version VARCHAR, n_bytes BIGINT, bytes BLOB)""")
     con.execute("""CREATE TABLE IF NOT EXISTS fit_oof (
@@ -342,7 +344,8 @@ def _insert_rows(con: duckdb.DuckDBPyConnection, version: str, report: dict, oof
     """A version's fit_metrics and fit_oof rows (replacing any stored ones)."""
     metrics = report["metrics"].with_columns(pl.lit(version).alias("version")).select(
         "version", "scheme", "grouping", "group", "predictor", "n_runs", "mdape", "mape", "within_10pct",
-        "coverage_90", "median_width", "mdape_balanced", "mape_balanced")
+        "coverage_90", "median_width", "mdape_balanced", "mape_balanced",
+        pl.col("k_shot") if "k_shot" in report["metrics"].columns else pl.lit(None, dtype=pl.Int64).alias("k_shot"))
     for table, frame in (("fit_metrics", metrics), ("fit_oof", oof.select(pl.lit(version).alias("version"), pl.all()))):
         con.execute(f"delete from {table} where version = ?", [version])
         con.register("_rows", frame.to_arrow())
@@ -382,7 +385,16 @@ def write_calibrated(con: duckdb.DuckDBPyConnection, oof: pl.DataFrame | None = 
     recipes = recipes if recipes is not None else input_recipes()
     ok, _ = prepare_configs(runs, hw, recipes)
     targets = predict_runs(runs, hw, metrics, recipes)
-    store.replace_table(con, "calibrated_predictions", calibrated_frame(load_promoted_fit(con), ok, targets, oof))
+    bundle = load_promoted_fit(con)
+    _write_served(con, bundle, calibrated_frame(bundle, ok, targets, oof))
+
+
+def _write_served(con: duckdb.DuckDBPyConnection, bundle, frame: pl.DataFrame) -> None:
+    """`calibrated_predictions` (the served fit's prediction of every run) and `source_adaptations` (each source's
+    adaptation of the served fit from its runs, pipeline.adaptation: what `--source NAME` answers with)."""
+    store.replace_table(con, "calibrated_predictions", frame)
+    store.replace_table(con, adaptation.TABLE, adaptation.source_table(frame, getattr(bundle, "adaptation_rule", None),
+                                                 getattr(bundle, "version", None)))
 
 
 def fit_status(con: duckdb.DuckDBPyConnection) -> dict:
@@ -454,7 +466,7 @@ def run_fit(con: duckdb.DuckDBPyConnection, protocols=None, force: bool = False,
     promoted = load_promoted_fit(con)
     frame = calibrated_frame(promoted, ok, targets, oof if promoted is not None and promoted.version == version
                              else None)
-    store.replace_table(con, "calibrated_predictions", frame)
+    _write_served(con, promoted, frame)
     fm = con.execute("select * from fit_metrics where version = ?", [version]).pl()
     return {"fit": stored_fit(con, version), "reused": reused, "metrics": fm, "promoted": promoted.version
             if promoted is not None else None}

@@ -309,6 +309,39 @@ def heldout_bars(metrics: pl.DataFrame, title: str) -> dict:
     ).properties(title=title, width=560).to_dict(validate=False)
 
 
+KSHOT_COLUMNS = ("k_shot", "predictor", "mdape", "mape", "mdape_balanced", "coverage_90", "median_width")
+KSHOT_PREDICTORS = ["adapted", "naive"]
+KSHOT_DASH = alt.Scale(domain=KSHOT_PREDICTORS, range=[[1, 0], [6, 3]])
+
+
+def kshot_chart(rows: pl.DataFrame, error_title: str, width_title: str) -> dict:
+    """The k-shot protocol: the error on a unit's other runs (every unit weighing the same) against the k runs that
+    adapted the fit, adapted beside the naive shift (dashed), and the 90% interval's median width against k (adapted),
+    side by side. ``rows``: one per (k, predictor), the protocol's overall rows."""
+    ks = sorted(int(k) for k in rows["k_shot"].unique().to_list())
+    d = data(rows, KSHOT_COLUMNS)
+    x = alt.X("k_shot:Q", title="k: the unit's own runs that adapt the fit", scale=alt.Scale(domain=[0, max(ks)]),
+              axis=alt.Axis(values=ks, format="d"))
+    color = alt.Color("predictor:N", sort=KSHOT_PREDICTORS, title="predictor")
+    tip = [alt.Tooltip("k_shot:Q", title="k"), alt.Tooltip("predictor:N"),
+           alt.Tooltip("mdape_balanced:Q", title="MdAPE, units equal", format=".1%"),
+           alt.Tooltip("mdape:Q", title="MdAPE", format=".1%"), alt.Tooltip("mape:Q", title="MAPE", format=".1%"),
+           alt.Tooltip("coverage_90:Q", title="90% coverage", format=".0%"),
+           alt.Tooltip("median_width:Q", title="median width of the 90% interval", format=".0%")]
+    error = alt.Chart(d).transform_filter("isValid(datum.mdape_balanced)").mark_line(point=True).encode(
+        x=x, y=alt.Y("mdape_balanced:Q", title="median error of tokens/s per GPU, units equal (MdAPE)",
+                     axis=alt.Axis(format=".0%"), scale=alt.Scale(zero=True)),
+        color=color, strokeDash=alt.StrokeDash("predictor:N", scale=KSHOT_DASH, legend=None), tooltip=tip,
+    ).properties(title=error_title, width=WIDTH, height=HEIGHT)
+    width = alt.Chart(d).transform_filter("datum.predictor === 'adapted' && isValid(datum.median_width)").mark_line(
+        point=True).encode(
+        x=x, y=alt.Y("median_width:Q", title="median width of the 90% interval, (hi − lo) / prediction",
+                     axis=alt.Axis(format=".0%"), scale=alt.Scale(zero=True)),
+        color=color, tooltip=tip,
+    ).properties(title=width_title, width=WIDTH, height=HEIGHT)
+    return hconcat(error, width)
+
+
 def knee_dots(knees: pl.DataFrame, title: str) -> dict:
     """Knee N per accelerator and reference model on a log axis: a dot (filled: knee found; open: none up to the
     largest N swept, drawn there) and a rule over its interval."""

@@ -258,7 +258,7 @@ def heldout_summary(metrics: pl.DataFrame | None, fits: pl.DataFrame | None) -> 
     analytical/physics/calibrated MdAPE, calibrated MAPE, share within ±10 %, 90 % interval coverage."""
     if metrics is None or metrics.height == 0:
         return pl.DataFrame()
-    m = metrics.filter(pl.col("group") == "ALL")
+    m = metrics.filter((pl.col("group") == "ALL") & (pl.col("scheme") != "kshot"))  # k-shot: its own section
     if fits is not None and fits.height and "promoted" in fits.columns:
         promoted = fits.filter(pl.col("promoted"))["version"].to_list()
         if promoted:
@@ -278,6 +278,27 @@ def heldout_summary(metrics: pl.DataFrame | None, fits: pl.DataFrame | None) -> 
             out = out.with_columns(pl.lit(None, dtype=pl.Float64).alias(col))
     return out.with_columns(pl.col("scheme").map_elements(protocol_name, return_dtype=pl.Utf8).alias("protocol")) \
         .sort("calibrated", descending=True, nulls_last=True)
+
+
+KSHOT_FIGURES = ("n_runs", "mdape", "mape", "mdape_balanced", "mape_balanced", "within_10pct", "coverage_90",
+                 "median_width")
+
+
+def kshot_rows(metrics: pl.DataFrame | None, fits: pl.DataFrame | None) -> pl.DataFrame:
+    """The promoted fit's rows of the k-shot protocol (`scheme` 'kshot'): the overall ones (`group` 'ALL', one per
+    k and predictor) and the per-unit ones (k = 3, adapted), k ascending, adapted first. Empty when the store has
+    none: a fit written before the protocol, or no promoted fit."""
+    if (metrics is None or metrics.height == 0 or "k_shot" not in metrics.columns or fits is None
+            or fits.height == 0 or "promoted" not in fits.columns):
+        return pl.DataFrame()
+    promoted = fits.filter(pl.col("promoted"))["version"].to_list()
+    m = metrics.filter((pl.col("scheme") == "kshot") & pl.col("version").is_in(promoted)
+                       & pl.col("k_shot").is_not_null())
+    for col in KSHOT_FIGURES:
+        if col not in m.columns:
+            m = m.with_columns(pl.lit(None, dtype=pl.Float64).alias(col))
+    return m.unique(["k_shot", "predictor", "group"], keep="first", maintain_order=True).sort(
+        "k_shot", pl.col("predictor") != "adapted", "predictor", "group")
 
 
 # ------------------------------------------------------------------ the site
@@ -644,6 +665,8 @@ def _calibration_page(site: _Site) -> tuple[str, Page]:
         page.empty("No held-out figures yet: the store has no `fit_metrics` rows (they appear once a calibration fit "
                    "has run, e.g. `stepcast build`).")
 
+    _kshot_section(page, site.fit_metrics, site.fits)
+
     pred = site.pred
     scored = pred.filter(pl.col("scored")) if "scored" in pred.columns else pred
     long = scored.select("run_id", "source", "gpu", "n_gpus", "measured_tokens_per_s_per_gpu",
@@ -708,6 +731,45 @@ def _calibration_page(site: _Site) -> tuple[str, Page]:
                                                 "loho_mdape": lambda v: pct(v, 1), "coverage_90": pct},
                    text=("promotion_reason",))
     return shown, page
+
+
+def _kshot_section(page: Page, metrics: pl.DataFrame | None, fits: pl.DataFrame | None) -> None:
+    """The section "Your cluster in k runs": the k-shot protocol of the promoted fit (error and interval width
+    against k, the overall rows as a table), or one sentence when the fit has none."""
+    page.h("Your cluster in k runs")
+    rows = kshot_rows(metrics, fits)
+    overall = rows.filter(pl.col("group") == "ALL") if rows.height else rows
+    if overall.height == 0:
+        page.empty("No k-shot figures yet: `fit_metrics` has no `kshot` rows for the promoted fit (a fit made before "
+                   "the k-shot protocol, or none yet; `stepcast fit` makes a current one).")
+        return
+    units = rows.filter(pl.col("group") != "ALL")["group"].n_unique()
+    ks = sorted(int(k) for k in overall["k_shot"].unique().to_list())
+
+    def err(k: int, predictor: str) -> str:
+        r = overall.filter((pl.col("k_shot") == k) & (pl.col("predictor") == predictor))
+        return pct(r["mdape_balanced"][0], 1) if r.height else "—"
+
+    shown_k = 3 if 3 in ks else max(ks)
+    page.p("A <i>unit</i> is one source's runs on one accelerator with one stack: the cluster and stack you bring. "
+           f"In the k-shot protocol each {f'of the {units} units' if units else 'unit'} is predicted by the fit that "
+           f"never saw its source (leave one source out); k of its runs (k = {', '.join(map(str, ks))}, drawn at "
+           "random, several seeded draws) adapt that fit as <code>--calibrate-on FILE</code> does, and its other runs "
+           "are predicted and scored. <i>naive</i> is the baseline that shifts every prediction by the median error "
+           "of the k runs; at k = 0 both are the unadapted fit. The errors weigh every unit the same: after "
+           f"{shown_k} runs the adapted fit's median error is <b>{err(shown_k, 'adapted')}</b> (naive "
+           f"{err(shown_k, 'naive')}; unadapted {err(0, 'adapted')}). The 90 % interval after k runs is the "
+           "protocol's own: its half-width is the 90 % quantile of the protocol's held-out errors at that k, every "
+           "unit weighing the same, and its coverage is measured by leaving one unit out in turn; it replaces the "
+           "unadapted interval, which describes a source the fit has never seen.")
+    page.chart(charts.kshot_chart(overall, "error on the unit's other runs after k of its runs (naive: dashed)",
+                                  "90% interval after k runs (adapted): median width"), "kshot")
+    page.table(overall.select(
+        pl.col("k_shot").alias("k"), "predictor", pl.col("mdape").alias("MdAPE"), pl.col("mape").alias("MAPE"),
+        pl.col("mdape_balanced").alias("MdAPE, units equal"), pl.col("coverage_90").alias("90% coverage"),
+        pl.col("median_width").alias("90% interval median width")),
+        {**{c: (lambda v: pct(v, 1)) for c in ("MdAPE", "MAPE", "MdAPE, units equal")}, "90% coverage": pct,
+         "90% interval median width": pct}, text=("predictor",))
 
 
 def _index_page(site: _Site, shown: str) -> Page:

@@ -46,7 +46,7 @@ from models.core.params import (
     PhysParams,
 )
 from models.core.software import PRESETS
-from models.fitting import conformal
+from models.fitting import adapt, conformal
 from models.fitting.predictor import (
     DOMAIN_INSIDE,
     FEATURE_NAMES,
@@ -67,7 +67,7 @@ from models.physics.step_time import OUTPUT_COLUMNS, encode_configs, predict_arr
 
 #: bumped whenever a change of the fit's code changes what a stored fit means (a fit of another version is not
 #: reused); what each version changed: docs/calibration.md, "Fit code versions"
-FIT_CODE_VERSION = "stepcast-calibration/16"
+FIT_CODE_VERSION = "stepcast-calibration/17"
 FIT_FIELDS = ("matmul_eff_16bit", "matmul_eff_8bit", "attn_eff", "gemm_ramp_flops_per_sm", "host_overhead_s_per_op",
               "scaleup_eff", "scaleout_eff", "alpha_scaleup_s", "tp_overlap", "dp_overlap", "fsdp_gather_overlap")
 PRESET_FIELDS = {"megatron_2022": ("host_overhead_s_per_op",), "pytorch_native": ("kernel_eff",)}
@@ -84,10 +84,11 @@ MODEL_KINDS = ("physics", "ridge")
 PROTOCOLS = ("loso", "logo", "lofo", "lopo", "scale")
 #: every protocol `stepcast fit --protocols` accepts (loho, one hardware model at a time, is subsumed by logo's
 #: whole generations and costs a dozen more folds, so it is not part of every fit)
-ALL_PROTOCOLS = ("loso", "loho", "logo", "lofo", "lopo", "scale", "vtrain_multi_lomso")
+ALL_PROTOCOLS = ("loso", "loho", "logo", "lofo", "lopo", "scale", "lost", "vtrain_multi_lomso")
 PROTOCOL_NAMES = {"loso": "leave one source out", "loho": "leave one hardware model out",
                   "logo": "leave one hardware generation out", "lofo": "leave one architecture family out",
                   "lopo": "leave one precision out", "scale": "fit on <= 256 accelerators, score larger runs",
+                  "lost": "leave one training stack out",
                   "vtrain_multi_lomso": "vTrain multi-node: leave one model size out"}
 SCALE_SPLIT_N_GPUS = 256
 MIN_GROUP = 5
@@ -526,6 +527,9 @@ def protocol_folds(data: "FitData", scheme: str) -> tuple[np.ndarray, list]:
         f = pooled_groups(data.group("source"))
     elif scheme == "loho":
         f = pooled_groups(data.group("gpu"))
+    elif scheme == "lost":  # the training stack a run's framework words name (measurements/stacks.csv)
+        f = pooled_groups(data.group("memory_preset") if "memory_preset" in data.configs.columns
+                          else np.full(len(data.run_id), "?", dtype=object))
     elif scheme in ("logo", "lofo", "lopo"):
         f = pooled_groups(data.labels(scheme))
     elif scheme == "scale":
@@ -771,7 +775,7 @@ def _labels_for(cv: CVResult, data: "FitData") -> dict[str, np.ndarray]:
     if cv.scheme == "vtrain_multi_lomso":
         return {"model_size": cv.folds}
     per = {"loso": "source", "loho": "gpu", "logo": "generation", "lofo": "family", "lopo": "precision",
-           "scale": "scale"}[cv.scheme]
+           "scale": "scale", "lost": "stack"}[cv.scheme]
     out = {"source": data.group("source"), "gpu": data.group("gpu")}
     if per not in out:
         out[per] = cv.folds
@@ -843,6 +847,21 @@ def fit_calibration(data: "FitData", max_nfev: int | None = None, protocols=PROT
         "loso_covered": covered,
         "loho_tokens_per_s_per_gpu": np.exp(loho.log_pred[chosen]) if loho is not None else np.full(len(rid), np.nan),
     })
+    # the k-shot protocol: a unit's own runs (source | accelerator | stack) adapting the fit that never saw its
+    # source; it chooses and measures the adaptation rule every command serves (models.fitting.adapt)
+    rule, kshot_rows = (None, [])
+    if loso.scheme == "loso":
+        units = adapt.units_of(src, data.group("gpu"), data.group("framework"))
+        rule, kshot_rows = adapt.select_rule(data.log_target - loso.log_pred[chosen], units)
+    final.adaptation_rule = rule
+    metrics = metrics.with_columns(pl.lit(None, dtype=pl.Int64).alias("k_shot"))
+    if kshot_rows:
+        metrics = pl.concat([metrics, pl.DataFrame([{
+            "scheme": "kshot", "grouping": r["grouping"], "group": r["group"], "predictor": r["predictor"],
+            "n_runs": r["n_runs"], "mdape": r["mdape"], "mape": r["mape"], "within_10pct": r["within_10pct"],
+            "coverage_90": r["coverage_90"], "median_width": r["median_width"], "mdape_balanced": r["mdape_balanced"],
+            "mape_balanced": r["mape_balanced"], "k_shot": r["k"]} for r in kshot_rows],
+            schema=metrics.schema)], how="vertical")
     summary = {r["scheme"]: r for r in metrics.filter((pl.col("grouping") == "source") & (pl.col("group") == "ALL")
                                                       & (pl.col("predictor") == "calibrated")).to_dicts()}
     final.metrics = {"protocols": summary, "worst": {k: list(v) for k, v in worsts.items()}, "chosen": chosen}

@@ -11,21 +11,23 @@ from rich.table import Table
 
 from pipeline.commands.common import console, fail, settings, store_modules
 
-PROTOCOLS = ("loso", "loho", "logo", "lofo", "lopo", "scale", "vtrain_multi_lomso")
+PROTOCOLS = ("loso", "loho", "logo", "lofo", "lopo", "scale", "lost", "vtrain_multi_lomso")
 GROUPINGS = {"loso": "source", "loho": "gpu", "logo": "generation", "lofo": "family", "lopo": "precision",
-             "scale": "scale"}
+             "scale": "scale", "lost": "stack"}
 
 
 def fit(
     grouping: Optional[str] = typer.Option(None, "--by", help="Rows of the per-group table: source, gpu, or the "
                                                                 "scheme's own groups [default: the scheme's]."),
     scheme: str = typer.Option("logo", "--scheme", help="The protocol of the per-group table: loso, loho, logo, "
-                                                         "lofo, lopo, scale or vtrain_multi_lomso."),
+                                                         "lofo, lopo, scale, lost or vtrain_multi_lomso."),
     protocols: str = typer.Option("loso,logo,lofo,lopo,scale", "--protocols",
                                   help="Comma-separated validation protocols to run (loso: leave one source out; "
                                        "loho: one hardware model; logo: one hardware generation; lofo: one "
                                        "architecture family; lopo: one precision; scale: fit <= 256 accelerators, "
-                                       "score larger runs; vtrain_multi_lomso: vTrain multi-node model sizes)."),
+                                       "score larger runs; lost: one training stack; vtrain_multi_lomso: vTrain "
+                                       "multi-node model sizes). Every fit also runs the k-shot protocol on the "
+                                       "leave-one-source-out errors (fit_metrics scheme 'kshot')."),
     force: bool = typer.Option(False, "--force", help="Re-fit even if this data's version is already stored."),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
     publish: bool = typer.Option(True, "--publish/--no-publish", help="Publish a fresh snapshot afterwards."),
@@ -44,7 +46,8 @@ def fit(
     not stand for all), share within +-10%. The second breaks one protocol down by its held-out groups. Every
     fold re-fits the physics and the residual without its runs. Needs a built store (`stepcast build`).
 
-    Example: `stepcast fit --scheme lopo` (per precision), `stepcast fit --protocols loso,loho --scheme loho`.
+    Example: `stepcast fit --scheme lopo` (per precision), `stepcast fit --protocols loso,loho --scheme loho`,
+    `stepcast fit --protocols loso,lost --scheme lost` (one training stack at a time).
 
     A new fit is served only if it is not worse than the served one on equal terms (pipeline/fits.py); a
     refused one is kept. `stepcast fit --promote VERSION` serves a stored version by hand. Like every writer,

@@ -1,4 +1,4 @@
-"""`stepcast list models` and `stepcast list gpus`: the architectures and accelerators the commands know by name."""
+"""`stepcast list models`, `list gpus` and `list sources`: the architectures and accelerators the commands know by name, and the sources of the store's runs."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from pipeline.commands.common import fail, settings
 from pipeline.output import FORMATS, render
 
 #: `stepcast list`, registered by pipeline.cli
-list_app = typer.Typer(help="Print the named architectures (`list models`) or accelerators (`list gpus`).",
+list_app = typer.Typer(help="Print the named architectures (`list models`), accelerators (`list gpus`) or the "
+                            "store's sources (`list sources`).",
                        no_args_is_help=True)
 
 MODEL_COLUMNS = ["id", "name", "arch", "params_b", "active_params_b", "n_layers", "d_model", "n_heads", "n_kv_heads",
@@ -83,3 +84,84 @@ def list_gpus(
     frame = hw.with_columns(pl.Series("short_names", gpu_short_names(hw), dtype=pl.Utf8))
     frame = frame.select([c for c in GPU_COLUMNS if c in frame.columns])
     render(frame, fmt, out, title="stepcast list gpus", table_columns=GPU_TABLE)
+
+
+def sources_frame(cfg) -> pl.DataFrame:
+    """One row per source of the store's runs: its run count, accelerators and stacks, and the adaptation of the
+    served fit its runs give (`source_adaptations`, written by `stepcast fit`); empty adaptation columns for a
+    source without a predictable measured run. Reads the snapshot (else the store)."""
+    # start-up time: the store's reader (DuckDB) and the model load only for `list sources`
+    from pipeline import store
+    from pipeline.adaptation import TABLE  # start-up time: as above
+
+    for path in (cfg.snapshot, cfg.store):
+        if not path.exists():
+            continue
+        try:
+            con = store.connect(path, read_only=True)
+        except Exception:  # noqa: BLE001 - held by a writer: try the next
+            continue
+        try:
+            if not store.table_exists(con, "runs"):
+                continue
+            runs = con.execute("select source, count(*) as runs, string_agg(distinct gpu, ', ' order by gpu) as "
+                               "accelerators, string_agg(distinct framework, '; ' order by framework) as frameworks "
+                               "from runs group by source").pl()
+            ad = con.execute(f"select source, n_runs, throughput_factor, raw_factor, interval_factor, fit_version "
+                             f"from {TABLE}").pl() if store.table_exists(con, TABLE) else None
+        finally:
+            con.close()
+        out = runs if ad is None else runs.join(ad, on="source", how="left")
+        return out.sort("runs", descending=True)
+    raise typer.BadParameter("no store yet: run `stepcast build` first")
+
+
+@list_app.command("sources")
+def list_sources(
+    fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the result to this file."),
+) -> None:
+    """The sources of the store's measured runs (a publication, a vendor page, your cluster ingested under a
+    `source` name): runs, accelerators, stacks, and the adaptation of the served fit their runs give.
+
+    `throughput_factor` is what `--source NAME` multiplies the served fit's throughput by (the runs' own mean
+    factor `raw_factor`, shrunk toward 1 by how many runs there are); `interval_factor` is the 90% interval's
+    hi/prediction after that many runs (the k-shot protocol's). `n_runs` counts the runs with a measurement the
+    fit can predict; `runs` every run. Example: `stepcast list sources --format csv`; in SQL:
+    `select * from source_adaptations`."""
+    _check(fmt)
+    try:
+        frame = sources_frame(settings())
+    except typer.BadParameter as err:
+        fail(str(err))
+    render(frame, fmt, out, title="stepcast list sources",
+           table_columns=["source", "runs", "n_runs", "throughput_factor", "raw_factor", "interval_factor",
+                          "accelerators"])
+
+
+@list_app.command("stacks")
+def list_stacks(
+    fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the result to this file."),
+) -> None:
+    """The training stacks of measurements/stacks.csv and the words that name each (measurements/stack_words.csv):
+    what `--stack NAME` and a run file's `framework` column read.
+
+    A name containing one of a stack's words is that stack (`--stack "NeMo 24.09"` is megatron, then
+    megatron_bridge from release 24.12); words without a stack only flag a family (PyTorch-native kernels, XLA).
+    `--stack generic` asks for the generic row with the wider interval. Example: `stepcast list stacks --format
+    json`."""
+    _check(fmt)
+    stacks = catalog.stacks(settings().measurements)
+    rows = []
+    for sid, s in stacks.stacks.items():
+        rows.append({"stack": sid, "words": ", ".join(w for w, r in stacks.words.items() if r.stack == sid),
+                     "default_sharding": s.default_sharding, "selective_policy": s.selective_policy,
+                     "grad_bytes": s.grad_bytes, "logits_bytes": s.logits_bytes,
+                     "interleaves_pipeline": s.interleaves_pipeline, "source": s.source})
+    families = [{"stack": "(family only)", "words": w, "default_sharding": None, "selective_policy": None,
+                 "grad_bytes": None, "logits_bytes": None, "interleaves_pipeline": None,
+                 "source": ", ".join(sorted(r.families))} for w, r in stacks.words.items() if r.stack is None]
+    frame = pl.DataFrame(rows + families, infer_schema_length=None)
+    render(frame, fmt, out, title="stepcast list stacks",
+           table_columns=["stack", "words", "default_sharding", "grad_bytes", "logits_bytes"])
