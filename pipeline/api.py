@@ -10,6 +10,7 @@ and what was expected.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -23,10 +24,12 @@ from models.arch.archfile import (APPROXIMATED_ARCHITECTURES, APPROXIMATED_NOTE,
 from models.arch.moe import resolve_etp
 from models.core.params import DEFAULT, DTYPE_CODES, is_low_precision
 from models.core.precision import RECIPE_SOURCE, recipe_layers_16bit
-from models.corpus.runs_adapter import XLA_REMAT_NOTE, XLA_TP_NOTE, hybrid_problems
+from models.core.software import PRESETS
+from models.corpus.runs_adapter import XLA_REMAT_NOTE, XLA_TP_NOTE, hybrid_problems, stack_settings
 from models.fitting.assumptions import check_assumptions, params_for
-from models.fitting.predictor import Predictor, predict
+from models.fitting.predictor import Predictor, adaptation_of, predict
 from models.memory.model import MAXTEXT_REMAT
+from models.memory.stacks import STACK_COLUMNS
 from models.physics.hardware import compiler_overlaps_tp, resolve_hardware
 from models.physics.step_time import arch_config
 from models.planning import plan as P
@@ -79,6 +82,105 @@ def _planning():
     from models.planning import curves, frontier
 
     return curves, frontier
+
+
+def adapt_model(cfg: Settings, model, calibrate_on=None, source: Optional[str] = None, *,
+                analytical_only: bool = False, assumptions: str = "realistic"):
+    """`model` (the served fit under `assumptions`, `pipeline.calibrated.model_for`) adapted to the runs of
+    `calibrate_on` (a run file's path, or a frame in the measurement schema) or to the stored adaptation of
+    `source` (`pipeline.adaptation`); `model` itself when neither is given. InputError when the fit cannot be
+    adapted (no fit, analytical or ideal answers, both given, a bad file, no usable run, an unknown source)."""
+    if calibrate_on is None and source is None:
+        return model
+    # start-up time: the adaptation reads the store (DuckDB), which `import stepcast` leaves out
+    from pipeline import adaptation, store
+
+    flag = "--calibrate-on" if calibrate_on is not None else "--source"
+    if calibrate_on is not None and source is not None:
+        raise InputError("--calibrate-on and --source both given: give one (a file of your runs, or a source the "
+                         "store holds)")
+    if analytical_only:
+        raise InputError(f"{flag} adapts the calibrated fit; --analytical-only answers with the priors alone")
+    if assumptions != "realistic":
+        raise InputError(f"{flag} adapts the realistic prediction; --assumptions {assumptions} is a bound no "
+                         "measurement moves")
+    try:
+        if calibrate_on is not None:
+            ad = adaptation.from_file(calibrate_on, cfg.measurements, model)
+        else:
+            ad = None
+            for path in (cfg.snapshot, cfg.store):
+                if path.exists():
+                    con = store.connect(path, read_only=True)
+                    try:
+                        ad = adaptation.from_source(con, source, model)
+                    finally:
+                        con.close()
+                    break
+            if ad is None:
+                raise adaptation.AdaptationError(f"--source {source}: no store yet: run `stepcast build`")
+    except (adaptation.AdaptationError, FileRejected, UnknownName) as err:
+        raise InputError(str(err), exit_code=1) from err
+    return dataclasses.replace(model, adaptation=ad)
+
+
+#: `--stack generic`: the generic stack row on purpose (the wider interval of a stack the fit never saw)
+GENERIC_STACK = "generic"
+
+
+def stack_inputs(cfg: Settings, stack: Optional[str], gpu_id: Optional[str]) -> tuple[dict, Optional[dict], str]:
+    """What `--stack NAME` sets for configurations on `gpu_id`, read by the words of measurements/stack_words.csv as
+    a run file's `framework` is (`models.corpus.runs_adapter.stack_settings`): (the per-configuration inputs: the
+    stack's memory values, XLA compilation, software era, `stack_unknown`; the reading; the sentence for
+    `assumptions`). ({}, None, "") without a stack. `--stack generic` asks for the generic row (wider interval); any
+    other name the words do not know is an InputError listing the known stacks."""
+    if stack is None:
+        return {}, None, ""
+    name = stack.strip()
+    if not name:
+        raise InputError("--stack: give a stack name (`stepcast list stacks`)")
+    stacks = catalog.stacks(cfg.measurements)
+    generic = name.lower() == GENERIC_STACK
+    d = stack_settings("" if generic else name, gpu_id or "", resolve_hardware(catalog.hardware(cfg.measurements),
+                                                                              strict=False), stacks)
+    if not d["known"] and not generic:
+        words = list(stacks.words)
+        raise InputError(f"--stack {name}: no stack of measurements/stack_words.csv is named so; known: "
+                         + ", ".join(words or sorted(stacks.stacks)) + f" (or --stack {GENERIC_STACK}: the generic row "
+                         "with the wider interval; `stepcast list stacks`)")
+    inputs = {c: d[c] for c in STACK_COLUMNS}
+    inputs.update(xla_compiled=d["xla_compiled"], era_code=float(PRESETS.index(d["software_preset"])),
+                  stack_unknown=1.0 if generic else 0.0)
+    note = (f"stack {GENERIC_STACK}: the generic row of measurements/stacks.csv, {d['software_preset']} kernels, "
+            "the wider interval of a stack the fit never saw" if generic else
+            f"stack {name}: read as {d['memory_preset']} (measurements/stacks.csv), {d['software_preset']} kernels"
+            + (", XLA-compiled" if d["xla_compiled"] == 1.0 else ""))
+    return inputs, d, note
+
+
+def with_adaptation(result: pl.DataFrame, model) -> pl.DataFrame:
+    """`result` with the adaptation that answered (if any) said: `adapted_to`, `adaptation_runs`,
+    `throughput_factor`, and its sentence in `assumptions` (once)."""
+    ad = adaptation_of(model)
+    if ad is None or result.height == 0:
+        return result
+    extra = [pl.lit(ad.name).alias("adapted_to"), pl.lit(ad.n_runs).alias("adaptation_runs"),
+             pl.lit(ad.throughput_factor).alias("throughput_factor")]
+    if "assumptions" in result.columns:
+        text = ad.describe()
+        extra.append(pl.when(pl.col("assumptions").str.contains(text, literal=True)).then(pl.col("assumptions"))
+                     .otherwise(pl.concat_str([pl.col("assumptions"), pl.lit(text)], separator="; "))
+                     .alias("assumptions"))
+    return result.with_columns(extra)
+
+
+def options_model(cfg: Settings, o, assumptions: Optional[str] = None):
+    """The model a command's options ask for: the served fit (or the priors) under the assumptions, adapted to
+    `o.calibrate_on` / `o.source` where the command has them."""
+    assumptions = assumptions or o.assumptions
+    m = _calibrated().model_for(cfg, o.analytical_only, assumptions)
+    return adapt_model(cfg, m, getattr(o, "calibrate_on", None), getattr(o, "source", None),
+                       analytical_only=o.analytical_only, assumptions=assumptions)
 
 
 def check_choice(flag: str, value: Optional[str], allowed) -> None:
@@ -219,9 +321,13 @@ def predict_config(cfg: Settings, o: PredictOptions, arch: dict, hw_row: dict, g
         vpp = 1
         if pp > 1:  # a measured run's unstated vpp is inferred instead (models.corpus.runs_adapter): say which this is
             defaults.append("vpp=1 (plain 1F1B; --vpp N for the interleaved schedule)")
+    stack_row, stack, stack_note = stack_inputs(cfg, o.stack, hw_row.get("id"))
+    if stack_note:
+        defaults.insert(0, stack_note)
     if sharding is None:
-        sharding = "zero1" if dp * cp > 1 else "none"
-        defaults.append(f"sharding={sharding}")
+        own = stack["default_sharding"] if stack is not None and not stack_row["stack_unknown"] else None
+        sharding = (own or "zero1") if dp * cp > 1 else "none"
+        defaults.append(f"sharding={sharding}" + (" (the stack's default)" if own else ""))
     if recompute is None:
         recompute = "selective"
         defaults.append("recompute=selective")
@@ -272,12 +378,20 @@ def predict_config(cfg: Settings, o: PredictOptions, arch: dict, hw_row: dict, g
         row["moe_capacity_factor"] = float(capacity_factor)
     if layers_16bit:
         row["n_layers_16bit"] = float(layers_16bit)
+    row.update({k: v for k, v in stack_row.items() if k != "era_code"})
+    if stack is not None:
+        row["software_preset"] = stack["software_preset"]
     if save_list is not None:
         row["selective_policy"] = float(MAXTEXT_REMAT[save_list])
         defaults.append(f"recompute {save_list}: selective with that MaxText remat_policy's save list (memory: what "
                         f"it keeps on the device; time: what the backward recomputes)")
     configs = pl.DataFrame([row]).hstack(pl.DataFrame([{k: v for k, v in hw.items() if k not in row}]))
-    m = _calibrated().model_for(cfg, o.analytical_only, assumptions)
+    m = options_model(cfg, o, assumptions)
+    open_settings, spread = settings_spread(cfg, configs, o, m, arch, hw)
+    if spread > 0:
+        configs = configs.with_columns(pl.lit(spread).alias("settings_halfwidth"))
+        defaults.append(f"interval: the spread over the settings left open ({', '.join(open_settings)}), "
+                        f"x/{math.exp(spread):.2f}; state them to narrow it")
     res = predict(configs, m)
     err = res["error"][0]
     if err is not None and not err.startswith("memory"):
@@ -295,10 +409,65 @@ def predict_config(cfg: Settings, o: PredictOptions, arch: dict, hw_row: dict, g
     return inputs.hstack(res.with_columns(pl.lit(float(hw["inter_node_bw_gbps"])).alias("inter_node_bw_gbps")))
 
 
+#: the plausible values of each setting a question may leave open (the interval's settings part: `settings_spread`)
+OPEN_SETTINGS = {"micro_batch": (1, 2, 4), "vpp": (1, 2, 4), "sharding": ("none", "zero1", "zero3"),
+                 "recompute": ("none", "selective", "full"), "sequence_parallel": (False, True),
+                 "stack": (None, "torchtitan")}
+
+
+def settings_spread(cfg: Settings, configs: pl.DataFrame, o: PredictOptions, model, arch: Mapping,
+                    hw: Mapping) -> tuple[list[str], float]:
+    """(the settings `o` leaves open, the log half-width they add to the interval): half the log range of the step
+    time the one prediction function gives over every feasible combination of their plausible values
+    (`OPEN_SETTINGS`; a micro-batch must tile the batch, an interleave the layers), the stated settings held. A
+    fully stated configuration has none; stating a setting only removes combinations, so it never widens it."""
+    row = configs.row(0, named=True)
+    tp, pp, dp, cp = (int(row[k]) for k in ("tp", "pp", "dp", "cp"))
+    layers = int(float(arch.get("n_layers") or 1))
+    tpu = bool(compiler_overlaps_tp(hw.get("scaleup_link_code", float("nan"))))
+    open_: dict[str, tuple] = {}
+    if o.micro_batch is None:
+        open_["micro_batch"] = tuple(b for b in OPEN_SETTINGS["micro_batch"] if row["global_batch_seqs"] % (dp * b) == 0)
+    if o.vpp is None and pp > 1:
+        open_["vpp"] = tuple(v for v in OPEN_SETTINGS["vpp"] if layers % (pp * v) == 0)
+    if o.sharding is None and dp * cp > 1:
+        open_["sharding"] = OPEN_SETTINGS["sharding"]
+    if o.recompute is None:
+        open_["recompute"] = OPEN_SETTINGS["recompute"]
+    if o.sequence_parallel is None and tp > 1:
+        open_["sequence_parallel"] = OPEN_SETTINGS["sequence_parallel"]
+    if o.stack is None and not tpu:
+        open_["stack"] = OPEN_SETTINGS["stack"]
+    open_ = {k: v for k, v in open_.items() if len(v) > 1}
+    if not open_:
+        return [], 0.0
+    grid = configs
+    for name, values in open_.items():
+        if name == "stack":
+            frames = []
+            for st in values:
+                inputs, d, _ = stack_inputs(cfg, st, row.get("gpu"))
+                extra = {k: v for k, v in inputs.items() if k != "era_code"}
+                if d is not None:
+                    extra["software_preset"] = d["software_preset"]
+                frames.append(grid.with_columns([pl.lit(v).alias(k) for k, v in extra.items()]))
+            grid = pl.concat(frames, how="diagonal_relaxed")
+        else:
+            grid = grid.join(pl.DataFrame({name: list(values)}), how="cross", suffix="_alt").drop(name) \
+                .rename({f"{name}_alt": name}) if name in grid.columns else grid.join(
+                pl.DataFrame({name: list(values)}), how="cross")
+    res = predict(grid, model)
+    step = res.filter(pl.col("feasible") & pl.col("step_time_s").is_finite())["step_time_s"]
+    if step.len() < 2:
+        return list(open_), 0.0
+    return list(open_), float(0.5 * (math.log(step.max()) - math.log(step.min())))
+
+
 def search_layouts(cfg: Settings, *, arch: dict, hw_row: dict, gpus: int, global_batch: int, seq_len: int,
                    fixed: Optional[dict] = None, dtype: str = "bf16", top: int = 10, rank_by: str = "throughput",
                    analytical_only: bool = False, assumptions: str = "realistic",
-                   hw_overrides: Optional[dict] = None) -> tuple[pl.DataFrame, int, Any]:
+                   hw_overrides: Optional[dict] = None, calibrate_on=None,
+                   source: Optional[str] = None, stack: Optional[str] = None) -> tuple[pl.DataFrame, int, Any]:
     """(best layouts, number evaluated, model used), ranked by the calibrated figure of the one function."""
     check_choice("--dtype", dtype, DTYPES)
     check_choice("--assumptions", assumptions, ASSUMPTION_SETS)
@@ -306,10 +475,16 @@ def search_layouts(cfg: Settings, *, arch: dict, hw_row: dict, gpus: int, global
         raise InputError(f"--rank-by must be throughput or cost, got '{rank_by}'")
     hw = resolved_hardware(hw_row, hw_overrides)
     check_precision(dtype, hw)
-    m = _calibrated().model_for(cfg, analytical_only, assumptions)
+    stack_row, _, stack_note = stack_inputs(cfg, stack, hw_row.get("id"))
+    hw = hw | stack_row
+    m = adapt_model(cfg, _calibrated().model_for(cfg, analytical_only, assumptions), calibrate_on, source,
+                    analytical_only=analytical_only, assumptions=assumptions)
     price = hw_row.get("cloud_usd_per_hour")
     result, n = run_search(arch, hw, gpus, global_batch, seq_len, fixed=fixed or {}, dtype=dtype, top_k=top,
                            rank_by=rank_by, usd_per_gpu_hour=price, return_count=True, params=m)
+    if stack_note and result.height and "assumptions" in result.columns:
+        result = result.with_columns(pl.concat_str([pl.col("assumptions"), pl.lit(stack_note)], separator="; ")
+                                     .alias("assumptions"))
     return _with_approximation_note(result, arch), n, m
 
 
@@ -321,7 +496,10 @@ def title_of(command: str, result: pl.DataFrame) -> str:
     a = str(result["assumptions"][0]).split(";")[0]
     dom = sorted(set(str(x).split(";")[0] for x in result["calibration_domain"].to_list())) \
         if "calibration_domain" in result.columns else []
-    return (f"stepcast {command} — {a}" + (f", fit {v}" if v else "") + (f", domain: {' / '.join(dom)}" if dom else ""))
+    ad = (f", adapted to {result['adapted_to'][0]} ({result['adaptation_runs'][0]} runs, throughput x"
+          f"{result['throughput_factor'][0]:.3f})") if "adapted_to" in result.columns else ""
+    return (f"stepcast {command} — {a}" + (f", fit {v}" if v else "") + ad
+            + (f", domain: {' / '.join(dom)}" if dom else ""))
 
 
 # ------------------------------------------------------------------ the commands' computations
@@ -358,6 +536,8 @@ PLAN_COLUMNS = ["rank", "hardware", "n_gpus", "tp", "tp_mode", "pp", "dp", "cp",
 OPTIMAL_COLUMNS = ["rank", "hardware", "n_gpus", "params", "tokens", "loss", "training_flop", "days", "cost_usd",
                    "energy_mwh", "mfu", "tp", "pp", "dp", "cp", "n_layers", "d_model", "usd_per_gpu_hour"]
 NO_DEADLINE_HORIZON_DAYS = 365
+#: what an adapted answer adds (`with_adaptation`)
+ADAPTATION_COLUMNS = ["adapted_to", "adaptation_runs", "throughput_factor"]
 
 
 def clean(v):
@@ -436,14 +616,16 @@ def prediction(cfg: Settings, o: Optional[PredictOptions] = None, /, *, arch: Op
 
 
 def run_predictions(cfg: Settings, runs, *, assumptions: str = "realistic",
-                    analytical_only: bool = False) -> pl.DataFrame:
-    """`stepcast predict --runs`: every run of a measurement-schema file (a path) or frame, one row per run_id."""
+                    analytical_only: bool = False, calibrate_on=None, source: Optional[str] = None) -> pl.DataFrame:
+    """`stepcast predict --runs`: every run of a measurement-schema file (a path) or frame, one row per run_id
+    (`calibrate_on` / `source`: the served fit adapted to those runs, `adapt_model`)."""
     check_choice("--assumptions", assumptions, ASSUMPTION_SETS)
-    model_for = _calibrated().model_for
+    m = adapt_model(cfg, _calibrated().model_for(cfg, analytical_only, assumptions), calibrate_on, source,
+                    analytical_only=analytical_only, assumptions=assumptions)
     try:
         if isinstance(runs, pl.DataFrame):
-            return predict_frame(runs, cfg.measurements, model_for(cfg, analytical_only, assumptions))
-        return predict_file(runs, cfg.measurements, model_for(cfg, analytical_only, assumptions))
+            return predict_frame(runs, cfg.measurements, m)
+        return predict_file(runs, cfg.measurements, m)
     except (FileRejected, UnknownName) as err:  # UnknownName: a reference table the reading needs is malformed
         raise InputError(str(err), exit_code=1) from err
 
@@ -509,15 +691,17 @@ def layout_search(cfg: Settings, o: Optional[SearchOptions] = None, /, *, arch: 
                                    micro_batch=o.micro_batch, sharding=sharding, recompute=recompute, tp_mode=tp_mode,
                                    moe_capacity_factor=capacity_factor).items() if v is not None}
     overrides = network_overrides(o.scaleup_size, o.scaleup_gbps, o.scaleout_gbps, o.oversubscription, o.pod_size)
-    result, n_evaluated, _ = search_layouts(cfg, arch=arch_row, hw_row=hw_row, gpus=o.gpus,
+    result, n_evaluated, model = search_layouts(cfg, arch=arch_row, hw_row=hw_row, gpus=o.gpus,
                                             global_batch=o.global_batch, seq_len=o.seq_len, fixed=fixed, dtype=dtype,
                                             top=o.top, rank_by=rank_by, analytical_only=o.analytical_only,
-                                            assumptions=o.assumptions, hw_overrides=overrides)
+                                            assumptions=o.assumptions, hw_overrides=overrides,
+                                            calibrate_on=o.calibrate_on, source=o.source, stack=o.stack)
     if result.height == 0:
         raise NoResult(f"no feasible layout among {n_evaluated:,} evaluated for {arch_row['id']} on {o.gpus} x {gpu} "
                        f"(batch {o.global_batch} x {o.seq_len}{', fixed ' + str(fixed) if fixed else ''}). Try more "
                        f"GPUs, a smaller micro-batch, recompute, or sharding.")
     result = _with_network_note(result.with_row_index("rank", offset=1), o.oversubscription, o.pod_size)
+    result = with_adaptation(result, model)
     extra = [c for c in result.columns if c not in SEARCH_COLUMNS]
     result = result.select([c for c in SEARCH_COLUMNS if c in result.columns] + extra)
     return result, n_evaluated, arch_row, gpu
@@ -566,7 +750,7 @@ def overrides_note(o: Options) -> str:
     return f" (overridden: {', '.join(parts)})" if parts else ""
 
 
-def physics(cfg: Settings, assumptions: str, residual: bool = True, analytical_only: bool = False):
+def physics(cfg: Settings, assumptions: str, residual: bool = True, analytical_only: bool = False, o=None):
     """(residual hook, model, note) under an assumption set, from the promoted fit (`models.fitting.predictor`, the one
     prediction function): 'realistic' is the fit (``residual=False``: the frontier ranks and reports with the
     model directly, no post-hoc hook); 'ideal' is Epoch AI's ideal conditions on the fit's physics, no residual.
@@ -589,7 +773,8 @@ def physics(cfg: Settings, assumptions: str, residual: bool = True, analytical_o
                                                   "physics (no residual)")
     if not residual:
         return None, Predictor(bundle), f"realistic: calibrated with fit {bundle.version}"
-    hook, params, note = _planning()[0].calibration_from_bundle(bundle)
+    model = adapt_model(cfg, Predictor(bundle), getattr(o, "calibrate_on", None), getattr(o, "source", None))
+    hook, params, note = _planning()[0].calibration_from_bundle(bundle, model.adaptation)
     return hook, params, f"realistic: {note}"
 
 
@@ -621,8 +806,14 @@ def scaling_curve(cfg: Settings, o: Optional[CurveOptions] = None, /, *, arch: O
     arch_row = architecture(cfg, o.model, o.arch_file, arch)
     check_hybrid(arch_row)
     check_batch_rule(batch_rule)
-    hook, params, note = physics(cfg, assumptions, analytical_only=o.analytical_only)
+    if (o.calibrate_on is not None or o.source is not None) and (o.analytical_only or assumptions != "realistic"):
+        adapt_model(cfg, None, o.calibrate_on, o.source, analytical_only=o.analytical_only, assumptions=assumptions)
+    hook, params, note = physics(cfg, assumptions, analytical_only=o.analytical_only, o=o)
     hw = tier_hardware(cfg, o)
+    stack_row, _, stack_note = stack_inputs(cfg, o.stack, hw.get("id"))
+    hw = hw | stack_row
+    if stack_note:
+        note = f"{note}; {stack_note}"
     n_params = curves._arch_params(arch_row)
     tokens = tokens if tokens is not None else 20.0 * n_params
     batch = o.global_batch or curves.round_batch(4 * 2**20 / seq_len)
@@ -803,7 +994,14 @@ def training_plan(cfg: Settings, o: Optional[PlanOptions] = None, /, *, arch: Op
                .iter_rows(named=True)]
     for r in hw_rows:
         check_pod(pod_size, r)
-    pred_model = _calibrated().model_for(cfg, o.analytical_only, assumptions)
+    stack_note = ""
+    if o.stack is not None:  # each accelerator's configurations with the stated stack (`stack_inputs`)
+        rows = []
+        for r in hw_rows:
+            inputs, _, stack_note = stack_inputs(cfg, o.stack, r.get("id"))
+            rows.append(r | inputs)
+        hw_rows = rows
+    pred_model = options_model(cfg, o, assumptions)
     seqs = max(batch_tokens // seq_len, 1)
 
     if optimal:
@@ -813,7 +1011,8 @@ def training_plan(cfg: Settings, o: Optional[PlanOptions] = None, /, *, arch: Op
                            + (f" and {deadline_days:g} days" if deadline_days else "") + "; raise --budget-usd, "
                            "--deadline-days or --max-gpus")
         result = result.sort("loss").head(top).with_row_index("rank", offset=1)
-        return (result.select([c for c in OPTIMAL_COLUMNS if c in result.columns]),
+        result = with_adaptation(result, pred_model)
+        return (result.select([c for c in OPTIMAL_COLUMNS + ADAPTATION_COLUMNS if c in result.columns]),
                 f"compute-optimal plans for ${budget_usd:,.0f} (Chinchilla loss, lower is better)"
                 + overrides_note(o))
 
@@ -855,13 +1054,17 @@ def training_plan(cfg: Settings, o: Optional[PlanOptions] = None, /, *, arch: Op
                  "it)")
     ok = ok.with_columns(late.alias("_late")).sort(["_late", order, "days"]).drop("_late").head(top) \
         .with_row_index("rank", offset=1)
+    ok = with_adaptation(ok, pred_model)
+    if stack_note and "assumptions" in ok.columns:
+        ok = ok.with_columns(pl.concat_str([pl.col("assumptions"), pl.lit(stack_note)], separator="; ")
+                             .alias("assumptions"))
     title = (f"{arch_row['id']}, {tokens:.3g} tokens: best {ok.height} by {order.replace('_usd', '')}"
              + (f" within {deadline_days:g} days" if deadline_days else "")
              + (f" within ${budget_usd:,.0f}" if budget_usd else "")
              + f" — {title_of('plan', ok).split(' — ', 1)[-1]}"
              + overrides_note(o))
     ok = _with_network_note(ok, o.oversubscription, pod_size)
-    return ok.select([c for c in PLAN_COLUMNS if c in ok.columns]), title
+    return ok.select([c for c in PLAN_COLUMNS + ADAPTATION_COLUMNS if c in ok.columns]), title
 
 
 def _optimal(hw_rows, prices, budget, deadline, max_gpus, seq_len, seqs, dtype, phys):

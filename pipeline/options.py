@@ -136,6 +136,21 @@ ANALYTICAL_ONLY = Option("analytical_only", bool, False, help=ANALYTICAL_HELP)
 DTYPE_AUTO = DTYPE.but(default=None, help="Precision (default: bf16; fp16 without BF16; fp32 on fp32-only parts).")
 BATCH_RULE = Option("batch_rule", str, "deepseek", help=BATCH_RULE_HELP)
 TOP = Option("top", int, 10, short="-k", min=1, help="How many layouts to show.")
+# the training stack (measurements/stacks.csv, read by the words of measurements/stack_words.csv)
+STACK = Option("stack", str, metavar="NAME", help=(
+    "Training stack as people write it: Megatron-LM, Megatron-Core, NeMo 24.09, Megatron-Bridge, DeepSpeed, "
+    "PyTorch FSDP, torchtitan, llm-foundry, MaxText, Pax, JAX, ... (`stepcast list stacks`): its memory behaviour, "
+    "kernels and software era answer [default: Megatron-Core's defaults]. A name the stack table does not know gets "
+    "the generic row, said in assumptions, with the wider interval."))
+# the served fit adapted to a cluster's own runs (models.fitting.adapt, pipeline.adaptation)
+CALIBRATE_ON = Option("calibrate_on", Path, metavar="FILE", help=(
+    "Runs measured on the cluster and stack you ask about (any model, layout or size; the measurement schema or "
+    "the spellings --runs reads): the served fit is adapted to them in process (nothing is stored) and answers. "
+    "The output says how many runs adapted it and by how much (`assumptions`, `throughput_factor`)."))
+SOURCE = Option("source", str, metavar="NAME", help=(
+    "Answer with the adaptation of a source the store holds (runs ingested under that `source`; `stepcast list "
+    "sources`)."))
+ADAPT = (CALIBRATE_ON, SOURCE)
 # the printout (CLI only)
 FORMAT = Option("fmt", str, "table", flag="--format", short="-f", help="table, csv or json.", cli_only=True)
 OUT = Option("out", Path, short="-o", help="Write the result to this file.", cli_only=True)
@@ -146,7 +161,7 @@ OUT = Option("out", Path, short="-o", help="Write the result to this file.", cli
 PREDICT = (
     MODEL, GPU, GPUS, GLOBAL_BATCH, SEQ_LEN, MICRO_BATCH, TP, TP_MODE, PP, DP, CP, EP, ETP, CAPACITY_FACTOR, VPP,
     SHARDING, RECOMPUTE, SEQUENCE_PARALLEL,
-    DTYPE.but(help="bf16, fp16, fp8, fp8-cs, mxfp8, nvfp4, fp32 or tf32."), LAYERS_16BIT,
+    DTYPE.but(help="bf16, fp16, fp8, fp8-cs, mxfp8, nvfp4, fp32 or tf32."), LAYERS_16BIT, STACK,
     # the older names of two network tiers, beside --scaleup-size and --scaleout-gbps
     Option("gpus_per_node", int, min=1, help="Scale-up domain used [default: the accelerator's]."),
     Option("inter_node_gbps", float, min=0.001, metavar="GB/S", help="Your cluster's scale-out bandwidth per "
@@ -161,7 +176,7 @@ PREDICT = (
                            "(CSV/JSON)."),
     Option("runs", Path, metavar="FILE", help="Predict every run of a measurement-schema file instead (CSV, TSV, "
            "Parquet, JSON, JSON Lines or a Markdown table)."),
-    ASSUMPTIONS, ANALYTICAL_ONLY,
+    ASSUMPTIONS, ANALYTICAL_ONLY, *ADAPT,
     FORMAT.but(help="Output: table, csv or json."), OUT.but(metavar="FILE"),
 )
 
@@ -177,7 +192,7 @@ SEARCH = (
     Option("activation", str, "gelu", help="gelu or swiglu."),
     GPU.but(help="Accelerator id or name, e.g. a100-sxm4-80gb."), ARCH_FILE, HARDWARE_FILE,
     GPUS.but(required=True, help="Accelerators (N)."), GLOBAL_BATCH.but(required=True), SEQ_LEN.but(required=True),
-    DTYPE, TOP, Option("rank_by", str, "throughput", help="throughput, or cost (GPU-time per token)."),
+    DTYPE, STACK, TOP, Option("rank_by", str, "throughput", help="throughput, or cost (GPU-time per token)."),
     # each fixes one dimension of the searched layouts (default: searched)
     TP.but(default=None, help="Fix the tensor-parallel degree."), TP_MODE.but(default=None, help=TP_MODE_FIX_HELP),
     PP.but(default=None, help="Fix the pipeline-parallel degree."),
@@ -188,7 +203,7 @@ SEARCH = (
     VPP.but(help="Fix the interleaving (chunks per stage)."), MICRO_BATCH.but(help="Fix the micro-batch."),
     SHARDING.but(help="Fix: none, zero1, zero2, zero3, fsdp, hsdp."),
     RECOMPUTE.but(help="Fix: none, selective, full."),
-    ASSUMPTIONS, ANALYTICAL_ONLY, *NETWORK,
+    ASSUMPTIONS, ANALYTICAL_ONLY, *ADAPT, *NETWORK,
     Option("intervals", bool, True, negatable=True, hidden=True, cli_only=True,
            help="Kept for scripts: the interval is always part of the prediction."),
     FORMAT, OUT,
@@ -203,7 +218,7 @@ CURVE = (
     GLOBAL_BATCH.but(help="Strong scaling batch in sequences (default 4M tokens)."),
     Option("per_gpu_batch", float, 1.0, min=0.0, help="Weak/critical: sequences per GPU."),
     MAX_GPUS, Option("threshold", float, 0.5, help="Marginal-efficiency threshold of the knee."),
-    DTYPE_AUTO, FORMAT, ASSUMPTIONS, BATCH_RULE, *NETWORK,
+    DTYPE_AUTO, STACK, FORMAT, ASSUMPTIONS, BATCH_RULE, *ADAPT, *NETWORK,
 )
 
 FRONTIER = (
@@ -234,9 +249,9 @@ PLAN = (
     SEQ_LEN.but(default=8192, short=None, help="Tokens per sequence (Llama 3 pre-training: 8192)."),
     Option("global_batch_tokens", int, 4_194_304, min=1, help="Tokens per optimizer step (Llama 3 405B started at "
                                                                 "4M)."),
-    DTYPE, Option("optimal", bool, False, help="Choose the model size too: the compute-optimal (Chinchilla) size and "
+    DTYPE, STACK, Option("optimal", bool, False, help="Choose the model size too: the compute-optimal (Chinchilla) size and "
                                                "token count for the budget."),
-    TOP.but(help="How many options to show."), ASSUMPTIONS, ANALYTICAL_ONLY,
+    TOP.but(help="How many options to show."), ASSUMPTIONS, ANALYTICAL_ONLY, *ADAPT,
     SCALEUP_SIZE.but(help=SCALEUP_SIZE_HELP + " (every accelerator considered)"), *NETWORK[1:],
     FORMAT, OUT,
 )

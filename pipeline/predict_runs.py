@@ -47,6 +47,11 @@ OUT_COLUMNS = ["feasible", "error", "step_time_s", "step_time_lo_s", "step_time_
                "fit_version", "assumptions", "calibration_domain"]
 
 
+#: what an answer adds where it applies: the interval's parts and the adaptation that answered
+ANSWER_EXTRAS = ("interval_residual", "interval_extrapolation", "interval_settings", "adapted_to", "adaptation_runs",
+                 "throughput_factor")
+
+
 def number_text(expr: pl.Expr) -> pl.Expr:
     """A number cell as written by hand, ready to cast: thousands separators (',' '_' or a space between digit
     groups: "1,024", "16_384") dropped, surrounding spaces stripped; empty -> null."""
@@ -756,6 +761,37 @@ def resolve_dtype_spellings(runs: pl.DataFrame, hardware: pl.DataFrame) -> pl.Da
                             error.alias("_dtype_error")).drop("_bf16_peak")
 
 
+def unknown_stacks(cfg: pl.DataFrame, stacks) -> pl.DataFrame:
+    """A run whose `framework` names no stack the stack table knows (no word of measurements/stack_words.csv) is
+    read with the generic stack row, says so in `assumptions`, and takes the wider interval of a stack the fit never
+    saw (`stack_unknown`). Only in a user's file: the corpus's runs are the fit's own, their stacks seen."""
+    if "framework" not in cfg.columns:
+        return cfg
+    words = list(stacks.words)
+    fw = pl.col("framework").cast(pl.Utf8).str.to_lowercase().str.strip_chars().fill_null("")
+    unknown = (fw != "") & ~pl.any_horizontal([fw.str.contains(w, literal=True) for w in words])
+    return cfg.with_columns(
+        pl.when(unknown).then(pl.lit(1.0)).otherwise(pl.lit(0.0)).alias("stack_unknown"),
+        pl.when(unknown).then(pl.concat_str([pl.col("assumptions"), pl.format(
+            "framework '{}' names no stack of measurements/stack_words.csv: the generic stack row, wider interval",
+            pl.col("framework"))], separator="; ", ignore_nulls=True)).otherwise(pl.col("assumptions"))
+        .alias("assumptions"))
+
+
+def measured_runs_ran(pred: pl.DataFrame, measured: pl.Series) -> pl.DataFrame:
+    """A run with a measurement ran, so it fitted: where the memory model calls it over capacity, the row stays
+    `feasible` (the prediction made with its stated settings) and says so in `assumptions`; `memory_fits` False and
+    `memory_gb_per_gpu` keep the memory model's figure. Refusal is for configurations a user asks about."""
+    over = pl.Series(measured).fill_null(False) & pl.col("error").str.starts_with("memory").fill_null(False)
+    return pred.with_columns(
+        pl.when(over).then(pl.concat_str([pl.col("assumptions"), pl.format(
+            "measured, so it ran: predicted as stated although the memory model calls it over capacity ({})",
+            pl.col("error"))], separator="; ", ignore_nulls=True)).otherwise(pl.col("assumptions")).alias("assumptions"),
+        pl.when(over).then(pl.lit(True)).otherwise(pl.col("feasible")).alias("feasible"),
+        pl.when(over).then(pl.lit(None, dtype=pl.Utf8)).otherwise(pl.col("error")).alias("error"),
+    )
+
+
 def predict_file(path: Path, measurements: Path, model=None) -> pl.DataFrame:
     """One row per distinct run_id of the file: the prediction (`models.fitting.predictor.predict` with `model`), or
     the reason it cannot be made, and -- when the file has a measurement -- `measured_tokens_per_s_per_gpu` and
@@ -811,6 +847,7 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
     runs, header_notes = stated_otherwise(runs, catalog.hardware(measurements), header_notes)
     hw = resolve_hardware(catalog.hardware(measurements), strict=False)
     cfg = configs_from_runs(runs, hw, catalog.recipes(measurements))  # what the runs' named recipes set
+    cfg = unknown_stacks(cfg, catalog.stacks(measurements))
     header_note = pl.lit("; ".join(header_notes) if header_notes else None, dtype=pl.Utf8)
     cfg = cfg.with_columns(pl.concat_str([header_note, "assumptions", "_dtype_note", "_word_note", "_gpu_note"],
                                          separator="; ", ignore_nulls=True).replace("", None).alias("assumptions")
@@ -841,8 +878,10 @@ def predict_frame(frame: pl.DataFrame, measurements: Path, model=None, source: s
         ).with_columns(  # the capacity in the model's decimal GB: a vendor's "80 GB" are binary (models.memory.model)
             (pl.col("memory_gb") * CAPACITY_BYTES_PER_GB / 1e9).alias("memory_capacity_gb"),
         ).with_columns((pl.col("memory_gb_per_gpu") <= pl.col("memory_capacity_gb")).alias("memory_fits"))
+        pred = measured_runs_ran(pred, measured)
         good = ok.select([c for c in RUN_COLUMNS if c in ok.columns] + ["peak_bf16_tflops"]).hstack(
-            pred.select(OUT_COLUMNS + ["model_flops_per_token", "hardware_flops_per_token"]))
+            pred.select(OUT_COLUMNS + [c for c in ANSWER_EXTRAS if c in pred.columns]
+                        + ["model_flops_per_token", "hardware_flops_per_token"]))
     bad = cfg.filter(pl.col("config_error").is_not_null()).select(
         *[c for c in RUN_COLUMNS if c in cfg.columns and c not in ("recompute",)],
         pl.lit(False).alias("feasible"), pl.col("config_error").alias("error"))

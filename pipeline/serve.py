@@ -122,6 +122,8 @@ def query_parameters(options: type[Options]) -> dict[str, Callable]:
     request names."""
     out: dict[str, Callable] = {}
     for o in options.fields():
+        if o.name == "calibrate_on":  # the runs themselves, as JSON records (`calibrate_json`), not a file's name
+            out["calibrate_json"] = _str
         if o.type is Path:
             continue
         parse = PARSERS[o.type]
@@ -178,7 +180,31 @@ def _request(options: type[Options], q: dict) -> tuple[Options, Optional[dict]]:
         if o.required and q.get(o.name) is None:
             raise InputError(f"Missing option '{_flag(o.name)}'.")
     arch = _arch(q)
+    runs = _calibration_runs(q)
+    if runs is not None:
+        q["calibrate_on"] = runs
     return options(**q), arch
+
+
+def _calibration_runs(q: dict):
+    """The runs of `calibrate_json` (a JSON array of records in the measurement schema, or the spellings
+    `predict --runs` reads: what a FILE for --calibrate-on holds) as a frame of text cells, else None."""
+    import polars as pl
+
+    text = q.pop("calibrate_json", None)
+    if text is None:
+        return None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"calibrate_json: not valid JSON ({err})") from None
+    if not isinstance(obj, list) or not obj or not all(isinstance(r, dict) for r in obj):
+        raise InputError("calibrate_json: expected a JSON array of run records (objects with run_id, model_name, gpu, "
+                         "n_gpus, ..., metric and value)")
+    cols = sorted({k for r in obj for k in r})
+    rows = [{c: (None if r.get(c) is None else str(r.get(c))) for c in cols} for r in obj]
+    frame = pl.DataFrame(rows, schema={c: pl.Utf8 for c in cols})
+    return frame.with_columns(pl.int_range(1, frame.height + 1).cast(pl.Int64).alias("_line"))
 
 
 def predict_json(cfg: Settings, q: dict) -> list[dict]:

@@ -29,6 +29,7 @@ from pipeline.settings import Settings
 
 PathLike = Union[str, Path]
 Source = Union[None, PathLike, Mapping]  # a file, or its row (an architecture: its Hugging Face config) as a dict
+RunsSource = Union[None, pl.DataFrame, PathLike]  # runs: a file in the measurement schema, or its rows as a frame
 
 
 def _keywords(options: type[Options], types: Optional[Mapping[str, Any]] = None,
@@ -106,7 +107,8 @@ def _many(value) -> list:
 
 @_keywords(PredictOptions, types={"model": Union[None, str, Sequence[str]], "gpu": Union[None, str, Sequence[str]],
                                   "gpus": Union[None, int, Sequence[int]], "hardware_file": Source,
-                                  "runs": Union[None, pl.DataFrame, PathLike]},
+                                  "runs": Union[None, pl.DataFrame, PathLike],
+                                  "calibrate_on": RunsSource},
            arch=(Source, None), store=(Optional[PathLike], None))
 def predict(*, model, gpu, gpus, arch, arch_file, hardware_file, runs, store, **options) -> pl.DataFrame:
     """Step time, throughput, MFU, memory and the time breakdown of a configuration (`stepcast predict`).
@@ -124,8 +126,10 @@ def predict(*, model, gpu, gpus, arch, arch_file, hardware_file, runs, store, **
     (none: above every scale-up domain). `tp_mode="2d"` splits d_model and d_ff over a grid of the tp ranks;
     `layers_16bit` keeps that many layers at the end of a low-precision recipe in BF16. MoE: `etp` (expert
     tensor-parallel degree, default tp) and `capacity_factor` (default dropless) are the CLI's `--etp` and
-    `--capacity-factor`. `runs` is `predict_frame(runs)` (`--runs FILE`: the other options but `assumptions` and
-    `analytical_only` do not apply).
+    `--capacity-factor`. `runs` is `predict_frame(runs)` (`--runs FILE`: the other options but `assumptions`,
+    `analytical_only`, `calibrate_on` and `source` do not apply). `calibrate_on` (a run file's path, or a frame in
+    the measurement schema) adapts the served fit to your cluster's runs, `source` to a stored source's
+    (`stepcast list sources`); `stack` names the training stack (`stepcast list stacks`).
 
     >>> import stepcast
     >>> df = stepcast.predict(model="llama3-70b", gpu="h100", gpus=[512, 1024], global_batch=1024,
@@ -135,7 +139,7 @@ def predict(*, model, gpu, gpus, arch, arch_file, hardware_file, runs, store, **
     """
     if runs is not None:
         return predict_frame(runs, assumptions=options["assumptions"], analytical_only=options["analytical_only"],
-                             store=store)
+                             calibrate_on=options["calibrate_on"], source=options["source"], store=store)
     every = [dict(options, model=m, gpu=g, gpus=n) for m, g, n in itertools.product(_many(model), _many(gpu),
                                                                                    _many(gpus))]
     for values in every:
@@ -150,7 +154,8 @@ def predict(*, model, gpu, gpus, arch, arch_file, hardware_file, runs, store, **
 
 
 def predict_frame(frame: Union[pl.DataFrame, PathLike], *, assumptions: str = "realistic",
-                  analytical_only: bool = False, store: Optional[PathLike] = None) -> pl.DataFrame:
+                  analytical_only: bool = False, calibrate_on: Union[None, pl.DataFrame, PathLike] = None,
+                  source: Optional[str] = None, store: Optional[PathLike] = None) -> pl.DataFrame:
     """Many configurations at once (`stepcast predict --runs FILE`), through the one vectorized prediction
     function (`models.fitting.predictor.predict`).
 
@@ -170,10 +175,13 @@ def predict_frame(frame: Union[pl.DataFrame, PathLike], *, assumptions: str = "r
     [('a', True), ('b', True)]
     """
     return api.run_predictions(_settings(store), frame if isinstance(frame, pl.DataFrame) else Path(frame),
-                               assumptions=assumptions, analytical_only=analytical_only)
+                               assumptions=assumptions, analytical_only=analytical_only,
+                               calibrate_on=calibrate_on if calibrate_on is None or isinstance(calibrate_on, pl.DataFrame)
+                               else Path(calibrate_on), source=source)
 
 
-@_keywords(SearchOptions, types={"hardware_file": Source}, arch=(Source, None), store=(Optional[PathLike], None))
+@_keywords(SearchOptions, types={"hardware_file": Source, "calibrate_on": RunsSource}, arch=(Source, None),
+           store=(Optional[PathLike], None))
 def search(*, arch, arch_file, hardware_file, store, **options) -> pl.DataFrame:
     """The best feasible layouts of a model on `gpus` accelerators, best first (`stepcast search`).
 
@@ -199,7 +207,7 @@ def search(*, arch, arch_file, hardware_file, store, **options) -> pl.DataFrame:
     return result
 
 
-@_keywords(CurveOptions, arch=(Source, None), store=(Optional[PathLike], None))
+@_keywords(CurveOptions, types={"calibrate_on": RunsSource}, arch=(Source, None), store=(Optional[PathLike], None))
 def curve(*, arch, arch_file, store, **options) -> dict:
     """A scaling curve: the best layout at each cluster size from one node to `max_gpus` (`stepcast curve`).
 
@@ -245,7 +253,8 @@ def frontier(*, store, **options) -> dict:
     return out
 
 
-@_keywords(PlanOptions, types={"hardware": Union[None, str, Sequence[str]]}, arch=(Source, None),
+@_keywords(PlanOptions, types={"hardware": Union[None, str, Sequence[str]],
+                               "calibrate_on": RunsSource}, arch=(Source, None),
            store=(Optional[PathLike], None))
 def plan(*, arch, arch_file, hardware, store, **options) -> pl.DataFrame:
     """Hardware x cluster size x layout ranked by cost within a deadline, or by time within a budget

@@ -37,7 +37,7 @@ PRINTOUT_ONLY = {"format", "out"}
 NO_OP = {"intervals"}
 #: options naming a file on the machine that runs the command: the explorer reads no file a request names (the
 #: `arch_json` parameter carries a config.json's text instead of --arch-file)
-FILE_OPTIONS = {"arch_file", "hardware_file", "runs", "price_file"}
+FILE_OPTIONS = {"arch_file", "hardware_file", "runs", "price_file", "calibrate_on"}  # the explorer reads no file
 
 runner = CliRunner()
 
@@ -103,8 +103,9 @@ def test_the_python_defaults_are_the_cli_defaults(command):
 
 @pytest.mark.parametrize("command", sorted(EXPLORER))
 def test_the_explorer_takes_nothing_the_cli_does_not(command):
-    """Beside the CLI's options, the explorer has only `arch_json` (a pasted --arch-file)."""
-    assert explorer_parameters(command) - set(cli_params(command)) <= {"arch_json"}
+    """Beside the CLI's options, the explorer has only `arch_json` (a pasted --arch-file) and `calibrate_json` (the
+    runs of a --calibrate-on FILE)."""
+    assert explorer_parameters(command) - set(cli_params(command)) <= {"arch_json", "calibrate_json"}
 
 
 # ------------------------------------------------------------------ the options that had drifted act as the flags do

@@ -489,7 +489,10 @@ def test_a_run_no_layout_fits_gets_the_layout_needing_the_least_memory(tmp_path)
     assert "not divisible" not in (stated["error"] or "") and f"tp=8, pp=64, vpp=" in stated["assumptions"]
     assert note in stated["assumptions"] and "tp=1 (not stated)" not in stated["assumptions"]
     assert stated["sharding"] == "none" and stated["memory_fits"] is False
-    assert stated["memory_gb_per_gpu"] > stated["memory_capacity_gb"] and stated["error"].startswith("memory ")
+    # a measured run ran: it stays feasible, predicted as stated, and says the memory model calls it over capacity
+    assert stated["memory_gb_per_gpu"] > stated["memory_capacity_gb"] and stated["error"] is None
+    assert stated["feasible"] is True and "although the memory model calls it over capacity (memory " in \
+        stated["assumptions"]
     for rid in ("line 2", "line 4"):
         row = rows[rid]
         assert row["memory_fits"] is True and note not in row["assumptions"] and fastest in row["assumptions"], rid

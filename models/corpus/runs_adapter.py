@@ -11,6 +11,8 @@ and the memory model's figure is reported beside the capacity.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import polars as pl
 
@@ -300,6 +302,69 @@ def spans_hosts(size: pl.Expr, per_host: pl.Expr) -> pl.Expr:
     return size > per_host
 
 
+@dataclass(frozen=True)
+class StackReading:
+    """How a run's `framework` (with its `year`, `gpu` and `sharding`) reads as a training stack: expressions."""
+
+    megatron: pl.Expr  # a Megatron-based stack
+    on_xla: pl.Expr  # a TPU: its only compiler is XLA
+    fsdp_unnamed: pl.Expr  # no framework named, but FSDP/HSDP sharding: PyTorch's FullyShardedDataParallel
+    xla_gpu: pl.Expr  # an XLA-compiled stack on a GPU
+    software_preset: pl.Expr  # the software era of the time model (models.core.software.PRESETS)
+
+
+def stack_reading(stacks: Stacks, hardware: pl.DataFrame, has_sharding: bool = True) -> StackReading:
+    """The expressions that read a run's `framework` words as its stack (measurements/stack_words.csv), shared by
+    the run files and `--stack NAME`. A TPU's stack is XLA whatever it shards (MaxText's and Pax's FSDP are XLA's
+    sharding), so an unnamed FSDP run on a TPU is not PyTorch's."""
+    megatron = st.has_words(stacks, "framework", "megatron_based")
+    on_xla = pl.col("gpu").is_in(_tpu_ids(hardware)).fill_null(False)
+    fsdp_unnamed = ((pl.col("framework").fill_null("").str.strip_chars() == "") & ~on_xla
+                    & pl.col("sharding").is_in(["fsdp", "hsdp"]).fill_null(False)) if has_sharding else pl.lit(False)
+    xla_gpu = st.has_words(stacks, "framework", "xla") & ~megatron & ~on_xla
+    preset = (
+        pl.when(st.has_words(stacks, "framework", "names_deepspeed")
+                & ~st.has_words(stacks, "framework", "names_megatron")
+                & (pl.col("year").fill_null(0) >= DEEPSPEED_SDPA_YEAR)).then(pl.lit("pytorch_native"))
+        .when(st.has_words(stacks, "framework", "names_deepspeed")
+              | (megatron & (pl.col("year").fill_null(2100) <= 2022)))
+        .then(pl.lit("megatron_2022"))
+        .when(st.has_words(stacks, "framework", "native_kernels") & ~megatron).then(pl.lit("pytorch_native"))
+        .when(fsdp_unnamed | xla_gpu).then(pl.lit("pytorch_native"))
+        .otherwise(pl.lit("default")))
+    return StackReading(megatron, on_xla, fsdp_unnamed, xla_gpu, preset)
+
+
+def with_stack_memory(r: pl.DataFrame, stacks: Stacks, fsdp_unnamed: pl.Expr) -> pl.DataFrame:
+    """`memory_preset` (the stack's label), its memory values for the step-time model (`STACK_COLUMNS`) and whether
+    it interleaves a pipeline (`INTERLEAVES_COLUMN`), from the `framework` and `year` columns."""
+    r = r.with_columns(st.framework_preset(stacks, "framework", "year"))
+    r = r.with_columns(pl.when(fsdp_unnamed).then(pl.lit("pytorch_fsdp")).otherwise(pl.col("memory_preset"))
+                       .alias("memory_preset"))  # and its memory behaviour is PyTorch FSDP's
+    return r.with_columns(*st.stack_columns(stacks, pl.col("memory_preset")),
+                          pl.col("memory_preset").is_in(st.interleaving_stacks(stacks)).alias(INTERLEAVES_COLUMN))
+
+
+def stack_settings(framework: str, gpu: str, hardware: pl.DataFrame, stacks: Stacks, sharding: str | None = None,
+                   year: int | None = None) -> dict:
+    """What a stack named as people write it (`--stack NAME`, a run file's `framework`) sets for a configuration on
+    `gpu`: `memory_preset` (the stack's row of measurements/stacks.csv; `default`, the generic row, for a name the
+    words do not know), `software_preset`, `xla_compiled`, its memory values (`STACK_COLUMNS`), `known` (whether any
+    word of measurements/stack_words.csv names it), and the stack's default sharding (`default_sharding`)."""
+    r = pl.DataFrame({"framework": [framework], "gpu": [gpu], "sharding": [sharding], "year": [year]},
+                     schema={"framework": pl.Utf8, "gpu": pl.Utf8, "sharding": pl.Utf8, "year": pl.Int64})
+    sr = stack_reading(stacks, hardware, True)
+    r = with_stack_memory(r, stacks, sr.fsdp_unnamed)
+    words = [c for c in ("fsdp", "megatron_based", "native_kernels", "xla", "names_deepspeed", "names_megatron")]
+    known = pl.any_horizontal([st.has_words(stacks, "framework", w) for w in words]) | \
+        (pl.col("memory_preset") != st.DEFAULT_STACK)
+    r = r.with_columns(sr.software_preset.alias("software_preset"), known.alias("known"),
+                       pl.when(sr.xla_gpu).then(pl.lit(1.0)).otherwise(pl.lit(None, dtype=pl.Float64))
+                       .alias("xla_compiled"),
+                       st.default_sharding(stacks, pl.col("memory_preset")).alias("default_sharding"))
+    return r.row(0, named=True)
+
+
 def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame, recipes: Recipes) -> pl.DataFrame:
     """`runs` rows (the store's runs table) + resolved hardware -> model input columns.
 
@@ -333,24 +398,15 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame, recipes: Recip
         notes.append(pl.col("model_name_note"))
     if "_shape_note" in r.columns:  # a shape from the stated size (infer_dense_shape)
         notes.append(pl.col("_shape_note"))
-    megatron = st.has_words(stacks, "framework", "megatron_based")
-    # no framework named, but FSDP/HSDP sharding: PyTorch's FullyShardedDataParallel, a PyTorch-native stack
-    # (not on a TPU, whose stack is XLA whatever it shards: MaxText's and Pax's FSDP are XLA's sharding)
-    on_xla = pl.col("gpu").is_in(_tpu_ids(hardware)).fill_null(False)
-    fsdp_unnamed = (pl.col("framework").fill_null("").str.strip_chars() == "") & ~on_xla & \
-        pl.col("sharding").is_in(["fsdp", "hsdp"]).fill_null(False) if "sharding" in r.columns else pl.lit(False)
+    sr = stack_reading(stacks, hardware, "sharding" in r.columns)
+    megatron, on_xla, fsdp_unnamed, xla_gpu = sr.megatron, sr.on_xla, sr.fsdp_unnamed, sr.xla_gpu
     note(fsdp_unnamed, "software stack pytorch_native (no framework stated; FSDP/HSDP sharding is PyTorch's)")
-    xla_gpu = st.has_words(stacks, "framework", "xla") & ~megatron & ~on_xla
     note(xla_gpu, "software stack pytorch_native (an XLA-compiled stack on a GPU: kernels outside "
                   "TransformerEngine)")
     if "arch_id" in r.columns:
 
         note(pl.col("arch_id").is_in(APPROXIMATED_ARCHITECTURES).fill_null(False), APPROXIMATED_NOTE)
-    r = r.with_columns(st.framework_preset(stacks, "framework", "year"))  # memory_preset: the stack's label
-    r = r.with_columns(pl.when(fsdp_unnamed).then(pl.lit("pytorch_fsdp")).otherwise(pl.col("memory_preset"))
-                       .alias("memory_preset"))  # and its memory behaviour is PyTorch FSDP's
-    r = r.with_columns(*st.stack_columns(stacks, pl.col("memory_preset")),  # its memory values, for the step-time model
-                       pl.col("memory_preset").is_in(st.interleaving_stacks(stacks)).alias(INTERLEAVES_COLUMN))
+    r = with_stack_memory(r, stacks, fsdp_unnamed)
     ratio = pl.col("ffn_dim").cast(pl.Float64) / pl.col("d_model").cast(pl.Float64)
     note(pl.col("vpp_from_source"), "vpp from the same source's runs of this model and tp x pp")
     note(pl.col("sharding").is_null(), "sharding from framework default")
@@ -386,15 +442,7 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame, recipes: Recip
         pl.col("n_dense_layers").fill_null(0).alias("n_dense_layers"),
         pl.col("tied_embeddings").fill_null(False).alias("tied_embeddings"),
         pl.concat_str(notes, separator="; ", ignore_nulls=True).alias("assumptions"),
-        pl.when(st.has_words(stacks, "framework", "names_deepspeed")
-                & ~st.has_words(stacks, "framework", "names_megatron")
-                & (pl.col("year").fill_null(0) >= DEEPSPEED_SDPA_YEAR)).then(pl.lit("pytorch_native"))
-        .when(st.has_words(stacks, "framework", "names_deepspeed")
-              | (megatron & (pl.col("year").fill_null(2100) <= 2022)))
-        .then(pl.lit("megatron_2022"))
-        .when(st.has_words(stacks, "framework", "native_kernels") & ~megatron).then(pl.lit("pytorch_native"))
-        .when(fsdp_unnamed | xla_gpu).then(pl.lit("pytorch_native"))
-        .otherwise(pl.lit("default")).alias("software_preset"),
+        sr.software_preset.alias("software_preset"),
     )
     hw = hardware.rename({"id": "gpu"}) if "id" in hardware.columns else hardware
     # a run may state its cluster's scale-out network (`inter_node_bw_gbps`); else the hardware's typical one

@@ -33,6 +33,8 @@ import polars as pl
 from models.core.domains import GENERATION_GROUPS, Domain
 from models.core.params import DEFAULT, PhysParams, Recompute, Sharding, is_low_precision
 from models.core.software import PRESETS, preset_params
+from models.fitting.adapt import Adaptation, AdaptationRule, apply_adaptation
+from models.fitting.bounds import bound_interval
 from models.fitting.assumptions import params_for
 from models.physics.step_time import OUTPUT_COLUMNS, encode_configs, with_error_strings
 from models.physics.step_time import predict_arrays as physics_arrays
@@ -51,6 +53,9 @@ DOMAIN_ANALYTICAL, DOMAIN_INSIDE, DOMAIN_OUTSIDE, DOMAIN_SCALE, DOMAIN_NEW_HARDW
 # ... or a PyTorch-native stack on a generation whose native kernel efficiency the fit did not fit (an earlier
 # generation's carried, or the prior): fitted parameters, the wider interval
 DOMAIN_NATIVE_CARRIED = 5
+# ... or a stated training stack the stack table does not know (measurements/stack_words.csv): the generic stack row,
+# fitted parameters, the wider interval
+DOMAIN_NEW_STACK = 6
 
 FEATURE_NAMES = (
     # where the physics time goes (fractions of the predicted step)
@@ -94,6 +99,9 @@ class Calibration:
     # configuration is q_inside (or q_extrapolated) x exp(width_features . width_coef), so a mixture-of-experts,
     # hybrid, low-precision or very large run gets the wider interval its out-of-fold errors show
     width_coef: np.ndarray | None = None
+    # how a source's own runs adapt this fit, as the k-shot protocol chose and measured it (models.fitting.adapt;
+    # None: a fit stored without one, which cannot be adapted)
+    adaptation_rule: AdaptationRule | None = None
 
     @property
     def q(self) -> float:  # the inside half-width (the single `q` of earlier fits)
@@ -117,6 +125,8 @@ class Predictor:
 
     calibration: Calibration | None = None
     assumptions: str = "realistic"
+    # a source's adaptation of the calibration (its throughput factor and interval; realistic assumptions only)
+    adaptation: Adaptation | None = None
 
     def __post_init__(self):
         if self.assumptions not in ASSUMPTIONS:
@@ -372,6 +382,9 @@ def predict_arrays(a: Mapping[str, np.ndarray], model: Model = None) -> dict[str
         out = _physics_groups(a, n, by_era(lambda e: preset(e, model)))
         return _finish(out, n, None, np.zeros(n), np.zeros(n), np.full(n, DOMAIN_ANALYTICAL))
     cal = model.calibration
+    if model.adaptation is not None and model.assumptions == "realistic" and cal is not None:
+        # the calibrated prediction, then the source's throughput factor and the interval its runs earn
+        return apply_adaptation(predict_arrays(a, Predictor(cal, model.assumptions)), model.adaptation)
     if model.assumptions == "ideal":  # the physical bound: ideal conditions on the fitted (else prior) parameters
         base = cal.params if cal is not None else DEFAULT
         over = cal.preset_overrides if cal is not None else None
@@ -443,12 +456,32 @@ def predict_arrays(a: Mapping[str, np.ndarray], model: Model = None) -> dict[str
         code = np.where(inside & new_hw, DOMAIN_NEW_HARDWARE, code)
     if native_unfitted is not None:
         code = np.where(inside & native_unfitted & (code != DOMAIN_NEW_HARDWARE), DOMAIN_NATIVE_CARRIED, code)
-    width = np.where(code == DOMAIN_INSIDE, cal.q_inside, cal.q_extrapolated) * width_scale(cal, a, n)
-    return _finish(out, n, cal, shift, width, code)
+    if a.get("stack_unknown") is not None:
+        code = np.where(np.nan_to_num(_b(np.asarray(a["stack_unknown"], dtype=float), n)) > 0, DOMAIN_NEW_STACK, code)
+    ws = width_scale(cal, a, n)
+    residual = cal.q_inside * ws  # the residual spread of a configuration like this one inside the domain
+    # outside the domain the transfer protocols' wider half-width, never narrower than the same row inside it
+    width = np.where(code == DOMAIN_INSIDE, residual, max(cal.q_extrapolated, cal.q_inside) * ws)
+    return _finish(out, n, cal, shift, width, code, residual=residual, settings=_settings_part(a, n))
 
 
-def _finish(out: dict, n: int, cal, shift: np.ndarray, width: np.ndarray, code: np.ndarray) -> dict:
-    """Apply the residual shift to the step and its parts, recompute the derived figures, add the interval."""
+#: the interval's parts (each hi / point, >= 1): the residual spread of configurations like this one inside the fit's
+#: domain, the widening for what lies outside it (generation, precision, era, scale, hardware model, stack), and the
+#: spread of the prediction over the settings the question left open (`settings_halfwidth`, pipeline.api)
+INTERVAL_PARTS = ("interval_residual", "interval_extrapolation", "interval_settings")
+
+
+def _settings_part(a: Mapping[str, np.ndarray], n: int) -> np.ndarray:
+    """The log half-width a configuration's open settings add (`settings_halfwidth`; absent or NaN: none)."""
+    x = a.get("settings_halfwidth")
+    return np.zeros(n) if x is None else np.nan_to_num(_b(np.asarray(x, dtype=float), n), nan=0.0)
+
+
+def _finish(out: dict, n: int, cal, shift: np.ndarray, width: np.ndarray, code: np.ndarray,
+            residual: np.ndarray | None = None, settings: np.ndarray | None = None) -> dict:
+    """Apply the residual shift to the step and its parts, recompute the derived figures, add the interval (its
+    parts `INTERVAL_PARTS`: `residual` and `settings` log half-widths; the extrapolation is `width` beyond the
+    residual): the half-width is the root sum of squares of (residual + extrapolation) and settings."""
     step0 = out["step_time_s"]
     res = dict(out)
     res["analytical_step_time_s"] = step0
@@ -461,15 +494,13 @@ def _finish(out: dict, n: int, cal, shift: np.ndarray, width: np.ndarray, code: 
         inv_r = 1.0 / r
         for c in ("tokens_per_s_per_gpu", "mfu", "hfu"):
             res[c] = out[c] * inv_r
-    step = res["step_time_s"]
-    tput = res["tokens_per_s_per_gpu"]
-    if np.any(width):
-        lo, hi = np.exp(-width), np.exp(width)
-        res["step_time_lo_s"], res["step_time_hi_s"] = step * lo, step * hi
-        res["tokens_per_s_per_gpu_lo"], res["tokens_per_s_per_gpu_hi"] = tput * lo, tput * hi
-    else:
-        res["step_time_lo_s"], res["step_time_hi_s"] = step, step
-        res["tokens_per_s_per_gpu_lo"], res["tokens_per_s_per_gpu_hi"] = tput, tput
+    settings = np.zeros(n) if settings is None else settings
+    residual = np.asarray(width, dtype=float) if residual is None else np.minimum(residual, width)
+    total = np.sqrt(np.asarray(width, dtype=float) ** 2 + settings ** 2)
+    bound_interval(res, total, total)
+    res["interval_residual"] = np.exp(np.broadcast_to(residual, (n,)))
+    res["interval_extrapolation"] = np.exp(np.broadcast_to(width - residual, (n,)))
+    res["interval_settings"] = np.exp(settings)
     res["domain_code"] = np.asarray(code, dtype=np.int64)
     return res
 
@@ -481,6 +512,8 @@ def encode(configs: pl.DataFrame) -> dict[str, np.ndarray]:
     if "software_preset" in configs.columns:
         arrays["era_code"] = (configs["software_preset"].cast(pl.Utf8).fill_null("default")
                               .replace_strict(ERA_CODES, default=0, return_dtype=pl.Int64).to_numpy())
+    elif "era_code" in configs.columns:  # arrays made into a frame (the curve's chosen layouts) keep their era
+        arrays["era_code"] = configs["era_code"].cast(pl.Float64).fill_null(0.0).to_numpy().astype(np.int64)
     return arrays
 
 
@@ -512,7 +545,10 @@ def domain_text(model: Model, arrays: Mapping[str, np.ndarray], codes: np.ndarra
         key = (int(gen[i]), int(dt[i]), int(era[i]), int(codes[i]),
                float(N[i]) if codes[i] in (DOMAIN_SCALE, DOMAIN_NEW_HARDWARE) else 0)
         if key not in cache:
-            if codes[i] == DOMAIN_NATIVE_CARRIED:
+            if codes[i] == DOMAIN_NEW_STACK:
+                cache[key] = ("extrapolated: training stack not in the stack table (measurements/stack_words.csv): "
+                              "the generic stack row; fitted parameters, wider interval")
+            elif codes[i] == DOMAIN_NATIVE_CARRIED:
                 group = GENERATION_GROUPS[int(np.clip(gen[i], 0, len(GENERATION_GROUPS) - 1))]
                 over = model.calibration.preset_overrides
                 src = native_kernel_carried_from(over, group)
@@ -546,7 +582,7 @@ def predict(configs: pl.DataFrame, model: Model = None) -> pl.DataFrame:
     `calibration_domain`."""
     arrays = encode(configs)
     res = predict_arrays(arrays, model)
-    cols = list(OUTPUT_COLUMNS) + list(EXTRA_COLUMNS)
+    cols = list(OUTPUT_COLUMNS) + list(EXTRA_COLUMNS) + [c for c in INTERVAL_PARTS if c in res]
     df = pl.DataFrame({k: res[k] for k in cols})
     df = df.with_columns([pl.col(c).fill_nan(None) for c in cols if df.schema[c] == pl.Float64])
     df = with_error_strings(df, arrays["memory_gb"])
@@ -557,7 +593,20 @@ def predict(configs: pl.DataFrame, model: Model = None) -> pl.DataFrame:
                          pl.lit(assumptions).alias("assumptions"),
                          pl.Series("calibration_domain", domain_text(model, arrays, res["domain_code"]),
                                    dtype=pl.Utf8))
+    ad = adaptation_of(p)
+    if ad is not None:  # which runs adapted the answer, and by how much (models.fitting.adapt)
+        df = df.with_columns(pl.lit(f"{assumptions}; {ad.describe()}").alias("assumptions"),
+                             pl.lit(ad.name).alias("adapted_to"), pl.lit(ad.n_runs).alias("adaptation_runs"),
+                             pl.lit(ad.throughput_factor).alias("throughput_factor"))
     return df.select(["feasible", "error", *[c for c in df.columns if c not in ("feasible", "error")]])
+
+
+def adaptation_of(model: Model) -> Adaptation | None:
+    """The adaptation that answers for `model` (a realistic Predictor with a calibration and an adaptation)."""
+    p = as_predictor(model)
+    if isinstance(p, PhysParams) or p.adaptation is None or p.calibration is None or p.assumptions != "realistic":
+        return None
+    return p.adaptation
 
 
 def with_assumptions(model: Model, assumptions: str) -> Predictor | PhysParams:

@@ -660,6 +660,10 @@ def encode_configs(configs: pl.DataFrame) -> dict[str, np.ndarray]:
         exprs.append(pl.col("xla_async_collectives").cast(pl.Float64, strict=False))
     if "xla_compiled" in cols:  # 1: an XLA-compiled stack on a GPU (runs_adapter; a TPU is XLA's by its hardware)
         exprs.append(pl.col("xla_compiled").cast(pl.Float64, strict=False))
+    if "stack_unknown" in cols:  # 1: a stated stack the stack table does not know (the generic row answers)
+        exprs.append(pl.col("stack_unknown").cast(pl.Float64, strict=False))
+    if "settings_halfwidth" in cols:  # the interval's part from settings left open (pipeline.api settings_spread)
+        exprs.append(pl.col("settings_halfwidth").cast(pl.Float64, strict=False))
     for c_ in STACK_COLUMNS:  # the training stack's memory values (models.memory.stacks; `memory_preset` is its label)
         if c_ in cols:
             exprs.append(pl.col(c_).cast(pl.Float64, strict=False).alias(c_))

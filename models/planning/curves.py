@@ -534,7 +534,7 @@ def _arch_params(arch_row: Mapping[str, Any]) -> float:
     return float(param_counts(encode_arch(arch_row))["params"][0])
 
 
-def calibration_from_bundle(bundle) -> tuple[Calibrate | None, PhysParams, str]:
+def calibration_from_bundle(bundle, adaptation=None) -> tuple[Calibrate | None, PhysParams, str]:
     """(hook, model, note) for a promoted calibration (``models.fitting.predictor.Calibration``) or None. The layouts
     are ranked by the one prediction function with the fit (``model``, a ``models.fitting.predictor.Predictor``); the
     hook (``models.fitting.calibration.apply_calibration``, the same function) gives the chosen layouts' calibrated
@@ -542,12 +542,13 @@ def calibration_from_bundle(bundle) -> tuple[Calibrate | None, PhysParams, str]:
     if bundle is None:
         return None, DEFAULT, "analytical only: no promoted calibration fit"
 
-    params = Predictor(bundle)
+    params = Predictor(bundle, adaptation=adaptation)
 
     def hook(analytical: pl.DataFrame, configs: pl.DataFrame) -> pl.DataFrame:
-        return apply_calibration(bundle, analytical, configs)
+        return apply_calibration(params, analytical, configs)
 
-    return hook, params, f"calibrated with fit {bundle.version}"
+    note = f"calibrated with fit {bundle.version}"
+    return hook, params, note if adaptation is None else f"{note}; {adaptation.describe()}"
 
 
 def _attach_calibration(best: pl.DataFrame, configs: pl.DataFrame, calibrate: Calibrate | None) -> pl.DataFrame:

@@ -45,6 +45,7 @@ from models.fitting.predictor import (
     domain_text,
     predict_arrays,
 )
+from models.memory.stacks import STACK_COLUMNS
 from models.physics import tp2d
 from models.physics.step_time import (
     HARDWARE_COLUMNS,
@@ -177,6 +178,11 @@ def enumerate_layouts(
     return out
 
 
+#: what a stated training stack sets per configuration (pipeline.api `stack_inputs`): its memory values, whether it
+#: is XLA-compiled on a GPU, its software era and whether the stack table knows it
+STACK_INPUTS = (*STACK_COLUMNS, "xla_compiled", "era_code", "stack_unknown")
+
+
 def broadcast_arch_hw(out: dict, m: int, arch_row: Mapping[str, Any], hw_row: Mapping[str, Any]) -> None:
     """Fill `out` with the architecture and hardware columns of one model on one accelerator, m rows each. The
     architecture is every input the step-time model reads for the row, encoded as `stepcast predict` encodes it
@@ -193,6 +199,9 @@ def broadcast_arch_hw(out: dict, m: int, arch_row: Mapping[str, Any], hw_row: Ma
         out[key] = np.full(m, _num(hw_row, key))
     for key in NETWORK_COLUMNS:  # the optional pod tier, only when the row has one
         if _num(hw_row, key) == _num(hw_row, key):
+            out[key] = np.full(m, _num(hw_row, key))
+    for key in STACK_INPUTS:  # a stated training stack (`--stack`): its values, as predict's row carries them
+        if hw_row.get(key) is not None and _num(hw_row, key) == _num(hw_row, key):
             out[key] = np.full(m, _num(hw_row, key))
 
 

@@ -37,6 +37,8 @@ def predict(o: PredictOptions, fmt: str, out: Optional[Path]) -> None:
 
     `stepcast predict --runs measurements/measured_runs.csv --format csv --out predictions.csv`
 
+    `stepcast predict --runs rest.csv --calibrate-on my3runs.csv` (your cluster learned from three of its runs)
+
     With `--runs`, every distinct run_id gets one row, with the measured throughput and the error beside the
     prediction when the file carries a measurement; unstated fields are inferred by documented rules (listed
     in `assumptions`); a run the memory model calls too big is still predicted (`memory_fits` false, with
@@ -49,7 +51,8 @@ def predict(o: PredictOptions, fmt: str, out: Optional[Path]) -> None:
     cfg = settings()
     if o.runs is not None:
         try:
-            result = api.run_predictions(cfg, o.runs, assumptions=o.assumptions, analytical_only=o.analytical_only)
+            result = api.run_predictions(cfg, o.runs, assumptions=o.assumptions, analytical_only=o.analytical_only,
+                                         calibrate_on=o.calibrate_on, source=o.source)
         except api.InputError as err:
             fail(str(err), err.exit_code)
         render(result, fmt, out, title=api.title_of("predict --runs", result), table_columns=RUNS_TABLE_COLUMNS)
