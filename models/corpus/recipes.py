@@ -93,6 +93,16 @@ class ExpertTpRecipe(NamedTuple):
     source: str
 
 
+class RunMemoryRecipe(NamedTuple):
+    optimizer_bytes_per_param: float | None
+    grad_bytes_per_param: float | None
+    logits_bytes_per_element: float | None
+    act_offload_frac: str | None  # a share, as its text ("share" kind)
+    sequence_parallel: str | None  # "true" / "false" ("flag" kind)
+    source: str
+    notes: str | None
+
+
 # ---- the tables' columns ---------------------------------------------------------------------------------------------
 _ID = re.compile(r"^[a-z0-9][a-z0-9._+-]*$")
 _CONTAINER = re.compile(r"^\d\d\.\d\d$")
@@ -124,6 +134,10 @@ KINDS: Kinds = MappingProxyType({
     "whole": ("a whole number >= 0", lambda s: int(s) if _WHOLE.match(s) else None),
     "positive": ("a whole number >= 1", lambda s: int(s) if _WHOLE.match(s) and int(s) >= 1 else None),
     "bytes": ("a number of bytes >= 0 (e.g. 2 or 4.5)", lambda s: float(s) if _DECIMAL.match(s) else None),
+    # kept as their text (a number between 0 and 1; true/false), read by the function that applies the row
+    "share": ("a share between 0 and 1 (e.g. 0.5)", lambda s: s if _DECIMAL.match(s) and float(s) <= 1.0 else None),
+    "flag": ("true or false", lambda s: s if s in ("true", "false") else None),
+    "run": ("a run id of the measurement files (no '|')", lambda s: s if s.strip() and "|" not in s else None),
 })
 
 
@@ -197,7 +211,27 @@ TABLES: Mapping[str, Table] = MappingProxyType({t.name: t for t in (
         _SOURCE), "the expert tensor-parallel size of a release's Megatron-Bridge MoE recipes"),
     Table("flex_dispatcher", Sourced, (_CONTAINER_COL, _ARCH, _GPU, _DTYPE), (_SOURCE,),
           "node-spanning EP runs whose recipe ran Megatron-Core's flex dispatcher"),
+    Table("run_memory", RunMemoryRecipe, (
+        Column("source_id", "run", "the run's `source` (the measurement files' source id)"),
+        Column("run_id", "run", "the run's `run_id`")), (
+        Column("optimizer_bytes_per_param", "bytes", "optimizer state, bytes per parameter, where the run's "
+                                                     "settings give their own (empty: the stack's)", optional=True),
+        Column("grad_bytes_per_param", "bytes", "gradient bytes per parameter held at the peak (0: the optimizer "
+                                                "steps in the backward and frees each gradient; empty: the "
+                                                "stack's)", optional=True),
+        Column("logits_bytes_per_element", "bytes", "bytes per logit element the run's loss keeps at the backward "
+                                                    "peak (empty: the stack's)", optional=True),
+        Column("act_offload_frac", "share", "share of the stored layer activations the run offloads to host "
+                                            "memory (empty: the stack's)", optional=True),
+        Column("sequence_parallel", "flag", "whether the run shards the norm/dropout activations over tp "
+                                            "(empty: the stack's rule)", optional=True),
+        _SOURCE, _NOTES), "what a measured run's own settings (its source's command or notes) set for memory "
+                          "and the schema has no column for"),
 )})
+
+
+#: tables a caller may leave out (read as empty): the per-run table, which holds measured runs only
+OPTIONAL_TABLES = ("run_memory",)
 
 
 @dataclass(frozen=True)
@@ -218,6 +252,7 @@ class Recipes:
     a2a_overlap: Mapping[tuple[str, str, str, str], OverlapRecipe]
     expert_tp: Mapping[tuple[str], ExpertTpRecipe]
     flex_dispatcher: Mapping[tuple[str, str, str, str], Sourced]
+    run_memory: Mapping[tuple[str, str], RunMemoryRecipe]
     # the training stacks the tables' `memory_preset` keys name, and the words runs write for them
     # (measurements/stacks.csv, stack_words.csv; models.memory.stacks): what the runs adapter reads a run's stack with
     stacks: Stacks
@@ -258,8 +293,11 @@ def recipes_from_frames(frames: Mapping[str, pl.DataFrame], stacks: Stacks) -> R
         if name not in TABLES:
             raise RecipeTableError(name, None, None, f"one of the recipe tables ({', '.join(TABLES)})", name)
     for name in TABLES:
-        if name not in frames:
+        if name not in frames and name not in OPTIONAL_TABLES:
             raise RecipeTableError(name, None, None, "the table (one frame per recipe table)")
+    frames = {**{n: pl.DataFrame({c.name: [] for c in TABLES[n].columns}, schema={c.name: pl.Utf8 for c in
+                                                                              TABLES[n].columns})
+                 for n in OPTIONAL_TABLES if n not in frames}, **frames}
     return Recipes(**{name: parse_table(table, frames[name], stacks.ids) for name, table in TABLES.items()},
                    stacks=stacks)
 
@@ -437,12 +475,45 @@ def recipe_optimizer(frame: pl.DataFrame, recipes: Recipes) -> pl.DataFrame:
     src = lookup(key, table, "source", pl.Utf8)
     why = pl.concat_str([what, pl.when(fill_rc).then(pl.format(", recompute={}", rc)),
                          pl.format(" (the run's recipe: {})", src)], ignore_nulls=True)
-    return frame.with_columns(
+    out = frame.with_columns(
         ob.alias("optimizer_bytes"), gb.alias("grad_bytes"),
         pl.when(fill_rc).then(rc).otherwise(pl.col("recompute")).alias("recompute"),
         pl.when(what.is_not_null()).then(pl.concat_str([pl.col("assumptions"), why], separator="; ", ignore_nulls=True))
         .otherwise(pl.col("assumptions")).alias("assumptions"),
     )
+    return recipe_run_memory(out, recipes)
+
+
+def recipe_run_memory(frame: pl.DataFrame, recipes: Recipes) -> pl.DataFrame:
+    """`frame` with what a measured run's own settings set for memory (`recipes.run_memory`, keyed by the run's
+    source and run_id): `optimizer_bytes`, `grad_bytes`, `logits_bytes`, `act_offload_frac` (each where the row
+    gives one) and `sequence_parallel`, recorded in `assumptions` with the row's source. Needs source, run_id,
+    assumptions; a frame without them (or a table without rows) is returned as it is."""
+    table = recipes.run_memory
+    if not table or not frame.height or any(c not in frame.columns for c in ("source", "run_id", "assumptions")):
+        return frame
+    key = pl.concat_str([pl.col("source").cast(pl.Utf8), pl.col("run_id").cast(pl.Utf8)], separator="|")
+    sets = []
+    for field, col in (("optimizer_bytes_per_param", "optimizer_bytes"), ("grad_bytes_per_param", "grad_bytes"),
+                       ("logits_bytes_per_element", "logits_bytes"), ("act_offload_frac", "act_offload_frac")):
+        v = lookup(key, table, lambda r, f=field: None if getattr(r, f) is None else float(getattr(r, f)),
+                   pl.Float64)
+        old = pl.col(col).cast(pl.Float64) if col in frame.columns else pl.lit(None, dtype=pl.Float64)
+        sets.append(pl.coalesce(v, old).alias(col))
+    if "sequence_parallel" in frame.columns:
+        sp = lookup(key, table, lambda r: None if r.sequence_parallel is None else r.sequence_parallel == "true",
+                    pl.Boolean)
+        old_sp = pl.col("sequence_parallel")
+        sets.append(pl.when(sp.is_not_null()).then(sp).otherwise(old_sp.cast(pl.Boolean)).alias("sequence_parallel"))
+    what = lookup(key, table, lambda v: ", ".join(f"{n}={x:g}" if isinstance(x, float) else f"{n}={x}" for n, x in (
+        ("optimizer_bytes_per_param", v.optimizer_bytes_per_param), ("grad_bytes_per_param", v.grad_bytes_per_param),
+        ("logits_bytes_per_element", v.logits_bytes_per_element), ("act_offload_frac", v.act_offload_frac),
+        ("sequence_parallel", v.sequence_parallel)) if x is not None) + f" (the run's settings: {v.source})",
+        pl.Utf8)
+    sets.append(pl.when(what.is_not_null()).then(pl.concat_str([pl.col("assumptions"), what], separator="; ",
+                                                               ignore_nulls=True))
+                .otherwise(pl.col("assumptions")).alias("assumptions"))
+    return frame.with_columns(*sets)
 
 
 # ---- layouts a source leaves unstated --------------------------------------------------------------------------------
