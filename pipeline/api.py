@@ -93,7 +93,7 @@ def adapt_model(cfg: Settings, model, calibrate_on=None, source: Optional[str] =
     if calibrate_on is None and source is None:
         return model
     # start-up time: the adaptation reads the store (DuckDB), which `import stepcast` leaves out
-    from pipeline import adaptation, store
+    from pipeline import adaptation
 
     flag = "--calibrate-on" if calibrate_on is not None else "--source"
     if calibrate_on is not None and source is not None:
@@ -108,15 +108,7 @@ def adapt_model(cfg: Settings, model, calibrate_on=None, source: Optional[str] =
         if calibrate_on is not None:
             ad = adaptation.from_file(calibrate_on, cfg.measurements, model)
         else:
-            ad = None
-            for path in (cfg.snapshot, cfg.store):
-                if path.exists():
-                    con = store.connect(path, read_only=True)
-                    try:
-                        ad = adaptation.from_source(con, source, model)
-                    finally:
-                        con.close()
-                    break
+            ad = _calibrated().from_readable_store(cfg, lambda con, _: adaptation.from_source(con, source, model))
             if ad is None:
                 raise adaptation.AdaptationError(f"--source {source}: no store yet: run `stepcast build`")
     except (adaptation.AdaptationError, FileRejected, UnknownName) as err:

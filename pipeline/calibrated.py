@@ -11,7 +11,7 @@ from pipeline.fits import load_promoted_fit
 from pipeline.settings import Settings
 
 
-def _from_readable_store(cfg: Settings, read):
+def from_readable_store(cfg: Settings, read):
     """`read(con, path)` on the snapshot, then on the store (skipping a missing one or one a writer holds);
     the first result that is not None, or None."""
     for path in (cfg.snapshot, cfg.store):
@@ -61,7 +61,7 @@ def promoted_fit(cfg: Settings):
             return None
         return fit
 
-    return _from_readable_store(cfg, read)
+    return from_readable_store(cfg, read)
 
 
 def model_for(cfg: Settings, analytical_only: bool = False, assumptions: str = "realistic"):

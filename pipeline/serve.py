@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import polars as pl
 import uvicorn
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse, Response
@@ -158,19 +159,25 @@ def parse_query(pairs: list[tuple[str, str]], spec: dict[str, Callable], endpoin
 
 # ------------------------------------------------------------------ the four answers (the CLI's functions)
 
-def _arch(q: dict) -> Optional[dict]:
-    """The mapping of `arch_json` (a pasted config.json or schema row, as --arch-file reads it), else None."""
-    text = q.pop("arch_json", None)
+def _json_parameter(q: dict, name: str, fits: Callable[[Any], bool], expected: str):
+    """The parsed JSON of query parameter `name` (removed from `q`), None when absent; InputError naming the parameter
+    when it is not JSON or `fits` refuses it (`expected` says what it takes)."""
+    text = q.pop(name, None)
     if text is None:
         return None
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as err:
-        raise InputError(f"arch_json: not valid JSON ({err})") from None
-    if not isinstance(obj, dict):
-        raise InputError("arch_json: expected a JSON object (a Hugging Face config.json or a row of the "
-                         "architectures schema)")
+        raise InputError(f"{name}: not valid JSON ({err})") from None
+    if not fits(obj):
+        raise InputError(f"{name}: expected {expected}")
     return obj
+
+
+def _arch(q: dict) -> Optional[dict]:
+    """The mapping of `arch_json` (a pasted config.json or schema row, as --arch-file reads it), else None."""
+    return _json_parameter(q, "arch_json", lambda o: isinstance(o, dict), "a JSON object (a Hugging Face config.json "
+                           "or a row of the architectures schema)")
 
 
 def _request(options: type[Options], q: dict) -> tuple[Options, Optional[dict]]:
@@ -189,18 +196,11 @@ def _request(options: type[Options], q: dict) -> tuple[Options, Optional[dict]]:
 def _calibration_runs(q: dict):
     """The runs of `calibrate_json` (a JSON array of records in the measurement schema, or the spellings
     `predict --runs` reads: what a FILE for --calibrate-on holds) as a frame of text cells, else None."""
-    import polars as pl
-
-    text = q.pop("calibrate_json", None)
-    if text is None:
+    obj = _json_parameter(q, "calibrate_json", lambda o: isinstance(o, list) and bool(o) and all(
+        isinstance(r, dict) for r in o), "a JSON array of run records (objects with run_id, model_name, gpu, "
+        "n_gpus, ..., metric and value)")
+    if obj is None:
         return None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError(f"calibrate_json: not valid JSON ({err})") from None
-    if not isinstance(obj, list) or not obj or not all(isinstance(r, dict) for r in obj):
-        raise InputError("calibrate_json: expected a JSON array of run records (objects with run_id, model_name, gpu, "
-                         "n_gpus, ..., metric and value)")
     cols = sorted({k for r in obj for k in r})
     rows = [{c: (None if r.get(c) is None else str(r.get(c))) for c in cols} for r in obj]
     frame = pl.DataFrame(rows, schema={c: pl.Utf8 for c in cols})

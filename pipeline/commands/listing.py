@@ -93,27 +93,24 @@ def sources_frame(cfg) -> pl.DataFrame:
     # start-up time: the store's reader (DuckDB) and the model load only for `list sources`
     from pipeline import store
     from pipeline.adaptation import TABLE  # start-up time: as above
+    from pipeline.calibrated import from_readable_store  # start-up time: as above
 
-    for path in (cfg.snapshot, cfg.store):
-        if not path.exists():
-            continue
-        try:
-            con = store.connect(path, read_only=True)
-        except Exception:  # noqa: BLE001 - held by a writer: try the next
-            continue
-        try:
-            if not store.table_exists(con, "runs"):
-                continue
-            runs = con.execute("select source, count(*) as runs, string_agg(distinct gpu, ', ' order by gpu) as "
-                               "accelerators, string_agg(distinct framework, '; ' order by framework) as frameworks "
-                               "from runs group by source").pl()
-            ad = con.execute(f"select source, n_runs, throughput_factor, raw_factor, interval_factor, fit_version "
-                             f"from {TABLE}").pl() if store.table_exists(con, TABLE) else None
-        finally:
-            con.close()
-        out = runs if ad is None else runs.join(ad, on="source", how="left")
-        return out.sort("runs", descending=True)
-    raise typer.BadParameter("no store yet: run `stepcast build` first")
+    def read(con, _path):
+        if not store.table_exists(con, "runs"):
+            return None
+        runs = con.execute("select source, count(*) as runs, string_agg(distinct gpu, ', ' order by gpu) as "
+                           "accelerators, string_agg(distinct framework, '; ' order by framework) as frameworks "
+                           "from runs group by source").pl()
+        if not store.table_exists(con, TABLE):
+            return runs.sort("runs", descending=True)
+        ad = con.execute(f"select source, n_runs, throughput_factor, raw_factor, interval_factor, fit_version "
+                         f"from {TABLE}").pl()
+        return runs.join(ad, on="source", how="left").sort("runs", descending=True)
+
+    out = from_readable_store(cfg, read)
+    if out is None:
+        raise typer.BadParameter("no store yet: run `stepcast build` first")
+    return out
 
 
 @list_app.command("sources")
