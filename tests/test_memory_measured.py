@@ -20,7 +20,7 @@ MEMORY_FILE = MEASUREMENTS / "measured_memory.csv"
 GIB = 2.0**30
 
 #: the benchmark's figures when written (docs/memory.md), and the slack allowed before a test fails
-REACHED = {"median_abs_err": 0.109, "within20_share": 0.74, "over_capacity": 0}
+REACHED = {"median_abs_err": 0.081, "within20_share": 0.88, "over_capacity": 0}
 SLACK = 0.02
 
 
@@ -120,6 +120,12 @@ def test_moe_runs_reach_their_architecture_rows(validation):
     ("ao-h100-llama3-8b-bf16", 47.65, 0.15),
     # Megatron-LM CI gpt3_7b tp1 pp4 memory_speed on DGX H100: 56.551 GiB allocated on the last rank
     ("mlm-ci-gpt3_7b_tp1_pp4_memory_speed-h100", 56.551, 0.15),
+    # Megatron-LM CI DeepSeek-V3-style MoE proxy, --attention-backend unfused without attention dropout: the 2 B
+    # softmax output of every layer's score matrix (run_memory.csv attention_score_bytes): 55.983 GiB allocated
+    ("mlm-ci-moe-tp2pp2ep4-mla-memory_speed-h100", 55.983, 0.15),
+    # torchao float8nocompile README, Llama 3 8B bf16 eager, no AC, seq 4096 on 8 H100: torchtitan's eager block
+    # (run_memory.csv eager_block): 53.12 GiB reserved
+    ("ao-f8nc-h100-llama3-8b-seq4k-noac-bf16-eager", 53.12, 0.15),
 ])
 def test_published_peak_within_tolerance(validation, run_id, measured_gib, tol):
     r = _run(validation, run_id)
@@ -130,8 +136,8 @@ def test_published_peak_within_tolerance(validation, run_id, measured_gib, tol):
 # ---------------------------------------------------------------- the per-run recipe rows, per source
 
 @pytest.mark.parametrize("source, max_median_abs", [
-    ("torchtune-readme", 0.08), ("torchtitan-bench-trainy-2506", 0.06), ("torchao-docs", 0.15),
-    ("megatron-lm-ci-golden", 0.17),
+    ("torchtune-readme", 0.08), ("torchtitan-bench-trainy-2506", 0.06), ("torchao-docs", 0.13),
+    ("megatron-lm-ci-golden", 0.12), ("torchtitan-bench-2412", 0.09),
 ])
 def test_source_median_error_no_worse_than_reached(validation, source, max_median_abs):
     v = validation.filter((validation["source"] == source) & validation["predicted_gib"].is_not_null())

@@ -26,7 +26,7 @@ import polars as pl
 
 from models.core.params import DTYPE_CODES, RECOMPUTE_CODES, SHARDING_CODES
 from models.core.tables import Column, Kinds, TableError, table_rows
-from models.memory.model import RECOMPUTE_MODULE_BITS, recompute_modules_code
+from models.memory.model import RECOMPUTE_MODULE_BITS, attention_scores_share, recompute_modules_code
 from models.memory.stacks import Stacks, framework_preset
 
 
@@ -99,6 +99,10 @@ class RunMemoryRecipe(NamedTuple):
     logits_bytes_per_element: float | None
     act_offload_frac: str | None  # a share, as its text ("share" kind)
     sequence_parallel: str | None  # "true" / "false" ("flag" kind)
+    attention_score_bytes: float | None
+    recompute_modules: tuple[str, ...] | None
+    eager_block: str | None  # "true" / "false" ("flag" kind)
+    ac_every_n_layers: int | None
     source: str
     notes: str | None
 
@@ -225,6 +229,18 @@ TABLES: Mapping[str, Table] = MappingProxyType({t.name: t for t in (
                                             "memory (empty: the stack's)", optional=True),
         Column("sequence_parallel", "flag", "whether the run shards the norm/dropout activations over tp "
                                             "(empty: the stack's rule)", optional=True),
+        Column("attention_score_bytes", "bytes", "bytes per element of each layer's a x s x s attention score matrix "
+                                                 "the run's unfused attention core keeps (Korthikanti's 5: softmax "
+                                                 "output 2, dropout mask 1, dropout output 2; 2 without attention "
+                                                 "dropout; empty: the stack's fused attention, none)", optional=True),
+        Column("recompute_modules", "modules", "Megatron-Core recompute_modules the run's selective recompute names "
+                                               "('|'-separated; empty: none)", optional=True),
+        Column("eager_block", "flag", "whether the run executes torchtitan's Llama block eagerly, without "
+                                      "torch.compile (fp32 RMSNorm and RoPE copies, repeated K/V, the SiLU output: "
+                                      "models.memory.model.eager_block_elems; empty: no)", optional=True),
+        Column("ac_every_n_layers", "positive", "per-layer selective AC: every n-th block fully checkpointed, the "
+                                                "others store everything (torchtitan selective_ac_option = n; "
+                                                "empty: the stack's selective policy)", optional=True),
         _SOURCE, _NOTES), "what a measured run's own settings (its source's command or notes) set for memory "
                           "and the schema has no column for"),
 )})
@@ -487,8 +503,12 @@ def recipe_optimizer(frame: pl.DataFrame, recipes: Recipes) -> pl.DataFrame:
 def recipe_run_memory(frame: pl.DataFrame, recipes: Recipes) -> pl.DataFrame:
     """`frame` with what a measured run's own settings set for memory (`recipes.run_memory`, keyed by the run's
     source and run_id): `optimizer_bytes`, `grad_bytes`, `logits_bytes`, `act_offload_frac` (each where the row
-    gives one) and `sequence_parallel`, recorded in `assumptions` with the row's source. Needs source, run_id,
-    assumptions; a frame without them (or a table without rows) is returned as it is."""
+    gives one), `sequence_parallel`, `attn_scores_stored` (the share of Korthikanti's attention-score bytes an
+    unfused attention core keeps, models.memory.model.attention_scores_share of the row's bytes; null elsewhere),
+    `recompute_modules` (bits, models.memory.model.RECOMPUTE_MODULE_BITS), `eager_block` (1.0: the Llama block run
+    eagerly, models.memory.model.eager_block_elems) and `checkpointed_layer_share` (1 / the row's
+    `ac_every_n_layers`), recorded in `assumptions` with the row's source. Needs source, run_id, assumptions; a frame
+    without them (or a table without rows) is returned as it is."""
     table = recipes.run_memory
     if not table or not frame.height or any(c not in frame.columns for c in ("source", "run_id", "assumptions")):
         return frame
@@ -505,10 +525,33 @@ def recipe_run_memory(frame: pl.DataFrame, recipes: Recipes) -> pl.DataFrame:
                     pl.Boolean)
         old_sp = pl.col("sequence_parallel")
         sets.append(pl.when(sp.is_not_null()).then(sp).otherwise(old_sp.cast(pl.Boolean)).alias("sequence_parallel"))
+    scores = lookup(key, table, lambda r: None if r.attention_score_bytes is None
+                    else float(attention_scores_share(r.attention_score_bytes)), pl.Float64)
+    old_sc = pl.col("attn_scores_stored").cast(pl.Float64) if "attn_scores_stored" in frame.columns \
+        else pl.lit(None, dtype=pl.Float64)
+    sets.append(pl.coalesce(scores, old_sc).alias("attn_scores_stored"))
+    mods = lookup(key, table, lambda r: None if r.recompute_modules is None
+                  else float(recompute_modules_code(r.recompute_modules)), pl.Float64)
+    old_mods = pl.col("recompute_modules").cast(pl.Float64) if "recompute_modules" in frame.columns \
+        else pl.lit(None, dtype=pl.Float64)
+    sets.append(pl.coalesce(mods, old_mods).alias("recompute_modules"))
+    eager = lookup(key, table, lambda r: None if r.eager_block is None else float(r.eager_block == "true"),
+                   pl.Float64)
+    old_eager = pl.col("eager_block").cast(pl.Float64) if "eager_block" in frame.columns \
+        else pl.lit(None, dtype=pl.Float64)
+    sets.append(pl.coalesce(eager, old_eager).alias("eager_block"))
+    every = lookup(key, table, lambda r: None if r.ac_every_n_layers is None else 1.0 / r.ac_every_n_layers,
+                   pl.Float64)
+    old_every = pl.col("checkpointed_layer_share").cast(pl.Float64) if "checkpointed_layer_share" in frame.columns \
+        else pl.lit(None, dtype=pl.Float64)
+    sets.append(pl.coalesce(every, old_every).alias("checkpointed_layer_share"))
     what = lookup(key, table, lambda v: ", ".join(f"{n}={x:g}" if isinstance(x, float) else f"{n}={x}" for n, x in (
         ("optimizer_bytes_per_param", v.optimizer_bytes_per_param), ("grad_bytes_per_param", v.grad_bytes_per_param),
         ("logits_bytes_per_element", v.logits_bytes_per_element), ("act_offload_frac", v.act_offload_frac),
-        ("sequence_parallel", v.sequence_parallel)) if x is not None) + f" (the run's settings: {v.source})",
+        ("sequence_parallel", v.sequence_parallel), ("attention_score_bytes", v.attention_score_bytes),
+        ("recompute_modules", None if v.recompute_modules is None else "|".join(v.recompute_modules)),
+        ("eager_block", v.eager_block), ("ac_every_n_layers", v.ac_every_n_layers))
+        if x is not None) + f" (the run's settings: {v.source})",
         pl.Utf8)
     sets.append(pl.when(what.is_not_null()).then(pl.concat_str([pl.col("assumptions"), what], separator="; ",
                                                                ignore_nulls=True))

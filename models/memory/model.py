@@ -329,6 +329,56 @@ def active_module_code(code, rc):
     return np.where(on, code, 0.0).astype(np.int64) if np.any(on) else None
 
 
+def module_list_keeps_scores(code, rc) -> np.ndarray | float:
+    """Rows whose selective recompute names a module list without ``core_attn`` (1.0; 0.0 elsewhere): Megatron-Core
+    checkpoints the core attention only when the list names it (megatron/core/transformer/attention.py:
+    ``checkpoint_core_attention = recompute_granularity == 'selective' and "core_attn" in recompute_modules``), so
+    such a row stores what the core attention saves, its score matrices included, as recompute = none does."""
+    if (mods := active_module_code(code, rc)) is None:
+        return 0.0
+    return ((mods > 0) & ~_bit(mods, "core_attn")).astype(np.float64)
+
+
+def eager_block_elems(q_dim, kv_dim, F, gated):
+    """(replicated, sharded) extra stored elements per token of one layer, in the units of ``_activation_elems``
+    (bytes at 2 B per element), when the Llama block of pytorch/torchtitan runs eagerly, without torch.compile
+    (torchtitan/models/norms.py RMSNorm, torchtitan/models/llama/model.py Attention and FeedForward, at 9dec370
+    (2024-12) and 3996b634 (2025-02)); autograd saves a mul's operand only where the other one needs a gradient:
+      replicated  8 h: each of the two RMSNorms (``self._norm(x.float()).type_as(x) * self.weight``) keeps the fp32
+                  copy of its input (4 h, saved by ``pow`` and by ``x * rsqrt``) and its bf16 normalized value (2 h,
+                  saved by the weight's mul) besides its output (the GEMM input Korthikanti counts), where Korthikanti
+                  counts its 16-bit input (2 h; the block input itself is not saved): + 4 h per norm.
+      sharded     4 (q - kv) + 2 q (+ 2 F for a gated MLP): ``repeat_kv`` materialises K and V at the query width
+                  before scaled_dot_product_attention, which saves them (2 q each where Korthikanti counts 2 kv each;
+                  nothing where kv = q, as repeat_kv then returns its input); the attention output is saved twice,
+                  by SDPA (its ``out``) and, after ``transpose(1, 2).contiguous()``, by ``wo``; ``self.w2(F.silu(
+                  self.w1(x)) * self.w3(x))`` keeps silu's output (saved by the product) beside its input, the up
+                  projection and the product (Korthikanti's c_f = 6 counts three). RoPE keeps no fp32 copy (the
+                  complex mul's other operand, ``freqs_cis``, needs no gradient).
+    torch.compile fuses these ops (its partitioner saves the block's inputs and recomputes the copies); op-level SAC
+    keeps its save list, and the eager copies are part of a layer's recomputed working set only."""
+    return 8.0, 4.0 * (q_dim - kv_dim) + 2.0 * q_dim + 2.0 * F * gated
+
+
+def attention_scores_share(score_bytes) -> np.ndarray:
+    """``MemoryOptions.attn_scores_stored`` of an unfused attention core that keeps ``score_bytes`` bytes per element
+    of each layer's a x s x s score matrix: Korthikanti et al. 2022 (section 4.1) count 5 (softmax output 2, dropout
+    mask 1, dropout output 2), so the share is score_bytes / 5; 2 without attention dropout (torch.nn.Dropout(p=0)
+    returns its input: only the softmax output, which the probabilities-times-V matmul reuses)."""
+    return _f(score_bytes) / 5.0
+
+
+def row_scores_stored(row, params: PhysParams = DEFAULT):
+    """Per row, the share of Korthikanti's attention-score bytes stored: ``MemoryOptions.attn_scores_stored`` where
+    a row gives one, else ``params.attn_scores_stored`` (a scalar when no row gives one)."""
+    if row is None:
+        return params.attn_scores_stored
+    r = _f(row)
+    if np.all(np.isnan(r)):
+        return params.attn_scores_stored
+    return np.where(np.isnan(r), params.attn_scores_stored, r)
+
+
 def module_recompute_savings(code, h, n_heads, F_d, expert_ffn, k_r, ns, cf, moe_w, dense_w, fc2_bytes, ms=None,
                              dispatch=None):
     """(replicated, sharded) drop of one layer's stored activations, in the units of ``_activation_elems`` (the
@@ -561,7 +611,7 @@ def _activations(x: Inputs, shapes, local, weight_bytes, any_moe, params, option
         F_work = np.where(local["is_moe"], F_m, F_d) if any_full else F_mix  # full recompute: the heaviest layer
     else:
         F_mix = F_work = F_d
-    ass = params.attn_scores_stored
+    ass = row_scores_stored(options.attn_scores_stored, params)
     act_args = (tokens, x.s, h, arch["n_heads"], inv_tp, rep_div_inv)
     rep_elems = 8.0 + params.dropout_mask_elems
     if ms is not None:  # MLA rows: the latents, kept replicated over tp (models.arch.mla)
@@ -574,8 +624,11 @@ def _activations(x: Inputs, shapes, local, weight_bytes, any_moe, params, option
         if any_moe and options.quantized_dispatch is not None and np.any(options.quantized_dispatch):
             qd = np.asarray(options.quantized_dispatch, dtype=bool)
             attn_part = attn_part + qd * moe_frac * quantized_dispatch_elems(h, k_r, saved_bytes, lp_frac)
+    if options.eager_block is not None and np.any(eager := np.nan_to_num(_f(options.eager_block)) > 0):
+        d_rep, d_sh = eager_block_elems(shapes["q_dim"], shapes["kv_dim"], F_mix, shapes["mlp_mats"] > 2)
+        rep_elems, attn_part = rep_elems + eager * d_rep, attn_part + eager * d_sh
     kept, scores, checkpoint = _activation_elems(*act_args, attn_part + cf * F_mix, rep_elems, ass)
-    stored = np.where(rc == Recompute.NONE, kept + scores, kept) if ass else kept
+    stored = np.where(rc == Recompute.NONE, kept + scores, kept) if np.any(ass) else kept
     recomputed = 0.0
     selective_policy = options.selective_policy
     if selective_policy is not None and np.any(
@@ -594,8 +647,17 @@ def _activations(x: Inputs, shapes, local, weight_bytes, any_moe, params, option
     else:
         working = 0.0
     working = working + recomputed
+    if options.checkpointed_layer_share is not None and np.any(
+            layer_ac := (np.nan_to_num(_f(options.checkpointed_layer_share)) > 0) & (rc == Recompute.SELECTIVE)):
+        # per-layer selective AC: a share of the layers fully checkpointed, the others store everything; the
+        # backward of a checkpointed layer holds its recomputed working set once
+        share = np.where(layer_ac, np.nan_to_num(_f(options.checkpointed_layer_share)), 0.0)
+        stored = np.where(layer_ac, share * checkpoint + (1.0 - share) * (kept + scores), stored)
+        working = np.where(layer_ac, scale * (kept + scores), working)
     mod_saved = _module_recompute_elems(options.recompute_modules, rc, arch, shapes, act_args, local, any_moe, k_r, cf,
                                         saved_bytes, lp_frac)
+    if np.any(ass):  # a module list without core_attn keeps the attention core and its scores
+        stored = stored + module_list_keeps_scores(options.recompute_modules, rc) * scores
     if hy is not None:
         h_stored, h_working = hybrid_activation_bytes(
             hy, act_args, shapes["q_dim"], shapes["kv_dim"], cf * F_d,
@@ -777,6 +839,15 @@ class MemoryOptions:
     quantized_dispatch: np.ndarray | None = None
     # the stack's pipeline schedule (``PIPELINE_SCHEDULES`` codes; None or 0/1: Megatron-style 1F1B)
     pipeline_schedule: np.ndarray | None = None
+    # per row, what an unfused attention core keeps of its score matrices, as a multiple of Korthikanti's
+    # 5 a s^2 b bytes per layer and micro-batch (``attention_scores_share``; NaN: ``PhysParams.attn_scores_stored``,
+    # 0 for the FlashAttention-style kernels of the stacks): a run's own attention backend
+    attn_scores_stored: np.ndarray | None = None
+    # per row, 1.0 where the run executes the Llama block eagerly with its upcasts (``eager_block_elems``)
+    eager_block: np.ndarray | None = None
+    # per row, the share of the layers a per-layer selective AC checkpoints whole (torchtitan
+    # ``selective_ac_option = n``: every n-th block, 1/n; NaN: the stack's selective policy)
+    checkpointed_layer_share: np.ndarray | None = None
 
 
 NO_OPTIONS = MemoryOptions()

@@ -181,9 +181,13 @@ def _code(a: Mapping[str, np.ndarray], key: str, n: int) -> np.ndarray:
 #: used where neither the row nor its preset gives one: the share of layer activations offloaded to host memory, logits
 #: bytes, weights kept as quantized parameters (1.0; models.memory.model.quantized_weights), Megatron-Core recompute_modules
 #: bits (models.memory.model.RECOMPUTE_MODULE_BITS; 0: none), bytes per gradient element and of optimizer state per parameter
-#: (models.corpus.recipes.recipe_optimizer; NaN: the preset's, else PhysParams')
+#: (models.corpus.recipes.recipe_optimizer; NaN: the preset's, else PhysParams'), and the share of the attention score
+#: matrices an unfused attention core keeps (models.corpus.recipes.recipe_run_memory; NaN: PhysParams'), whether the
+#: run executes the Llama block eagerly (models.memory.model.eager_block_elems; 0: no) and the share of the layers a
+#: per-layer selective AC checkpoints whole (NaN: the stack's selective policy)
 ROW_MEMORY_OPTIONS = {"act_offload_frac": 0.0, "logits_bytes": 4.0, "fp8_param_gather": 0.0, "recompute_modules": 0.0,
-                      "grad_bytes": np.nan, "optimizer_bytes": np.nan, "selective_policy": 0.0}
+                      "grad_bytes": np.nan, "optimizer_bytes": np.nan, "selective_policy": 0.0,
+                      "attn_scores_stored": np.nan, "eager_block": 0.0, "checkpointed_layer_share": np.nan}
 
 
 def _stack_arrays(a: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarray] | None:
