@@ -309,6 +309,31 @@ def heldout_bars(metrics: pl.DataFrame, title: str) -> dict:
     ).properties(title=title, width=560).to_dict(validate=False)
 
 
+RELIABILITY_COLUMNS = ("scheme", "grouping", "group", "n_runs", "coverage_90", "median_width")
+
+
+def reliability_chart(rows: pl.DataFrame, title: str) -> dict:
+    """The 90% interval's coverage against its median width (hi - lo) / prediction for every transfer protocol (a
+    point per held-out group, a larger one for the protocol as a whole), with the 85-95% band the intervals aim
+    for: a point below the band is a group the interval is too narrow for, one above it a group it is too wide for."""
+    d = data(rows, RELIABILITY_COLUMNS)
+    base = alt.Chart(d).encode(
+        x=alt.X("median_width:Q", title="median width of the 90% interval, (hi − lo) / prediction",
+                axis=alt.Axis(format=".0%"), scale=alt.Scale(zero=True)),
+        y=alt.Y("coverage_90:Q", title="share of held-out runs the 90% interval covers", axis=alt.Axis(format=".0%"),
+                scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("scheme:N", title="protocol"),
+        tooltip=[alt.Tooltip("scheme:N", title="protocol"), alt.Tooltip("grouping:N"), alt.Tooltip("group:N"),
+                 alt.Tooltip("n_runs:Q", title="runs", format=","),
+                 alt.Tooltip("coverage_90:Q", title="covers", format=".1%"),
+                 alt.Tooltip("median_width:Q", title="median width", format=".0%")])
+    band = alt.Chart(alt.Data(values=[{"lo": 0.85, "hi": 0.95}])).mark_rect(opacity=0.12, color="#2a9d8f").encode(
+        y="lo:Q", y2="hi:Q")
+    groups = base.transform_filter("datum.group !== 'ALL'").mark_point(filled=False, size=40)
+    overall = base.transform_filter("datum.group === 'ALL'").mark_point(filled=True, size=140)
+    return alt.layer(band, groups, overall).properties(title=title, width=560, height=HEIGHT).to_dict(validate=False)
+
+
 KSHOT_COLUMNS = ("k_shot", "predictor", "mdape", "mape", "mdape_balanced", "coverage_90", "median_width")
 KSHOT_PREDICTORS = ["adapted", "naive"]
 KSHOT_DASH = alt.Scale(domain=KSHOT_PREDICTORS, range=[[1, 0], [6, 3]])

@@ -665,6 +665,7 @@ def _calibration_page(site: _Site) -> tuple[str, Page]:
         page.empty("No held-out figures yet: the store has no `fit_metrics` rows (they appear once a calibration fit "
                    "has run, e.g. `stepcast build`).")
 
+    _reliability_section(page, site.fit_metrics, site.fits)
     _kshot_section(page, site.fit_metrics, site.fits)
 
     pred = site.pred
@@ -731,6 +732,34 @@ def _calibration_page(site: _Site) -> tuple[str, Page]:
                                                 "loho_mdape": lambda v: pct(v, 1), "coverage_90": pct},
                    text=("promotion_reason",))
     return shown, page
+
+
+def reliability_rows(metrics: pl.DataFrame | None, fits: pl.DataFrame | None) -> pl.DataFrame:
+    """The promoted fit's calibrated coverage and median width per transfer protocol and held-out group (the
+    protocol's own groups: family, generation, precision, scale; and each protocol as a whole), empty without them."""
+    if metrics is None or metrics.height == 0 or fits is None or fits.height == 0 or "promoted" not in fits.columns:
+        return pl.DataFrame()
+    promoted = fits.filter(pl.col("promoted"))["version"].to_list()
+    own = {"lofo": "family", "logo": "generation", "lopo": "precision", "scale": "scale", "loso": "source"}
+    m = metrics.filter(pl.col("version").is_in(promoted) & (pl.col("predictor") == "calibrated")
+                       & pl.col("coverage_90").is_not_null() & pl.col("median_width").is_not_null()
+                       & (pl.col("scheme") != "kshot"))
+    own_group = pl.any_horizontal([(pl.col("scheme") == k) & (pl.col("grouping") == v) for k, v in own.items()])
+    overall = (pl.col("group") == "ALL") & (pl.col("grouping") == "source")
+    return m.filter(overall | (own_group & (pl.col("group") != "ALL") & (pl.col("n_runs") >= 20)))
+
+
+def _reliability_section(page: Page, metrics: pl.DataFrame | None, fits: pl.DataFrame | None) -> None:
+    """Coverage against width per protocol and held-out group (a reliability chart)."""
+    rows = reliability_rows(metrics, fits)
+    if rows.height == 0:
+        return
+    page.h("Coverage against width")
+    page.p("Each point is a held-out group of a transfer protocol with at least 20 runs (open) or the protocol as a "
+           "whole (filled): how often the 90 % interval covered the measured run, against how wide it was. The band "
+           "is 85-95 %: below it the interval is too narrow for that group, above it wider than it needs to be.")
+    page.chart(charts.reliability_chart(rows, "90% interval: coverage against median width, per protocol and group"),
+               "reliability")
 
 
 def _kshot_section(page: Page, metrics: pl.DataFrame | None, fits: pl.DataFrame | None) -> None:
