@@ -11,6 +11,7 @@ and what was expected.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -133,13 +134,17 @@ def stack_inputs(cfg: Settings, stack: Optional[str], gpu_id: Optional[str]) -> 
         raise InputError("--stack: give a stack name (`stepcast list stacks`)")
     stacks = catalog.stacks(cfg.measurements)
     generic = name.lower() == GENERIC_STACK
+    # a question is about a run now: the stack's current release (its year decides era rules such as DeepSpeed's
+    # SDPA kernels from 2024, models.corpus.runs_adapter)
     d = stack_settings("" if generic else name, gpu_id or "", resolve_hardware(catalog.hardware(cfg.measurements),
-                                                                              strict=False), stacks)
+                                                                              strict=False), stacks,
+                       year=datetime.date.today().year)
     if not d["known"] and not generic:
         words = list(stacks.words)
         raise InputError(f"--stack {name}: no stack of measurements/stack_words.csv is named so; known: "
                          + ", ".join(words or sorted(stacks.stacks)) + f" (or --stack {GENERIC_STACK}: the generic row "
                          "with the wider interval; `stepcast list stacks`)")
+    d = dict(d, sharding_options=() if generic else stacks.stacks[d["memory_preset"]].sharding_options)
     inputs = {c: d[c] for c in STACK_COLUMNS}
     inputs.update(xla_compiled=d["xla_compiled"], era_code=float(PRESETS.index(d["software_preset"])),
                   stack_unknown=1.0 if generic else 0.0)
@@ -467,8 +472,12 @@ def search_layouts(cfg: Settings, *, arch: dict, hw_row: dict, gpus: int, global
         raise InputError(f"--rank-by must be throughput or cost, got '{rank_by}'")
     hw = resolved_hardware(hw_row, hw_overrides)
     check_precision(dtype, hw)
-    stack_row, _, stack_note = stack_inputs(cfg, stack, hw_row.get("id"))
+    stack_row, stack_read, stack_note = stack_inputs(cfg, stack, hw_row.get("id"))
     hw = hw | stack_row
+    fixed = dict(fixed or {})
+    if stack_read is not None and stack_read["sharding_options"] and "sharding" not in fixed:
+        fixed["sharding"] = list(stack_read["sharding_options"])  # only what the stack can run
+        stack_note += f"; shardings the stack runs: {', '.join(stack_read['sharding_options'])}"
     m = adapt_model(cfg, _calibrated().model_for(cfg, analytical_only, assumptions), calibrate_on, source,
                     analytical_only=analytical_only, assumptions=assumptions)
     price = hw_row.get("cloud_usd_per_hour")
@@ -986,13 +995,16 @@ def training_plan(cfg: Settings, o: Optional[PlanOptions] = None, /, *, arch: Op
                .iter_rows(named=True)]
     for r in hw_rows:
         check_pod(pod_size, r)
-    stack_note = ""
+    stack_note, grid = "", None
     if o.stack is not None:  # each accelerator's configurations with the stated stack (`stack_inputs`)
         rows = []
         for r in hw_rows:
-            inputs, _, stack_note = stack_inputs(cfg, o.stack, r.get("id"))
+            inputs, read, stack_note = stack_inputs(cfg, o.stack, r.get("id"))
             rows.append(r | inputs)
         hw_rows = rows
+        if read is not None and read["sharding_options"]:  # the plan's shardings the stack can run
+            own = [x for x in P.PLAN_GRID["sharding"] if x in read["sharding_options"]]
+            grid = dict(P.PLAN_GRID, sharding=own or list(read["sharding_options"]))
     pred_model = options_model(cfg, o, assumptions)
     seqs = max(batch_tokens // seq_len, 1)
 
@@ -1010,7 +1022,8 @@ def training_plan(cfg: Settings, o: Optional[PlanOptions] = None, /, *, arch: Op
 
     arch_row = architecture(cfg, o.model, o.arch_file, arch)
     check_hybrid(arch_row)
-    frame = P.plan_rows(arch_row, hw_rows, tokens, seqs, seq_len, max_gpus, prices, dtype=dtype, model=pred_model)
+    frame = P.plan_rows(arch_row, hw_rows, tokens, seqs, seq_len, max_gpus, prices, dtype=dtype, model=pred_model,
+                        grid=grid)
     if frame.height == 0:
         raise NoResult(f"{arch_row['id']} fits on none of {', '.join(wanted)} up to {max_gpus} accelerators; raise "
                        "--max-gpus")

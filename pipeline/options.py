@@ -140,8 +140,8 @@ TOP = Option("top", int, 10, short="-k", min=1, help="How many layouts to show."
 STACK = Option("stack", str, metavar="NAME", help=(
     "Training stack as people write it: Megatron-LM, Megatron-Core, NeMo 24.09, Megatron-Bridge, DeepSpeed, "
     "PyTorch FSDP, torchtitan, llm-foundry, MaxText, Pax, JAX, ... (`stepcast list stacks`): its memory behaviour, "
-    "kernels and software era answer [default: Megatron-Core's defaults]. A name the stack table does not know gets "
-    "the generic row, said in assumptions, with the wider interval."))
+    "kernels and software era answer, and search and plan try only the shardings it can run [default: Megatron-Core's "
+    "defaults]. `generic` asks for the generic row (the wider interval of a stack the fit never saw)."))
 # the served fit adapted to a cluster's own runs (models.fitting.adapt, pipeline.adaptation)
 CALIBRATE_ON = Option("calibrate_on", Path, metavar="FILE", help=(
     "Runs measured on the cluster and stack you ask about (any model, layout or size; the measurement schema or "

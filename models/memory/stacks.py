@@ -93,6 +93,8 @@ class Stack:
     # Megatron-Core module names (models.memory.model.RECOMPUTE_MODULE_BITS) that recompute = selective also
     # recomputes in this stack, as a bitmask (0: none)
     recompute_modules: int = 0
+    # the shardings the stack can run (empty: any): the search and the plan try only these for it
+    sharding_options: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,8 @@ KINDS: Kinds = MappingProxyType({
     "schedule": (f"one of {', '.join(_SCHEDULE_CELLS)}", lambda s: _SCHEDULE_CELLS.get(s)),
     "modules": (f"Megatron-Core module names joined by '|' ({', '.join(RECOMPUTE_MODULE_BITS)})", _modules_code),
     "sharding": (f"one of {', '.join(SHARDING_CODES)}", lambda s: s if s in SHARDING_CODES else None),
+    "shardings": (f"sharding names joined by '|' ({', '.join(SHARDING_CODES)})",
+                  lambda s: tuple(s.split("|")) if s and all(x in SHARDING_CODES for x in s.split("|")) else None),
     "year": ("a year (e.g. 2022)", lambda s: int(s) if _WHOLE.match(s) and len(s) == 4 else None),
     "release": ("a NeMo container release YY.MM (e.g. 24.12)", lambda s: s if _RELEASE.match(s) else None),
     "order": ("a whole number >= 1", lambda s: int(s) if _WHOLE.match(s) and int(s) >= 1 else None),
@@ -184,6 +188,8 @@ STACK_FILE_COLUMNS: tuple[Column, ...] = (
                                                  "12, fp32 master + Adam m + v)", optional=True),
     Column("recompute_modules", "modules", "what recompute = selective also recomputes in this stack, as "
                                            "Megatron-Core recompute_modules names joined by '|'", optional=True),
+    Column("sharding_options", "shardings", "the shardings the stack can run, joined by '|' (empty: any): what "
+                                            "search and plan try with --stack", optional=True),
 )
 #: measurements/stack_words.csv
 WORD_TABLE = "stack_words"
@@ -277,7 +283,7 @@ def _stack(line: int, r: dict, ids: set[str]) -> Stack:
         before_year_reads_as=r["before_year_reads_as"], nemo_release_from=r["nemo_release_from"],
         nemo_release_reads_as=r["nemo_release_reads_as"], rules_source=r["rules_source"], source=r["source"],
         optimizer_bytes=r["optimizer_bytes_per_param"],
-        recompute_modules=r["recompute_modules"] or 0)
+        recompute_modules=r["recompute_modules"] or 0, sharding_options=r.get("sharding_options") or ())
 
 
 def stacks_from_frames(stacks: pl.DataFrame, words: pl.DataFrame) -> Stacks:
