@@ -64,9 +64,13 @@ def _gpt(rc, mods=None, pp=1):
 
 def test_mlp_recompute_on_gpt3_175b():
     """t 8 with SP, pp 1: mlp stops storing 16 s b h / t in each of the 96 layers and holds one layer's 16 s b h / t
-    again during that layer's backward: 95 x 16 s b h / t less (exact)."""
-    drop = _gpt(1) - _gpt(1, ["mlp"])
+    again during that layer's backward: 95 x 16 s b h / t less (exact). Megatron-Core checkpoints the core attention
+    only when the list names core_attn (megatron/core/transformer/attention.py), so a list of mlp alone keeps the
+    2021-22 unfused core's score matrices, as recompute none does."""
+    assert _gpt(1, ["core_attn"]) == _gpt(1)
+    drop = _gpt(1, ["core_attn"]) - _gpt(1, ["core_attn", "mlp"])
     assert drop == pytest.approx(95 * 16.0 * S * H / 8, rel=1e-12)
+    assert _gpt(1, ["mlp"]) > _gpt(1, ["core_attn", "mlp"])
 
 
 def test_module_list_only_with_selective_recompute():
