@@ -28,7 +28,7 @@ from models.core.precision import RECIPE_SOURCE, recipe_layers_16bit
 from models.core.software import PRESETS
 from models.corpus.runs_adapter import XLA_REMAT_NOTE, XLA_TP_NOTE, hybrid_problems, stack_settings
 from models.fitting.assumptions import check_assumptions, params_for
-from models.fitting.predictor import Predictor, adaptation_of, predict
+from models.fitting.predictor import Predictor, predict, with_adaptation
 from models.memory.model import MAXTEXT_REMAT
 from models.memory.stacks import STACK_COLUMNS
 from models.physics.hardware import compiler_overlaps_tp, resolve_hardware
@@ -85,17 +85,11 @@ def _planning():
     return curves, frontier
 
 
-def adapt_model(cfg: Settings, model, calibrate_on=None, source: Optional[str] = None, *,
-                analytical_only: bool = False, assumptions: str = "realistic"):
-    """`model` (the served fit under `assumptions`, `pipeline.calibrated.model_for`) adapted to the runs of
-    `calibrate_on` (a run file's path, or a frame in the measurement schema) or to the stored adaptation of
-    `source` (`pipeline.adaptation`); `model` itself when neither is given. InputError when the fit cannot be
-    adapted (no fit, analytical or ideal answers, both given, a bad file, no usable run, an unknown source)."""
+def check_adaptable(calibrate_on, source: Optional[str], analytical_only: bool, assumptions: str) -> None:
+    """InputError when `calibrate_on` / `source` ask to adapt an answer no measurement moves (the priors, the ideal
+    bound) or both are given; nothing without either."""
     if calibrate_on is None and source is None:
-        return model
-    # start-up time: the adaptation reads the store (DuckDB), which `import stepcast` leaves out
-    from pipeline import adaptation
-
+        return
     flag = "--calibrate-on" if calibrate_on is not None else "--source"
     if calibrate_on is not None and source is not None:
         raise InputError("--calibrate-on and --source both given: give one (a file of your runs, or a source the "
@@ -105,6 +99,20 @@ def adapt_model(cfg: Settings, model, calibrate_on=None, source: Optional[str] =
     if assumptions != "realistic":
         raise InputError(f"{flag} adapts the realistic prediction; --assumptions {assumptions} is a bound no "
                          "measurement moves")
+
+
+def adapt_model(cfg: Settings, model, calibrate_on=None, source: Optional[str] = None, *,
+                analytical_only: bool = False, assumptions: str = "realistic"):
+    """`model` (the served fit under `assumptions`, `pipeline.calibrated.model_for`) adapted to the runs of
+    `calibrate_on` (a run file's path, or a frame in the measurement schema) or to the stored adaptation of
+    `source` (`pipeline.adaptation`); `model` itself when neither is given. InputError when the fit cannot be
+    adapted (no fit, analytical or ideal answers, both given, a bad file, no usable run, an unknown source)."""
+    if calibrate_on is None and source is None:
+        return model
+    check_adaptable(calibrate_on, source, analytical_only, assumptions)
+    # start-up time: the adaptation reads the store (DuckDB), which `import stepcast` leaves out
+    from pipeline import adaptation
+
     try:
         if calibrate_on is not None:
             ad = adaptation.from_file(calibrate_on, cfg.measurements, model)
@@ -153,22 +161,6 @@ def stack_inputs(cfg: Settings, stack: Optional[str], gpu_id: Optional[str]) -> 
             f"stack {name}: read as {d['memory_preset']} (measurements/stacks.csv), {d['software_preset']} kernels"
             + (", XLA-compiled" if d["xla_compiled"] == 1.0 else ""))
     return inputs, d, note
-
-
-def with_adaptation(result: pl.DataFrame, model) -> pl.DataFrame:
-    """`result` with the adaptation that answered (if any) said: `adapted_to`, `adaptation_runs`,
-    `throughput_factor`, and its sentence in `assumptions` (once)."""
-    ad = adaptation_of(model)
-    if ad is None or result.height == 0:
-        return result
-    extra = [pl.lit(ad.name).alias("adapted_to"), pl.lit(ad.n_runs).alias("adaptation_runs"),
-             pl.lit(ad.throughput_factor).alias("throughput_factor")]
-    if "assumptions" in result.columns:
-        text = ad.describe()
-        extra.append(pl.when(pl.col("assumptions").str.contains(text, literal=True)).then(pl.col("assumptions"))
-                     .otherwise(pl.concat_str([pl.col("assumptions"), pl.lit(text)], separator="; "))
-                     .alias("assumptions"))
-    return result.with_columns(extra)
 
 
 def options_model(cfg: Settings, o, assumptions: Optional[str] = None):
@@ -450,9 +442,7 @@ def settings_spread(cfg: Settings, configs: pl.DataFrame, o: PredictOptions, mod
                 frames.append(grid.with_columns([pl.lit(v).alias(k) for k, v in extra.items()]))
             grid = pl.concat(frames, how="diagonal_relaxed")
         else:
-            grid = grid.join(pl.DataFrame({name: list(values)}), how="cross", suffix="_alt").drop(name) \
-                .rename({f"{name}_alt": name}) if name in grid.columns else grid.join(
-                pl.DataFrame({name: list(values)}), how="cross")
+            grid = grid.drop(name, strict=False).join(pl.DataFrame({name: list(values)}), how="cross")
     res = predict(grid, model)
     step = res.filter(pl.col("feasible") & pl.col("step_time_s").is_finite())["step_time_s"]
     if step.len() < 2:
@@ -760,6 +750,7 @@ def physics(cfg: Settings, assumptions: str, residual: bool = True, analytical_o
         check_assumptions(assumptions)
     except ValueError as err:
         raise InputError(f"--{err}") from None
+    check_adaptable(getattr(o, "calibrate_on", None), getattr(o, "source", None), analytical_only, assumptions)
     bundle = None if analytical_only else _calibrated().promoted_fit(cfg)
     if analytical_only:
         if assumptions == "ideal":
@@ -807,8 +798,6 @@ def scaling_curve(cfg: Settings, o: Optional[CurveOptions] = None, /, *, arch: O
     arch_row = architecture(cfg, o.model, o.arch_file, arch)
     check_hybrid(arch_row)
     check_batch_rule(batch_rule)
-    if (o.calibrate_on is not None or o.source is not None) and (o.analytical_only or assumptions != "realistic"):
-        adapt_model(cfg, None, o.calibrate_on, o.source, analytical_only=o.analytical_only, assumptions=assumptions)
     hook, params, note = physics(cfg, assumptions, analytical_only=o.analytical_only, o=o)
     hw = tier_hardware(cfg, o)
     stack_row, _, stack_note = stack_inputs(cfg, o.stack, hw.get("id"))

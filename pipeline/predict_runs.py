@@ -12,6 +12,7 @@ from models.corpus.runs_adapter import configs_from_runs, resolve_unstated
 from models.corpus.targets import derive_flop_targets, measured_throughput
 from models.fitting.predictor import predict
 from models.memory.model import CAPACITY_BYTES_PER_GB
+from models.memory.stacks import names_a_stack
 from models.memory.presets import remat_words
 from models.physics.hardware import HOST_COLUMN, resolve_hardware
 from models.physics.step_time import predict as physics
@@ -767,9 +768,8 @@ def unknown_stacks(cfg: pl.DataFrame, stacks) -> pl.DataFrame:
     saw (`stack_unknown`). Only in a user's file: the corpus's runs are the fit's own, their stacks seen."""
     if "framework" not in cfg.columns:
         return cfg
-    words = list(stacks.words)
-    fw = pl.col("framework").cast(pl.Utf8).str.to_lowercase().str.strip_chars().fill_null("")
-    unknown = (fw != "") & ~pl.any_horizontal([fw.str.contains(w, literal=True) for w in words])
+    stated = pl.col("framework").cast(pl.Utf8).str.strip_chars().fill_null("") != ""
+    unknown = stated & ~names_a_stack(stacks, "framework")
     return cfg.with_columns(
         pl.when(unknown).then(pl.lit(1.0)).otherwise(pl.lit(0.0)).alias("stack_unknown"),
         pl.when(unknown).then(pl.concat_str([pl.col("assumptions"), pl.format(

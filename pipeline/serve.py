@@ -195,7 +195,8 @@ def _request(options: type[Options], q: dict) -> tuple[Options, Optional[dict]]:
 
 def _calibration_runs(q: dict):
     """The runs of `calibrate_json` (a JSON array of records in the measurement schema, or the spellings
-    `predict --runs` reads: what a FILE for --calibrate-on holds) as a frame of text cells, else None."""
+    `predict --runs` reads: what a FILE for --calibrate-on holds) as a frame of text cells, else None; a bad cell is
+    named by its record number (`pipeline.adaptation.from_file`)."""
     obj = _json_parameter(q, "calibrate_json", lambda o: isinstance(o, list) and bool(o) and all(
         isinstance(r, dict) for r in o), "a JSON array of run records (objects with run_id, model_name, gpu, "
         "n_gpus, ..., metric and value)")
@@ -203,8 +204,7 @@ def _calibration_runs(q: dict):
         return None
     cols = sorted({k for r in obj for k in r})
     rows = [{c: (None if r.get(c) is None else str(r.get(c))) for c in cols} for r in obj]
-    frame = pl.DataFrame(rows, schema={c: pl.Utf8 for c in cols})
-    return frame.with_columns(pl.int_range(1, frame.height + 1).cast(pl.Int64).alias("_line"))
+    return pl.DataFrame(rows, schema={c: pl.Utf8 for c in cols})  # its records numbered by pipeline.adaptation
 
 
 def predict_json(cfg: Settings, q: dict) -> list[dict]:

@@ -491,13 +491,12 @@ def recipe_optimizer(frame: pl.DataFrame, recipes: Recipes) -> pl.DataFrame:
     src = lookup(key, table, "source", pl.Utf8)
     why = pl.concat_str([what, pl.when(fill_rc).then(pl.format(", recompute={}", rc)),
                          pl.format(" (the run's recipe: {})", src)], ignore_nulls=True)
-    out = frame.with_columns(
+    return frame.with_columns(
         ob.alias("optimizer_bytes"), gb.alias("grad_bytes"),
         pl.when(fill_rc).then(rc).otherwise(pl.col("recompute")).alias("recompute"),
         pl.when(what.is_not_null()).then(pl.concat_str([pl.col("assumptions"), why], separator="; ", ignore_nulls=True))
         .otherwise(pl.col("assumptions")).alias("assumptions"),
     )
-    return recipe_run_memory(out, recipes)
 
 
 def recipe_run_memory(frame: pl.DataFrame, recipes: Recipes) -> pl.DataFrame:

@@ -23,7 +23,8 @@ from models.arch.shapes import dense_shapes_for_params
 from models.core.precision import RECIPE_LAYERS_16BIT, RECIPE_SOURCE
 from models.core.software import predict_by_preset
 from models.corpus import moe_recipes as mr
-from models.corpus.recipes import Recipes, recipe_fp8_params, recipe_memory, recipe_micro_batch, recipe_optimizer
+from models.corpus.recipes import (Recipes, recipe_fp8_params, recipe_memory, recipe_micro_batch, recipe_optimizer,
+                                   recipe_run_memory)
 from models.memory import presets as fw
 from models.memory import stacks as st
 from models.memory.stacks import Stacks
@@ -355,10 +356,8 @@ def stack_settings(framework: str, gpu: str, hardware: pl.DataFrame, stacks: Sta
                      schema={"framework": pl.Utf8, "gpu": pl.Utf8, "sharding": pl.Utf8, "year": pl.Int64})
     sr = stack_reading(stacks, hardware, True)
     r = with_stack_memory(r, stacks, sr.fsdp_unnamed)
-    words = [c for c in ("fsdp", "megatron_based", "native_kernels", "xla", "names_deepspeed", "names_megatron")]
-    known = pl.any_horizontal([st.has_words(stacks, "framework", w) for w in words]) | \
-        (pl.col("memory_preset") != st.DEFAULT_STACK)
-    r = r.with_columns(sr.software_preset.alias("software_preset"), known.alias("known"),
+    r = r.with_columns(sr.software_preset.alias("software_preset"),
+                       st.names_a_stack(stacks, "framework").alias("known"),
                        pl.when(sr.xla_gpu).then(pl.lit(1.0)).otherwise(pl.lit(None, dtype=pl.Float64))
                        .alias("xla_compiled"),
                        st.default_sharding(stacks, pl.col("memory_preset")).alias("default_sharding"))
@@ -502,6 +501,7 @@ def configs_from_runs(runs: pl.DataFrame, hardware: pl.DataFrame, recipes: Recip
             separator="; ", ignore_nulls=True)).otherwise(pl.col("assumptions")).alias("assumptions"))
     out = recipe_fp8_params(out, recipes)  # a named recipe's FP8 weights (fp8_param_gather)
     out = recipe_optimizer(out, recipes)  # a named recipe's optimizer state and gradient bytes
+    out = recipe_run_memory(out, recipes)  # what a measured run's own settings set for memory (per run)
     out, hybrid = hybrid_problems(out)
     problems = [
         pl.when(pl.col("n_gpus").is_null()).then(pl.lit(

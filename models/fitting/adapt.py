@@ -93,32 +93,24 @@ class Adaptation:
                 f"({pct:+.1f}%; the runs alone say {raw:+.1f}%, shrunk toward the global fit){width}")
 
 
-def _shrunk_levels(errors: list[np.ndarray], alpha: float, prior_dof: float, sigma2: float) -> np.ndarray:
-    """The partially pooled level of each error vector (see the module docstring), vectorized formula."""
-    out = np.zeros(len(errors))
-    for i, e in enumerate(errors):
-        k = len(e)
-        if not k:
-            continue
-        if math.isinf(prior_dof) or sigma2 <= 0:
-            s2 = sigma2
-        else:
-            ss = float(((e - e.mean()) ** 2).sum()) if k > 1 else 0.0
-            s2 = (prior_dof * sigma2 + ss) / (prior_dof + k - 1)
-        a = alpha * (s2 / sigma2 if sigma2 > 0 else 1.0)
-        out[i] = e.sum() / (k + a)
-    return out
+def _penalty(e: np.ndarray, alpha: float, prior_dof: float, sigma2: float) -> float:
+    """The ridge penalty a of errors `e`: alpha scaled by their own spread pooled with the protocol's `sigma2` over
+    `prior_dof` degrees of freedom (alpha itself without a finite prior_dof or a spread)."""
+    if math.isinf(prior_dof) or sigma2 <= 0:
+        return alpha
+    k = len(e)
+    ss = float(((e - e.mean()) ** 2).sum()) if k > 1 else 0.0
+    return alpha * (prior_dof * sigma2 + ss) / (prior_dof + k - 1) / sigma2
+
+
+def _level(e: np.ndarray, alpha: float, prior_dof: float, sigma2: float) -> float:
+    """The partially pooled level of errors `e` (see the module docstring): sum(e) / (k + a); 0 without errors."""
+    return float(e.sum() / (len(e) + _penalty(e, alpha, prior_dof, sigma2))) if len(e) else 0.0
 
 
 def shrinkage_penalty(errors: np.ndarray, rule: AdaptationRule) -> float:
     """The ridge penalty a of these errors under `rule` (alpha scaled by their pooled spread)."""
-    e = np.asarray(errors, dtype=float)
-    k = len(e)
-    if math.isinf(rule.prior_dof) or rule.sigma2 <= 0:
-        return rule.alpha
-    ss = float(((e - e.mean()) ** 2).sum()) if k > 1 else 0.0
-    s2 = (rule.prior_dof * rule.sigma2 + ss) / (rule.prior_dof + k - 1)
-    return rule.alpha * s2 / rule.sigma2
+    return _penalty(np.asarray(errors, dtype=float), rule.alpha, rule.prior_dof, rule.sigma2)
 
 
 def adapt(errors, rule: AdaptationRule, name: str, fit_version: str | None = None) -> Adaptation:
@@ -130,7 +122,7 @@ def adapt(errors, rule: AdaptationRule, name: str, fit_version: str | None = Non
     e = e[np.isfinite(e)]
     if not len(e):
         raise ValueError(f"{name}: no run with both a measurement and a prediction to adapt the fit with")
-    level = float(e.sum() / (len(e) + shrinkage_penalty(e, rule)))
+    level = _level(e, rule.alpha, rule.prior_dof, rule.sigma2)
     return Adaptation(name=name, n_runs=len(e), level=level, raw_level=float(e.mean()),
                       half_width=rule.half_width(len(e)), fit_version=fit_version, run_errors=tuple(e.tolist()))
 
@@ -201,7 +193,7 @@ def kshot_draws(errors: np.ndarray, units: Mapping[str, np.ndarray], alpha: floa
             for _ in range(draws if k else 1):
                 perm = rng.permutation(len(e))
                 tr, te = e[perm[:k]], e[perm[k:]]
-                lvl = _shrunk_levels([tr], alpha, prior_dof, sigma2)[0] if k else 0.0
+                lvl = _level(tr, alpha, prior_dof, sigma2)
                 res_a.append(te - lvl)
                 res_n.append(te - (np.median(tr) if k else 0.0))
             adapted[(k, u)] = np.concatenate(res_a)

@@ -593,12 +593,24 @@ def predict(configs: pl.DataFrame, model: Model = None) -> pl.DataFrame:
                          pl.lit(assumptions).alias("assumptions"),
                          pl.Series("calibration_domain", domain_text(model, arrays, res["domain_code"]),
                                    dtype=pl.Utf8))
-    ad = adaptation_of(p)
-    if ad is not None:  # which runs adapted the answer, and by how much (models.fitting.adapt)
-        df = df.with_columns(pl.lit(f"{assumptions}; {ad.describe()}").alias("assumptions"),
-                             pl.lit(ad.name).alias("adapted_to"), pl.lit(ad.n_runs).alias("adaptation_runs"),
-                             pl.lit(ad.throughput_factor).alias("throughput_factor"))
+    df = with_adaptation(df, p)  # which runs adapted the answer, and by how much (models.fitting.adapt)
     return df.select(["feasible", "error", *[c for c in df.columns if c not in ("feasible", "error")]])
+
+
+def with_adaptation(result: pl.DataFrame, model: Model) -> pl.DataFrame:
+    """`result` (any frame of answers) with the adaptation that answered for `model`, if any, said: `adapted_to`,
+    `adaptation_runs`, `throughput_factor`, and its sentence in `assumptions` (once)."""
+    ad = adaptation_of(model)
+    if ad is None or result.height == 0:
+        return result
+    extra = [pl.lit(ad.name).alias("adapted_to"), pl.lit(ad.n_runs).alias("adaptation_runs"),
+             pl.lit(ad.throughput_factor).alias("throughput_factor")]
+    if "assumptions" in result.columns:
+        text = ad.describe()
+        extra.append(pl.when(pl.col("assumptions").str.contains(text, literal=True)).then(pl.col("assumptions"))
+                     .otherwise(pl.concat_str([pl.col("assumptions"), pl.lit(text)], separator="; "))
+                     .alias("assumptions"))
+    return result.with_columns(extra)
 
 
 def adaptation_of(model: Model) -> Adaptation | None:

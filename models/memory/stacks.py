@@ -363,6 +363,13 @@ def has_words(stacks: Stacks, framework, family: str) -> pl.Expr:
     return expr
 
 
+def names_a_stack(stacks: Stacks, framework) -> pl.Expr:
+    """True where the lower-cased `framework` cell contains any word of the words table (one naming a stack or
+    flagging a family): the stack table knows what the cell names."""
+    low = _expr(framework).fill_null("").str.to_lowercase()
+    return pl.any_horizontal([pl.lit(False), *(low.str.contains(w, literal=True) for w in stacks.words)])
+
+
 def preset_table(stacks: Stacks) -> pl.DataFrame:
     """One row per stack with its values and sources."""
     return pl.DataFrame([{"memory_preset": k} | vars(v) for k, v in stacks.stacks.items()])
