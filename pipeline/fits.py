@@ -85,6 +85,13 @@ def _ensure(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("ALTER TABLE fit_metrics ADD COLUMN IF NOT EXISTS mape_balanced DOUBLE")
     # the k-shot protocol's rows (scheme 'kshot'): how many of a unit's runs adapted the fit; null elsewhere
     con.execute("ALTER TABLE fit_metrics ADD COLUMN IF NOT EXISTS k_shot BIGINT")
+    # the scaling-efficiency rows (grouping 'scaling_series', models.fitting.scaling): per series the measured and
+    # predicted per-GPU throughput at its largest cluster over its smallest and their |difference|; in the row
+    # 'ALL' the mean and the largest |difference| over the series and how many series; null elsewhere
+    for col, kind in (("efficiency_measured", "DOUBLE"), ("efficiency_predicted", "DOUBLE"),
+                      ("efficiency_abs_error", "DOUBLE"), ("efficiency_max_abs_error", "DOUBLE"),
+                      ("n_series", "BIGINT")):
+        con.execute(f"ALTER TABLE fit_metrics ADD COLUMN IF NOT EXISTS {col} {kind}")
     con.execute("""CREATE TABLE IF NOT EXISTS fit_artifacts (
         version VARCHAR PRIMARY KEY, format VARCHAR, sklearn_version VARCHAR, n_bytes BIGINT, bytes BLOB)""")
     con.execute("""CREATE TABLE IF NOT EXISTS fit_oof (
@@ -342,10 +349,13 @@ def save_fit(con: duckdb.DuckDBPyConnection, bundle, report, data, now: dt.datet
 
 def _insert_rows(con: duckdb.DuckDBPyConnection, version: str, report: dict, oof: pl.DataFrame) -> None:
     """A version's fit_metrics and fit_oof rows (replacing any stored ones)."""
-    metrics = report["metrics"].with_columns(pl.lit(version).alias("version")).select(
+    m = report["metrics"]
+    optional = {"k_shot": pl.Int64, "efficiency_measured": pl.Float64, "efficiency_predicted": pl.Float64,
+                "efficiency_abs_error": pl.Float64, "efficiency_max_abs_error": pl.Float64, "n_series": pl.Int64}
+    metrics = m.with_columns(pl.lit(version).alias("version")).select(
         "version", "scheme", "grouping", "group", "predictor", "n_runs", "mdape", "mape", "within_10pct",
         "coverage_90", "median_width", "mdape_balanced", "mape_balanced",
-        pl.col("k_shot") if "k_shot" in report["metrics"].columns else pl.lit(None, dtype=pl.Int64).alias("k_shot"))
+        *[pl.col(c).cast(t) if c in m.columns else pl.lit(None, dtype=t).alias(c) for c, t in optional.items()])
     for table, frame in (("fit_metrics", metrics), ("fit_oof", oof.select(pl.lit(version).alias("version"), pl.all()))):
         con.execute(f"delete from {table} where version = ?", [version])
         con.register("_rows", frame.to_arrow())

@@ -258,7 +258,10 @@ def heldout_summary(metrics: pl.DataFrame | None, fits: pl.DataFrame | None) -> 
     analytical/physics/calibrated MdAPE, calibrated MAPE, share within ±10 %, 90 % interval coverage."""
     if metrics is None or metrics.height == 0:
         return pl.DataFrame()
-    m = metrics.filter((pl.col("group") == "ALL") & (pl.col("scheme") != "kshot"))  # k-shot: its own section
+    # k-shot and the scaling efficiency have their own sections
+    m = metrics.filter((pl.col("group") == "ALL") & (pl.col("scheme") != "kshot"))
+    if "grouping" in m.columns:
+        m = m.filter(pl.col("grouping") != "scaling_series")
     if fits is not None and fits.height and "promoted" in fits.columns:
         promoted = fits.filter(pl.col("promoted"))["version"].to_list()
         if promoted:

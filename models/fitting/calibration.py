@@ -46,7 +46,7 @@ from models.core.params import (
     PhysParams,
 )
 from models.core.software import PRESETS
-from models.fitting import adapt, conformal
+from models.fitting import adapt, conformal, scaling
 from models.fitting.predictor import (
     DOMAIN_INSIDE,
     FEATURE_NAMES,
@@ -67,7 +67,7 @@ from models.physics.step_time import OUTPUT_COLUMNS, encode_configs, predict_arr
 
 #: bumped whenever a change of the fit's code changes what a stored fit means (a fit of another version is not
 #: reused); what each version changed: docs/calibration.md, "Fit code versions"
-FIT_CODE_VERSION = "stepcast-calibration/17"
+FIT_CODE_VERSION = "stepcast-calibration/18"
 FIT_FIELDS = ("matmul_eff_16bit", "matmul_eff_8bit", "attn_eff", "gemm_ramp_flops_per_sm", "host_overhead_s_per_op",
               "scaleup_eff", "scaleout_eff", "alpha_scaleup_s", "tp_overlap", "dp_overlap", "fsdp_gather_overlap")
 PRESET_FIELDS = {"megatron_2022": ("host_overhead_s_per_op",), "pytorch_native": ("kernel_eff",)}
@@ -782,6 +782,31 @@ def _labels_for(cv: CVResult, data: "FitData") -> dict[str, np.ndarray]:
     return out
 
 
+def scaling_rows(cvs, chosen: str, data: "FitData") -> pl.DataFrame:
+    """fit_metrics rows (grouping 'scaling_series') of every protocol: per measured series (models.fitting.scaling)
+    the measured and predicted efficiency between its smallest and largest cluster, and a row 'ALL' with the mean
+    and largest |error| over the series, for the physics and the calibrated prediction."""
+    labels = scaling.series_labels(data.configs)
+    n_gpus = data.configs["n_gpus"].cast(pl.Float64).to_numpy()
+    frames = []
+    for cv in cvs:
+        for pred_name in ("physics", "calibrated"):
+            lp = cv.log_pred[chosen if pred_name == "calibrated" else pred_name]
+            per = scaling.series_efficiency(labels, n_gpus, lp, data.log_target)
+            if per.height == 0:
+                continue
+            s = scaling.summary(per)
+            head = {"scheme": cv.scheme, "grouping": "scaling_series", "predictor": pred_name}
+            frames.append(per.select(
+                *[pl.lit(v).alias(k) for k, v in head.items()], pl.col("series").alias("group"),
+                pl.col("n_runs").cast(pl.Int64), "efficiency_measured", "efficiency_predicted",
+                pl.col("efficiency_error").abs().alias("efficiency_abs_error")))
+            frames.append(pl.DataFrame([{**head, "group": "ALL", "n_runs": int(per["n_runs"].sum()),
+                                         "n_series": s["n_series"], "efficiency_abs_error": s["mean_abs"],
+                                         "efficiency_max_abs_error": s["max_abs"]}]))
+    return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+
+
 def fit_calibration(data: "FitData", max_nfev: int | None = None, protocols=PROTOCOLS, map_fn=map):
     """Fit everything on `data` and validate it under the transfer protocols.
 
@@ -832,6 +857,7 @@ def fit_calibration(data: "FitData", max_nfev: int | None = None, protocols=PROT
                                                    "mdape": pl.Float64, "mape": pl.Float64,
                                                    "within_10pct": pl.Float64, "mdape_balanced": pl.Float64,
                                                    "mape_balanced": pl.Float64})
+    metrics = pl.concat([metrics, scaling_rows(cvs, chosen, data)], how="diagonal_relaxed")
     oof_long = pl.concat([pl.DataFrame({
         "scheme": [cv.scheme] * len(rid), "run_id": rid.astype(str), "fold": cv.folds.astype(str),
         "log_pred": cv.log_pred[chosen], "log_target": data.log_target, "domain_code": cv.domain_code,

@@ -105,10 +105,13 @@ def fit(
         sel.filter(pl.col("predictor") == "calibrated").select("group", "n_runs", "mape", "within_10pct",
                                                                "coverage_90", "median_width"),
         on="group").sort(pl.col("group") != "ALL", -pl.col("n_runs"))
+    scaling = (m.filter((pl.col("grouping") == "scaling_series") & (pl.col("group") == "ALL"))
+               .select("scheme", "predictor", "n_series", "efficiency_abs_error", "efficiency_max_abs_error")
+               .sort("scheme", "predictor") if "n_series" in m.columns else pl.DataFrame())
     if fmt == "json":
         print(json.dumps({"fit": {k: (str(v) if k.endswith("_at") else v) for k, v in f.items()},
-                          "protocols": overall.to_dicts(), "scheme": scheme, "grouping": grouping,
-                          "rows": wide.to_dicts()}, indent=2, default=str))
+                          "protocols": overall.to_dicts(), "scaling_efficiency": scaling.to_dicts(),
+                          "scheme": scheme, "grouping": grouping, "rows": wide.to_dicts()}, indent=2, default=str))
         return
     pct = lambda v: "-" if v is None else f"{v:.1%}"  # noqa: E731
     t0 = Table(title="every protocol, all held-out runs: out-of-fold error of throughput per predictor")
@@ -120,6 +123,15 @@ def fit(
                    pct(r.get("mdape_balanced")), pct(r.get("mape_balanced")),
                    pct(r["within_10pct"]), pct(r["coverage_90"]), pct(r["median_width"]))
     console.print(t0)
+    if scaling.height:
+        ts = Table(title="scaling efficiency (per-GPU throughput at a measured series' largest N over its smallest): "
+                         "|predicted - measured| over the series, every protocol")
+        for c in ("protocol", "predictor", "series", "mean |error|", "largest |error|"):
+            ts.add_column(c, justify="left" if c in ("protocol", "predictor") else "right")
+        for r in scaling.iter_rows(named=True):
+            ts.add_row(r["scheme"], r["predictor"], str(r["n_series"]), f"{r['efficiency_abs_error']:.3f}",
+                       f"{r['efficiency_max_abs_error']:.3f}")
+        console.print(ts)
     t = Table(title=f"{scheme} by {grouping}: out-of-group MdAPE of throughput per predictor; calibrated MAPE, "
                     "share within ±10%, 90% interval coverage and median relative width")
     cols = ["group", "n_runs", "analytical", "physics", "ridge", "calibrated", "mape", "within_10pct",
