@@ -241,6 +241,14 @@ class PhysParams:
     # the Megatron-Bridge MoE benchmarks of the corpus force balanced routing. A calibration candidate (not in
     # FITTABLE_BOUNDS: no run in the corpus identifies it).
     moe_imbalance: float = 1.0
+    # Stragglers and jitter: the coefficient of variation of one accelerator's compute time per step across the
+    # accelerators of a job. Every step synchronizes all N of them (the gradient reduction, the pipeline's
+    # hand-offs), so the step runs at the pace of the slowest: compute x (1 + cv x E[max of N standard normals])
+    # (models.physics.parts.straggler). published: PRISM (Golden et al. 2025, arXiv 2510.15596) measured 9% GPU
+    # time variability at 64k GPUs of a frontier training job (up to 14% on GEMM microbenchmarks); read as the
+    # expected range of 65,536 normal draws (8.2 standard deviations), cv = 0.09 / 8.2 = 0.011. Not fitted: the
+    # corpus's series are few and noisy at the ends that would identify it (docs/model.md "Stragglers").
+    straggler_cv: float = 0.011
 
     # --- memory ----------------------------------------------------------------------
     # derived: bytes per gradient element held during accumulation. Megatron-LM keeps
@@ -320,4 +328,5 @@ FITTABLE_BOUNDS: Mapping[str, tuple[float, float]] = {
     "tp_overlap": (0.0, 0.9),
     "dp_overlap": (0.0, 0.95),
     "fsdp_gather_overlap": (0.0, 0.98),
+    "straggler_cv": (0.0, 0.05),
 }

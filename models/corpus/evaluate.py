@@ -15,7 +15,7 @@ from models.physics.step_time import predict
 PREDICTION_COLUMNS = (
     "feasible", "error", "step_time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "memory_gb_per_gpu", "compute_s",
     "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s", "optimizer_s",
-    "params", "model_flops_per_token", "hardware_flops_per_token", "peak_tflops",
+    "straggler_s", "params", "model_flops_per_token", "hardware_flops_per_token", "peak_tflops",
 )
 KEEP_COLUMNS = ("run_id", "source", "gpu", "model_name", "framework", "dtype", "n_gpus", "tp", "pp", "dp", "cp", "ep",
                 "vpp", "micro_batch", "global_batch_seqs", "seq_len", "sharding", "recompute", "sequence_parallel",

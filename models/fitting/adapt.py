@@ -129,7 +129,8 @@ def adapt(errors, rule: AdaptationRule, name: str, fit_version: str | None = Non
 
 #: the outputs the throughput factor divides (times) and multiplies (rates)
 TIME_COLUMNS = ("step_time_s", "step_time_lo_s", "step_time_hi_s", "compute_s", "tp_comm_s", "pp_bubble_s",
-                "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s", "optimizer_s")
+                "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s", "optimizer_s",
+                "straggler_s")
 RATE_COLUMNS = ("tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu", "hfu")
 
 

@@ -43,7 +43,7 @@ ASSUMPTIONS = ("realistic", "ideal")
 #: software preset -> era code, in models.core.software.PRESETS order (a test checks they agree)
 ERA_CODES = {"default": 0, "megatron_2022": 1, "pytorch_native": 2}
 BREAKDOWN = ("compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
-             "optimizer_s")
+             "optimizer_s", "straggler_s")
 EXTRA_COLUMNS = ("analytical_step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu_lo",
                  "tokens_per_s_per_gpu_hi", "domain_code")
 # domain_code values: a configuration inside the fit's domain, outside it (generation, precision or era unseen), on

@@ -112,7 +112,8 @@ class Overlap:
 
 @dataclass(slots=True)
 class Step:
-    step: np.ndarray  # s, host wait included
+    step: np.ndarray  # s, host wait and stragglers included
+    straggler: np.ndarray  # the wait for the slowest accelerator of the job, s
     t_mb: np.ndarray  # one micro-batch's GPU time, exposed traffic included
     bubble_mb: np.ndarray  # pipeline bubble in micro-batches
     host_wait: np.ndarray  # the GPU's wait for the host, s
@@ -799,7 +800,7 @@ def optimizer(x: Inputs, mem: Mapping[str, np.ndarray], P: PhysParams) -> np.nda
 
 
 def step_time(x: Inputs, cm: Compute, ov: Overlap, gather_exposed_mb: np.ndarray, dp_exposed: np.ndarray,
-              optimizer_s: np.ndarray) -> Step:
+              optimizer_s: np.ndarray, straggler_cv: float = 0.0) -> Step:
     """The step: micro-batches and the pipeline bubble, exposed DP traffic, the optimizer, and the host."""
     m = x.m
     t_mb = cm.compute_mb + ov.tp_mb + ov.cp_mb + ov.ep_mb + ov.pp_mb + gather_exposed_mb
@@ -812,7 +813,49 @@ def step_time(x: Inputs, cm: Compute, ov: Overlap, gather_exposed_mb: np.ndarray
     host_step = (m + bubble_mb) * cm.host_mb + optimizer_s
     r = host_step / step
     host_wait = step * (np.sqrt(np.sqrt(1.0 + (r * r) * (r * r))) - 1.0)
-    return Step(step=step + host_wait, t_mb=t_mb, bubble_mb=bubble_mb, host_wait=host_wait)
+    lag = straggler(x, (m + bubble_mb) * cm.compute_mb, straggler_cv)
+    return Step(step=step + host_wait + lag, straggler=lag, t_mb=t_mb, bubble_mb=bubble_mb, host_wait=host_wait)
+
+
+def expected_max_normal(n) -> np.ndarray:
+    """E[max of n independent standard normal draws], Blom's approximation Phi^-1((n - 0.375) / (n + 0.25))
+    (Blom 1958; within 0.5% of the exact order statistic for n >= 2); 0 for n = 1."""
+    n = np.maximum(np.asarray(n, dtype=float), 1.0)
+    return normal_quantile((n - 0.375) / (n + 0.25))
+
+
+# Acklam's rational approximation of the standard normal quantile (relative error < 1.2e-9 on (0, 1)); numpy
+# only, so that serving does not import scipy.special (0.6 s at start-up)
+_A = (-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02, 1.383577518672690e+02,
+      -3.066479806614716e+01, 2.506628277459239e+00)
+_B = (-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02, 6.680131188771972e+01,
+      -1.328068155288572e+01)
+_C = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00, -2.549732539343734e+00,
+      4.374664141464968e+00, 2.938163982698783e+00)
+_D = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00, 3.754408661907416e+00)
+
+
+def normal_quantile(p) -> np.ndarray:
+    """Phi^-1(p) of the standard normal, elementwise, p in (0, 1)."""
+    p = np.asarray(p, dtype=float)
+    q = np.minimum(p, 1.0 - p)
+    low = q < 0.02425
+    r = np.sqrt(-2.0 * np.log(np.where(low, q, 0.5)))
+    tail = (((((_C[0] * r + _C[1]) * r + _C[2]) * r + _C[3]) * r + _C[4]) * r + _C[5]) / \
+        ((((_D[0] * r + _D[1]) * r + _D[2]) * r + _D[3]) * r + 1.0)
+    u = p - 0.5
+    t = u * u
+    mid = (((((_A[0] * t + _A[1]) * t + _A[2]) * t + _A[3]) * t + _A[4]) * t + _A[5]) * u / \
+        (((((_B[0] * t + _B[1]) * t + _B[2]) * t + _B[3]) * t + _B[4]) * t + 1.0)
+    return np.where(low, np.where(p < 0.5, tail, -tail), mid)
+
+
+def straggler(x: Inputs, compute_s: np.ndarray, cv: float) -> np.ndarray:
+    """The wait for the slowest of the job's N accelerators (s): each one's compute time per step varies with
+    coefficient of variation `cv` (PhysParams.straggler_cv), and every step synchronizes all of them, so the step
+    takes the expected largest of N draws. It grows with N as sqrt(2 ln N): one of the effects that make per-GPU
+    throughput fall with cluster size although no message grows."""
+    return compute_s * cv * expected_max_normal(x.N)
 
 
 def flops_per_token(x: Inputs, r: Rates) -> tuple[np.ndarray, np.ndarray]:

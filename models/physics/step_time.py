@@ -144,6 +144,7 @@ OUTPUT_COLUMNS = (
     "cp_comm_s",
     "ep_comm_s",
     "optimizer_s",
+    "straggler_s",
     "params",
     "active_params",
     "model_flops_per_token",
@@ -550,7 +551,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     mem = _memory_memo(a, n, P, lambda mp: memory_per_gpu(x, sh, mp, _memory_options(a, n, x.p)))
     dp_exposed, gather_exposed_mb = parts.dp_comm(x, r, mem, cm, ov, P, _stage_gathered(a, n, x.p))
     optimizer_s = parts.optimizer(x, mem, P)
-    st = parts.step_time(x, cm, ov, gather_exposed_mb, dp_exposed, optimizer_s)
+    st = parts.step_time(x, cm, ov, gather_exposed_mb, dp_exposed, optimizer_s, P.straggler_cv)
     model_fpt, hw_fpt = parts.flops_per_token(x, r)
     mem_total = mem["mem_total_bytes"]
     mem_ok = mem_total <= capacity_bytes(x.mem_cap)  # a vendor's GB are binary (models.memory.model)
@@ -580,6 +581,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
         "cp_comm_s": nanif(m * ov.cp_mb),
         "ep_comm_s": nanif(m * ov.ep_mb),
         "optimizer_s": nanif(optimizer_s),
+        "straggler_s": nanif(st.straggler),
         "params": r.pc["params"],
         "active_params": r.pc["active_params"],
         "model_flops_per_token": model_fpt,
