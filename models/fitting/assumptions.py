@@ -23,6 +23,8 @@ datasheet rates, plus latency; so here:
   attention square included (``attn_causal_work_fraction`` = 1), so utilization (MFU) never exceeds 1;
 * no memory allowance beyond weights, gradients, optimizer state and activations: ``mem_overhead_gb`` = 0,
   ``mem_fragmentation_frac`` = 0;
+* no stragglers or jitter (every accelerator as fast as the datasheet, so no step waits for the slowest):
+  ``straggler_cv`` = 0;
 * latency stays: ``alpha_scaleup_s``, ``alpha_pcie_s`` and ``alpha_scaleout_s`` (per collective step) keep the
   caller's values.
 
@@ -47,7 +49,7 @@ IDEAL_VALUES: dict[str, float] = {
     "matmul_eff_16bit": 1.0, "matmul_eff_8bit": 1.0, "matmul_eff_32bit": 1.0, "attn_eff": 1.0,
     "attn_causal_work_fraction": 1.0,
     "hbm_eff": 1.0, "scaleup_eff": 1.0, "pcie_eff": 1.0, "scaleout_eff": 1.0,
-    "mem_overhead_gb": 0.0, "mem_fragmentation_frac": 0.0,
+    "mem_overhead_gb": 0.0, "mem_fragmentation_frac": 0.0, "straggler_cv": 0.0,
 }
 
 
