@@ -512,8 +512,8 @@ CURVE_COLUMNS = ["n_gpus", "global_batch_seqs", "tp", "tp_mode", "pp", "dp", "cp
                  "recompute", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s", "tokens_per_s_lo",
                  "tokens_per_s_hi", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu",
                  "time_to_train_days", "cost_usd", "parallel_efficiency", "marginal_efficiency",
-                 "marginal_efficiency_lo", "marginal_efficiency_hi", "pareto_optimal", "feasible", "reason",
-                 "calibrated", "fit_version", "assumptions"]
+                 "marginal_efficiency_lo", "marginal_efficiency_hi", "pareto_optimal", "efficient", "layout_note",
+                 "feasible", "reason", "calibrated", "fit_version", "assumptions"]
 BREAKDOWN_KEYS = ["step_time_s", "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s",
                   "cp_comm_s", "ep_comm_s", "optimizer_s"]
 LEVEL_COLUMNS = ["assumptions", "training_flop", "params", "n_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch",
@@ -814,6 +814,7 @@ def scaling_curve(cfg: Settings, o: Optional[CurveOptions] = None, /, *, arch: O
                                  usd_per_gpu_hour=hw.get("cloud_usd_per_hour"), calibrate=hook, batch_rule=batch_rule)
     except ValueError as err:
         raise InputError(str(err)) from None
+    c = curves.verdict(c, threshold)  # which sizes pay at this threshold, and why a point looks odd
     rec = curves.inflection(c, threshold)
     price = hw.get("cloud_usd_per_hour")
     c = c.with_columns(pl.lit(assumptions).alias("assumptions"))
