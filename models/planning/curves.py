@@ -433,40 +433,29 @@ def pareto_mask(n_gpus, throughput) -> np.ndarray:
     return np.isfinite(per) & ~(best_after > per * (1.0 + 1e-9))
 
 
-def best_per_gpu_before(n_gpus, throughput, usable=None) -> np.ndarray:
-    """The best throughput per accelerator of any feasible size smaller than each N (NaN where there is none),
-    among the ``usable`` sizes where one of them is smaller (all sizes otherwise)."""
+def best_per_gpu_before(n_gpus, throughput) -> np.ndarray:
+    """The best throughput per accelerator of any feasible size smaller than each N (NaN where there is none)."""
     N = np.asarray(n_gpus, dtype=np.float64)
     X = np.asarray(throughput, dtype=np.float64)
     per = np.where(np.isfinite(X) & (X > 0), X / N, np.nan)
-    ok = np.ones(len(N), dtype=bool) if usable is None else np.asarray(usable, dtype=bool)
     out = np.full(len(N), np.nan)
-    best_ok = best_any = np.nan
+    running = np.nan
     for i in np.argsort(N, kind="stable"):
-        out[i] = best_ok if np.isfinite(best_ok) else best_any
+        out[i] = running
         if np.isfinite(per[i]):
-            best_any = np.nanmax([best_any, per[i]])
-            if ok[i]:
-                best_ok = np.nanmax([best_ok, per[i]])
+            running = per[i] if not np.isfinite(running) else max(running, per[i])
     return out
 
 
-def batch_lacks_factor(n_gpus, batches) -> np.ndarray:
-    """True where N has an odd factor the batch (sequences) lacks: dp divides both, so tp · pp · cp must carry it
-    (the 3·2^k sizes of a power-of-two batch)."""
-    return np.array([_odd_part(int(n) // math.gcd(int(n), int(b))) > 1 for n, b in zip(n_gpus, batches)], dtype=bool)
-
-
-def efficiencies(n_gpus, throughput, rounded=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def efficiencies(n_gpus, throughput) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(parallel efficiency, marginal efficiency, pareto mask) of total throughput X at sizes N.
 
     Both are measured against the best throughput per accelerator of a smaller feasible size (``best_per_gpu_before``;
-    the smallest feasible size N₀ has E = M = 1), leaving out the sizes ``rounded`` (``batch_lacks_factor``) that a
-    larger size beats per accelerator: a size worse only because of divisibility never lifts a later size above 1.
-    E > 1 remains where a size beats every smaller one per accelerator (super-linear: e.g. the smaller clusters
-    must recompute activations to fit in memory); ``verdict`` says why in ``layout_note``. Parallel efficiency is
-    given for every feasible size; marginal efficiency only for the Pareto sizes (``pareto_mask``), each against the
-    previous Pareto size."""
+    the smallest feasible size N₀ has E = M = 1): a size that is worse only because of its layout's divisibility
+    then never lifts a later size above 1. E > 1 remains where a size beats every smaller one per accelerator
+    (super-linear: e.g. the smaller clusters must recompute activations to fit in memory); ``verdict`` says why in
+    ``layout_note``. Parallel efficiency is given for every feasible size; marginal efficiency only for the Pareto
+    sizes (``pareto_mask``), each against the previous Pareto size."""
     N = np.asarray(n_gpus, dtype=np.float64)
     X = np.asarray(throughput, dtype=np.float64)
     pe = np.full(len(N), np.nan)
@@ -476,8 +465,7 @@ def efficiencies(n_gpus, throughput, rounded=None) -> tuple[np.ndarray, np.ndarr
     if len(fin) == 0:
         return pe, me, mask
     i0 = fin[np.argmin(N[fin])]
-    usable = None if rounded is None else ~(np.asarray(rounded, dtype=bool) & ~mask)
-    ref = best_per_gpu_before(N, X, usable)
+    ref = best_per_gpu_before(N, X)
     ref[i0] = X[i0] / N[i0]
     pe[fin] = (X[fin] / N[fin]) / ref[fin]
     mask[i0] = True  # the reference is always kept
@@ -643,11 +631,10 @@ def _derive(df: pl.DataFrame, usd: float | None) -> pl.DataFrame:
         df = df.with_columns((pl.col(f"time_to_train_days{sfx}") * 24.0 * pl.col("n_gpus") * pl.col("usd_per_gpu_hour"))
                              .alias(f"cost_usd{sfx}"))
     n = df["n_gpus"].to_numpy()
-    rounded = batch_lacks_factor(n, df["global_batch_seqs"].to_numpy())
     cols = {}
     for sfx in ("", "_lo", "_hi"):
         x = df[f"tokens_per_s{sfx}"].fill_null(np.nan).to_numpy().astype(np.float64)
-        pe, me, mask = efficiencies(n, x, rounded)
+        pe, me, mask = efficiencies(n, x)
         cols[f"parallel_efficiency{sfx}"] = pe
         cols[f"marginal_efficiency{sfx}"] = me
         if sfx == "":
@@ -748,8 +735,6 @@ def verdict(curve: pl.DataFrame, threshold: float = DEFAULT_THRESHOLD) -> pl.Dat
                   dtype=np.float64)
     k = knee(n, me, threshold)
     per = x / n
-    rounded = batch_lacks_factor(n, [r["global_batch_seqs"] for r in rows])
-    beaten = ~pareto_mask(n, x)
     efficient, notes = [], []
     for i, r in enumerate(rows):
         if not np.isfinite(x[i]):
@@ -764,9 +749,8 @@ def verdict(curve: pl.DataFrame, threshold: float = DEFAULT_THRESHOLD) -> pl.Dat
         efficient.append(bool(pareto and not slower and not (np.isfinite(k) and n[i] >= k)))
         parts = []
         pe = r.get("parallel_efficiency")
-        if before and pe is not None and pe > 1.0 + 1e-9:  # against the reference `efficiencies` took
-            usable = [j for j in before if not (rounded[j] and beaten[j])] or before
-            parts.append(_superlinear_reason(r, rows[max(usable, key=lambda j: per[j])]))
+        if before and pe is not None and pe > 1.0 + 1e-9:
+            parts.append(_superlinear_reason(r, rows[max(before, key=lambda j: per[j])]))
         if slower:
             f = rows[fastest]
             dearer = (r["cost_usd"] / f["cost_usd"] - 1.0) if r.get("cost_usd") and f.get("cost_usd") else None
