@@ -513,8 +513,8 @@ CURVE_COLUMNS = ["n_gpus", "global_batch_seqs", "tp", "tp_mode", "pp", "dp", "cp
                  "recompute", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s", "tokens_per_s_lo",
                  "tokens_per_s_hi", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu",
                  "time_to_train_days", "cost_usd", "parallel_efficiency", "marginal_efficiency",
-                 "marginal_efficiency_lo", "marginal_efficiency_hi", "pareto_optimal", "feasible", "reason",
-                 "calibrated", "fit_version", "assumptions"]
+                 "marginal_efficiency_lo", "marginal_efficiency_hi", "pareto_optimal", "efficient", "layout_note",
+                 "feasible", "reason", "calibrated", "fit_version", "assumptions"]
 BREAKDOWN_KEYS = ["step_time_s", "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s",
                   "cp_comm_s", "ep_comm_s", "optimizer_s", "straggler_s"]
 LEVEL_COLUMNS = ["assumptions", "training_flop", "params", "n_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch",
@@ -524,7 +524,10 @@ PLAN_COLUMNS = ["rank", "hardware", "n_gpus", "tp", "tp_mode", "pp", "dp", "cp",
                 "recompute", "days", "days_lo", "days_hi", "days_ideal", "cost_usd", "cost_usd_lo", "cost_usd_hi",
                 "energy_mwh", "mfu", "tokens_per_s_per_gpu", "goodput", "expected_interruptions",
                 "checkpoint_interval_min", "usd_per_gpu_hour", "price_source", "hfu", "step_time_s",
-                "step_time_lo_s", "step_time_hi_s", "fit_version", "assumptions", "calibration_domain"]
+                "step_time_lo_s", "step_time_hi_s", "fit_version", "assumptions", "calibration_domain",
+                "batch_capped", "batch_tokens_to_fill", "batch_note"]
+#: which days a plan's deadline applies to (--deadline-at): the prediction, or the interval's upper bound
+DEADLINE_AT = ("point", "upper")
 OPTIMAL_COLUMNS = ["rank", "hardware", "n_gpus", "params", "tokens", "loss", "training_flop", "days", "cost_usd",
                    "energy_mwh", "mfu", "tp", "pp", "dp", "cp", "n_layers", "d_model", "usd_per_gpu_hour"]
 NO_DEADLINE_HORIZON_DAYS = 365
@@ -815,6 +818,7 @@ def scaling_curve(cfg: Settings, o: Optional[CurveOptions] = None, /, *, arch: O
                                  usd_per_gpu_hour=hw.get("cloud_usd_per_hour"), calibrate=hook, batch_rule=batch_rule)
     except ValueError as err:
         raise InputError(str(err)) from None
+    c = curves.verdict(c, threshold)  # which sizes pay at this threshold, and why a point looks odd
     rec = curves.inflection(c, threshold)
     price = hw.get("cloud_usd_per_hour")
     c = c.with_columns(pl.lit(assumptions).alias("assumptions"))
@@ -966,6 +970,8 @@ def training_plan(cfg: Settings, o: Optional[PlanOptions] = None, /, *, arch: Op
         raise InputError("--model (or --arch-file) and --tokens are required (or use --optimal with --budget-usd)")
     if batch_tokens < seq_len:
         raise InputError(f"--global-batch-tokens ({batch_tokens}) must be at least --seq-len ({seq_len})")
+    check_choice("--deadline-at", o.deadline_at, DEADLINE_AT)
+    days_col = "days_hi" if o.deadline_at == "upper" else "days"  # the days that must meet the deadline
     prices, price_label = plan_prices(o.price_source, o.price_file, cfg.measurements)
     hw_all = resolve_hardware(catalog.hardware(cfg.measurements), strict=False)
     if hardware:
@@ -1020,7 +1026,7 @@ def training_plan(cfg: Settings, o: Optional[PlanOptions] = None, /, *, arch: Op
     frame = frame.with_columns(pl.lit(price_label).alias("price_source"))
     ok = frame
     if deadline_days is not None:
-        ok = ok.filter(pl.col("days") <= deadline_days)
+        ok = ok.filter(pl.col(days_col) <= deadline_days)
     if budget_usd is not None:
         ok = ok.filter(pl.col("cost_usd") <= budget_usd)
     if ok.height == 0:
@@ -1028,6 +1034,10 @@ def training_plan(cfg: Settings, o: Optional[PlanOptions] = None, /, *, arch: Op
         cheapest = frame.sort("cost_usd").row(0, named=True)
         msg = [f"no option meets the ask for {arch_row['id']} on {tokens:.3g} tokens"]
         if deadline_days is not None:
+            if days_col != "days":
+                fastest = frame.sort(days_col).row(0, named=True)
+                msg.append(f"at the interval's upper bound (--deadline-at upper) the fastest found takes "
+                           f"{fastest[days_col]:.1f} days ({fastest['days']:.1f} at the point estimate)")
             msg.append(f"the fastest found takes {fastest['days']:.1f} days ({fastest['n_gpus']:,} x "
                        f"{fastest['hardware']}, ${fastest['cost_usd']:,.0f}); a {deadline_days:g}-day deadline needs "
                        f"a larger --max-gpus (now {max_gpus:,}) or --global-batch-tokens (now {batch_tokens:,}: data "
@@ -1053,8 +1063,13 @@ def training_plan(cfg: Settings, o: Optional[PlanOptions] = None, /, *, arch: Op
     if stack_note and "assumptions" in ok.columns:
         ok = ok.with_columns(pl.concat_str([pl.col("assumptions"), pl.lit(stack_note)], separator="; ")
                              .alias("assumptions"))
+    past = ok.filter(pl.col("days_hi") > deadline_days) if deadline_days is not None else ok.clear()
+    within = (f" within {deadline_days:g} days" + (" at the interval's upper bound" if days_col != "days" else
+                                                   " at the point estimate" + (
+        f" ({past.height} of them take up to {past['days_hi'].max():.0f} days at the interval's upper bound: "
+        "--deadline-at upper plans to it)" if past.height else ""))) if deadline_days else ""
     title = (f"{arch_row['id']}, {tokens:.3g} tokens: best {ok.height} by {order.replace('_usd', '')}"
-             + (f" within {deadline_days:g} days" if deadline_days else "")
+             + within
              + (f" within ${budget_usd:,.0f}" if budget_usd else "")
              + f" — {title_of('plan', ok).split(' — ', 1)[-1]}"
              + overrides_note(o))

@@ -240,6 +240,10 @@ PLAN = (
     MODEL.but(help="Architecture id or name, e.g. llama3-70b (not used with --optimal)."), ARCH_FILE,
     TOKENS.but(short="-t", help="Training tokens, e.g. 15e12."),
     Option("deadline_days", float, help="Finish within this many days."),
+    Option("deadline_at", str, "point", help="Which days meet --deadline-days: point (the prediction) or upper (the "
+                                             "interval's upper bound days_hi: a plan that finishes in time even if "
+                                             "the step is as slow as the interval allows). Not used with --optimal "
+                                             "(its days are the hours the budget buys)."),
     Option("budget_usd", float, help="Spend at most this many dollars."),
     Option("hardware", str, help="Comma-separated hardware ids (default: every accelerator with a price)."),
     MAX_GPUS.but(default=65536, help="Largest cluster to consider."),

@@ -466,7 +466,7 @@ def _hardware_page(site: _Site, gpu: str, pngs: dict) -> Page:
            f"critical batch for the run's compute). Bands: calibrated interval (absent when the curve is "
            f"analytical only). Diamonds: the inflection point, the smallest N whose marginal efficiency "
            f"falls below {DEFAULT_THRESHOLD:g}: from there each added accelerator delivers less than "
-           f"{DEFAULT_THRESHOLD:.0%} of what an accelerator of the smallest cluster delivers. Black marks: "
+           f"{DEFAULT_THRESHOLD:.0%} of what the best accelerator of a smaller cluster delivers. Black marks: "
            f"measured runs of the same model on this accelerator (shape: source; the number is the run's row in "
            f"the table below the charts, which gives its layout). "
            f"<b>{html.escape(site.cal_note)}</b>.", "note")
@@ -811,8 +811,9 @@ def _index_page(site: _Site, shown: str) -> Page:
            f"`inflection_points`, `frontier`, `analytical_predictions`"
            f"{', `calibrated_predictions`' if site.cal is not None else ''}.", "note")
     page.p(f"<b>Inflection point</b>: the smallest N whose marginal efficiency (throughput gained per added "
-           f"accelerator, relative to the average accelerator of the smallest feasible cluster) falls below "
-           f"{DEFAULT_THRESHOLD:g}; sizes beaten by a larger, more efficient size are skipped. The interval comes "
+           f"accelerator, relative to the best accelerator of a smaller cluster) falls below "
+           f"{DEFAULT_THRESHOLD:g}; sizes beaten by a larger, more efficient size are skipped (their layout_note "
+           f"says why, e.g. a batch that lacks the size's factor 3). The interval comes "
            f"from the calibrated bounds. A Universal Scalability Law fit X(N) = λn/(1+σ(n−1)+κn(n−1)) explains it: "
            f"σ contention, κ coherency, peak at n* = √((1−σ)/κ).")
     page.h("Pages")

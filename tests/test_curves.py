@@ -205,3 +205,109 @@ def test_cli_curve_json_and_bad_policy():
     assert "inflection_n" in out["inflection"] and "analytical only" in out["calibration"]
     bad = CliRunner().invoke(app, ["curve", "--model", "llama3-8b", "--gpu", "a100-sxm4-80gb", "--policy", "linear"])
     assert bad.exit_code == 2 and "--policy must be one of strong, weak, critical" in bad.output
+
+
+# ------------------------------------------------------------------ the curve tells the truth
+
+def test_efficiency_is_against_the_best_smaller_size():
+    # 24 beats 16 per accelerator; 32 is worse than 24: against the smallest size it would read 1.1 (> 1), against
+    # the best smaller size 11/12
+    n = np.array([16, 24, 32, 64], dtype=float)
+    per = np.array([10.0, 12.0, 11.0, 9.0])
+    pe, me, mask = efficiencies(n, per * n)
+    assert pe == pytest.approx([1.0, 1.2, 11 / 12, 9 / 12])
+    assert mask.tolist() == [True, True, True, True]  # 16 is beaten by 24, but the smallest size is the reference
+    assert me[3] == pytest.approx((9 * 64 - 11 * 32) / 32 / 12)
+
+
+def _odd_factor_missing(n: int, batch: int) -> bool:
+    import math
+
+    f = n // math.gcd(n, batch)
+    while f % 2 == 0:
+        f //= 2
+    return f > 1
+
+
+def check_curve_tells_the_truth(doc: dict) -> None:
+    """A curve never calls a size efficient that is slower than a smaller one; its sentence names the largest size
+    where extra accelerators pay and every smaller size not worth running; an odd point (super-linear, slower than a
+    smaller size, beaten per accelerator by a larger one, held back by the batch's divisibility) says why."""
+    import re
+
+    from models.planning.curves import DOMINANCE_TOLERANCE
+
+    pts = doc["points"].filter(pl.col("feasible")).sort("n_gpus")
+    n, x, days = pts["n_gpus"].to_list(), pts["tokens_per_s"].to_list(), pts["time_to_train_days"].to_list()
+    b, eff, notes = pts["global_batch_seqs"].to_list(), pts["efficient"].to_list(), pts["layout_note"].to_list()
+    pe, me = pts["parallel_efficiency"].to_list(), pts["marginal_efficiency"].to_list()
+    per = [a / c for a, c in zip(x, n)]
+    text, rec = doc["explanation"], doc["inflection"]
+    for i in range(len(n)):
+        slower = i > 0 and x[i] <= max(x[:i])
+        beaten = any(per[j] > per[i] * (1 + DOMINANCE_TOLERANCE) for j in range(i + 1, len(n)))
+        if eff[i]:
+            assert not slower and (i == 0 or days[i] < min(days[:i])), (n[i], text)
+            assert not beaten and me[i] is not None and me[i] >= rec["threshold"]
+        if slower:
+            assert not eff[i] and f"slower than N = {n[x.index(max(x[:i]))]:,}" in notes[i]
+        if pe[i] > 1:
+            assert notes[i] and "super-linear" in notes[i], (n[i], pe[i])
+        if beaten:
+            assert not eff[i] and "not worth running" in notes[i]
+            if _odd_factor_missing(n[i], b[i]):
+                assert "has no factor" in notes[i], notes[i]
+    top = max(v for v, e in zip(n, eff) if e)
+    assert f"extra accelerators pay up to N = {top:,}" in text
+    if rec["inflection_n"] is not None:
+        assert top < rec["inflection_n"] and f"to N = {rec['inflection_n']:,.0f}" in text and "stays ≥" not in text
+        assert not any(e for v, e in zip(n, eff) if v >= rec["inflection_n"])
+    m = re.search(r"not worth running \(layout_note says why\): ([\d, ]+)", text)
+    named = set(m.group(1).strip().split(", ")) if m else set()
+    assert named == {f"{v:,}" for v, e in zip(n, eff) if v <= top and not e}, text
+
+
+TRUTH_CASES = [
+    dict(model="llama3-70b", gpu="h100-sxm5-80gb", policy="strong", seq_len=2048, max_gpus=16384),
+    dict(model="llama3-70b", gpu="h100-sxm5-80gb", policy="critical", seq_len=2048, max_gpus=16384),
+    dict(model="llama3-70b", gpu="h100-sxm5-80gb", policy="strong", seq_len=8192, max_gpus=16384, threshold=0.8),
+    dict(model="gpt3-175b", gpu="a100-sxm4-80gb", policy="strong", seq_len=2048, global_batch=1536, max_gpus=8192),
+    dict(model="llama3-8b", gpu="h100-sxm5-80gb", policy="weak", seq_len=8192, max_gpus=4096),
+    dict(model="llama3-70b", gpu="gb200", policy="strong", seq_len=8192, max_gpus=16384),
+    dict(model="llama3-405b", gpu="b200", policy="strong", seq_len=8192, max_gpus=32768),
+]
+
+
+@pytest.mark.parametrize("case", TRUTH_CASES, ids=lambda c: f"{c['model']}-{c['gpu']}-{c['policy']}-{c['seq_len']}")
+def test_the_curve_tells_the_truth(case):
+    from pipeline import api
+    from pipeline.settings import Settings
+
+    doc, _ = api.scaling_curve(Settings.load(), **case)
+    check_curve_tells_the_truth(doc)
+
+
+def test_the_rounded_sizes_of_llama3_70b_say_why():
+    """Strong scaling with a power-of-two batch: the 3·2^k sizes put the 3 into the pipeline (64 heads take no 3),
+    and every one a larger size beats says so; the sentence does not call 12,288 efficient."""
+    from pipeline import api
+    from pipeline.settings import Settings
+
+    doc, _ = api.scaling_curve(Settings.load(), model="llama3-70b", gpu="h100-sxm5-80gb", policy="strong",
+                               seq_len=2048, max_gpus=16384)
+    row = doc["points"].filter(pl.col("n_gpus") == 12288).row(0, named=True)
+    assert row["pp"] % 3 == 0 and not row["efficient"]
+    assert "the batch of 2,048 sequences has no factor 3" in row["layout_note"] and "pp carries the 3" in row["layout_note"]
+    assert "12,288" not in doc["explanation"].split("pay up to N = ")[1].split(";")[0]
+
+
+def test_calibrated_curves_tell_the_truth(built_store, monkeypatch):
+    """With the promoted fit (its correction can lift one size above another): the same properties."""
+    from pipeline import api
+    from pipeline.settings import Settings
+
+    monkeypatch.setenv("STEPCAST_STORE", str(built_store))
+    for case in (dict(policy="critical", seq_len=8192), dict(policy="strong", seq_len=2048)):
+        doc, _ = api.scaling_curve(Settings.load(), model="llama3-70b", gpu="h100-sxm5-80gb", max_gpus=16384, **case)
+        assert "calibrated with fit" in doc["calibration"]
+        check_curve_tells_the_truth(doc)

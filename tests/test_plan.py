@@ -183,3 +183,47 @@ def test_plan_and_search_use_the_promoted_fit(built_store, monkeypatch):
     assert fitted == found
     assert prior[0]["fit_version"] is None and prior[0]["calibration_domain"] == "analytical"
     assert fitted[0]["step_time_s"] != prior[0]["step_time_s"]
+
+
+# ---------------------------------------------------------------- the batch and the deadline's bound
+
+def test_plan_says_when_the_batch_caps_data_parallelism():
+    """Llama 3 405B in 60 days on B200 with its 4M-token batch (512 sequences): the plans need tens of thousands of
+    B200 where 512 sequences cannot feed the data-parallel replicas; the plan says so and names the batch that would
+    use the cluster, and planning with that batch gives the same cluster a higher MFU, no longer capped."""
+    args = ["plan", "--model", "llama3-405b", "--tokens", "15.6e12", "--deadline-days", "60", "--hardware", "b200",
+            "--format", "json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    top = json.loads(result.stdout)[0]
+    assert top["batch_capped"] and top["n_gpus"] >= 16384
+    fill = int(top["batch_tokens_to_fill"])
+    assert fill > 4_194_304 and fill % 8192 == 0
+    note = top["batch_note"]
+    assert "the global batch caps data parallelism" in note and "512 sequences of 8,192" in note
+    assert f"A batch of {fill // 8192:,} sequences" in note and f"--global-batch-tokens {fill}" in note
+    assert "would use the cluster" in note and "batch (rank 1): the global batch caps" in result.output
+    again = runner.invoke(app, args + ["--global-batch-tokens", str(fill), "--top", "20"])
+    assert again.exit_code == 0, again.output
+    same = [r for r in json.loads(again.stdout) if r["n_gpus"] == top["n_gpus"]]
+    assert same and not same[0]["batch_capped"] and same[0]["mfu"] > top["mfu"]
+
+
+def test_deadline_at_upper_plans_to_the_interval_bound(built_store, monkeypatch):
+    """With a promoted fit the plans carry an interval: --deadline-at upper keeps only plans whose days_hi meet the
+    deadline; at the point estimate the title says how many may run past it."""
+    monkeypatch.setenv("STEPCAST_STORE", str(built_store))
+    base = ["plan", "--model", "llama3-70b", "--tokens", "15e12", "--deadline-days", "90", "--top", "20",
+            "--format", "json"]
+    point = runner.invoke(app, base)
+    upper = runner.invoke(app, base + ["--deadline-at", "upper"])
+    assert point.exit_code == 0 and upper.exit_code == 0, point.output + upper.output
+    p_rows, u_rows = json.loads(point.stdout), json.loads(upper.stdout)
+    assert u_rows and all(r["days_hi"] <= 90 for r in u_rows)
+    assert all(r["days"] <= 90 for r in p_rows) and any(r["days_hi"] > 90 for r in p_rows)
+    assert "at the point estimate" in point.output and "--deadline-at upper plans to it" in point.output
+    assert "at the interval's upper bound" in upper.output
+    costs = [r["cost_usd"] for r in u_rows]
+    assert costs == sorted(costs)
+    bad = runner.invoke(app, base + ["--deadline-at", "lower"])
+    assert bad.exit_code == 2 and "--deadline-at must be one of point, upper" in bad.output

@@ -27,16 +27,26 @@ TP, less activation memory); interleaving vpp ∈ {1, 2, 4}; context parallelism
 ``benchmarks/bench_curves.py`` prints how far this lands from the unrestricted ``models.planning.search.search`` on
 reference cases (0.96–1.00 of its best tokens/s/GPU when written, 10–200× faster).
 
-Efficiencies (X = tokens/s of the whole cluster, N₀ = the smallest N with a feasible layout):
+Efficiencies (X = tokens/s of the whole cluster, N₀ = the smallest N with a feasible layout, P(N) = the best
+throughput per accelerator of any feasible size smaller than N, P(N₀) = X(N₀)/N₀):
 
-* parallel efficiency ``E(N) = (X(N)/N) / (X(N₀)/N₀)``
-* marginal efficiency ``M(Nᵢ) = [(X(Nᵢ) − X(Nᵢ₋₁)) / (Nᵢ − Nᵢ₋₁)] / (X(N₀)/N₀)``: the throughput the last
-  accelerators added bring, per accelerator, relative to the average accelerator of the smallest cluster.
+* parallel efficiency ``E(N) = (X(N)/N) / P(N)``: against the best smaller size, so that a size made worse by
+  divisibility never lifts a later one above 1. E > 1 only where N beats every smaller size per accelerator
+  (super-linear); ``layout_note`` then says what the smaller sizes lack (memory for activations, batch per
+  accelerator, their divisibility, or the calibration's correction).
+* marginal efficiency ``M(Nᵢ) = [(X(Nᵢ) − X(Nᵢ₋₁)) / (Nᵢ − Nᵢ₋₁)] / P(Nᵢ)`` between consecutive Pareto sizes
+  (``pareto_mask``: sizes beaten per accelerator by a larger one are skipped): the throughput the last
+  accelerators added bring, per accelerator, relative to the best accelerator of a smaller cluster.
   1 = perfect scaling; 0 = the added accelerators bring nothing; < 0 = they slow the job down.
 * inflection point: the smallest N with ``M(N) < threshold`` (``DEFAULT_THRESHOLD`` = 0.5: from there on, each
-  added accelerator delivers less than half of what an accelerator of the smallest cluster delivers, i.e. the
+  added accelerator delivers less than half of what the best smaller cluster's accelerators deliver, i.e. the
   cluster-hours per token grow faster than the time saved). Its interval comes from the same rule applied to the
   calibrated lower and upper throughput bounds (equal to the point value when the curve is analytical only).
+* ``efficient`` (``verdict``): the sizes where extra accelerators still pay — feasible, not beaten per accelerator
+  by a larger size, faster as a whole job than every smaller size, and below the knee. ``explain``'s sentence names
+  the largest of them and lists the smaller sizes that are not worth running; ``layout_note`` says why each odd
+  point is odd (beaten by a larger size, slower than a smaller one, the batch or the layers not dividing at that N,
+  super-linear).
 """
 
 from __future__ import annotations
@@ -78,6 +88,10 @@ _DIMS = ("tp", "tp_mode") + tuple(c for c in LAYOUT_DIMS if c != "tp")
 
 POLICIES = ("strong", "weak", "critical")
 DEFAULT_THRESHOLD = 0.5
+# a larger size must be more than 2 % faster per accelerator to make a smaller one not worth running (dominated):
+# smaller gaps (e.g. the optimizer state sharded over a few more replicas as weak scaling grows dp) are below what
+# the model resolves (its layout grid alone lands up to 4 % from the full search, benchmarks/bench_curves.py)
+DOMINANCE_TOLERANCE = 0.02
 # DeepSeek LLM (DeepSeek-AI 2024, arXiv:2401.02954) eq. 1: B_opt = 0.2920 * C^0.3271 tokens
 CRIT_BATCH_COEF = 0.2920
 CRIT_BATCH_EXP = 0.3271
@@ -406,10 +420,10 @@ def _best_schema() -> dict[str, Any]:
 def pareto_mask(n_gpus, throughput) -> np.ndarray:
     """True where no larger cluster of the curve is more efficient per accelerator.
 
-    A size N is *dominated* when some N' > N has strictly higher throughput per accelerator: N' is then faster
-    **and** cheaper per token, so nobody would run N (typically 3·2^k sizes whose data-parallel degree cannot
-    divide a power-of-two batch). Dominated sizes stay in the table but are skipped by the marginal efficiency
-    and the knee."""
+    A size N is *dominated* when some N' > N has a throughput per accelerator more than ``DOMINANCE_TOLERANCE``
+    higher: N' is then faster **and** cheaper per token, so nobody would run N (typically 3·2^k sizes whose
+    data-parallel degree cannot divide a power-of-two batch). Dominated sizes stay in the table but are skipped by
+    the marginal efficiency and the knee."""
     N = np.asarray(n_gpus, dtype=np.float64)
     X = np.asarray(throughput, dtype=np.float64)
     per = np.where(np.isfinite(X) & (X > 0), X / N, np.nan)
@@ -420,15 +434,32 @@ def pareto_mask(n_gpus, throughput) -> np.ndarray:
         best_after[i] = running
         if np.isfinite(per[i]):
             running = max(running, per[i])
-    return np.isfinite(per) & ~(best_after > per * (1.0 + 1e-9))
+    return np.isfinite(per) & ~(best_after > per * (1.0 + DOMINANCE_TOLERANCE))
+
+
+def best_per_gpu_before(n_gpus, throughput) -> np.ndarray:
+    """The best throughput per accelerator of any feasible size smaller than each N (NaN where there is none)."""
+    N = np.asarray(n_gpus, dtype=np.float64)
+    X = np.asarray(throughput, dtype=np.float64)
+    per = np.where(np.isfinite(X) & (X > 0), X / N, np.nan)
+    out = np.full(len(N), np.nan)
+    running = np.nan
+    for i in np.argsort(N, kind="stable"):
+        out[i] = running
+        if np.isfinite(per[i]):
+            running = per[i] if not np.isfinite(running) else max(running, per[i])
+    return out
 
 
 def efficiencies(n_gpus, throughput) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(parallel efficiency, marginal efficiency, pareto mask) of total throughput X at sizes N.
 
-    The reference is the smallest feasible size N₀. Parallel efficiency is given for every feasible size;
-    marginal efficiency only for the Pareto sizes (``pareto_mask``), each against the previous Pareto size;
-    the reference itself has M = 1 by definition."""
+    Both are measured against the best throughput per accelerator of a smaller feasible size (``best_per_gpu_before``;
+    the smallest feasible size N₀ has E = M = 1): a size that is worse only because of its layout's divisibility
+    then never lifts a later size above 1. E > 1 remains where a size beats every smaller one per accelerator
+    (super-linear: e.g. the smaller clusters must recompute activations to fit in memory); ``verdict`` says why in
+    ``layout_note``. Parallel efficiency is given for every feasible size; marginal efficiency only for the Pareto
+    sizes (``pareto_mask``), each against the previous Pareto size."""
     N = np.asarray(n_gpus, dtype=np.float64)
     X = np.asarray(throughput, dtype=np.float64)
     pe = np.full(len(N), np.nan)
@@ -438,14 +469,15 @@ def efficiencies(n_gpus, throughput) -> tuple[np.ndarray, np.ndarray, np.ndarray
     if len(fin) == 0:
         return pe, me, mask
     i0 = fin[np.argmin(N[fin])]
-    per0 = X[i0] / N[i0]
-    pe[fin] = (X[fin] / N[fin]) / per0
+    ref = best_per_gpu_before(N, X)
+    ref[i0] = X[i0] / N[i0]
+    pe[fin] = (X[fin] / N[fin]) / ref[fin]
     mask[i0] = True  # the reference is always kept
     keep = np.flatnonzero(mask)
     keep = keep[np.argsort(N[keep], kind="stable")]
     me[keep[0]] = 1.0
     for a, b in zip(keep[:-1], keep[1:]):
-        me[b] = ((X[b] - X[a]) / (N[b] - N[a])) / per0
+        me[b] = ((X[b] - X[a]) / (N[b] - N[a])) / ref[b]
     return pe, me, mask
 
 
@@ -494,7 +526,8 @@ def scaling_curve(arch_row: Mapping[str, Any], hw_row: Mapping[str, Any], policy
         best, configs = layouts.take(ns, batches)
     out = best.with_columns(pl.lit(policy).alias("policy"), pl.lit(int(seq_len)).alias("seq_len"),
                             pl.lit(float(tokens)).alias("tokens"), pl.lit(training_flop).alias("training_flop"),
-                            pl.lit(ceiling).alias("critical_batch_seqs"), pl.lit(node).alias("node_size"))
+                            pl.lit(ceiling).alias("critical_batch_seqs"), pl.lit(node).alias("node_size"),
+                            pl.lit(int(_num(arch_row, "n_layers"))).alias("n_layers"))
     out = out.with_columns(pl.lit(usd_per_gpu_hour, dtype=pl.Float64).alias("usd_per_gpu_hour"))
     if defer_calibration:
         return out, configs
@@ -610,15 +643,150 @@ def _derive(df: pl.DataFrame, usd: float | None) -> pl.DataFrame:
         cols[f"marginal_efficiency{sfx}"] = me
         if sfx == "":
             pareto = mask
-    return df.with_columns([pl.Series(k, v).fill_nan(None) for k, v in cols.items()]
-                           + [pl.Series("pareto_optimal", pareto)])
+    return verdict(df.with_columns([pl.Series(k, v).fill_nan(None) for k, v in cols.items()]
+                                   + [pl.Series("pareto_optimal", pareto)]))
+
+
+# ------------------------------------------------------------------ which sizes pay, and why a point looks odd
+
+# the step-time components (``BREAKDOWN``) in words, for the reason of a super-linear size
+_COMPONENT_WORDS = {"compute_s": "compute", "tp_comm_s": "tensor-parallel communication",
+                    "pp_bubble_s": "the pipeline bubble", "pp_comm_s": "pipeline communication",
+                    "dp_comm_exposed_s": "exposed data-parallel communication",
+                    "cp_comm_s": "context-parallel communication", "ep_comm_s": "expert-parallel communication",
+                    "optimizer_s": "the optimizer step"}
+_RECOMPUTE_RANK = {"none": 0, "selective": 1, "full": 2}
+
+
+def _odd_part(n: int) -> int:
+    n = int(n)
+    while n and n % 2 == 0:
+        n //= 2
+    return n
+
+
+def _layout_text(r: Mapping[str, Any]) -> str:
+    return (f"tp {r['tp']} × pp {r['pp']} × dp {r['dp']}" + (f" × cp {r['cp']}" if (r.get("cp") or 1) > 1 else "")
+            + f", micro-batch {r['micro_batch']}, " + ("no" if r["recompute"] == "none" else r["recompute"])
+            + " recompute")
+
+
+def divisibility_cause(r: Mapping[str, Any]) -> str | None:
+    """Why a point's layout is constrained by divisibility, or None: the batch (sequences) lacking an odd factor of
+    N (dp must divide both, so tp · pp · cp carries it), or pipeline stages that do not divide the layers."""
+    n, b = int(r["n_gpus"]), int(r["global_batch_seqs"])
+    out = []
+    g = math.gcd(n, b)
+    odd = _odd_part(n // g)
+    if odd > 1:
+        dims = [d for d in ("tp", "pp", "cp") if int(r.get(d) or 1) % odd == 0]
+        out.append(f"the batch of {b:,} sequences has no factor {odd} of N = {odd} × {n // odd:,}: dp divides "
+                   f"gcd(N, batch) = {g:,} at most, so {' or '.join(dims) or 'tp × pp × cp'} carries the {odd}")
+    layers = r.get("n_layers")
+    pp = int(r.get("pp") or 1)
+    if layers and pp > 1 and int(layers) % pp:
+        longest = -(-int(layers) // pp)
+        out.append(f"{pp} pipeline stages do not divide {int(layers)} layers: the longest stage holds {longest} "
+                   f"({longest / (int(layers) / pp) - 1:.0%} above the mean)")
+    return "; ".join(out) or None
+
+
+def _superlinear_reason(r: Mapping[str, Any], ref: Mapping[str, Any]) -> str:
+    """Why size ``r`` has a higher throughput per accelerator than every smaller size (``ref`` the best of them)."""
+    ratio = r["tokens_per_s_per_gpu"] / ref["tokens_per_s_per_gpu"]
+    a_r, a_ref = r.get("analytical_tokens_per_s_per_gpu"), ref.get("analytical_tokens_per_s_per_gpu")
+    head = (f"super-linear: {ratio:.2f}" if ratio >= 1.01 else f"super-linear: {ratio:.4f}") + (
+        f"× the throughput per accelerator of the best smaller size, N = {int(ref['n_gpus']):,} "
+        f"({_layout_text(ref)})")
+    if a_r and a_ref and a_r <= a_ref * (1.0 + 1e-9):
+        return (f"{head}: the analytical model's throughput per accelerator does not rise ({a_r / a_ref:.2f}×), "
+                "the calibration's correction does")
+    # GPU-seconds per token of each component: component_s x N / tokens per step
+    per_tok = {c: (r[c] or 0.0) * r["n_gpus"] / r["global_batch_seqs"]
+               - (ref[c] or 0.0) * ref["n_gpus"] / ref["global_batch_seqs"]
+               for c in _COMPONENT_WORDS if r.get(c) is not None and ref.get(c) is not None}
+    why = []
+    if per_tok:
+        c = min(per_tok, key=per_tok.get)
+        if per_tok[c] < 0:
+            text = f"GPU-time per token falls most in {_COMPONENT_WORDS[c]}"
+            if c == "optimizer_s" and r["sharding"] not in ("none", None) and r["dp"] > ref["dp"]:
+                text += f" (its state sharded over {r['dp']:,} data-parallel ranks instead of {ref['dp']:,})"
+            elif c == "pp_bubble_s":
+                text += (f" ({r['global_batch_seqs'] // (r['dp'] * r['micro_batch']):,} micro-batches per pipeline "
+                         f"instead of {ref['global_batch_seqs'] // (ref['dp'] * ref['micro_batch']):,})")
+            why.append(text)
+    if _RECOMPUTE_RANK.get(ref["recompute"], 0) > _RECOMPUTE_RANK.get(r["recompute"], 0):
+        why.append(f"the smaller cluster recomputes activations ({ref['recompute']}) to fit in memory, this one "
+                   f"keeps more of them ({r['recompute']})")
+    if r["global_batch_seqs"] / r["n_gpus"] > ref["global_batch_seqs"] / ref["n_gpus"] * (1.0 + 1e-9):
+        why.append(f"the batch per accelerator grows ({ref['global_batch_seqs'] / ref['n_gpus']:.3g} → "
+                   f"{r['global_batch_seqs'] / r['n_gpus']:.3g} sequences)")
+    cause = divisibility_cause(ref)
+    if cause:
+        why.append(f"at N = {int(ref['n_gpus']):,} {cause}")
+    return head + (": " + "; ".join(why) if why else "")
+
+
+def verdict(curve: pl.DataFrame, threshold: float = DEFAULT_THRESHOLD) -> pl.DataFrame:
+    """The curve with ``efficient`` (the sizes where extra accelerators still pay: feasible, not beaten per
+    accelerator by a larger size, faster as a whole job than every smaller size, and below the knee) and
+    ``layout_note`` (why a size looks odd, null otherwise): a size beaten per accelerator by a larger one (with
+    the divisibility of batch or layers behind it, when that is the cause), a size slower than a smaller one, and
+    a parallel efficiency above 1 (super-linear: what the smaller sizes lack)."""
+    c = curve.sort("n_gpus")
+    if c.height == 0:
+        return c.with_columns(pl.lit(None, dtype=pl.Boolean).alias("efficient"),
+                              pl.lit(None, dtype=pl.Utf8).alias("layout_note"))
+    rows = c.to_dicts()
+    n = np.array([r["n_gpus"] for r in rows], dtype=np.float64)
+    x = np.array([r["tokens_per_s"] if r.get("feasible") and r.get("tokens_per_s") is not None else np.nan
+                  for r in rows], dtype=np.float64)
+    me = np.array([np.nan if r.get("marginal_efficiency") is None else r["marginal_efficiency"] for r in rows],
+                  dtype=np.float64)
+    k = knee(n, me, threshold)
+    per = x / n
+    efficient, notes = [], []
+    for i, r in enumerate(rows):
+        if not np.isfinite(x[i]):
+            efficient.append(False)
+            notes.append(None)
+            continue
+        before = [j for j in range(i) if np.isfinite(x[j])]
+        after = [j for j in range(i + 1, len(rows))
+                 if np.isfinite(x[j]) and per[j] > per[i] * (1.0 + DOMINANCE_TOLERANCE)]
+        fastest = max(before, key=lambda j: x[j]) if before else None
+        slower = fastest is not None and x[i] <= x[fastest]
+        pareto = not after  # as pareto_mask, the smallest size included: it too can be beaten per accelerator
+        efficient.append(bool(pareto and not slower and not (np.isfinite(k) and n[i] >= k)))
+        parts = []
+        pe = r.get("parallel_efficiency")
+        if before and pe is not None and pe > 1.0 + 1e-9:
+            parts.append(_superlinear_reason(r, rows[max(before, key=lambda j: per[j])]))
+        if slower:
+            f = rows[fastest]
+            dearer = (r["cost_usd"] / f["cost_usd"] - 1.0) if r.get("cost_usd") and f.get("cost_usd") else None
+            parts.append(f"slower than N = {int(f['n_gpus']):,} ({r['time_to_train_days']:.3g} vs "
+                         f"{f['time_to_train_days']:.3g} days" + (f", {dearer:.0%} dearer" if dearer else "") + ")")
+        if not pareto:
+            j = max(after, key=lambda j: per[j])
+            parts.append(f"not worth running: N = {int(rows[j]['n_gpus']):,} is faster per accelerator "
+                         f"({per[j]:,.0f} vs {per[i]:,.0f} tokens/s), so sooner done and cheaper per token")
+        if not pareto or slower:
+            cause = divisibility_cause(r)
+            if cause:
+                parts.append(f"divisibility: {cause}")
+        notes.append("; ".join(parts) or None)
+    return c.with_columns(pl.Series("efficient", efficient, dtype=pl.Boolean),
+                          pl.Series("layout_note", notes, dtype=pl.Utf8))
 
 
 # ------------------------------------------------------------------ inflection summary
 
 def inflection(curve: pl.DataFrame, threshold: float = DEFAULT_THRESHOLD) -> dict[str, Any]:
-    """The knee of one curve (point and interval) and its USL explanation, as one record."""
-    c = curve.sort("n_gpus")
+    """The knee of one curve (point and interval), the sizes worth running up to it (``verdict``) and its USL
+    explanation, as one record."""
+    c = verdict(curve, threshold).sort("n_gpus")
     n = c["n_gpus"].to_numpy().astype(np.float64)
 
     def me(sfx):
@@ -635,12 +803,24 @@ def inflection(curve: pl.DataFrame, threshold: float = DEFAULT_THRESHOLD) -> dic
     # a peak far beyond the sweep is an extrapolation of a nearly-zero κ: reported as "no peak"
     peak = fit.peak_n if fit and math.isfinite(fit.peak_n) and fit.peak_n <= PEAK_EXTRAPOLATION * n_top else None
     peak_row = feas.sort("tokens_per_s", descending=True).head(1) if feas.height else None
+    eff = feas.filter(pl.col("efficient"))
+    n_eff = int(eff["n_gpus"].max()) if eff.height else None
+    upto = feas.filter(pl.col("n_gpus") <= n_eff) if n_eff is not None else feas.clear()
+    # sizes up to the last efficient one that are slower, as a whole job, than a smaller size
+    x = upto["tokens_per_s"].to_numpy()
+    slower = [(int(upto["n_gpus"][i]), int(upto["n_gpus"][int(np.argmax(x[:i]))])) for i in range(1, len(x))
+              if x[i] <= x[:i].max()]
+    at_knee = c.filter(pl.col("n_gpus") == point)["marginal_efficiency"] if np.isfinite(point) else None
     return {
         "threshold": threshold,
         "inflection_n": point if np.isfinite(point) else None,
         "inflection_n_lo": min(fin) if fin else None,
         "inflection_n_hi": max(fin) if fin else None,
         "knee_found": bool(np.isfinite(point)),
+        "marginal_efficiency_at_knee": float(at_knee[0]) if at_knee is not None and at_knee.len() else None,
+        "n_efficient_max": n_eff,
+        "n_not_worth": [int(v) for v in upto.filter(~pl.col("efficient"))["n_gpus"]],
+        "n_slower": [f"{a:,} slower than {b:,}" for a, b in slower],
         "n_min_feasible": int(feas["n_gpus"].min()) if feas.height else None,
         "n_max_swept": int(c["n_gpus"].max()) if c.height else None,
         "n_best_throughput": int(peak_row["n_gpus"][0]) if peak_row is not None and peak_row.height else None,
@@ -655,12 +835,28 @@ def inflection(curve: pl.DataFrame, threshold: float = DEFAULT_THRESHOLD) -> dic
 
 
 def explain(rec: Mapping[str, Any]) -> str:
-    """One sentence that reads the knee and the USL fit."""
+    """One sentence that reads the knee (where extra accelerators stop paying, as the rows' ``efficient`` say) and
+    the USL fit."""
+    thr, n_eff = rec["threshold"], rec.get("n_efficient_max")
+    if n_eff is None:
+        knee_txt = "no size is worth running"
+    else:
+        knee_txt = f"extra accelerators pay up to N = {n_eff:,}"
+        if rec.get("inflection_n"):
+            m = rec.get("marginal_efficiency_at_knee")
+            knee_txt += (f"; from there to N = {rec['inflection_n']:,.0f} the added ones bring "
+                         + (f"{m:.2f}" if m is not None else f"< {thr:.2f}")
+                         + f" of the best throughput per accelerator of a smaller cluster (threshold {thr:.2f})")
+        else:
+            knee_txt += (", the largest size swept" if n_eff == rec.get("n_max_swept") else
+                         f" (the larger sizes swept, to N = {rec['n_max_swept']:,}, are not worth running)")
+            knee_txt += f": marginal efficiency stays ≥ {thr:.2f} at every step"
+    skipped = rec.get("n_not_worth") or []
+    if skipped:
+        knee_txt += (f"; up to it, not worth running (layout_note says why): {', '.join(f'{v:,}' for v in skipped)}"
+                     + (f" ({'; '.join(rec['n_slower'])})" if rec.get("n_slower") else ""))
     if rec.get("usl_sigma") is None:
-        return "fewer than 3 feasible sizes: no USL fit"
-    knee_txt = (f"marginal efficiency falls below {rec['threshold']:.2f} at N = {rec['inflection_n']:,.0f}"
-                if rec.get("inflection_n") else f"marginal efficiency stays ≥ {rec['threshold']:.2f} up to "
-                                                 f"N = {rec['n_max_swept']:,}")
+        return f"{knee_txt}; fewer than 3 sizes worth running: no USL fit."
     peak = rec.get("usl_peak_n")
     peak_txt = (f"throughput peaks near N* ≈ {peak:,.0f}" if peak else
                 f"no throughput peak within {PEAK_EXTRAPOLATION:g}× the largest size swept")

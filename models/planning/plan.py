@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from models.core.params import DEFAULT
+from models.planning.curves import batch_tokens
 from models.planning.search import search
 
 HOURS_PER_DAY = 24.0
@@ -209,11 +210,71 @@ def plan_rows(arch: dict, hardware_rows: list[dict], tokens: float, tokens_per_s
     mid = time_and_cost(tokens, n, f["tokens_per_s_per_gpu"].to_numpy(), par, price, tdp)
     slow = time_and_cost(tokens, n, f["tokens_per_s_per_gpu_lo"].to_numpy(), par, price, tdp)
     fast = time_and_cost(tokens, n, f["tokens_per_s_per_gpu_hi"].to_numpy(), par, price, tdp)
-    return f.with_columns(
+    f = f.with_columns(
         pl.Series("usd_per_gpu_hour", price), *[pl.Series(k, v) for k, v in mid.items()],
         pl.Series("days_lo", fast["days"]), pl.Series("days_hi", slow["days"]),
         pl.Series("cost_usd_lo", fast["cost_usd"]), pl.Series("cost_usd_hi", slow["cost_usd"]),
     ).filter(pl.col("days").is_finite())
+    return batch_caps(f, tokens_per_step_seqs, seq_len, tokens)
+
+
+#: micro-batches per pipeline stage in each data-parallel replica that a layout needs to keep its bubble small: one,
+#: as Llama 3 405B trained on 16,384 H100 (Dubey et al. 2024, Table 4: pp 16, 16 sequences per DP replica)
+MICROBATCHES_PER_STAGE = 1
+
+
+def batch_caps(frame, tokens_per_step_seqs: int, seq_len: int, tokens: float):
+    """Where the global batch caps data parallelism, per row of `plan_rows`.
+
+    Each accelerator's reference is its row of the best MFU (its layout: model-parallel size m = tp x pp x cp,
+    pp, micro-batch). The batch feeds at most seqs / (pp x micro-batch x MICROBATCHES_PER_STAGE) replicas of that
+    layout; a cluster of N needs N / m of them. Where it needs more, the extra accelerators can only go to tp, pp
+    and cp (or leave fewer micro-batches than stages) and MFU falls: `batch_capped`, the batch that would use the
+    cluster with the reference layout (`batch_tokens_to_fill` = N / m x pp x micro-batch x seq_len), and
+    `batch_note`, which also gives the DeepSeek LLM critical batch for the run's compute
+    (models.planning.curves.batch_tokens: beyond it the loss per token rises)."""
+    import polars as pl
+
+    if frame.height == 0:
+        return frame.with_columns(pl.lit(None, dtype=pl.Boolean).alias("batch_capped"),
+                                  pl.lit(None, dtype=pl.Float64).alias("batch_tokens_to_fill"),
+                                  pl.lit(None, dtype=pl.Utf8).alias("batch_note"))
+    capped, fill, notes = [], [], []
+    refs = {}
+    for r in frame.sort(["hardware", "mfu", "n_gpus"], descending=[False, True, False]).iter_rows(named=True):
+        refs.setdefault(r["hardware"], r)
+    seqs = int(tokens_per_step_seqs)
+    for r in frame.iter_rows(named=True):
+        ref = refs[r["hardware"]]
+        m_ref = int(ref["tp"]) * int(ref["pp"]) * int(ref["cp"])
+        per_replica = int(ref["pp"]) * int(ref["micro_batch"]) * MICROBATCHES_PER_STAGE
+        dp_fed = max(seqs // per_replica, 1)
+        dp_wanted = int(r["n_gpus"]) // m_ref
+        if dp_wanted <= dp_fed or r["mfu"] >= ref["mfu"]:
+            capped.append(False)
+            fill.append(None)
+            notes.append(None)
+            continue
+        need_seqs = dp_wanted * per_replica
+        m = int(r["tp"]) * int(r["pp"]) * int(r["cp"])
+        crit = float(batch_tokens(6.0 * float(r["params"]) * float(tokens)))
+        where = (f"the extra accelerators go to tp x pp x cp ({r['tp']} x {r['pp']} x {r['cp']} = {m:,}, dp "
+                 f"{r['dp']})" if m > m_ref else
+                 f"each replica gets fewer than {MICROBATCHES_PER_STAGE} micro-batch per pipeline stage")
+        capped.append(True)
+        fill.append(float(need_seqs * seq_len))
+        notes.append(
+            f"the global batch caps data parallelism: {seqs * seq_len:,} tokens ({seqs:,} sequences of {seq_len:,}) "
+            f"feed at most {dp_fed:,} replicas of the layout of the best MFU ({ref['mfu']:.2f} on "
+            f"{ref['n_gpus']:,} {r['hardware']}: tp {ref['tp']} x pp {ref['pp']} x cp {ref['cp']}, micro-batch "
+            f"{ref['micro_batch']}, {MICROBATCHES_PER_STAGE} micro-batch per stage); {r['n_gpus']:,} would need "
+            f"{dp_wanted:,}, so {where} and MFU falls to {r['mfu']:.2f}. A batch of {need_seqs:,} sequences "
+            f"({need_seqs * seq_len / 1e6:,.1f}M tokens, --global-batch-tokens {need_seqs * seq_len}) would use the "
+            f"cluster (the DeepSeek LLM critical batch for this compute is {crit / 1e6:,.1f}M tokens; beyond it the "
+            "loss per token rises)")
+    return frame.with_columns(pl.Series("batch_capped", capped, dtype=pl.Boolean),
+                              pl.Series("batch_tokens_to_fill", fill, dtype=pl.Float64),
+                              pl.Series("batch_note", notes, dtype=pl.Utf8))
 
 
 def time_and_cost(tokens: float, n_gpus, tokens_per_s_per_gpu, params, usd_per_gpu_hour, tdp_w,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
+import polars as pl
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -16,7 +17,7 @@ from pipeline.output import FORMATS, json_rows, render
 
 CURVE_TABLE = ["n_gpus", "global_batch_seqs", "tp", "pp", "dp", "vpp", "micro_batch", "sharding", "recompute",
                "tokens_per_s_per_gpu", "mfu", "time_to_train_days", "cost_usd", "parallel_efficiency",
-               "marginal_efficiency"]
+               "marginal_efficiency", "efficient", "note"]
 FRONTIER_KEYS = ["max_training_flop", "n_gpus", "tp", "pp", "dp", "ep", "cp", "utilization", "params", "tokens",
                  "cost_usd"]
 
@@ -44,8 +45,15 @@ def curve(o: CurveOptions, fmt: str) -> None:
     print(header, file=sys.stderr)
     if fmt == "csv":
         render(out, "csv")
-    else:
-        render(out.filter(out["feasible"]).select(CURVE_TABLE), "table", title=header)
+    else:  # the table numbers each size's layout_note and prints the notes under it
+        shown = out.filter(out["feasible"])
+        marks = shown["layout_note"].is_not_null().cum_sum()
+        shown = shown.with_columns(pl.when(pl.col("layout_note").is_not_null()).then(pl.format("[{}]", marks))
+                                   .otherwise(pl.lit("")).alias("note"))
+        render(shown.select(CURVE_TABLE), "table", title=header)
+        for mark, n, text in shown.filter(pl.col("layout_note").is_not_null()) \
+                .select("note", "n_gpus", "layout_note").rows():
+            print(f"{mark} N = {n:,}: {text}")
     print(f"inflection: {knee}", file=sys.stderr if fmt == "csv" else sys.stdout)
 
 

@@ -48,8 +48,14 @@ def plan(o: PlanOptions, fmt: str, out: Optional[Path]) -> None:
         fail(str(err), err.exit_code)
     if o.optimal:
         render(result, fmt, out, title=title)
-    elif fmt == "table":
+        return
+    if fmt == "table":
         render(result, fmt, out, title=title, table_columns=TABLE_COLUMNS)
     else:
         print(title, file=sys.stderr)
         render(result, fmt, out)
+    capped = [(r["rank"], r["batch_note"]) for r in result.iter_rows(named=True) if r.get("batch_note")]
+    if capped:  # the batch cap of the best-ranked capped plan in full; the column has every row's
+        also = [str(rank) for rank, _ in capped[1:]]
+        print(f"batch (rank {capped[0][0]}): {capped[0][1]}" + (f" (also capped: rank {', '.join(also)}; "
+              "batch_note)" if also else ""), file=sys.stdout if fmt == "table" and out is None else sys.stderr)
