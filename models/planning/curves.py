@@ -131,7 +131,7 @@ DEFAULT_PER_GPU_BATCH_SEQS = 1.0
 DEFAULT_N_MAX = 16_384  # Llama 3 405B trained on 16K H100 (Dubey et al. 2024 §3.3)
 
 BREAKDOWN = ("compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
-             "optimizer_s")
+             "optimizer_s", "straggler_s")
 
 # What a calibration hook returns (the contract with models/calibration.apply_calibration).
 CALIBRATED_COLUMNS = ("step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu",
@@ -654,7 +654,7 @@ _COMPONENT_WORDS = {"compute_s": "compute", "tp_comm_s": "tensor-parallel commun
                     "pp_bubble_s": "the pipeline bubble", "pp_comm_s": "pipeline communication",
                     "dp_comm_exposed_s": "exposed data-parallel communication",
                     "cp_comm_s": "context-parallel communication", "ep_comm_s": "expert-parallel communication",
-                    "optimizer_s": "the optimizer step"}
+                    "optimizer_s": "the optimizer step", "straggler_s": "the wait for the slowest accelerator"}
 _RECOMPUTE_RANK = {"none": 0, "selective": 1, "full": 2}
 
 
