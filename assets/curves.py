@@ -201,7 +201,7 @@ def _frontier(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.M
           "|---|---|---:|---:|---:|---:|---|"]
     for r in top.sort(["gpu", "assumptions"]).iter_rows(named=True):
         md.append(f"| {r['gpu']} | {r['assumptions']} | {r['training_flop']:.3g} | {r['n_gpus']:,} | "
-                  f"{r['utilization']:.3f} | {r['best_utilization']:.3f} | {r['binding']} |")
+                  f"{r['utilization']:.3f} | {r['best_utilization']:.3f} | {r.get('ended_by') or 'the grid'} |")
     return dg.MaterializeResult(metadata={
         "rows_frontier": dg.MetadataValue.int(table.height),
         "accelerators": dg.MetadataValue.int(table["gpu"].n_unique()),

@@ -519,7 +519,7 @@ BREAKDOWN_KEYS = ["step_time_s", "compute_s", "tp_comm_s", "pp_bubble_s", "pp_co
                   "cp_comm_s", "ep_comm_s", "optimizer_s", "straggler_s"]
 LEVEL_COLUMNS = ["assumptions", "training_flop", "params", "n_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch",
                  "sharding", "recompute", "global_batch_seqs", "utilization", "time_to_train_days",
-                 "latency_wall_days", "feasible", "binding", "reason", "cost_usd"]
+                 "latency_wall_days", "feasible", "binding", "limited_by", "reason", "cost_usd"]
 PLAN_COLUMNS = ["rank", "hardware", "n_gpus", "tp", "tp_mode", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding",
                 "recompute", "days", "days_lo", "days_hi", "days_ideal", "cost_usd", "cost_usd_lo", "cost_usd_hi",
                 "energy_mwh", "mfu", "tokens_per_s_per_gpu", "goodput", "expected_interruptions",
@@ -855,9 +855,12 @@ def compute_frontier(cfg: Settings, o: Optional[FrontierOptions] = None, /,
     _, params, note = physics(cfg, assumptions, residual=False, analytical_only=o.analytical_only)
     hw = tier_hardware(cfg, o)
     dt = o.dtype or curves.default_dtype(hw)
-    sweep = frontier.frontier_sweep(hw, months, params=params, dtype=dt, usd_per_gpu_hour=hw.get("cloud_usd_per_hour"),
-                                    assumptions=assumptions, batch_rule=batch_rule, tp_form=o.tp_form)
-    s = frontier.frontier_summary(sweep, min_utilization)
+    def under(rule: str) -> tuple[pl.DataFrame, dict]:
+        sw = frontier.frontier_sweep(hw, months, params=params, dtype=dt, usd_per_gpu_hour=hw.get("cloud_usd_per_hour"),
+                                     assumptions=assumptions, batch_rule=rule, tp_form=o.tp_form)
+        return sw, frontier.frontier_summary(sw, min_utilization)
+
+    sweep, s = under(batch_rule)
     over = overrides_note(o)
     title = (f"frontier of {gpu}{over}: {assumptions} assumptions, {months:g} months, >= {min_utilization:g} x best "
              f"utilization, {batch_rule} batch rule ({note})")
@@ -886,6 +889,18 @@ def compute_frontier(cfg: Settings, o: Optional[FrontierOptions] = None, /,
               "launch_price_usd": clean(s["launch_price_usd"]), "model_flop": s["model_flop"],
               "calibration": note,
               "training_flop_convention": "6 x params x tokens (Chinchilla); utilization = MFU (stepcast FLOPs)"}
+    for k in ("peak_utilization", "ended_by_reason", "largest_feasible_flop", "reach_ended_by", "reach_reason",
+              "latency_wall_flop"):
+        result[k] = s[k]
+    # the band between the batch laws: the frontier under each critical-batch law (and the one asked for)
+    by_rule = {batch_rule: s} | {r: under(r)[1] for r in frontier.BAND_RULES if r != batch_rule}
+    result["batch_rules"] = {r: {"max_training_flop": x.get("training_flop") if x["found"] else None,
+                                 "n_gpus": x.get("n_gpus") if x["found"] else None,
+                                 "utilization": x.get("utilization") if x["found"] else None,
+                                 "ended_by": x.get("ended_by"), "largest_feasible_flop": x.get("largest_feasible_flop"),
+                                 "reach_ended_by": x.get("reach_ended_by")} for r, x in by_rule.items()}
+    found = [x["max_training_flop"] for x in result["batch_rules"].values() if x["max_training_flop"] is not None]
+    result["batch_rule_band_flop"] = [min(found), max(found)]
     return result, sweep, title
 
 

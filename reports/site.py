@@ -564,8 +564,9 @@ def _frontier_page(site: _Site, pngs: dict) -> Page:
     page.p(f"For each training compute C: the Chinchilla-optimal dense model (tokens = 20 × parameters, Hoffmann "
            f"et al. 2022; GPT-3-shaped: d_model/layers = 128, heads of 128), the DeepSeek LLM 2024 batch ceiling, "
            f"and the cluster/layout with the best utilization that finishes within {months or '?'} months. A "
-           f"large dot marks each accelerator's frontier: the largest C whose utilization stays ≥ "
-           f"{pct(minu) if minu else '?'} of its best. One panel per vendor; click a legend entry to highlight one "
+           f"large dot marks each accelerator's frontier: the largest C before the first level whose utilization "
+           f"falls below {pct(minu) if minu else '?'} of its best sustained one (held over three consecutive "
+           f"levels; Epoch AI's \"not fall below\"). One panel per vendor; click a legend entry to highlight one "
            f"accelerator. <b>{html.escape(site.cal_note)}</b>.", "note")
     sets = [(None, "")] if "assumptions" not in fr.columns else [
         ("ideal", "ideal conditions (Epoch AI: perfect overlap, datasheet rates, no host overhead or GEMM-size ramp; "

@@ -234,7 +234,8 @@ def frontier(*, store, **options) -> dict:
     (`stepcast frontier`).
 
     Returns the document `stepcast frontier --format json` prints (`max_training_flop`, `n_gpus`, the layout,
-    `utilization`, `params`, `tokens`, `cost_usd`, what binds, the breakdown, ...; NaN as None). With
+    `utilization`, `params`, `tokens`, `cost_usd`, what binds, what ends it (`ended_by`, `ended_by_reason`), the
+    frontier under each critical-batch law (`batch_rules`), the breakdown, ...; NaN as None). With
     `table=True` it also has `levels`, here a polars DataFrame: every compute level swept. `tp_form` is the
     tensor-parallel form the layouts may use (1d, 2d or any). Raises NoResult when no compute level is
     trainable.

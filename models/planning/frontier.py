@@ -23,31 +23,41 @@ level is evaluated (the sweep goes *through* infeasible levels and says why each
    ``models.physics.network.ring_link``); pp any value up to the layer count, ~2 per octave (1, 2, 3, 4, 6, 8, 11,
    16, 23, ...; uneven stages allowed); dp 2 per octave (1, 2, 3, 4, 6, 8, 12, ...); cp (ring attention) 1-8;
    the tensor-parallel form ``tp_form``: Megatron's 1-D (default), the 2-D grid for tp >= 4 (``2d``), or the
-   better of the two (``any``; models.physics.tp2d). Under ``ideal`` assumptions TP traffic hides behind compute, and
-   the 2-D grid's smaller traffic then removes the TP limit: the GTX 580 frontier moves from 3.2e26 to 5.9e26
-   FLOP and H100's from 1.75e28 to 5.6e29, far above Epoch AI's figures, so the default stays 1-D.
+   better of the two (``any``; models.physics.tp2d). Under ``ideal`` assumptions TP traffic hides behind compute,
+   and the 2-D grid's smaller traffic then removes the TP limit and moves the frontier far above Epoch AI's
+   figures, so the default stays 1-D.
    N lies between N_min (the larger of the 100 %-utilization size model FLOPs / (time limit × peak) and the size
-   that holds the model's states at 16 B/param) and ``N_WINDOW`` × N_min, and at most ``N_MAX`` (1e9). Stage 1
-   ranks every (tp, pp, dp, cp) with one setting, and a memory-frugal one where that does not fit (``STAGE1``);
-   stage 2 searches, for the ``TOP_K`` best structures, interleaving 1-64, then micro-batch 1-256, then
-   ZeRO-1/ZeRO-3 × no/full recompute, each at the best of the previous. The layout with the highest utilization
-   (MFU) among those that fit in memory and finish within ``months`` is kept; ties: fewer accelerators.
+   that holds the model's states at 16 B/param) and ``N_WINDOW`` × N_min; no cap on N: the degrees bound it (the
+   most accelerators a model's layouts can use, ``max_accelerators``: tp up to its heads × pp up to its layers ×
+   dp up to its batch ceiling × cp 8). Stage 1 ranks every (tp, pp, dp, cp) with one setting, and a
+   memory-frugal one where that does not fit (``STAGE1``); stage 2 searches, for the ``TOP_K`` best structures,
+   interleaving 1-64, then micro-batch 1-256, then ZeRO-1/ZeRO-3 × no/full recompute, each at the best of the
+   previous. The layout with the highest utilization (MFU) among those that fit in memory and finish within
+   ``months`` is kept; ties: fewer accelerators.
 5. **The latency wall** (``latency_wall_s``): the fewest steps the batch ceiling allows (tokens / ceiling) × the
    shortest possible step: one micro-batch through every layer, forward and backward, kernel after kernel
    (``PhysParams.ops_per_layer_fwd`` × (1 + ``elementwise_bwd_factor``) kernels per layer, ``KERNEL_LATENCY_S``
    each). Beyond the time limit no layout can finish: the level is bound by ``latency``. Each layout's step also
    can't be shorter than its own kernels in series: (micro-batches + bubble) × layers per stage × kernels ×
    ``KERNEL_LATENCY_S``.
-6. **Binding constraint** per level (``binding``): ``memory`` (no layout fits), ``latency`` (the wall is beyond the
-   time limit, or the kernel floor sets the chosen layout's step), ``time`` (layouts fit but none finishes: more
-   than ``N_MAX`` accelerators needed, or utilization below 1/``N_WINDOW``); on feasible levels the largest loss
-   of the chosen layout: ``bandwidth`` (exposed communication), ``batch`` (the pipeline bubble the batch ceiling
-   leaves) or ``compute`` (losses < ``LOSS_SHARE_NONE`` of the step).
-7. **The frontier** (``frontier_summary``): the accelerator's best utilization u* over the grid; the envelope is
-   the utilization (0 when infeasible) at a level or either neighbour (one grid step is the layout grid's
-   discreteness); walking up from u*'s level, the first level where the envelope falls below
-   ``min_utilization`` × u* ends it, and the frontier is the last level at or above the threshold before that
-   (``crossing_flop``: the log-linear crossing after it; ``ended_by``: the binding constraint there).
+6. **Binding constraint** per level (``binding``): ``memory`` (no layout fits, or more accelerators than the
+   degrees allow are needed to hold the states), ``latency`` (the wall is beyond the time limit, or the kernel
+   floor sets the chosen layout's step), ``batch`` (more accelerators than the degrees allow are needed even at
+   100 % utilization), ``time`` (layouts fit but none finishes: utilization below 1/``N_WINDOW``; ``limited_by``
+   then names the fastest layout's largest loss); on feasible levels the largest loss of the chosen layout:
+   ``bandwidth`` (exposed communication), ``batch`` (the pipeline bubble the batch ceiling leaves) or ``compute``
+   (losses < ``LOSS_SHARE_NONE`` of the step).
+7. **The frontier** (``frontier_summary``), as Epoch AI defines it: the largest training compute at which
+   utilization does "not fall below" ``min_utilization`` × the accelerator's best sustained utilization u*.
+   u* (``best_sustained``) is the highest utilization held over ``SUSTAIN_LEVELS`` consecutive levels (half a
+   decade), so one level's spike does not set it (at the grid's low end the compute-optimal model is mostly its
+   vocabulary: 1-3 layers behind one large logits GEMM, >80 % of its FLOPs, whose calibrated efficiency swings
+   with the shape and micro-batch from level to level). Walking up from u*'s levels, the first level below the
+   threshold (0 when infeasible) ends the frontier (``exit_level``), whatever follows; the frontier is the level
+   before it (``crossing_flop``: the log-linear crossing between them; ``ended_by``: the binding constraint of the
+   ending level, ``ended_by_reason`` its sentence). ``reach`` says how far the accelerator trains at all: the
+   largest feasible level, what ends feasibility after it (``reach_ended_by``: for a ``time`` level its
+   ``limited_by``) and the first level behind the latency wall (``latency_wall_flop``).
 
 Cost: cloud price × N × hours when a price exists; otherwise the purchase price, ``launch_price_usd`` × N, charged
 in full to the run (no resale value; power, hosting and network excluded) — ``cost_basis`` says which.
@@ -91,11 +101,14 @@ DAYS_PER_MONTH = 30.4375  # 365.25 / 12
 FLOP_GRID_START = 1e16
 FLOP_GRID_PER_DECADE = 4
 FLOP_GRID_MAX = 1e32
-N_MAX = 1_000_000_000
 N_WINDOW = 16.0  # sizes from N_min to 16 x N_min: utilization down to 1/16 of peak is searched
 STATE_BYTES_MIN = 16.0  # fp32 master + Adam m, v + 2-byte weights and grads, fully sharded (ZeRO, Rajbhandari 2020)
 TOP_K = 4
 LOSS_SHARE_NONE = 0.05
+#: the batch laws whose frontiers `stepcast frontier` reports side by side (the band between them): DeepSeek's
+#: fitted optimum and Kaplan's critical batch, the law of Epoch AI's model (models.planning.curves.batch_tokens)
+BAND_RULES = ("deepseek", "kaplan")
+SUSTAIN_LEVELS = 3  # the best utilization is the best held over 3 consecutive levels (half a decade)
 # prior: the shortest GPU kernel, launch to completion, a few µs (the CUDA launch latency of ~5 µs quoted in
 # models.core.params for host_overhead_s_per_op); one kernel after another on the critical path
 KERNEL_LATENCY_S = 5e-6
@@ -266,18 +279,25 @@ class _Level:
         self.done = False  # nothing (more) to search
 
 
+def _degree_grids(n_layers: int, n_heads: int, bmax_seqs: float, seq_len: int) -> tuple[np.ndarray, ...]:
+    """The (tp, pp, dp, cp) degrees a level's layouts may take (module docstring, step 4)."""
+    return (2.0 ** np.arange(0, int(math.log2(n_heads)) + 1), _pp_values(n_layers),
+            _grid_2_per_octave(max(bmax_seqs, 1.0)), np.array([c for c in CPS if seq_len % c == 0], dtype=np.float64))
+
+
+def max_accelerators(n_layers: int, n_heads: int, bmax_seqs: float, seq_len: int = SEQ_LEN) -> float:
+    """The most accelerators one model's layouts can use: the largest tp × pp × dp × cp (tp up to the heads, pp up
+    to the layers, dp up to the batch ceiling in sequences, cp up to 8)."""
+    return float(math.prod(float(g.max()) for g in _degree_grids(n_layers, n_heads, bmax_seqs, seq_len)))
+
+
 def _structures(lv: _Level, seq_len: int, tp_form: str) -> np.ndarray | None:
     """Stage 1's (tp, pp, dp, layers, cp, tp_mode) structures of a level: N within its window (or the smallest
-    product above it), or None when no product reaches N_min within N_MAX."""
+    product above it), or None when no product reaches N_min."""
     arch = lv.arch
     L, heads = int(arch["n_layers"]), int(arch["n_heads"])
-    lo, hi = max(lv.n_min, 1.0), min(max(lv.n_min, 1.0) * N_WINDOW, float(N_MAX))
-    if lo > N_MAX:
-        return None
-    tps = 2.0 ** np.arange(0, int(math.log2(heads)) + 1)
-    pps = _pp_values(L)
-    dps = _grid_2_per_octave(max(lv.bmax_seqs, 1.0))
-    cps = np.array([c for c in CPS if seq_len % c == 0], dtype=np.float64)
+    lo, hi = max(lv.n_min, 1.0), max(lv.n_min, 1.0) * N_WINDOW
+    tps, pps, dps, cps = _degree_grids(L, heads, lv.bmax_seqs, seq_len)
     T, P, D, C = np.meshgrid(tps, pps, dps, cps, indexing="ij")
     N = T * P * D * C
     sel = (N >= lo * (1 - 1e-9)) & (N <= hi * (1 + 1e-9))
@@ -448,13 +468,23 @@ def frontier_sweep(hw_row: Mapping[str, Any], months: float = 3.0, *, params: Ph
                 "n_heads": arch["n_heads"], "seq_len": seq_len, "batch_rule": batch_rule,
                 "critical_batch_tokens": b_tok, "latency_wall_days": wall / 86_400.0, "months": float(months),
                 "n_gpus_min": n_lo, "assumptions": assumptions}
+        n_par = max_accelerators(arch["n_layers"], arch["n_heads"], bmax, seq_len)
+        base["n_gpus_max"] = n_par
         if wall > limit_s:
             rows.append(base | {"feasible": False, "binding": "latency",
                                 "reason": f"latency wall: even at the batch ceiling the kernels in series take "
                                           f"{wall / 86400 / DAYS_PER_MONTH:.3g} months"})
-        elif not math.isfinite(n_lo) or n_lo > N_MAX:
-            rows.append(base | {"feasible": False, "binding": "time",
-                                "reason": f"needs more than {N_MAX:,} accelerators even at 100 % utilization"})
+        elif not math.isfinite(n_lo):
+            rows.append(base | {"feasible": False, "binding": "compute",
+                                "reason": f"no {dtype} peak for this accelerator"})
+        elif max(n_lo, n_mem) > n_par * (1 + 1e-9):
+            # the layouts' degrees are bounded (tp by the heads, pp by the layers, dp by the batch ceiling): fewer
+            # accelerators than the run needs at 100 % utilization (or to hold its states) is a parallelism limit
+            need, what = (n_lo, "finish at 100 % utilization") if n_lo >= n_mem else (n_mem, "hold its states")
+            rows.append(base | {"feasible": False, "binding": "batch" if n_lo >= n_mem else "memory",
+                                "reason": f"the batch ceiling ({bmax:,.0f} sequences) and the model's "
+                                          f"{arch['n_heads']} heads and {arch['n_layers']} layers allow at most "
+                                          f"{n_par:,.0f} accelerators; {need:,.0f} are needed to {what}"})
         else:
             pending.append((len(rows), _Level(arch, max(n_lo, n_mem), bmax, tokens), n_lo, n_mem))
             rows.append(base)
@@ -468,8 +498,9 @@ def _level_result(ev: dict | None, j: int, n_lo: float, n_mem: float, mem_gb: fl
                   ) -> dict[str, Any]:
     """A searched level's columns: the chosen layout, or why none was chosen (``binding``, ``reason``)."""
     if ev is None or j < 0 or not len(ev["n"]):
-        return {"feasible": False, "binding": "time",
-                "reason": f"no layout of at most {N_MAX:,} accelerators for this model"}
+        return {"feasible": False, "binding": "batch",
+                "reason": "no layout of the grid fits the batch ceiling: dp × micro-batch (× pp, interleaved) "
+                          "exceeds it at every size that holds the model"}
     if not ev["feasible"][j]:
         valid = np.isfinite(ev["mem"]) & ~ev["feasible"]
         need = float(np.nanmin(ev["mem"][valid])) if valid.any() else float("nan")
@@ -478,11 +509,14 @@ def _level_result(ev: dict | None, j: int, n_lo: float, n_mem: float, mem_gb: fl
                           f"{float(capacity_bytes(mem_gb)) / 1e9:.3g} GB ({mem_gb:g} GB as stated: binary)"}
     rec = _record(ev, j)
     if not ev["in_time"][j]:
-        return rec | {"feasible": False, "binding": "time", "utilization": None,
+        # the fastest layout's largest loss says what keeps it from finishing (its utilization below 1/N_WINDOW)
+        return rec | {"feasible": False, "binding": "time", "utilization": None, "limited_by": _binding(rec),
                       "reason": f"no layout of {max(n_lo, n_mem, 1):,.0f}–"
-                                f"{min(max(n_lo, n_mem, 1) * N_WINDOW, N_MAX):,.0f} accelerators finishes within "
-                                f"{months:g} months (fastest {ev['time_s'][j] / 86400 / DAYS_PER_MONTH:.3g} months)"}
-    return rec | {"feasible": True, "reason": None, "binding": _binding(rec)}
+                                f"{max(n_lo, n_mem, 1) * N_WINDOW:,.0f} accelerators finishes within "
+                                f"{months:g} months (fastest {ev['time_s'][j] / 86400 / DAYS_PER_MONTH:.3g} months, "
+                                f"limited by {_LOSS_WORDS[_binding(rec)]})"}
+    b = _binding(rec)
+    return rec | {"feasible": True, "reason": None, "binding": b, "limited_by": b}
 
 
 def _record(ev: dict, j: int) -> dict[str, Any]:
@@ -501,6 +535,12 @@ def _record(ev: dict, j: int) -> dict[str, Any]:
     # the kernel floor's excess over the model's step is latency the breakdown does not show
     rec["latency_floor_excess_s"] = float(ev["step"][j] - ev["step_model"][j])
     return rec
+
+
+#: what each binding constraint of a level means, for the sentences that say what ended a frontier
+_LOSS_WORDS = {"latency": "the kernel-latency floor", "bandwidth": "exposed communication",
+               "batch": "the pipeline bubble the batch ceiling leaves", "compute": "compute efficiency",
+               "memory": "memory", "time": "the time limit"}
 
 
 def _binding(rec: Mapping[str, Any]) -> str:
@@ -524,7 +564,8 @@ _TYPES = {"n_gpus": pl.Int64, "tp": pl.Int64, "pp": pl.Int64, "dp": pl.Int64, "c
           "recompute": pl.Utf8, "tp_mode": pl.Utf8, "utilization": pl.Float64, "time_to_train_days": pl.Float64,
           "step_time_s": pl.Float64, "kernel_floor_s": pl.Float64, "tokens_per_s_per_gpu": pl.Float64,
           "mfu": pl.Float64, "memory_gb_per_gpu": pl.Float64, "latency_floor_excess_s": pl.Float64,
-          "reason": pl.Utf8, "binding": pl.Utf8, **{b: pl.Float64 for b in BREAKDOWN}}
+          "reason": pl.Utf8, "binding": pl.Utf8, "limited_by": pl.Utf8, "n_gpus_max": pl.Float64,
+          **{b: pl.Float64 for b in BREAKDOWN}}
 
 
 def _frame(rows: list[dict], price: float | None, launch: float | None) -> pl.DataFrame:
@@ -571,27 +612,80 @@ def frontier_summary(sweep: pl.DataFrame, min_utilization: float = 0.8) -> dict[
                 "best_utilization": None, "utilization_threshold": None}
     u = s["utilization"].fill_null(0.0).to_numpy().astype(np.float64) * s["feasible"].to_numpy()
     c = s["training_flop"].to_numpy()
-    i_best = int(np.argmax(u))
-    best_u = float(u[i_best])
+    i_start, best_u = best_sustained(u)
     thr = min_utilization * best_u
-    # the envelope: the best utilization at a level and its two neighbours (one grid step, a quarter decade,
-    # is the discreteness of the layout grid, not physics); it ends where it falls below the threshold
-    env = np.maximum(u, np.maximum(np.r_[u[1:], 0.0], np.r_[0.0, u[:-1]]))
-    below = np.flatnonzero((np.arange(len(u)) > i_best) & (env < thr))
-    i_top = int(below[0]) - 1 if len(below) else len(u) - 1
-    while i_top > i_best and u[i_top] < thr:
-        i_top -= 1
-    if len(below):
-        j = i_top + 1
-        frac = (u[i_top] - thr) / (u[i_top] - u[j]) if u[i_top] > u[j] else 0.0
-        crossing = float(10 ** (math.log10(c[i_top]) + frac * (math.log10(c[j]) - math.log10(c[i_top]))))
-        ended_by = s["binding"][j] if "binding" in s.columns else None
-    else:
-        crossing, ended_by = None, None
+    i_end = exit_level(u, thr, i_start)
+    i_top = len(u) - 1 if i_end is None else i_end - 1
     top = s.row(i_top, named=True)
-    return {"found": True, "reason": None, "best_utilization": best_u, "best_utilization_flop": float(c[i_best]),
-            "utilization_threshold": thr, "min_utilization": min_utilization, "crossing_flop": crossing,
-            "ended_by": ended_by, **top}
+    out = {"found": True, "reason": None, "best_utilization": best_u,
+           "best_utilization_flop": float(c[min(i_start + SUSTAIN_LEVELS // 2, len(c) - 1)]),
+           "peak_utilization": float(u.max()), "utilization_threshold": thr, "min_utilization": min_utilization}
+    if i_end is None:
+        out |= {"crossing_flop": None, "ended_by": None,
+                "ended_by_reason": f"the grid ends at {c[-1]:.3g} FLOP with utilization still >= {thr:.3g}"}
+    else:
+        end = s.row(i_end, named=True)
+        frac = (u[i_top] - thr) / (u[i_top] - u[i_end]) if u[i_top] > u[i_end] else 0.0
+        crossing = float(10 ** (math.log10(c[i_top]) + frac * (math.log10(c[i_end]) - math.log10(c[i_top]))))
+        out |= {"crossing_flop": crossing, "ended_by": end.get("binding"),
+                "ended_by_reason": _end_sentence(end, u[i_end], thr, min_utilization, best_u)}
+    return out | reach(s) | top
+
+
+def best_sustained(u: np.ndarray, levels: int | None = None) -> tuple[int, float]:
+    """(first level, utilization) of the best utilization sustained over ``SUSTAIN_LEVELS`` consecutive compute
+    levels: the highest of each run's lowest. One level's spike (a degenerate shape at the grid's low end, a lucky
+    layout) does not set the accelerator's best; with fewer levels than that, the best level."""
+    k = SUSTAIN_LEVELS if levels is None else levels
+    u = np.asarray(u, dtype=np.float64)
+    if len(u) < k or k <= 1:
+        i = int(np.argmax(u))
+        return i, float(u[i])
+    lows = np.lib.stride_tricks.sliding_window_view(u, k).min(axis=1)
+    i = int(np.argmax(lows))
+    return i, float(lows[i])
+
+
+def exit_level(u: np.ndarray, threshold: float, start: int) -> int | None:
+    """Epoch AI's "not fall below": the first level after ``start`` whose utilization (0 where infeasible) is below
+    ``threshold``, or None when none is. A later recovery does not extend the frontier."""
+    below = np.flatnonzero((np.arange(len(u)) > start) & (np.asarray(u) < threshold))
+    return int(below[0]) if len(below) else None
+
+
+def reach(sweep: pl.DataFrame) -> dict[str, Any]:
+    """How far the sweep can train at all, whatever the utilization: the largest feasible level, the first level
+    after it and what makes that one infeasible (``reach_ended_by``, ``reach_reason``), and the first level behind
+    the latency wall (None when the wall is beyond the grid)."""
+    s = sweep.sort("training_flop")
+    feas = s["feasible"].fill_null(False).to_numpy()
+    c = s["training_flop"].to_numpy()
+    wall = s["latency_wall_days"].to_numpy() > s["months"].to_numpy() * DAYS_PER_MONTH
+    out: dict[str, Any] = {"latency_wall_flop": float(c[np.argmax(wall)]) if wall.any() else None}
+    if not feas.any():
+        return out | {"largest_feasible_flop": None, "reach_ended_by": None, "reach_reason": None}
+    last = int(np.flatnonzero(feas)[-1])
+    out["largest_feasible_flop"] = float(c[last])
+    if last + 1 >= len(c):
+        return out | {"reach_ended_by": None, "reach_reason": f"the grid ends at {c[-1]:.3g} FLOP"}
+    nxt = s.row(last + 1, named=True)
+    by = nxt.get("binding")
+    if by == "time" and nxt.get("limited_by"):
+        by = nxt["limited_by"]
+    return out | {"reach_ended_by": by, "reach_reason": f"at {c[last + 1]:.3g} FLOP: {nxt.get('reason')}"}
+
+
+def _end_sentence(end: Mapping[str, Any], u_end: float, thr: float, min_utilization: float, best_u: float) -> str:
+    """Why the level that ends the frontier does: its reason when infeasible, else its largest loss."""
+    head = f"at {end['training_flop']:.3g} FLOP "
+    if not end.get("feasible"):
+        return head + f"no layout trains the model: {end.get('reason')}"
+    by = end.get("binding") or "compute"
+    loss = {"latency": end.get("latency_floor_excess_s"), "bandwidth": sum(end.get(k) or 0.0 for k in COMM),
+            "batch": end.get("pp_bubble_s")}.get(by)
+    share = f" takes {loss / end['step_time_s']:.0%} of the step" if loss and end.get("step_time_s") else ""
+    return (head + f"the best layout's utilization {u_end:.3g} is below {thr:.3g} ({min_utilization:g} x the best "
+            f"sustained {best_u:.3g}): {_LOSS_WORDS.get(by, by)}{share}")
 
 
 def frontier_table(hw_row: Mapping[str, Any], params: PhysParams = DEFAULT, *, months: float = 3.0,
@@ -617,6 +711,8 @@ def frontier_table(hw_row: Mapping[str, Any], params: PhysParams = DEFAULT, *, m
             pl.lit(s.get("best_utilization"), dtype=pl.Float64).alias("best_utilization"),
             pl.lit(s.get("utilization_threshold"), dtype=pl.Float64).alias("utilization_threshold"),
             pl.lit(s.get("crossing_flop"), dtype=pl.Float64).alias("crossing_flop"),
+            pl.lit(s.get("ended_by"), dtype=pl.Utf8).alias("ended_by"),
+            pl.lit(s.get("largest_feasible_flop"), dtype=pl.Float64).alias("largest_feasible_flop"),
             flag.fill_null(False).alias("is_frontier"), pl.lit(note if a == "realistic" else
                                                                  "ideal: no residual calibration")
             .alias("calibration_note")))

@@ -87,10 +87,16 @@ def frontier(o: FrontierOptions, fmt: str) -> None:
     if o.table:
         _print_levels(sweep, title)
     t = Table("field", "value", title=title)
-    for k in FRONTIER_KEYS + ["best_utilization", "time_to_train_days", "binding", "ended_by", "crossing_flop",
-                              "latency_wall_days", "cost_basis"]:
+    for k in FRONTIER_KEYS + ["best_utilization", "peak_utilization", "time_to_train_days", "binding", "ended_by",
+                              "ended_by_reason", "crossing_flop", "largest_feasible_flop", "reach_ended_by",
+                              "reach_reason", "latency_wall_days", "latency_wall_flop", "cost_basis"]:
         v = result[k]
         t.add_row(k, "—" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v))
+    for rule, x in result["batch_rules"].items():  # the band between the batch laws
+        flop = x["max_training_flop"]
+        t.add_row(f"frontier, {rule} batch law", "—" if flop is None else
+                  f"{flop:.3g} FLOP on {x['n_gpus']:,} (ended by {x['ended_by'] or 'the grid'}; trainable to "
+                  f"{x['largest_feasible_flop']:.3g})")
     for k, v in result["layout"].items():
         t.add_row(k, str(v))
     for k, v in result["breakdown"].items():
