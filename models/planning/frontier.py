@@ -125,7 +125,7 @@ STAGE1 = ((1, "max", "zero1", "none"), (1, "max", "zero3", "full"))
 LAYOUT_KEYS = ("n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding", "recompute",
                "global_batch_seqs", "tp_mode")
 BREAKDOWN = ("compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
-             "optimizer_s")
+             "optimizer_s", "straggler_s")
 COMM = ("tp_comm_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s")
 
 
