@@ -205,3 +205,19 @@ def test_cli_curve_json_and_bad_policy():
     assert "inflection_n" in out["inflection"] and "analytical only" in out["calibration"]
     bad = CliRunner().invoke(app, ["curve", "--model", "llama3-8b", "--gpu", "a100-sxm4-80gb", "--policy", "linear"])
     assert bad.exit_code == 2 and "--policy must be one of strong, weak, critical" in bad.output
+
+
+def test_cli_curve_out_writes_the_points_as_csv_or_the_json_document(tmp_path):
+    """`--out` as on predict, search and plan: the file gets every point (CSV) or what --format json prints."""
+    from pipeline.cli import app
+
+    args = ["curve", "--model", "llama3-8b", "--gpu", "a100-sxm4-80gb", "--max-gpus", "64"]
+    printed = json.loads(CliRunner().invoke(app, [*args, "--format", "json"]).stdout)
+    r = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "c.csv")])
+    assert r.exit_code == 0, r.output
+    points = pl.read_csv(tmp_path / "c.csv")
+    assert points["n_gpus"].to_list() == [p["n_gpus"] for p in printed["points"]]
+    assert points["step_time_s"].to_list() == pytest.approx([p["step_time_s"] for p in printed["points"]])
+    assert "inflection:" in r.stderr and r.stdout == ""
+    r = CliRunner().invoke(app, [*args, "--format", "json", "--out", str(tmp_path / "c.json")])
+    assert r.exit_code == 0 and json.loads((tmp_path / "c.json").read_text()) == printed

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.console import Console
@@ -22,12 +24,13 @@ FRONTIER_KEYS = ["max_training_flop", "n_gpus", "tp", "pp", "dp", "ep", "cp", "u
 
 
 @command(CurveOptions)
-def curve(o: CurveOptions, fmt: str) -> None:
+def curve(o: CurveOptions, fmt: str, out: Optional[Path]) -> None:
     """A scaling curve: the best layout at each cluster size N (one node up to --max-gpus, powers of two and the
     node-aligned sizes between), with throughput, MFU, time-to-train, cost, parallel and marginal efficiency,
     and the inflection point (smallest N whose marginal efficiency < --threshold) with a USL fit.
 
     Example: `stepcast curve --model gpt3-175b --gpu h100-sxm5-80gb --policy strong --tokens 300e9`
+    (`--out curve.csv` writes the points).
     """
     api = computations()
     if fmt not in FORMATS:
@@ -36,17 +39,23 @@ def curve(o: CurveOptions, fmt: str) -> None:
         doc, header = api.scaling_curve(settings(), o)
     except api.InputError as err:
         fail(str(err), err.exit_code)
-    out = doc["points"]
+    points = doc["points"]
     knee = doc["explanation"]
     if fmt == "json":
-        print(json.dumps(api.curve_document(doc), indent=2, default=str))
+        text = json.dumps(api.curve_document(doc), indent=2, default=str)
+        if out is None:
+            print(text)
+            return
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+        print(f"wrote the curve of {points.height} point(s) to {out}", file=sys.stderr)
         return
     print(header, file=sys.stderr)
-    if fmt == "csv":
-        render(out, "csv")
+    if fmt == "csv" or out is not None:  # a file gets every point as CSV
+        render(points, "csv", out)
     else:
-        render(out.filter(out["feasible"]).select(CURVE_TABLE), "table", title=header)
-    print(f"inflection: {knee}", file=sys.stderr if fmt == "csv" else sys.stdout)
+        render(points.filter(points["feasible"]).select(CURVE_TABLE), "table", title=header)
+    print(f"inflection: {knee}", file=sys.stderr if fmt == "csv" or out is not None else sys.stdout)
 
 
 @command(FrontierOptions)
