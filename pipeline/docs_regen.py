@@ -1,0 +1,360 @@
+"""Rewrite the output blocks of the README's tour and docs/python-api.md from a built store, or check them.
+
+    uv run python -m pipeline.docs_regen [--store PATH]          # rewrite README.md and docs/python-api.md
+    uv run python -m pipeline.docs_regen [--store PATH] --check  # list the figures that differ, exit 1 if any
+
+The store defaults to the settings' (`STEPCAST_STORE`, else out/stepcast.duckdb). Each document block is its own
+template: it says which lines of the fresh output it shows.
+
+* README, section "A 5-minute tour": every `$ ` command is run as the tour test runs it (pipeline.docs_regen.run_tour
+  command). Under it, a table row `│ key │ ... │` shows the fresh row whose first cell is `key`; a row of column
+  names shows those columns of the table that has them (`…` for the columns left out, kept as `…`); a `…` line
+  stays; another line shows the fresh line that begins with its first word, cut after as many words when it ends
+  with `…`. A command with no lines under it is run and shows nothing.
+* docs/python-api.md: every ```python block is run as a doctest session (`>>> `, `... `), in one namespace per
+  document with `pl` and `stepcast` imported and polars printing without shapes and dtypes; the output of each
+  example replaces the lines under it. An example shown with no output is run and shows none.
+
+`compare(doc, fresh)` is what `--check` and tests/test_readme_tour.py apply: the same words in the same order,
+numbers within 2% (or within the rounding of the figure shown); an elapsed time `(… s)` is not compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PYTHON_API = ROOT / "docs" / "python-api.md"
+TOUR = "A 5-minute tour"
+#: how the documents show the machine's paths
+SHOWN_ROOT = "/home/you/stepcast"
+REL_TOL = 0.02
+
+TOKEN = re.compile(r"[A-Za-z_][\w.+\-]*|[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?|[-—]")
+NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?$")
+ELAPSED = re.compile(r"\(\d+(?:\.\d+)? s\)")
+BOX = "┃│"
+
+
+# ------------------------------------------------------------------ comparing a shown block with fresh output
+
+def _number(token: str) -> tuple[float, float] | None:
+    """(value, half a unit of its last shown digit), or None for a word."""
+    if not NUMBER.match(token):
+        return None
+    text = token.replace(",", "").rstrip(",")
+    mantissa, _, exponent = text.lower().partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    return float(text), 0.5 * 10.0 ** (int(exponent or 0) - decimals)
+
+
+def compare(doc: str, fresh: str, where: str = "") -> list[str]:
+    """What differs between a shown block and the fresh one: words exactly, numbers within REL_TOL (or the rounding
+    of the figure shown)."""
+    a, b = (TOKEN.findall(ELAPSED.sub("(… s)", t)) for t in (doc, fresh))
+    problems = []
+    for i, (x, y) in enumerate(zip(a, b)):
+        nx, ny = _number(x), _number(y)
+        if nx is not None and ny is not None:
+            (vx, ux), (vy, uy) = nx, ny
+            if abs(vx - vy) > max(REL_TOL * max(abs(vx), abs(vy)), ux, uy):
+                problems.append(f"{where}: shown {x}, now {y} (token {i}: …{' '.join(a[max(0, i - 4):i])})")
+        elif x != y:
+            problems.append(f"{where}: shown '{x}', now '{y}' (token {i}: …{' '.join(a[max(0, i - 4):i])})")
+        if len(problems) >= 5:
+            break
+    if len(a) != len(b) and not problems:
+        problems.append(f"{where}: {len(a)} words and figures shown, {len(b)} now")
+    return problems
+
+
+# ------------------------------------------------------------------ the README tour
+
+def section_bounds(text: str, title: str) -> tuple[int, int]:
+    start = text.index(f"## {title}")
+    nxt = text.find("\n## ", start + 1)
+    return start, nxt if nxt > 0 else len(text)
+
+
+def tour_env(store: Path) -> dict:
+    return dict(os.environ, STEPCAST_STORE=str(store), PATH=f"{Path(sys.executable).parent}{os.pathsep}"
+                f"{os.environ['PATH']}", COLUMNS="160")
+
+
+def run_tour_command(command: str, store: Path) -> subprocess.CompletedProcess:
+    """A tour command as a user runs it, on `store` (and the snapshot beside it for `duckdb`)."""
+    snapshot = store.parent / "snapshot" / store.name
+    shell = command.removeprefix("uv run ").replace("out/snapshot/stepcast.duckdb", str(snapshot))
+    return subprocess.run(["bash", "-c", shell], cwd=ROOT, env=tour_env(store), capture_output=True, text=True,
+                          timeout=600)
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in re.split(f"[{BOX}]", line.strip())[1:-1]]
+
+
+def parse_output(text: str) -> tuple[list[dict], list[str]]:
+    """The rich tables of a command's output ({header, rows}) and its other lines (stripped)."""
+    tables, plain, current = [], [], None
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("┃"):
+            if current is None or current["rows"]:
+                current = {"header": _cells(s), "rows": []}
+                tables.append(current)
+            else:  # a header cell wrapped onto a second line
+                current["header"] = [f"{h}{c}" for h, c in zip(current["header"], _cells(s))]
+        elif s.startswith("│"):
+            cells = _cells(s)
+            if current is None:
+                current = {"header": [], "rows": []}
+                tables.append(current)
+            if cells and cells[0] == "" and current["rows"]:  # a cell wrapped onto a continuation line
+                continue
+            current["rows"].append(cells)
+        elif s and s[0] in "┏┡└┗":
+            if s[0] in "└┗":
+                current = None
+        elif s:
+            plain.append(s)
+    return tables, plain
+
+
+def _render(rows: list[list[str] | None]) -> list[str]:
+    """Rows of cells as `│ a │ b │` lines padded to their columns' widths (None: a `…` line)."""
+    widths: dict[int, int] = {}
+    for r in rows:
+        for i, c in enumerate(r or []):
+            widths[i] = max(widths.get(i, 0), len(c))
+    return ["…" if r is None else "│ " + " │ ".join(c.ljust(widths[i]) for i, c in enumerate(r)) + " │"
+            for r in rows]
+
+
+def regenerate_output(shown: list[str], fresh: str) -> list[str]:
+    """The lines `shown` under a command, refilled from its fresh output."""
+    tables, plain = parse_output(fresh)
+    out: list[str] = []
+    group: list[list[str] | None] = []
+    columns: tuple[dict, list[str]] | None = None
+
+    def flush():
+        nonlocal group, columns
+        if group:
+            out.extend(_render(group))
+        group, columns = [], None
+
+    for line in shown:
+        s = line.strip()
+        if s.startswith("│"):
+            cells = _cells(s)
+            named = [c for c in cells if c != "…"]
+            if not group and columns is None:
+                header_of = [t for t in tables if named and all(c in t["header"] for c in named)]
+                if header_of:
+                    columns = (header_of[0], cells)
+                    group.append(cells)
+                    continue
+            source = columns[0] if columns else None
+            candidates = [source] if source else tables
+            row = next((r for t in candidates for r in t["rows"] if r and r[0] == cells[0]), None)
+            table = next((t for t in candidates if row in t["rows"]), None) if row else None
+            if row is None:
+                raise LookupError(f"no row '{cells[0]}' in the fresh output")
+            if columns:
+                header = table["header"]
+                group.append([c if c == "…" else row[header.index(c)] for c in columns[1]])
+            else:
+                group.append(row[:len(cells)] if len(cells) <= len(row) else row)
+        elif s == "…":
+            if group or columns:
+                group.append(None)
+            else:
+                out.append(line)
+        else:
+            flush()
+            words = s.split()
+            match = next((p for p in plain if p.split()[:1] == words[:1]), None)
+            if match is None:
+                raise LookupError(f"no line beginning '{words[0]}' in the fresh output")
+            if s.endswith("…"):
+                match = " ".join(match.split()[:len(words) - 1]) + " …"
+            out.append(line[:len(line) - len(line.lstrip())] + match)
+    flush()
+    return out
+
+
+def shown_paths(text: str, store: Path) -> str:
+    """A machine's paths as the documents show them."""
+    return text.replace(str(store.parent / "snapshot"), f"{SHOWN_ROOT}/out/snapshot") \
+        .replace(str(store), f"{SHOWN_ROOT}/out/stepcast.duckdb").replace(str(ROOT), SHOWN_ROOT)
+
+
+def tour_blocks(text: str) -> list[tuple[int, int, str, list[str]]]:
+    """(first line, end line, command, lines shown under it) of each tour command with output, as line indices."""
+    lines = text.splitlines()
+    start, end = section_bounds(text, TOUR)
+    first, last = text[:start].count("\n"), text[:end].count("\n")
+    blocks, i = [], first
+    while i < last:
+        if lines[i].startswith("$ "):
+            command, j = lines[i][2:], i + 1
+            while command.replace('\\"', "").count('"') % 2:
+                command += "\n" + lines[j]
+                j += 1
+            k = j
+            while k < last and not lines[k].startswith(("```", "$ ")):
+                k += 1
+            if k > j:
+                blocks.append((j, k, command, lines[j:k]))
+            i = k
+        else:
+            i += 1
+    return blocks
+
+
+def tour_results(store: Path, text: str) -> list[tuple[int, int, str, list[str], list[str]]]:
+    """Each tour block with its fresh lines."""
+    results = []
+    for j, k, command, shown in tour_blocks(text):
+        done = run_tour_command(command, store)
+        if done.returncode != 0:
+            raise RuntimeError(f"{command}\nexit {done.returncode}\n{done.stderr[-2000:]}")
+        results.append((j, k, command, shown, regenerate_output(shown, shown_paths(done.stdout, store))))
+    return results
+
+
+# ------------------------------------------------------------------ docs/python-api.md
+
+def python_blocks(text: str) -> list[tuple[int, int]]:
+    """(first, end) line indices of the inside of each ```python block."""
+    lines, blocks, start = text.splitlines(), [], None
+    for i, line in enumerate(lines):
+        if line.strip() == "```python":
+            start = i + 1
+        elif line.strip() == "```" and start is not None:
+            blocks.append((start, i))
+            start = None
+    return blocks
+
+
+def _examples(lines: list[str]) -> list[tuple[list[str], list[str]]]:
+    """(source lines, shown output lines) of each `>>> ` example."""
+    examples: list[tuple[list[str], list[str]]] = []
+    for line in lines:
+        if line.startswith(">>> "):
+            examples.append(([line[4:]], []))
+        elif line.startswith("... ") or line == "...":
+            examples[-1][0].append(line[4:])
+        elif examples:
+            examples[-1][1].append(line)
+    return examples
+
+
+def run_example(source: str, namespace: dict) -> str:
+    """What the interactive interpreter prints for one example (an exception as doctest shows it)."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        try:
+            exec(compile(source, "<docs>", "single"), namespace)  # noqa: S102 - the document's own examples
+        except Exception as err:  # noqa: BLE001 - shown as the document shows it
+            kind = type(err)
+            return f"Traceback (most recent call last):\n  ...\n{kind.__module__}.{kind.__qualname__}: {err}"
+    return buffer.getvalue().rstrip("\n")
+
+
+def python_results(store: Path, text: str) -> list[tuple[int, int, list[str], list[str]]]:
+    """(first, end, shown lines, fresh lines) of each python block, its examples run on `store`."""
+    import polars as pl
+
+    import stepcast
+
+    lines = text.splitlines()
+    namespace = {"pl": pl, "stepcast": stepcast}
+    results = []
+    old = os.environ.get("STEPCAST_STORE")
+    os.environ["STEPCAST_STORE"] = str(store)
+    try:
+        with pl.Config(tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True, tbl_width_chars=200,
+                       fmt_str_lengths=200):
+            for first, end in python_blocks(text):
+                fresh = []
+                for source, shown in _examples(lines[first:end]):
+                    printed = run_example("\n".join(source), namespace)
+                    fresh += [">>> " + source[0], *("... " + s if s else "..." for s in source[1:])]
+                    fresh += shown_paths(printed, store).splitlines() if shown else []
+                results.append((first, end, lines[first:end], fresh))
+    finally:
+        if old is None:
+            os.environ.pop("STEPCAST_STORE", None)
+        else:
+            os.environ["STEPCAST_STORE"] = old
+    return results
+
+
+# ------------------------------------------------------------------ rewrite or check
+
+def _splice(text: str, replacements: list[tuple[int, int, list[str]]]) -> str:
+    lines = text.splitlines()
+    for first, end, new in sorted(replacements, reverse=True):
+        lines[first:end] = new
+    return "\n".join(lines) + "\n"
+
+
+def readme_differences(store: Path) -> list[str]:
+    """Every figure or word of the README tour's output that differs from fresh output on `store`."""
+    readme = README.read_text(encoding="utf-8")
+    return [p for _, _, command, shown, fresh in tour_results(store, readme)
+            for p in compare("\n".join(shown), "\n".join(fresh), f"README: $ {command[:70]}")]
+
+
+def python_api_differences(store: Path) -> list[str]:
+    """Every figure or word of docs/python-api.md's example output that differs from fresh output on `store`."""
+    api = PYTHON_API.read_text(encoding="utf-8")
+    return [p for first, _, shown, fresh in python_results(store, api)
+            for p in compare("\n".join(shown), "\n".join(fresh), f"docs/python-api.md, the block at line {first}")]
+
+
+def regenerate(store: Path) -> list[Path]:
+    """Rewrite both documents' output blocks; returns the documents that changed."""
+    changed = []
+    readme = README.read_text(encoding="utf-8")
+    new = _splice(readme, [(j, k, fresh) for j, k, _, _, fresh in tour_results(store, readme)])
+    api = PYTHON_API.read_text(encoding="utf-8")
+    new_api = _splice(api, [(first, end, fresh) for first, end, _, fresh in python_results(store, api)])
+    for path, old, text in ((README, readme, new), (PYTHON_API, api, new_api)):
+        if text != old:
+            path.write_text(text, encoding="utf-8")
+            changed.append(path)
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pipeline.settings import Settings
+
+    parser = argparse.ArgumentParser(prog="python -m pipeline.docs_regen", description=__doc__.splitlines()[0])
+    parser.add_argument("--store", type=Path, help="the built store (default: the settings')")
+    parser.add_argument("--check", action="store_true", help="list the differences instead of rewriting")
+    args = parser.parse_args(argv)
+    store = (args.store or Settings.load().store).resolve()
+    if not store.exists():
+        print(f"error: store not found: {store} (run `stepcast build` first)", file=sys.stderr)
+        return 1
+    if args.check:
+        problems = readme_differences(store) + python_api_differences(store)
+        print("\n".join(problems) or "the documents' figures are current")
+        return 1 if problems else 0
+    changed = regenerate(store)
+    print("rewrote " + ", ".join(p.relative_to(ROOT).as_posix() for p in changed) if changed else "no change")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
