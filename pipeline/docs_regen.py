@@ -282,8 +282,7 @@ def python_results(store: Path, text: str) -> list[tuple[int, int, list[str], li
     old = os.environ.get("STEPCAST_STORE")
     os.environ["STEPCAST_STORE"] = str(store)
     try:
-        with pl.Config(tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True, tbl_width_chars=200,
-                       fmt_str_lengths=200):
+        with pl.Config(tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True, tbl_width_chars=200):
             for first, end in python_blocks(text):
                 fresh = []
                 for source, shown in _examples(lines[first:end]):
