@@ -2,6 +2,7 @@
 
     uv run python -m pipeline.docs_regen [--store PATH]          # rewrite README.md and docs/python-api.md
     uv run python -m pipeline.docs_regen [--store PATH] --check  # list the figures that differ, exit 1 if any
+    uv run python -m pipeline.docs_regen --screenshots out/site  # also re-shoot docs/img's pictures of the site
 
 The store defaults to the settings' (`STEPCAST_STORE`, else out/stepcast.duckdb). Each document block is its own
 template: it says which lines of the fresh output it shows.
@@ -298,6 +299,30 @@ def python_results(store: Path, text: str) -> list[tuple[int, int, list[str], li
     return results
 
 
+# ------------------------------------------------------------------ the report site's screenshots
+
+CHROMIUM = Path("/usr/bin/chromium")
+#: docs/img file: (page of the report site, window width x height in CSS pixels)
+SCREENSHOTS = {"index.png": ("index.html", (1280, 1500)), "calibration.png": ("calibration.html", (1385, 3319)),
+               "frontier.png": ("frontier.html", (1400, 1450)),
+               "hardware-h100.png": ("hardware/h100-sxm5-80gb.html", (1280, 1500))}
+
+
+def screenshot_site(site: Path) -> list[Path]:
+    """Re-shoot the README's pictures of the report site (the built `site`) with headless Chromium; the explorer's
+    and Dagster's pictures need a running server and are not re-shot here."""
+    if not CHROMIUM.exists():
+        raise FileNotFoundError(f"{CHROMIUM} not installed (apt-get install -y chromium): screenshots not taken")
+    written = []
+    for name, (page, (width, height)) in SCREENSHOTS.items():
+        target = ROOT / "docs" / "img" / name
+        subprocess.run([str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                        "--virtual-time-budget=15000", f"--window-size={width},{height}", f"--screenshot={target}",
+                        (site / page).resolve().as_uri()], check=True, capture_output=True, timeout=300)
+        written.append(target)
+    return written
+
+
 # ------------------------------------------------------------------ rewrite or check
 
 def _splice(text: str, replacements: list[tuple[int, int, list[str]]]) -> str:
@@ -341,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.docs_regen", description=__doc__.splitlines()[0])
     parser.add_argument("--store", type=Path, help="the built store (default: the settings')")
     parser.add_argument("--check", action="store_true", help="list the differences instead of rewriting")
+    parser.add_argument("--screenshots", type=Path, metavar="SITE",
+                        help="also re-shoot docs/img's pictures of this built report site (headless Chromium)")
     args = parser.parse_args(argv)
     store = (args.store or Settings.load().store).resolve()
     if not store.exists():
@@ -351,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(problems) or "the documents' figures are current")
         return 1 if problems else 0
     changed = regenerate(store)
+    if args.screenshots:
+        changed += screenshot_site(args.screenshots)
     print("rewrote " + ", ".join(p.relative_to(ROOT).as_posix() for p in changed) if changed else "no change")
     return 0
 
