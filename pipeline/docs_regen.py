@@ -323,6 +323,38 @@ def screenshot_site(site: Path) -> list[Path]:
     return written
 
 
+#: the explorer's view in the README: the Llama 3 405B preset (pipeline/explorer/index.html `PRESETS.llama3`)
+EXPLORER_SHOT = ("explorer-llama3-405b.png", "gpus=h100-sxm5-80gb&model=llama3-405b&tokens=1.56e13&seq_len=8192&"
+                 "policy=strong&global_batch=2048&per_gpu_batch=1&max_gpus=32768&n=16384&months=3&"
+                 "assumptions=realistic", (1400, 1320))
+
+
+def screenshot_explorer(store: Path, port: int = 8917) -> Path:
+    """Re-shoot the README's picture of the explorer: `stepcast serve` on `store` (loopback, `port`), the preset's
+    view in headless Chromium, then the server stopped."""
+    import time
+    import urllib.request
+
+    name, view, (width, height) = EXPLORER_SHOT
+    server = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "--store", str(store), "serve", "--port",
+                               str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):  # the server loads the fit and the tables first
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2)
+                break
+            except OSError:
+                time.sleep(1)
+        target = ROOT / "docs" / "img" / name
+        subprocess.run([str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                        "--virtual-time-budget=300000", f"--window-size={width},{height}", f"--screenshot={target}",
+                        f"http://127.0.0.1:{port}/#{view}"], check=True, capture_output=True, timeout=600)
+        return target
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 # ------------------------------------------------------------------ rewrite or check
 
 def _splice(text: str, replacements: list[tuple[int, int, list[str]]]) -> str:
@@ -367,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", type=Path, help="the built store (default: the settings')")
     parser.add_argument("--check", action="store_true", help="list the differences instead of rewriting")
     parser.add_argument("--screenshots", type=Path, metavar="SITE",
-                        help="also re-shoot docs/img's pictures of this built report site (headless Chromium)")
+                        help="also re-shoot docs/img's pictures of this built report site and of the explorer "
+                             "(headless Chromium)")
     args = parser.parse_args(argv)
     store = (args.store or Settings.load().store).resolve()
     if not store.exists():
@@ -379,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if problems else 0
     changed = regenerate(store)
     if args.screenshots:
-        changed += screenshot_site(args.screenshots)
+        changed += [*screenshot_site(args.screenshots), screenshot_explorer(store)]
     print("rewrote " + ", ".join(p.relative_to(ROOT).as_posix() for p in changed) if changed else "no change")
     return 0
 
