@@ -1,6 +1,7 @@
-"""Rewrite the output blocks of the README's tour and docs/python-api.md from a built store, or check them.
+"""Rewrite the figures the documents show (the README's tour and held-out table, docs/python-api.md's example
+output, docs/calibration.md's latest figures) from a built store, or check them.
 
-    uv run python -m pipeline.docs_regen [--store PATH]          # rewrite README.md and docs/python-api.md
+    uv run python -m pipeline.docs_regen [--store PATH]          # rewrite README.md, docs/python-api.md, calibration.md
     uv run python -m pipeline.docs_regen [--store PATH] --check  # list the figures that differ, exit 1 if any
     uv run python -m pipeline.docs_regen --screenshots out/site  # also re-shoot docs/img's pictures of the site
 
@@ -15,6 +16,9 @@ template: it says which lines of the fresh output it shows.
 * docs/python-api.md: every ```python block is run as a doctest session (`>>> `, `... `), in one namespace per
   document with `pl` and `stepcast` imported and polars printing without shapes and dtypes; the output of each
   example replaces the lines under it. An example shown with no output is run and shows none.
+* The held-out tables (README "How accurate it is", docs/calibration.md "Latest figures"): the served fit's
+  `fit_metrics` over all runs, worst protocol first; the README's rows keep their labels.
+* `--screenshots SITE`: docs/img's pictures of the report site and of the explorer, re-shot in headless Chromium.
 
 `compare(doc, fresh)` is what `--check` and tests/test_readme_tour.py apply: the same words in the same order,
 numbers within 2% (or within the rounding of the figure shown); an elapsed time `(… s)` is not compared.
@@ -29,7 +33,15 @@ import os
 import re
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
+
+import duckdb
+import polars as pl
+
+import stepcast
+from pipeline.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -232,6 +244,73 @@ def tour_results(store: Path, text: str) -> list[tuple[int, int, str, list[str],
     return results
 
 
+# ------------------------------------------------------------------ the held-out figures (README, docs/calibration.md)
+
+CALIBRATION = ROOT / "docs" / "calibration.md"
+#: the words of a README row that name its protocol
+PROTOCOL_WORDS = {"lofo": "family", "logo": "generation", "loso": "one source", "lopo": "precision",
+                  "scale": "larger than 256"}
+FIGURES = ("mdape", "mape", "mdape_balanced", "mape_balanced", "within_10pct", "coverage_90", "median_width")
+
+
+def held_out_figures(store: Path) -> dict[tuple[str, str], dict]:
+    """(protocol, predictor) -> the served fit's held-out figures over all runs, as `stepcast fit` prints them."""
+    con = duckdb.connect(str(store), read_only=True)
+    try:
+        rows = con.execute(f"""
+            select m.scheme, m.predictor, {', '.join(f'm.{c}' for c in FIGURES)} from fit_metrics m
+            join fits f using (version)
+            where f.promoted and m.grouping = 'source' and m."group" = 'ALL'""").fetchall()
+    finally:
+        con.close()
+    return {(r[0], r[1]): dict(zip(FIGURES, r[2:])) for r in rows}
+
+
+def _pct(v: float | None, digits: int = 1) -> str:
+    return "—" if v is None else f"{100 * v:.{digits}f}%"
+
+
+def _table_at(lines: list[str], header: str) -> tuple[int, int]:
+    """(first row, end) line indices of the body of the markdown table whose header line starts with `header`."""
+    first = next(i for i, line in enumerate(lines) if line.startswith(header)) + 2
+    end = first
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return first, end
+
+
+def readme_accuracy(store: Path, text: str) -> tuple[int, int, list[str], list[str]]:
+    """The README's held-out table ("How accurate it is"), worst first, from the served fit."""
+    figures = held_out_figures(store)
+    lines = text.splitlines()
+    first, end = _table_at(lines, "| held out |")
+    rows = []
+    for line in lines[first:end]:
+        label = line.split("|")[1].strip()
+        scheme = next(s for s, words in PROTOCOL_WORDS.items() if words in label)
+        f = figures[(scheme, "calibrated")]
+        rows.append((-(f["mdape"] or 0), f"| {label} | {_pct(f['mdape'])} | {_pct(f['mape'])} | "
+                                         f"{_pct(f['mdape_balanced'])} | {_pct(f['coverage_90'], 0)} |"))
+    return first, end, lines[first:end], [r for _, r in sorted(rows)]
+
+
+def calibration_latest(store: Path, text: str) -> tuple[int, int, list[str], list[str]]:
+    """docs/calibration.md's table of "Latest figures", worst first, from the served fit."""
+    figures = held_out_figures(store)
+    lines = text.splitlines()
+    first, end = _table_at(lines, "| protocol | analytical (priors) MdAPE |")
+    schemes = sorted((line.split("`")[1] for line in lines[first:end]), key=lambda s: -(figures[(s, "calibrated")]
+                                                                                         ["mdape"] or 0))
+    rows = []
+    for i, s in enumerate(schemes):
+        f, a = figures[(s, "calibrated")], figures[(s, "analytical")]
+        bold = (lambda x: f"**{x}**") if i == 0 else (lambda x: x)
+        rows.append(f"| `{s}` | {_pct(a['mdape'])} | {bold(_pct(f['mdape']))} | {bold(_pct(f['mape']))} | "
+                    f"{bold(_pct(f['mdape_balanced']))} | {bold(_pct(f['mape_balanced']))} | "
+                    f"{_pct(f['within_10pct'], 0)} | {bold(_pct(f['coverage_90']))} | {_pct(f['median_width'], 0)} |")
+    return first, end, lines[first:end], rows
+
+
 # ------------------------------------------------------------------ docs/python-api.md
 
 def python_blocks(text: str) -> list[tuple[int, int]]:
@@ -273,10 +352,6 @@ def run_example(source: str, namespace: dict) -> str:
 
 def python_results(store: Path, text: str) -> list[tuple[int, int, list[str], list[str]]]:
     """(first, end, shown lines, fresh lines) of each python block, its examples run on `store`."""
-    import polars as pl
-
-    import stepcast
-
     lines = text.splitlines()
     namespace = {"pl": pl, "stepcast": stepcast}
     results = []
@@ -332,9 +407,6 @@ EXPLORER_SHOT = ("explorer-llama3-405b.png", "gpus=h100-sxm5-80gb&model=llama3-4
 def screenshot_explorer(store: Path, port: int = 8917) -> Path:
     """Re-shoot the README's picture of the explorer: `stepcast serve` on `store` (loopback, `port`), the preset's
     view in headless Chromium, then the server stopped."""
-    import time
-    import urllib.request
-
     name, view, (width, height) = EXPLORER_SHOT
     server = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "--store", str(store), "serve", "--port",
                                str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -367,8 +439,16 @@ def _splice(text: str, replacements: list[tuple[int, int, list[str]]]) -> str:
 def readme_differences(store: Path) -> list[str]:
     """Every figure or word of the README tour's output that differs from fresh output on `store`."""
     readme = README.read_text(encoding="utf-8")
-    return [p for _, _, command, shown, fresh in tour_results(store, readme)
-            for p in compare("\n".join(shown), "\n".join(fresh), f"README: $ {command[:70]}")]
+    _, _, shown, fresh = readme_accuracy(store, readme)
+    return compare("\n".join(shown), "\n".join(fresh), "README: How accurate it is") + [
+        p for _, _, command, shown, fresh in tour_results(store, readme)
+        for p in compare("\n".join(shown), "\n".join(fresh), f"README: $ {command[:70]}")]
+
+
+def calibration_differences(store: Path) -> list[str]:
+    """Every figure of docs/calibration.md's "Latest figures" table that differs from the served fit's."""
+    _, _, shown, fresh = calibration_latest(store, CALIBRATION.read_text(encoding="utf-8"))
+    return compare("\n".join(shown), "\n".join(fresh), "docs/calibration.md: Latest figures")
 
 
 def python_api_differences(store: Path) -> list[str]:
@@ -382,10 +462,15 @@ def regenerate(store: Path) -> list[Path]:
     """Rewrite both documents' output blocks; returns the documents that changed."""
     changed = []
     readme = README.read_text(encoding="utf-8")
-    new = _splice(readme, [(j, k, fresh) for j, k, _, _, fresh in tour_results(store, readme)])
+    first, end, _, table = readme_accuracy(store, readme)
+    new = _splice(readme, [(j, k, fresh) for j, k, _, _, fresh in tour_results(store, readme)] + [(first, end, table)])
     api = PYTHON_API.read_text(encoding="utf-8")
     new_api = _splice(api, [(first, end, fresh) for first, end, _, fresh in python_results(store, api)])
-    for path, old, text in ((README, readme, new), (PYTHON_API, api, new_api)):
+    calibration = CALIBRATION.read_text(encoding="utf-8")
+    first, end, _, table = calibration_latest(store, calibration)
+    new_calibration = _splice(calibration, [(first, end, table)])
+    for path, old, text in ((README, readme, new), (PYTHON_API, api, new_api), (CALIBRATION, calibration,
+                                                                                  new_calibration)):
         if text != old:
             path.write_text(text, encoding="utf-8")
             changed.append(path)
@@ -393,8 +478,6 @@ def regenerate(store: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipeline.settings import Settings
-
     parser = argparse.ArgumentParser(prog="python -m pipeline.docs_regen", description=__doc__.splitlines()[0])
     parser.add_argument("--store", type=Path, help="the built store (default: the settings')")
     parser.add_argument("--check", action="store_true", help="list the differences instead of rewriting")
@@ -407,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: store not found: {store} (run `stepcast build` first)", file=sys.stderr)
         return 1
     if args.check:
-        problems = readme_differences(store) + python_api_differences(store)
+        problems = readme_differences(store) + calibration_differences(store) + python_api_differences(store)
         print("\n".join(problems) or "the documents' figures are current")
         return 1 if problems else 0
     changed = regenerate(store)

@@ -2,8 +2,9 @@
 
 The tour's commands (the `$` lines of the section "A 5-minute tour") run on the session's built store and must
 exit with status 0, and what the README shows under them, like the example output of docs/python-api.md, is what
-they print now: the same words, figures within 2% (`uv run python -m pipeline.docs_regen` rewrites both from a
-built store)."""
+they print now: the same words, figures within 2%; so are the held-out figures of the README and of
+docs/calibration.md the served fit's (`uv run python -m pipeline.docs_regen` rewrites all of them from a built
+store)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,11 @@ def test_tour_command_exits_0(built_store, command):
 
 def test_the_tour_shows_what_its_commands_print_now(built_store):
     problems = docs_regen.readme_differences(built_store)
+    assert not problems, "\n".join(problems) + "\n(re-run: uv run python -m pipeline.docs_regen)"
+
+
+def test_the_calibration_doc_shows_the_served_fits_held_out_figures(built_store):
+    problems = docs_regen.calibration_differences(built_store)
     assert not problems, "\n".join(problems) + "\n(re-run: uv run python -m pipeline.docs_regen)"
 
 
