@@ -17,7 +17,8 @@ template: it says which lines of the fresh output it shows.
   document with `pl` and `stepcast` imported and polars printing without shapes and dtypes; the output of each
   example replaces the lines under it. An example shown with no output is run and shows none.
 * The held-out tables (README "How accurate it is", docs/calibration.md "Latest figures"): the served fit's
-  `fit_metrics` over all runs, worst protocol first; the README's rows keep their labels.
+  `fit_metrics` over all runs, worst protocol first; the README's rows keep their labels, and the figures of the
+  sentences around its table (runs and sources, the k-shot protocol, the priors, GB300) are the served fit's too.
 * `--screenshots SITE`: docs/img's pictures of the report site and of the explorer, re-shot in headless Chromium.
 
 `compare(doc, fresh)` is what `--check` and tests/test_readme_tour.py apply: the same words in the same order,
@@ -311,6 +312,65 @@ def calibration_latest(store: Path, text: str) -> tuple[int, int, list[str], lis
     return first, end, lines[first:end], rows
 
 
+def _served(con, sql: str):
+    return con.execute(sql.replace("SERVED", "(select version from fits where promoted)")).fetchone()
+
+
+PERCENT = re.compile(r"\d[\d,]*(?:\.\d+)?(?=%)")
+
+
+def _refill(span: str, values: list[float]) -> str:
+    """`span` with its percentages replaced in order by `values` (fractions), each shown to the decimals it had."""
+    it = iter(values)
+    return PERCENT.sub(lambda m: f"{100 * next(it):.{len(m.group().partition('.')[2])}f}", span)
+
+
+def prose_figures(store: Path) -> list[tuple[re.Pattern, callable]]:
+    """(pattern, its text refilled from the served fit) for the figures written into sentences: the runs and sources
+    judged, the k-shot protocol (units equal), the priors' error, GB300's median error out of source."""
+    con = duckdb.connect(str(store), read_only=True)
+    metric = ("select {} from fit_metrics where version = SERVED and scheme = '{}' and predictor = '{}' and "
+              "\"group\" = 'ALL'")
+    try:
+        n_runs, = _served(con, metric.format("n_runs", "loso", "calibrated") + " and grouping = 'source'")
+        n_sources, = _served(con, "select count(distinct source) from calibrated_predictions "
+                                  "where loso_tokens_per_s_per_gpu is not null")
+        priors, = _served(con, metric.format("mdape", "loso", "analytical") + " and grouping = 'source'")
+        kshot = {(pred, k): _served(con, metric.format("mdape_balanced, mape_balanced, coverage_90, median_width",
+                                                       "kshot", pred) + f" and k_shot = {k}")
+                 for pred in ("adapted", "naive") for k in (0, 1, 3, 5)}
+        gb300, = _served(con, "select median(loso_tokens_per_s_per_gpu / measured_tokens_per_s_per_gpu - 1) "
+                              "from calibrated_predictions where gpu = 'gb300'")
+    finally:
+        con.close()
+    ks = (0, 1, 3, 5)
+    k_paragraph = ([kshot[("adapted", k)][0] for k in ks] + [kshot[("naive", k)][0] for k in ks[1:]]
+                   + [kshot[("adapted", k)][1] for k in ks] + [0.90]  # "90% coverage"
+                   + [kshot[("adapted", k)][c] for c in (2, 3) for k in ks])
+    return [
+        (re.compile(r"[\d,]+ runs (from|with a throughput target from) \d+ sources"),
+         lambda m: f"{n_runs:,} runs {m.group(1)} {n_sources} sources"),
+        (re.compile(r"from [\d.]+% to [\d.]+% \(sources equal, the k-shot protocol\)"),
+         lambda m: _refill(m.group(), [kshot[("adapted", 0)][0], kshot[("adapted", 3)][0]])),
+        (re.compile(r"\(`--analytical-only`\) are \d+% off"), lambda m: _refill(m.group(), [priors])),
+        (re.compile(r"GB300 \(\d+% too \w+\)"),
+         lambda m: f"GB300 ({abs(100 * gb300):.0f}% too {'slow' if gb300 < 0 else 'fast'})"),
+        (re.compile(r"MdAPE [\d.]+% at k = 0,.*?median width \(hi - lo\) / prediction(?:,?\s+[\d.]+%)+", re.S),
+         lambda m: _refill(m.group(), k_paragraph)),
+    ]
+
+
+def prose_results(store: Path, text: str, title: str) -> tuple[int, int, list[str], list[str]]:
+    """The section `title` of a document with its sentences' figures refilled from the served fit."""
+    lines = text.splitlines()
+    start, end = section_bounds(text, title)
+    first, last = text[:start].count("\n"), text[:end].count("\n")
+    section = "\n".join(lines[first:last])
+    for pattern, fill in prose_figures(store):
+        section = pattern.sub(fill, section)
+    return first, last, lines[first:last], section.split("\n")
+
+
 # ------------------------------------------------------------------ docs/python-api.md
 
 def python_blocks(text: str) -> list[tuple[int, int]]:
@@ -440,15 +500,20 @@ def readme_differences(store: Path) -> list[str]:
     """Every figure or word of the README tour's output that differs from fresh output on `store`."""
     readme = README.read_text(encoding="utf-8")
     _, _, shown, fresh = readme_accuracy(store, readme)
-    return compare("\n".join(shown), "\n".join(fresh), "README: How accurate it is") + [
+    _, _, prose, fresh_prose = prose_results(store, readme, "How accurate it is")
+    return compare("\n".join(shown), "\n".join(fresh), "README: How accurate it is") + compare(
+        "\n".join(prose), "\n".join(fresh_prose), "README: How accurate it is (text)") + [
         p for _, _, command, shown, fresh in tour_results(store, readme)
         for p in compare("\n".join(shown), "\n".join(fresh), f"README: $ {command[:70]}")]
 
 
 def calibration_differences(store: Path) -> list[str]:
     """Every figure of docs/calibration.md's "Latest figures" table that differs from the served fit's."""
-    _, _, shown, fresh = calibration_latest(store, CALIBRATION.read_text(encoding="utf-8"))
-    return compare("\n".join(shown), "\n".join(fresh), "docs/calibration.md: Latest figures")
+    text = CALIBRATION.read_text(encoding="utf-8")
+    _, _, shown, fresh = calibration_latest(store, text)
+    _, _, prose, fresh_prose = prose_results(store, text, "Latest figures")
+    return compare("\n".join(shown), "\n".join(fresh), "docs/calibration.md: Latest figures") + compare(
+        "\n".join(prose), "\n".join(fresh_prose), "docs/calibration.md: Latest figures (text)")
 
 
 def python_api_differences(store: Path) -> list[str]:
@@ -464,11 +529,15 @@ def regenerate(store: Path) -> list[Path]:
     readme = README.read_text(encoding="utf-8")
     first, end, _, table = readme_accuracy(store, readme)
     new = _splice(readme, [(j, k, fresh) for j, k, _, _, fresh in tour_results(store, readme)] + [(first, end, table)])
+    first, end, _, prose = prose_results(store, new, "How accurate it is")
+    new = _splice(new, [(first, end, prose)])
     api = PYTHON_API.read_text(encoding="utf-8")
     new_api = _splice(api, [(first, end, fresh) for first, end, _, fresh in python_results(store, api)])
     calibration = CALIBRATION.read_text(encoding="utf-8")
     first, end, _, table = calibration_latest(store, calibration)
     new_calibration = _splice(calibration, [(first, end, table)])
+    first, end, _, prose = prose_results(store, new_calibration, "Latest figures")
+    new_calibration = _splice(new_calibration, [(first, end, prose)])
     for path, old, text in ((README, readme, new), (PYTHON_API, api, new_api), (CALIBRATION, calibration,
                                                                                   new_calibration)):
         if text != old:

@@ -83,6 +83,11 @@ def test_compare_reads_words_exactly_and_figures_within_2_percent(shown, now, sa
     assert (docs_regen.compare(shown, now) == []) is same
 
 
+def test_a_sentences_percentages_are_refilled_in_order_to_the_decimals_shown():
+    assert docs_regen._refill("MdAPE 9.4% at k = 0, 8.6% at k = 1; 90% coverage 56%", [0.081, 0.0795, 0.9, 0.5]) == \
+        "MdAPE 8.1% at k = 0, 8.0% at k = 1; 90% coverage 50%"
+
+
 def test_a_shown_block_is_the_template_of_its_fresh_output():
     fresh = """  title of the table — fit 0123abcd, domain: inside
 ┏━━━━━━┳━━━━┳━━━━━━━━━━━━━┳━━━━━━━┓
