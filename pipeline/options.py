@@ -218,7 +218,8 @@ CURVE = (
     GLOBAL_BATCH.but(help="Strong scaling batch in sequences (default 4M tokens)."),
     Option("per_gpu_batch", float, 1.0, min=0.0, help="Weak/critical: sequences per GPU."),
     MAX_GPUS, Option("threshold", float, 0.5, help="Marginal-efficiency threshold of the knee."),
-    DTYPE_AUTO, STACK, FORMAT, ASSUMPTIONS, BATCH_RULE, *ADAPT, *NETWORK,
+    DTYPE_AUTO, STACK, FORMAT, OUT.but(metavar="FILE", help="Write the points to this file (CSV, or the JSON "
+    "document with --format json)."), ASSUMPTIONS, BATCH_RULE, *ADAPT, *NETWORK,
 )
 
 FRONTIER = (

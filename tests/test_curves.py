@@ -312,3 +312,19 @@ def test_calibrated_curves_tell_the_truth(built_store, monkeypatch):
         doc, _ = api.scaling_curve(Settings.load(), model="llama3-70b", gpu="h100-sxm5-80gb", max_gpus=16384, **case)
         assert "calibrated with fit" in doc["calibration"]
         check_curve_tells_the_truth(doc)
+
+
+def test_cli_curve_out_writes_the_points_as_csv_or_the_json_document(tmp_path):
+    """`--out` as on predict, search and plan: the file gets every point (CSV) or what --format json prints."""
+    from pipeline.cli import app
+
+    args = ["curve", "--model", "llama3-8b", "--gpu", "a100-sxm4-80gb", "--max-gpus", "64"]
+    printed = json.loads(CliRunner().invoke(app, [*args, "--format", "json"]).stdout)
+    r = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "c.csv")])
+    assert r.exit_code == 0, r.output
+    points = pl.read_csv(tmp_path / "c.csv")
+    assert points["n_gpus"].to_list() == [p["n_gpus"] for p in printed["points"]]
+    assert points["step_time_s"].to_list() == pytest.approx([p["step_time_s"] for p in printed["points"]])
+    assert "inflection:" in r.stderr and r.stdout == ""
+    r = CliRunner().invoke(app, [*args, "--format", "json", "--out", str(tmp_path / "c.json")])
+    assert r.exit_code == 0 and json.loads((tmp_path / "c.json").read_text()) == printed

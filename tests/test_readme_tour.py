@@ -1,22 +1,20 @@
 """The README is for users: its 5-minute tour runs, and it and docs/ stay inside the repository.
 
 The tour's commands (the `$` lines of the section "A 5-minute tour") run on the session's built store and must
-exit with status 0; their printed output in the README is illustrative and not compared (figures change with the
-data and the fit)."""
+exit with status 0, and what the README shows under them, like the example output of docs/python-api.md, is what
+they print now: the same words, figures within 2%; so are the held-out figures of the README and of
+docs/calibration.md the served fit's (`uv run python -m pipeline.docs_regen` rewrites all of them from a built
+store)."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from pipeline import docs_regen
 from tests.conftest import ROOT
 
-BIN = Path(sys.executable).parent
 README = ROOT / "README.md"
 DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
 README_MAX_LINES = 300
@@ -51,13 +49,58 @@ def test_the_tour_has_the_main_commands():
 
 @pytest.mark.parametrize("command", tour_commands(), ids=lambda c: " ".join(c.split()[:4]))
 def test_tour_command_exits_0(built_store, command):
-    snapshot = built_store.parent / "snapshot" / built_store.name
-    shell = command.removeprefix("uv run ").replace("out/snapshot/stepcast.duckdb", str(snapshot))
-    env = dict(os.environ, STEPCAST_STORE=str(built_store), PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}",
-               COLUMNS="160")
-    done = subprocess.run(["bash", "-c", shell], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = docs_regen.run_tour_command(command, built_store)
     assert done.returncode == 0, f"{command}\nexit {done.returncode}\n{done.stderr[-2000:]}"
     assert done.stdout.strip(), f"{command} printed nothing"
+
+
+def test_the_tour_shows_what_its_commands_print_now(built_store):
+    problems = docs_regen.readme_differences(built_store)
+    assert not problems, "\n".join(problems) + "\n(re-run: uv run python -m pipeline.docs_regen)"
+
+
+def test_the_calibration_doc_shows_the_served_fits_held_out_figures(built_store):
+    problems = docs_regen.calibration_differences(built_store)
+    assert not problems, "\n".join(problems) + "\n(re-run: uv run python -m pipeline.docs_regen)"
+
+
+def test_the_python_api_doc_shows_what_its_examples_print_now(built_store):
+    problems = docs_regen.python_api_differences(built_store)
+    assert not problems, "\n".join(problems) + "\n(re-run: uv run python -m pipeline.docs_regen)"
+
+
+@pytest.mark.parametrize("shown, now, same", [
+    ("│ step_time_s │ 17.72 │", "│ step_time_s │ 18.02 │", True),   # 1.7%
+    ("│ step_time_s │ 17.72 │", "│ step_time_s │ 18.90 │", False),  # 6.7%
+    ("│ mfu │ 0.45 │", "│ mfu │ 0.454 │", True),                   # within the rounding of the figure shown
+    ("│ 1 │ tpu-v6e │ 2048 │", "│ 1 │ h100-sxm5-80gb │ 2048 │", False),
+    ("│ dp │ 32 │", "│ dp │ 33 │", False),                           # an integer layout changed
+    ("best 5 of 255,816 layouts (1.16 s)", "best 5 of 255,816 layouts (7.75 s)", True),  # elapsed time
+    ("1.16e+07", "1.25e+07", False),
+    ("│ feasible │ yes │", "│ feasible │ no │", False),
+])
+def test_compare_reads_words_exactly_and_figures_within_2_percent(shown, now, same):
+    assert (docs_regen.compare(shown, now) == []) is same
+
+
+def test_a_sentences_percentages_are_refilled_in_order_to_the_decimals_shown():
+    assert docs_regen._refill("MdAPE 9.4% at k = 0, 8.6% at k = 1; 90% coverage 56%", [0.081, 0.0795, 0.9, 0.5]) == \
+        "MdAPE 8.1% at k = 0, 8.0% at k = 1; 90% coverage 50%"
+
+
+def test_a_shown_block_is_the_template_of_its_fresh_output():
+    fresh = """  title of the table — fit 0123abcd, domain: inside
+┏━━━━━━┳━━━━┳━━━━━━━━━━━━━┳━━━━━━━┓
+┃ rank ┃ tp ┃ step_time_s ┃ mfu   ┃
+┡━━━━━━╇━━━━╇━━━━━━━━━━━━━╇━━━━━━━┩
+│ 1    │ 8  │ 12.5        │ 0.611 │
+│ 2    │ 4  │ 12.9        │ 0.590 │
+│ 3    │ 2  │ 13.1        │ 0.580 │
+└──────┴────┴─────────────┴───────┘
+inflection: marginal efficiency stays above 0.5 up to N = 512; dominated by contention"""
+    shown = ["title of the …", "│ rank │ … │ mfu │", "│ 2 │ … │ 0.6 │", "…", "inflection: marginal efficiency …"]
+    assert docs_regen.regenerate_output(shown, fresh) == [
+        "title of the …", "│ rank │ … │ mfu   │", "│ 2    │ … │ 0.590 │", "…", "inflection: marginal efficiency …"]
 
 
 def test_readme_is_short_and_for_users():

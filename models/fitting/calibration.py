@@ -66,7 +66,7 @@ from models.fitting.predictor import predict_arrays as serve_arrays
 from models.physics.step_time import OUTPUT_COLUMNS, encode_configs, predict_arrays
 
 #: bumped whenever a change of the fit's code changes what a stored fit means (a fit of another version is not
-#: reused); what each version changed: docs/calibration.md, "Fit code versions"
+#: reused); what each version changed: docs/changelog.md, "Fit code versions"
 FIT_CODE_VERSION = "stepcast-calibration/18"
 FIT_FIELDS = ("matmul_eff_16bit", "matmul_eff_8bit", "attn_eff", "gemm_ramp_flops_per_sm", "host_overhead_s_per_op",
               "scaleup_eff", "scaleout_eff", "alpha_scaleup_s", "tp_overlap", "dp_overlap", "fsdp_gather_overlap")

@@ -173,8 +173,8 @@ _NVIDIA_ORDER = ("pre-Ampere", "Ampere", "Ada", "Hopper", "Blackwell")
 #: warpgroup ``wgmma`` reaches the peak; ``mma.sync`` reaches about 2/3 of it (Shah et al. 2024, FlashAttention-3,
 #: arXiv:2407.08608, section 2.2, after Luo et al. 2024, arXiv:2402.13499), which is why FlashAttention-2 runs at
 #: 35% of an H100's peak against 70% of an A100's. Blackwell's native path is ``tcgen05``; no published figure gives
-#: its ``mma.sync`` share, so it keeps Hopper's (stated where it answers). docs/calibration.md compares it with
-#: the fitted values.
+#: its ``mma.sync`` share, so it keeps Hopper's (stated where it answers). docs/calibration.md ("Latest figures") gives
+#: the fitted values beside it.
 LEGACY_MMA_SHARE = {"pre-Ampere": 1.0, "Ampere": 1.0, "Ada": 1.0, "Hopper": 2.0 / 3.0, "Blackwell": 2.0 / 3.0}
 
 

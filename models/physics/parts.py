@@ -354,7 +354,7 @@ def last_stage_balance(x: Inputs, cm: Compute) -> Compute:
     stages hold ceil(L / pp) layers, the last one L - (pp - 1) ceil(L / pp) with the head and the MTP modules, and
     the slower of the two paces the step; the traffic counts are the busier stage's. Other rows, and an even
     split, are unchanged (measured: the same rule on every row, e.g. Llama 3.1 405B's 126 layers at pp 16, made
-    Megatron-Bridge's GB200 405B runs 10-20 points too fast; docs/calibration.md)."""
+    Megatron-Bridge's GB200 405B runs 10-20 points too fast; docs/changelog.md)."""
     Ls_last = clip(x.L - (x.p - 1.0) * x.Ls, 0.0, x.Ls)
     ms = x.arch.get("mla")
     short = (Ls_last < x.Ls) & (ms["mla"] if ms is not None else False)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
+from typing import Optional
 
 import polars as pl
 import typer
@@ -23,12 +25,13 @@ FRONTIER_KEYS = ["max_training_flop", "n_gpus", "tp", "pp", "dp", "ep", "cp", "u
 
 
 @command(CurveOptions)
-def curve(o: CurveOptions, fmt: str) -> None:
+def curve(o: CurveOptions, fmt: str, out: Optional[Path]) -> None:
     """A scaling curve: the best layout at each cluster size N (one node up to --max-gpus, powers of two and the
     node-aligned sizes between), with throughput, MFU, time-to-train, cost, parallel and marginal efficiency,
     and the inflection point (smallest N whose marginal efficiency < --threshold) with a USL fit.
 
     Example: `stepcast curve --model gpt3-175b --gpu h100-sxm5-80gb --policy strong --tokens 300e9`
+    (`--out curve.csv` writes the points).
     """
     api = computations()
     if fmt not in FORMATS:
@@ -37,16 +40,22 @@ def curve(o: CurveOptions, fmt: str) -> None:
         doc, header = api.scaling_curve(settings(), o)
     except api.InputError as err:
         fail(str(err), err.exit_code)
-    out = doc["points"]
+    points = doc["points"]
     knee = doc["explanation"]
     if fmt == "json":
-        print(json.dumps(api.curve_document(doc), indent=2, default=str))
+        text = json.dumps(api.curve_document(doc), indent=2, default=str)
+        if out is None:
+            print(text)
+            return
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+        print(f"wrote the curve of {points.height} point(s) to {out}", file=sys.stderr)
         return
     print(header, file=sys.stderr)
-    if fmt == "csv":
-        render(out, "csv")
+    if fmt == "csv" or out is not None:  # a file gets every point as CSV
+        render(points, "csv", out)
     else:  # the table numbers each size's layout_note and prints the notes under it
-        shown = out.filter(out["feasible"])
+        shown = points.filter(points["feasible"])
         marks = shown["layout_note"].is_not_null().cum_sum()
         shown = shown.with_columns(pl.when(pl.col("layout_note").is_not_null()).then(pl.format("[{}]", marks))
                                    .otherwise(pl.lit("")).alias("note"))
@@ -54,7 +63,7 @@ def curve(o: CurveOptions, fmt: str) -> None:
         for mark, n, text in shown.filter(pl.col("layout_note").is_not_null()) \
                 .select("note", "n_gpus", "layout_note").rows():
             print(f"{mark} N = {n:,}: {text}")
-    print(f"inflection: {knee}", file=sys.stderr if fmt == "csv" else sys.stdout)
+    print(f"inflection: {knee}", file=sys.stderr if fmt == "csv" or out is not None else sys.stdout)
 
 
 @command(FrontierOptions)
