@@ -242,7 +242,9 @@ def _with_note(result: pl.DataFrame, note: str) -> pl.DataFrame:
 
 def _with_approximation_note(result: pl.DataFrame, arch: dict) -> pl.DataFrame:
     """`assumptions` + the note of an architecture the model only approximates, as predict --runs says it
-    (models.corpus.runs_adapter)."""
+    (models.corpus.runs_adapter), or the approximations of a Hugging Face config (its `hf_notes`)."""
+    if arch.get("hf_notes"):
+        return _with_note(result, f"architecture mapped from its config: {arch['hf_notes']}")
     return _with_note(result, APPROXIMATED_NOTE if str(arch.get("id")).lower() in APPROXIMATED_ARCHITECTURES else "")
 
 
