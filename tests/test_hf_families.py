@@ -156,3 +156,15 @@ def test_a_missing_key_is_named(file, key):
     del cfg[key]
     with pytest.raises(ArchFileError, match=f"x.json: .*lacks the key '{key}'"):
         architecture_from_mapping(cfg, "x.json")
+
+
+def test_phimoe_config_reads_as_the_phi35_moe_row():
+    """Phi-3.5-MoE (model_type phimoe): the transformers PhimoeConfig values the table row cites read into that row."""
+    cfg = {"model_type": "phimoe", "architectures": ["PhimoeForCausalLM"], "vocab_size": 32064, "hidden_size": 4096,
+           "intermediate_size": 6400, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "hidden_act": "silu", "num_local_experts": 16, "num_experts_per_tok": 2, "tie_word_embeddings": False}
+    d, row = architecture_from_mapping(cfg, "phimoe.json"), table_row("phi-3.5-moe")
+    for c in SHAPE + ("ffn_dim",):
+        assert d[c] == row[c] or (not d[c] and not row[c]), c
+    assert counts(d)["params"] / 1e9 == pytest.approx(41.9, rel=0.01)  # model card: 41.9B total
+    assert counts(d)["active_params"] / 1e9 == pytest.approx(6.6, rel=0.01)  # 6.6B active
