@@ -242,7 +242,9 @@ def _with_note(result: pl.DataFrame, note: str) -> pl.DataFrame:
 
 def _with_approximation_note(result: pl.DataFrame, arch: dict) -> pl.DataFrame:
     """`assumptions` + the note of an architecture the model only approximates, as predict --runs says it
-    (models.corpus.runs_adapter)."""
+    (models.corpus.runs_adapter), or the approximations of a Hugging Face config (its `hf_notes`)."""
+    if arch.get("hf_notes"):
+        return _with_note(result, f"architecture mapped from its config: {arch['hf_notes']}")
     return _with_note(result, APPROXIMATED_NOTE if str(arch.get("id")).lower() in APPROXIMATED_ARCHITECTURES else "")
 
 
@@ -996,8 +998,11 @@ def training_plan(cfg: Settings, o: Optional[PlanOptions] = None, /, *, arch: Op
         except catalog.UnknownName as err:
             raise InputError(str(err)) from None
         no_price = [h for h in wanted if h not in prices]
-        if no_price:
-            raise InputError(f"no {price_label} price for {', '.join(no_price)}; give one with --price-source "
+        if no_price:  # the table's reason where it gives one (hardware_specs.csv price_ref "no price: ...")
+            refs = dict(zip(hw_all["id"], hw_all["price_ref"])) if "price_ref" in hw_all.columns else {}
+            why = "".join(f" ({h}: {refs[h].removeprefix('no price: ')})" for h in no_price
+                          if price_label == "median" and str(refs.get(h) or "").startswith("no price: "))
+            raise InputError(f"no {price_label} price for {', '.join(no_price)}{why}; give one with --price-source "
                              "custom:FILE")
     else:
         wanted = [h for h in hw_all["id"].to_list() if h in prices]

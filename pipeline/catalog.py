@@ -212,11 +212,13 @@ def _instance_key(name) -> str:
 
 
 @lru_cache(maxsize=1)
-def _instance_rows() -> tuple[list[tuple[str, str, int]], dict[str, tuple[float, str]]]:
+def _instance_rows() -> tuple[list[tuple[str, str, int]], dict[str, tuple[float, str]], frozenset[str]]:
     """Each file read once: (instance key, accelerator id, accelerators per instance) from
-    measurements/cloud_prices.csv and from instance_networks.csv (its types and their aliases), and per key of the
-    latter (scale-out GB/s per accelerator, source). Empty where a file is absent."""
-    rows, nets = [], {}
+    measurements/cloud_prices.csv and from instance_networks.csv (its types and their aliases), per key of the
+    latter whose network is given (scale-out GB/s per accelerator, source), and the keys the latter lists (a row
+    with an empty gpu_network_gbps names a type and its accelerators, its network unsourced). Empty where a file
+    is absent."""
+    rows, nets, listed = [], {}, set()
     path = _default_measurements() / "cloud_prices.csv"
     if path.exists():
         prices = pl.read_csv(path, columns=["accelerator_id", "instance_type", "accelerator_count"],
@@ -229,16 +231,21 @@ def _instance_rows() -> tuple[list[tuple[str, str, int]], dict[str, tuple[float,
             for col in ("instance_type", "accelerator_id", "accelerators", "gpu_network_gbps"):
                 cell = str(r.get(col) or "").strip()
                 number = col in ("accelerators", "gpu_network_gbps")
+                if col == "gpu_network_gbps" and not cell:  # the type is known, its network is not sourced
+                    continue
                 if not cell or (number and not (re.fullmatch(r"\d+(\.\d+)?", cell) and float(cell) > 0)):
                     raise UnknownName(f"{path}: line {line}, column {col}: expected "
                                       f"{'a number > 0' if number else 'a value'}, got {cell!r}")
             per = int(float(r["accelerators"]))
+            gbps = str(r.get("gpu_network_gbps") or "").strip()
             for name in [r["instance_type"], *str(r.get("aliases") or "").split("|")]:
                 if name.strip():
                     key = _instance_key(name)
                     rows.append((key, r["accelerator_id"], per))
-                    nets[key] = (float(r["gpu_network_gbps"]) / 8.0 / per, r["source"])
-    return rows, nets
+                    listed.add(key)
+                    if gbps:
+                        nets[key] = (float(gbps) / 8.0 / per, r["source"])
+    return rows, nets, frozenset(listed)
 
 
 def _agreed(pairs) -> dict:
@@ -677,7 +684,7 @@ def resolve_gpu(hw: pl.DataFrame, name: str, network: bool = True) -> tuple[dict
         return hit[0], None
     by_id = {r["id"]: r for r in rows}
     if (aid := cloud_instance_types().get(key := normalize_name(name, keep_dots=True))) in by_id:  # "p5.48xlarge"
-        table = "instance_networks.csv" if key in instance_networks() else "cloud_prices.csv"
+        table = "instance_networks.csv" if key in _instance_rows()[2] else "cloud_prices.csv"
         said = f"'{name}': a cloud instance type of {aid} (measurements/{table})"
         if not network or (net := instance_network(name)) is None:
             return by_id[aid], said

@@ -248,8 +248,9 @@ PLAN = (
     Option("budget_usd", float, help="Spend at most this many dollars."),
     Option("hardware", str, help="Comma-separated hardware ids (default: every accelerator with a price)."),
     MAX_GPUS.but(default=65536, help="Largest cluster to consider."),
-    Option("price_source", str, "median", help="median (cross-cloud median), cloud:NAME (aws, gcp, lambda, nebius, "
-                                               "runpod, vast) or custom:FILE (CSV hardware,usd_per_gpu_hour)."),
+    Option("price_source", str, "median", help="median (cross-cloud median), cloud:NAME (a cloud of "
+                                               "measurements/cloud_prices.csv: aws, gcp, azure, oracle, lambda, nebius, "
+                                               "runpod, vast, ...) or custom:FILE (CSV hardware,usd_per_gpu_hour)."),
     Option("price_file", Path, help="Same as --price-source custom:FILE."),
     SEQ_LEN.but(default=8192, short=None, help="Tokens per sequence (Llama 3 pre-training: 8192)."),
     Option("global_batch_tokens", int, 4_194_304, min=1, help="Tokens per optimizer step (Llama 3 405B started at "

@@ -73,7 +73,7 @@ def test_shipped_corpus_exact_counts(built_store):
         vtrain = con.execute("select count(*) from runs where run_id like 'vtrain_m%'").fetchall()[0][0]
         assert vtrain == 109
         assert con.execute("select count(*) from hardware").fetchall()[0][0] == 54
-        assert con.execute("select count(*) from cloud_prices").fetchall()[0][0] == 735
+        assert con.execute("select count(*) from cloud_prices").fetchall()[0][0] == 744
     finally:
         con.close()
 

@@ -25,14 +25,48 @@ def no_store(tmp_path, monkeypatch):
 
 
 def test_every_instance_network_row_names_a_known_instance_with_a_source():
+    """Each row resolves to its accelerator and has a source; a row with its network gives it per accelerator, a row
+    without one (the type sourced, its network not) leaves the accelerator's table default."""
     rows = pl.read_csv(MEAS / "instance_networks.csv", infer_schema_length=0).to_dicts()
     types = cloud_instance_types()
-    assert len(rows) >= 8
+    hw_ids = set(hardware(MEAS)["id"].to_list())
+    assert len(rows) >= 20
     for r in rows:
         key = normalize_name(r["instance_type"], keep_dots=True)
-        assert types.get(key) == r["accelerator_id"], r["instance_type"]  # it resolves to its accelerator
-        assert r["source"] and float(r["gpu_network_gbps"]) > 0 and int(r["accelerators"]) > 0
-        assert instance_networks()[key][0] == pytest.approx(float(r["gpu_network_gbps"]) / 8 / int(r["accelerators"]))
+        assert types.get(key) == r["accelerator_id"] and r["accelerator_id"] in hw_ids, r["instance_type"]
+        assert r["source"] and int(r["accelerators"]) > 0
+        if r["gpu_network_gbps"]:
+            assert instance_networks()[key][0] == pytest.approx(
+                float(r["gpu_network_gbps"]) / 8 / int(r["accelerators"]))
+        else:
+            assert key not in instance_networks() and "not sourced" in r["notes"]
+
+
+@pytest.mark.parametrize("name, gpu, per_instance, gb_per_s", [
+    ("p5e.48xlarge", "h200-sxm-141gb", 8, 50.0),  # up to 3,200 Gbps of EFA (AWS EC2 User Guide)
+    ("trn2.48xlarge", "trn2", 16, 25.0),  # 3,200 Gbps of EFA over 16 Trainium2 chips (AWS Neuron docs)
+    ("trn1.32xlarge", "trn1", 16, 6.25),  # 800 Gbps over 16 chips
+    ("a4x-highgpu-4g", "gb200", 4, 50.0),  # 4 x 400 Gbps CX-7 for 4 GPUs (Google Cloud docs)
+    ("ND MI300X v5", "mi300x", 8, 50.0),  # 8 x 400 Gigabit NDR (Microsoft Learn)
+    ("Standard_ND96amsr_A100_v4", "a100-sxm4-80gb", 8, 25.0),  # 200 Gb/s HDR per GPU
+    ("ND GB200 v6", "gb200", 4, 50.0),  # 4 x 400 Gb/s per 4-GPU VM
+    ("a3-highgpu-8g", "h100-sxm5-80gb", 8, 15.625),  # the VM's 1,000 Gbps
+])
+def test_the_added_instance_types_carry_their_accelerators_and_networks(name, gpu, per_instance, gb_per_s):
+    from pipeline.catalog import accelerator_count
+
+    row, note = resolve_gpu(hardware(MEAS), name)
+    assert row["id"] == gpu and row["inter_node_bw_gbps"] == pytest.approx(gb_per_s), note
+    assert accelerator_count(f"3x {name}")[0] == 3 * per_instance
+
+
+@pytest.mark.parametrize("name, gpu", [("p6-b200.48xlarge", "b200"), ("ND H200 v5", "h200-sxm-141gb"),
+                                       ("Standard_ND96isr_H200_v5", "h200-sxm-141gb")])
+def test_a_type_without_a_sourced_network_names_its_accelerator_and_keeps_the_default(name, gpu):
+    row, note = resolve_gpu(hardware(MEAS), name)
+    plain, _ = resolve_gpu(hardware(MEAS), gpu)
+    assert row["id"] == gpu and row["inter_node_bw_gbps"] == plain["inter_node_bw_gbps"]
+    assert "instance_networks.csv" in note and "inter_node_bw_gbps" not in note
 
 
 @pytest.mark.parametrize("name,gpu,gb_per_s", [

@@ -7,7 +7,9 @@ the parsed mapping plus the file name, which every error message names).
   values), or
 * a Hugging Face `config.json`: Llama / Mistral, Qwen2 / Qwen3, Qwen2-MoE / Qwen3-MoE, Mixtral, DeepSeek-V2 /
   V3 (and Kimi K2, which uses the DeepSeek-V3 layout), Llama 4, gpt-oss, Nemotron-H (incl. Nemotron 3 MoE
-  hybrids) and Jamba,
+  hybrids), Jamba, Gemma / Gemma 2 / Gemma 3 (text, or the text part of the multimodal config), Phi-3 / Phi-4 and
+  Phi-3.5-MoE, OLMo (the transformers `-hf` config and the original OLMo config) / OLMo 2 / OLMo 3, Falcon
+  (incl. the old RefinedWeb keys, multi-query and the new decoder architecture) and GPT-NeoX (incl. Pythia),
 
 and returns our architecture dict: the columns `models.arch.accounting` reads (ARCH_COLUMNS) plus `id`, `name`,
 `arch` (dense, moe, hybrid-mamba, hybrid-mamba-moe) and the extra fields below, kept even where the step-time
@@ -25,6 +27,12 @@ model does not use them yet (None when the architecture has no such part):
 | mamba_dt_rank | Mamba-1 mixers (Jamba): rank of the dt projection; a row that gives it has Mamba-1 (selective-scan) mixers, else Mamba-2 | mamba_dt_rank ("auto": ceil(hidden_size / 16), mamba_ssm's rule) |
 | moe_latent_size | latent MoE: the routed experts work in this width, with down/up projections around them (Nemotron 3 Super) | moe_latent_size |
 | sliding_window | tokens of local attention where layers use it: some layers (gpt-oss, Gemma 2/3; the notes say which) or every layer (Mistral 7B v0.1) | sliding_window |
+
+A Hugging Face config also gives `notes`: what the step-time and memory model do not express of it and how it
+is mapped (parallel attention and MLP as sequential, logit soft-capping, local attention windows, QK-norm,
+partial rotary), as the `notes` of a measurements/architectures.csv row say it; None when nothing is approximated.
+`hf_notes` holds the same text for a config (None for a schema row): a prediction for such a file says it in
+`assumptions` (pipeline.api).
 
 For hybrid rows `n_layers` counts blocks, one mixer each (Nemotron-H: the config's num_hidden_layers; Jamba: twice
 its num_hidden_layers, each layer being a Mamba or attention block and an MLP or MoE block). Schema conventions kept from architectures.csv: a model whose every layer is MoE has
@@ -71,15 +79,26 @@ HARDWARE_NUMERIC = ("peak_fp32_tflops", "peak_tf32_tflops", "peak_bf16_tflops", 
 
 #: Hugging Face model_type -> reader; `architectures` class names map to the same readers
 HF_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2",
-                  "deepseek_v3", "kimi_k2", "llama4", "llama4_text", "gpt_oss", "nemotron_h", "jamba")
+                  "deepseek_v3", "kimi_k2", "llama4", "llama4_text", "gpt_oss", "nemotron_h", "jamba", "gemma",
+                  "gemma2", "gemma3", "gemma3_text", "phi3", "phimoe", "olmo", "olmo2", "olmo3", "falcon",
+                  "gpt_neox")
 _CLASS_TO_TYPE = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
                   "Qwen3ForCausalLM": "qwen3", "MixtralForCausalLM": "mixtral", "Qwen2MoeForCausalLM": "qwen2_moe",
                   "Qwen3MoeForCausalLM": "qwen3_moe", "DeepseekV2ForCausalLM": "deepseek_v2",
                   "DeepseekV3ForCausalLM": "deepseek_v3", "Llama4ForConditionalGeneration": "llama4",
                   "Llama4ForCausalLM": "llama4_text", "GptOssForCausalLM": "gpt_oss",
-                  "NemotronHForCausalLM": "nemotron_h", "JambaForCausalLM": "jamba"}
-#: tie_word_embeddings when a config omits it: the default of each transformers config class (all False)
+                  "NemotronHForCausalLM": "nemotron_h", "JambaForCausalLM": "jamba",
+                  "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
+                  "Gemma3ForConditionalGeneration": "gemma3", "Phi3ForCausalLM": "phi3",
+                  "PhimoeForCausalLM": "phimoe", "OlmoForCausalLM": "olmo", "OLMoForCausalLM": "olmo",
+                  "Olmo2ForCausalLM": "olmo2", "Olmo3ForCausalLM": "olmo3", "FalconForCausalLM": "falcon",
+                  "RWForCausalLM": "falcon", "GPTNeoXForCausalLM": "gpt_neox"}
+#: old Falcon checkpoints name their model_type after the RefinedWeb code they shipped with
+_TYPE_ALIASES = {"RefinedWeb": "falcon", "RefinedWebModel": "falcon"}
+#: tie_word_embeddings when a config omits it: the default of each transformers config class (False, but True for
+#: GemmaConfig / Gemma2Config / Gemma3TextConfig and FalconConfig, which keeps PretrainedConfig's True)
 _TIED_DEFAULT = False
+_TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "gemma3_text", "falcon")
 _GATED_ACTS = ("silu", "swish", "gelu_pytorch_tanh", "gelu_new", "gelu")  # activations of gated (3-matrix) MLPs
 
 
@@ -144,7 +163,7 @@ def _first(cfg: Mapping, keys: tuple[str, ...], source: str, what: str, default:
 
 
 def _finish(d: dict) -> dict:
-    out = {k: None for k in ("id", "name", "arch", *ARCH_FIELDS, *EXTRA_FIELDS)}
+    out = {k: None for k in ("id", "name", "arch", *ARCH_FIELDS, *EXTRA_FIELDS, "notes")}
     out.update(d)
     return out
 
@@ -178,7 +197,7 @@ def from_schema_row(row: Mapping, source: str) -> dict:
 
 # ---------------------------------------------------------------- Hugging Face configs
 
-def _hf_common(cfg: Mapping, source: str, what: str) -> dict:
+def _hf_common(cfg: Mapping, source: str, what: str, tied_default: bool = _TIED_DEFAULT) -> dict:
     heads = int(_need(cfg, "num_attention_heads", source, what))
     d_model = int(_need(cfg, "hidden_size", source, what))
     head_dim = _first(cfg, ("head_dim", "attention_head_dim"), source, what, None)
@@ -189,7 +208,7 @@ def _hf_common(cfg: Mapping, source: str, what: str) -> dict:
         "n_kv_heads": int(_first(cfg, ("num_key_value_heads",), source, what, heads)),
         "head_dim": int(head_dim) if head_dim is not None else None,
         "vocab": int(_need(cfg, "vocab_size", source, what)),
-        "tied_embeddings": bool(cfg.get("tie_word_embeddings", _TIED_DEFAULT)),
+        "tied_embeddings": bool(cfg.get("tie_word_embeddings", tied_default)),
         "n_experts": 0, "top_k": 0, "n_shared_experts": 0, "n_dense_layers": 0,
     }
 
@@ -330,15 +349,188 @@ def _jamba(cfg: Mapping, source: str, what: str) -> dict:
     return d
 
 
+# ---------------------------------------------------------------- Gemma, Phi-3, OLMo, Falcon, GPT-NeoX
+
+def _notes(*parts: str) -> str | None:
+    """The `notes` of an architecture read from a config: its approximations, '; '-joined (None for none)."""
+    text = "; ".join(p for p in parts if p)
+    return text or None
+
+
+def _window(cfg: Mapping, n_layers: int, what: str) -> tuple[int | None, str]:
+    """(sliding_window, its note) of a config whose layers mix local and global attention: the window where some
+    layer uses it, and how many layers do (layer_types, else sliding_window_pattern = every k-th layer global, else
+    `what`'s rule); the step-time and memory model count full attention on every layer."""
+    w = cfg.get("sliding_window")
+    if not w:
+        return None, ""
+    w = int(w)
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        local = sum(1 for t in types if "sliding" in str(t))
+        where = f"{local} of {len(types)} layers"
+        if local == 0:
+            return None, ""
+    elif cfg.get("sliding_window_pattern"):
+        k = int(cfg["sliding_window_pattern"])
+        where = f"{n_layers - n_layers // k} of {n_layers} layers (every {k}th layer global)"
+    else:
+        where = what
+    return w, (f"local attention over a {w}-token window on {where}: counted as full attention (the step-time and "
+               f"memory model have no windowed attention), so the attention core of long sequences is overstated")
+
+
+def _gemma(cfg: Mapping, source: str, what: str) -> dict:
+    """Gemma / Gemma 2 / Gemma 3 text: a GeGLU MLP (gate, up, down; gelu_pytorch_tanh) recorded as swiglu, an
+    explicit head_dim, tied embeddings by default, RMSNorm gains; Gemma 2/3 add post-norms and local layers."""
+    d = _hf_common(cfg, source, what, tied_default=True)
+    mt = cfg.get("model_type")
+    if d["head_dim"] is None:  # GemmaConfig's default head_dim is 256
+        d["head_dim"] = 256
+    d.update(arch="dense", activation="swiglu", ffn_dim=int(_need(cfg, "intermediate_size", source, what)))
+    rule = "every other layer" if mt == "gemma2" else "the local layers"
+    window, wnote = _window(cfg, d["n_layers"], rule)
+    caps = [k for k in ("attn_logit_softcapping", "final_logit_softcapping") if cfg.get(k)]
+    d.update(sliding_window=window, notes=_notes(
+        "GeGLU MLP (gated GELU, 3 matrices) recorded as swiglu", wnote,
+        f"{' and '.join(caps)} not modelled (elementwise, no weights)" if caps else "",
+        "pre- and post-norms and QK-norm gains not counted (<0.01% of the weights)" if mt != "gemma" else ""))
+    return d
+
+
+#: Gemma3TextConfig's defaults: the multimodal Gemma 3 configs (4B, 12B, 27B) leave these keys out of text_config
+_GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
+                         "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                         "sliding_window": 4096, "sliding_window_pattern": 6}
+
+
+def _gemma3(cfg: Mapping, source: str, what: str) -> dict:
+    """Gemma 3: the text model of a Gemma3ForConditionalGeneration config (text_config over Gemma3TextConfig's
+    defaults; the SigLIP vision tower is not counted) or a gemma3_text config."""
+    if isinstance(cfg.get("text_config"), Mapping):
+        text = {**_GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in cfg["text_config"].items() if v is not None},
+                "model_type": "gemma3_text"}
+        if "tie_word_embeddings" in cfg and "tie_word_embeddings" not in cfg["text_config"]:
+            text["tie_word_embeddings"] = cfg["tie_word_embeddings"]
+        d = _gemma(text, source, what + " text_config")
+        d["notes"] = _notes("the text model only (the vision tower and projector are not counted)", d["notes"])
+        return d
+    return _gemma({**{k: v for k, v in _GEMMA3_TEXT_DEFAULTS.items() if k.startswith("sliding")}, **cfg},
+                  source, what)
+
+
+def _phi3(cfg: Mapping, source: str, what: str) -> dict:
+    """Phi-3 / Phi-4 (model_type phi3): Llama-shaped with fused qkv and gate_up projections (same weights)."""
+    d = _dense(cfg, source, what)
+    notes = []
+    w = cfg.get("sliding_window")
+    if w and int(w) < int(cfg.get("max_position_embeddings") or 0):
+        d["sliding_window"] = int(w)
+        notes.append(f"sliding-window attention over {int(w)} tokens on every layer: counted as full attention")
+    if cfg.get("partial_rotary_factor") not in (None, 1, 1.0):
+        notes.append(f"rotary on {cfg['partial_rotary_factor']:g} of each head (no cost difference modelled)")
+    d["notes"] = _notes(*notes)
+    return d
+
+
+def _phimoe(cfg: Mapping, source: str, what: str) -> dict:
+    d = _mixtral(cfg, source, what)
+    d["notes"] = _notes("LayerNorm, attention and LM-head biases not counted (<0.01%)")
+    return d
+
+
+def _olmo(cfg: Mapping, source: str, what: str) -> dict:
+    """OLMo (model_type olmo): the transformers OlmoConfig (`-hf` checkpoints) or the original OLMo config
+    (hf_olmo: d_model, n_layers, mlp_hidden_size or mlp_ratio holding both SwiGLU inputs, weight_tying,
+    embedding_size); non-parametric LayerNorm, no biases."""
+    if "hidden_size" in cfg or "d_model" not in cfg:
+        d = _dense(cfg, source, what)
+    else:
+        h = int(_need(cfg, "d_model", source, what))
+        heads = int(_need(cfg, "n_heads", source, what))
+        act = str(cfg.get("activation_type") or "swiglu").lower()
+        width = int(cfg.get("mlp_hidden_size") or int(_need(cfg, "mlp_ratio", source, what)) * h)
+        gated = act == "swiglu"
+        kv = 1 if cfg.get("multi_query_attention") else int(cfg.get("n_kv_heads") or heads)
+        d = {"n_layers": int(_need(cfg, "n_layers", source, what)), "d_model": h, "n_heads": heads,
+             "n_kv_heads": kv, "head_dim": None,
+             "vocab": int(_first(cfg, ("embedding_size", "vocab_size"), source, what)),
+             "tied_embeddings": bool(cfg.get("weight_tying", False)), "n_experts": 0, "top_k": 0,
+             "n_shared_experts": 0, "n_dense_layers": 0, "arch": "dense",
+             "activation": "swiglu" if gated else "gelu", "ffn_dim": width // 2 if gated else width}
+    d["notes"] = _notes("non-parametric LayerNorm (no weights)" if cfg.get("model_type") == "olmo" else "",
+                        f"qkv clipped at {cfg['clip_qkv']:g} (no cost)" if cfg.get("clip_qkv") else "")
+    return d
+
+
+def _olmo2(cfg: Mapping, source: str, what: str) -> dict:
+    """OLMo 2 / OLMo 3: Llama-shaped (SwiGLU, RMSNorm) with post-norms and QK-norm over the whole q / k width;
+    OLMo 3 adds local-attention layers (layer_types)."""
+    d = _dense(cfg, source, what)
+    window, wnote = _window(cfg, d["n_layers"], "the local layers")
+    d.update(sliding_window=window, notes=_notes(
+        "QK-norm and post-norm gains not counted (<0.01% of the weights)", wnote))
+    return d
+
+
+def _falcon(cfg: Mapping, source: str, what: str) -> dict:
+    """Falcon (FalconConfig, or the RefinedWeb configs' n_layer / n_head / n_head_kv / n_embed): GELU MLP of
+    ffn_hidden_size (4 x hidden_size when absent), no biases (bias false), tied embeddings. Key-value heads:
+    num_kv_heads with new_decoder_architecture (grouped, Falcon-40B/180B), 1 with multi_query (Falcon-7B), else
+    every head (transformers FalconAttention)."""
+    h = int(_first(cfg, ("hidden_size", "n_embed"), source, what))
+    heads = int(_first(cfg, ("num_attention_heads", "n_head"), source, what))
+    layers = int(_first(cfg, ("num_hidden_layers", "n_layer"), source, what))
+    # the RefinedWeb code (Falcon-40B's first config) is the new decoder architecture, RefinedWebModel (7B) the old
+    new_arch = bool(cfg.get("new_decoder_architecture", cfg.get("model_type") == "RefinedWeb"))
+    multi_query = bool(cfg.get("multi_query", True))
+    if new_arch:
+        kv = int(_first(cfg, ("num_kv_heads", "n_head_kv"), source, what, heads))
+    else:
+        kv = 1 if multi_query else heads
+    act = str(cfg.get("activation") or "gelu").lower()
+    if act not in ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu"):
+        raise ArchFileError(f"{source}: {what} has 'activation' = {act!r}; expected a non-gated GELU")
+    parallel = bool(cfg.get("parallel_attn", True)) or new_arch
+    d = {"n_layers": layers, "d_model": h, "n_heads": heads, "n_kv_heads": kv, "head_dim": None,
+         "vocab": int(_need(cfg, "vocab_size", source, what)),
+         "tied_embeddings": bool(cfg.get("tie_word_embeddings", True)), "n_experts": 0, "top_k": 0,
+         "n_shared_experts": 0, "n_dense_layers": 0, "arch": "dense", "activation": "gelu",
+         "ffn_dim": int(cfg.get("ffn_hidden_size") or 4 * h)}
+    d["notes"] = _notes(
+        "attention and MLP in parallel from the same input, counted as sequential (same FLOPs and weights)"
+        if parallel else "",
+        "no biases in the model; the gelu accounting counts GPT-style biases (<0.1%)" if not cfg.get("bias")
+        else "",
+        "ALiBi position biases (no weights)" if cfg.get("alibi") else "")
+    return d
+
+
+def _gpt_neox(cfg: Mapping, source: str, what: str) -> dict:
+    """GPT-NeoX / Pythia: non-gated GELU MLP with biases and LayerNorms (the gelu accounting's GPT-style biases),
+    untied embeddings by default (GPTNeoXConfig)."""
+    d = _hf_common(cfg, source, what)
+    d.update(arch="dense", activation="gelu", ffn_dim=int(_need(cfg, "intermediate_size", source, what)))
+    pct = cfg.get("rotary_pct", 0.25)
+    d["notes"] = _notes(
+        "attention and MLP in parallel residual (use_parallel_residual), counted as sequential (same FLOPs and "
+        "weights)" if cfg.get("use_parallel_residual", True) else "",
+        f"rotary on {float(pct):g} of each head (no cost difference modelled)" if pct not in (None, 1, 1.0) else "")
+    return d
+
+
 _READERS = {"llama": _dense, "mistral": _dense, "qwen2": _dense, "qwen3": _dense, "mixtral": _mixtral,
             "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe, "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
             "kimi_k2": _deepseek, "llama4": _llama4, "llama4_text": _llama4, "gpt_oss": _gpt_oss,
-            "nemotron_h": _nemotron_h, "jamba": _jamba}
+            "nemotron_h": _nemotron_h, "jamba": _jamba, "gemma": _gemma, "gemma2": _gemma, "gemma3": _gemma3,
+            "gemma3_text": _gemma3, "phi3": _phi3, "phimoe": _phimoe, "olmo": _olmo, "olmo2": _olmo2,
+            "olmo3": _olmo2, "falcon": _falcon, "gpt_neox": _gpt_neox}
 
 
 def hf_model_type(cfg: Mapping) -> str | None:
     """The reader a Hugging Face config needs: its model_type, else its `architectures` class."""
     mt = cfg.get("model_type")
+    mt = _TYPE_ALIASES.get(mt, mt)
     if mt in _READERS:
         return mt
     for cls in cfg.get("architectures") or []:
@@ -363,6 +555,7 @@ def from_hf_config(cfg: Mapping, source: str) -> dict:
         or (cfg.get("architectures") or [mt])[0]
     d.setdefault("id", str(name))
     d.setdefault("name", str(name))
+    d["hf_notes"] = d.get("notes")  # marks the notes as a config's approximations (pipeline.api assumptions)
     return _finish(d)
 
 
@@ -372,7 +565,7 @@ def is_hf_config(obj: Mapping) -> bool:
 
 def architecture_from_mapping(obj: Mapping, source: str) -> dict:
     """A schema row or a Hugging Face config (detected by its keys) -> architecture dict."""
-    if "n_layers" in obj or "d_model" in obj:
+    if ("n_layers" in obj or "d_model" in obj) and hf_model_type(obj) not in _READERS:
         return from_schema_row(obj, source)
     if is_hf_config(obj):
         return from_hf_config(obj, source)
