@@ -64,7 +64,7 @@ def trace_document(configs: pl.DataFrame, model, result: pl.DataFrame) -> dict:
                 drawn=("every stage with the times of the stage that paces the pipeline; each stream's traffic of a "
                        "micro-batch split between its forward and backward in the ratio of their compute; the "
                        "recompute inside the forward pass; the host's wait as one block (docs/timeline.md)"))
-    events = step_timeline(parts, pp, vpp, m, schedule, scale)
+    events = step_timeline(parts, pp, vpp, m, scale)
     return chrome_trace(events, pp, meta)
 
 

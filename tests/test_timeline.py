@@ -147,7 +147,8 @@ def test_a_scaled_timeline_ends_at_the_scaled_step(pp, vpp, m):
         assert max(e.end_s for e in events) == pytest.approx(step * scale, rel=1e-12)
         bubble = sum(e.dur_s for e in events if e.cat == "bubble" and e.stage == 0)
         assert bubble == pytest.approx(scale * t_mb * (pp - 1) / vpp, rel=1e-9)
-        hidden_tp = sum(e.dur_s for e in events if e.cat == "comm overlapped" and e.stream == "TP comm" and e.stage == 1)
+        hidden_tp = sum(e.dur_s for e in events
+                        if e.cat == "comm overlapped" and e.stream == "TP comm" and e.stage == 1)
         assert hidden_tp == pytest.approx(scale * m * 0.02, rel=1e-9)
 
 

@@ -28,12 +28,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from models.memory.model import SCHEDULE_BALANCED, SCHEDULE_DUALPIPE
+
 #: the tracks of a stage, in the order they are drawn (Chrome trace thread ids are their indices)
 STREAMS = ("compute", "TP comm", "CP comm", "EP comm", "PP comm", "DP gather", "DP grad sync")
 #: per-micro-batch traffic streams: (name in models.physics.step_time.TIMELINE_COLUMNS, track)
 MB_STREAMS = (("tp", "TP comm"), ("cp", "CP comm"), ("ep", "EP comm"), ("gather", "DP gather"), ("pp", "PP comm"))
-#: pipeline schedules (models.memory.model.PIPELINE_SCHEDULES codes, in order) and whether the timeline is exact
-SCHEDULES = ("1f1b", "interleaved", "dualpipe", "balanced_interleave")
+#: the schedules the timeline draws exactly (the others: in the order the model times them by, labelled approximated)
 EXACT_SCHEDULES = ("none", "1f1b", "interleaved")
 #: blocks shorter than this are not drawn (a nanosecond: below any trace viewer's resolution); the time still passes
 MIN_EVENT_S = 1e-9
@@ -60,19 +61,21 @@ def schedule_of(code: float | None, pp: int, vpp: int) -> tuple[str, bool, str]:
     """(schedule name, exact, sentence) of a configuration: the stack's schedule code
     (models.memory.model.PIPELINE_SCHEDULES; None or NaN: Megatron-Core's, plain 1F1B at vpp 1, else interleaved)."""
     if pp <= 1:
-        return "none", True, "no pipeline: the micro-batches run one after another (gradient accumulation)"
+        return "none", "none" in EXACT_SCHEDULES, ("no pipeline: the micro-batches run one after another (gradient "
+                                                   "accumulation)")
     base = "interleaved" if vpp > 1 else "1f1b"
     c = None if code is None or code != code else int(code)
-    if c == SCHEDULES.index("dualpipe"):
-        return "dualpipe", False, (f"DualPipe approximated: drawn in the {base} order with its bubble, as the step-time "
-                                   "model times it (DualPipe feeds micro-batches from both ends of the pipeline)")
-    if c == SCHEDULES.index("balanced_interleave") and vpp > 1:
+    if c == SCHEDULE_DUALPIPE:
+        return "dualpipe", False, (f"DualPipe approximated: drawn in the {base} order with its bubble, as the "
+                                   "step-time model times it (DualPipe feeds micro-batches from both ends of the "
+                                   "pipeline)")
+    if c == SCHEDULE_BALANCED and vpp > 1:
         return "balanced_interleave", False, ("Llama 3's balanced interleave approximated: drawn in Megatron-Core's "
                                               "interleaved order with equal stages, as the step-time model times it "
                                               "(its first and last stages hold one layer fewer)")
     if base == "interleaved":
-        return base, True, f"Megatron-Core's interleaved 1F1B, {vpp} model chunks per stage"
-    return base, True, "Megatron-Core's 1F1B (one forward, one backward)"
+        return base, base in EXACT_SCHEDULES, f"Megatron-Core's interleaved 1F1B, {vpp} model chunks per stage"
+    return base, base in EXACT_SCHEDULES, "Megatron-Core's 1F1B (one forward, one backward)"
 
 
 def pass_order(pp: int, vpp: int, m: int, stage: int) -> list[tuple[str, int, int]]:
@@ -145,8 +148,7 @@ def _stream_split(parts: Mapping[str, float], frac_fwd: float, vpp: int) -> dict
     return out
 
 
-def step_timeline(parts: Mapping[str, float], pp: int, vpp: int, m: int, schedule: str = "1f1b",
-                  scale: float = 1.0) -> list[Event]:
+def step_timeline(parts: Mapping[str, float], pp: int, vpp: int, m: int, scale: float = 1.0) -> list[Event]:
     """The events of one optimizer step of a configuration whose model parts are ``parts`` (one row of
     models.physics.step_time.TIMELINE_COLUMNS, seconds): ``pp`` stages, ``vpp`` model chunks per stage, ``m``
     micro-batches per step, every time multiplied by ``scale`` (the calibrated step over the physics step). The
