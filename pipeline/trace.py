@@ -58,8 +58,8 @@ def trace_document(configs: pl.DataFrame, model, result: pl.DataFrame) -> dict:
     meta = {k: _clean(row.get(k)) for k in META_FIELDS if k in row}
     meta.update(schedule=schedule, schedule_exact=exact, schedule_note=sentence,
                 physics_step_time_s=parts["tl_step_s"], scale=scale,
-                scale_note=("every event is the physics' time" if abs(scale - 1.0) < 1e-12 else
-                            f"every event is the physics' time x {scale:.6g}: the served step_time_s is the calibrated "
+                scale_note=("Every event is the physics' time" if abs(scale - 1.0) < 1e-12 else
+                            f"Every event is the physics' time x {scale:.6g}: the served step_time_s is the calibrated "
                             "one (residual correction or adaptation), and the timeline is scaled to it"),
                 drawn=("every stage with the times of the stage that paces the pipeline; each stream's traffic of a "
                        "micro-batch split between its forward and backward in the ratio of their compute; the "
