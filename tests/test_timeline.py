@@ -99,6 +99,8 @@ def sums_per_stage(doc, stage: int) -> dict[str, float]:
             out["pp_bubble_s"] += d
         elif e["cat"] == "optimizer":
             out["optimizer_s"] += d
+        elif e["cat"] == "straggler":
+            out["straggler_s"] += d
         elif e["cat"] == "comm exposed":
             field = {1: "tp_comm_s", 2: "cp_comm_s", 3: "ep_comm_s", 4: "pp_comm_s", 5: "dp_comm_exposed_s",
                      6: "dp_comm_exposed_s"}[e["tid"]]
@@ -138,12 +140,14 @@ PARTS = {"tl_fwd_mb_s": 0.1, "tl_bwd_mb_s": 0.2, "tl_tp_total_mb_s": 0.05, "tl_t
          "tl_host_wait_s": 0.02}
 
 
-@pytest.mark.parametrize("pp,vpp,m", [(4, 1, 8), (4, 2, 8)])
-def test_a_scaled_timeline_ends_at_the_scaled_step(pp, vpp, m):
+@pytest.mark.parametrize("pp,vpp,m,lag", [(4, 1, 8, 0.0), (4, 2, 8, 0.0), (4, 2, 8, 0.04)])
+def test_a_scaled_timeline_ends_at_the_scaled_step(pp, vpp, m, lag):
+    """Every part in its place: the end is the (scaled) step, with a straggler's wait where the model has one."""
     t_mb = 0.1 + 0.2 + 0.03 + 0.004 + 0.002
-    step = t_mb * (m + (pp - 1) / vpp) + 0.05 + 0.01 + 0.02
+    step = t_mb * (m + (pp - 1) / vpp) + 0.05 + 0.01 + 0.02 + lag
     for scale in (1.0, 1.37):
-        events = step_timeline(dict(PARTS, tl_step_s=step), pp, vpp, m, scale=scale)
+        events = step_timeline(dict(PARTS, tl_step_s=step, tl_straggler_s=lag), pp, vpp, m, scale=scale)
+        assert sum(e.dur_s for e in events if e.cat == "straggler" and e.stage == 2) == pytest.approx(lag * scale)
         assert max(e.end_s for e in events) == pytest.approx(step * scale, rel=1e-12)
         bubble = sum(e.dur_s for e in events if e.cat == "bubble" and e.stage == 0)
         assert bubble == pytest.approx(scale * t_mb * (pp - 1) / vpp, rel=1e-9)
@@ -166,7 +170,7 @@ def test_the_trace_ends_at_step_time_and_keeps_the_schedule(tmp_path, extra, sch
     assert made == (2 * row["n_microbatches"] * (pp * vpp - 1) if pp > 1 else 0)
     for stage in range(pp):  # each stage's events add up to the prediction's breakdown
         got = sums_per_stage(doc, stage)
-        for field in BREAKDOWN:
+        for field in BREAKDOWN + ("straggler_s",) * ("straggler_s" in row):  # the straggler where the model has it
             assert got[field] == pytest.approx(row[field], rel=1e-6, abs=1e-9), (stage, field)
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
     assert names[(0, 0)] == "compute" and names[(0, 1)] == "TP comm"

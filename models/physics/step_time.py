@@ -167,7 +167,7 @@ TIMELINE_COLUMNS = (
     "tl_tp_total_mb_s", "tl_tp_exposed_mb_s", "tl_cp_total_mb_s", "tl_cp_exposed_mb_s",
     "tl_ep_total_mb_s", "tl_ep_exposed_mb_s", "tl_pp_total_mb_s", "tl_pp_exposed_mb_s",
     "tl_gather_total_mb_s", "tl_gather_exposed_mb_s", "tl_dp_total_s", "tl_dp_exposed_s",
-    "tl_optimizer_s", "tl_host_wait_s", "tl_step_s",
+    "tl_optimizer_s", "tl_host_wait_s", "tl_straggler_s", "tl_step_s",
 )
 
 CHUNK = 8192  # rows per vectorized block: keeps the temporaries in L2 (measured fastest)
@@ -616,7 +616,9 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams, detail: b
         out.update({k: nanif(v) for k, v in zip(TIMELINE_COLUMNS, (
             cm.compute_mb - cm.bwd_mb, cm.bwd_mb,
             tp_total, ov.tp_mb, cp_mb + hidden_cp, ov.cp_mb, ep_total, ov.ep_mb, pp_total, ov.pp_mb,
-            gather_total_mb, gather_exposed_mb, dp_total, dp_exposed, optimizer_s, st.host_wait, step))})
+            gather_total_mb, gather_exposed_mb, dp_total, dp_exposed, optimizer_s, st.host_wait,
+            # the wait for the slowest accelerator, where the step model has that part (Step.straggler)
+            np.broadcast_to(getattr(st, "straggler", 0.0), (n,)), step))})
     return out
 
 

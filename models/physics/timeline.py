@@ -11,8 +11,8 @@ order of the pipeline schedule, each pass waiting for the pass it needs on the n
 its compute, then its exposed traffic (the compute stream waits for it), then its pipeline send. With equal passes
 on every stage the schedule's makespan is (m vpp + pp - 1) passes, i.e. exactly the model's
 t_mb x (m + (pp - 1) / vpp): the idle time of each stage is the bubble (``pp_bubble_s``). After the last backward
-come the host's wait (the model's soft maximum of GPU and host time, drawn as one block), the exposed DP traffic and
-the optimizer. Traffic that hides behind compute is drawn on its stream's track beside the compute it hides behind.
+come the host's wait (the model's soft maximum of GPU and host time, drawn as one block), the wait for the slowest
+accelerator where the model has that part (``tl_straggler_s``), the exposed DP traffic and the optimizer. Traffic that hides behind compute is drawn on its stream's track beside the compute it hides behind.
 
 What is approximated, and said in each event's ``args`` and in ``docs/timeline.md``: every stage is drawn with the
 pacing stage's times (the model times the pipeline by its slowest stage); each stream's traffic of a micro-batch is
@@ -154,7 +154,8 @@ def step_timeline(parts: Mapping[str, float], pp: int, vpp: int, m: int, scale: 
     micro-batches per step, every time multiplied by ``scale`` (the calibrated step over the physics step). The
     last event ends at ``scale x tl_step_s``; per stage, the compute track's forward, backward and host events sum
     to the model's ``compute_s``, its bubble events to ``pp_bubble_s``, each stream's exposed events to its
-    ``*_comm_s`` (the DP tracks together to ``dp_comm_exposed_s``)."""
+    ``*_comm_s`` (the DP tracks together to ``dp_comm_exposed_s``), a straggler event to ``straggler_s`` where the
+    model has that part (``tl_straggler_s``, absent: none)."""
     pp, vpp, m = int(pp), int(vpp), int(m)
     if pp < 1 or vpp < 1 or m < 1:
         raise ValueError(f"pp, vpp and the micro-batch count must be >= 1 (got {pp}, {vpp}, {m})")
@@ -196,14 +197,17 @@ def step_timeline(parts: Mapping[str, float], pp: int, vpp: int, m: int, scale: 
     host = max(parts["tl_host_wait_s"], 0.0)
     dp_total, dp_exp = max(parts["tl_dp_total_s"], 0.0), max(parts["tl_dp_exposed_s"], 0.0)
     opt = max(parts["tl_optimizer_s"], 0.0)
+    lag = max(parts.get("tl_straggler_s", 0.0), 0.0)
     for s in range(pp):
         hidden = min(max(dp_total - dp_exp, 0.0), pipe_end)
         add("grad sync", "comm overlapped", s, "DP grad sync", pipe_end - hidden, hidden,
             overlapped_with="the last backward passes and the cool-down")
         add("host wait", "host", s, "compute", pipe_end, host,
             note="the GPU's wait for the host (the model's soft maximum of GPU and host issue time), one block")
-        add("grad sync exposed", "comm exposed", s, "DP grad sync", pipe_end + host, dp_exp)
-        add("optimizer step", "optimizer", s, "compute", pipe_end + host + dp_exp, opt)
+        add("straggler wait", "straggler", s, "compute", pipe_end + host, lag,
+            note="the expected wait for the slowest accelerator of the job, one block")
+        add("grad sync exposed", "comm exposed", s, "DP grad sync", pipe_end + host + lag, dp_exp)
+        add("optimizer step", "optimizer", s, "compute", pipe_end + host + lag + dp_exp, opt)
     events.sort(key=lambda e: (e.stage, STREAMS.index(e.stream), e.start_s))
     return events
 
