@@ -35,7 +35,7 @@ from models.physics.hardware import compiler_overlaps_tp, resolve_hardware
 from models.physics.step_time import arch_config
 from models.planning import plan as P
 from models.planning.search import search as run_search
-from pipeline import catalog
+from pipeline import catalog, trace
 from pipeline.catalog import UnknownName, instance_network
 from pipeline.options import CurveOptions, FrontierOptions, Options, PlanOptions, PredictOptions, SearchOptions
 from pipeline.output import json_rows
@@ -263,7 +263,8 @@ def resolved_hardware(hw_row: dict, overrides: Optional[dict] = None) -> dict:
     return hw
 
 
-def predict_config(cfg: Settings, o: PredictOptions, arch: dict, hw_row: dict, gpu: Optional[str]) -> pl.DataFrame:
+def predict_config(cfg: Settings, o: PredictOptions, arch: dict, hw_row: dict, gpu: Optional[str],
+                   keep: Optional[dict] = None) -> pl.DataFrame:
     """One configuration of `o` on the architecture row `arch` and hardware row `hw_row` (`gpu`: the name the
     accelerator was asked by, for a cloud instance's network; None for a row from a file): a one-row frame with
     the resolved inputs, the prediction (calibrated unless `analytical_only`), its interval and provenance
@@ -274,7 +275,9 @@ def predict_config(cfg: Settings, o: PredictOptions, arch: dict, hw_row: dict, g
     InputError with the reason. MoE options (models.arch.moe): `etp` the expert tensor-parallel degree (default tp,
     Megatron-Core's; where ep is folded over tp the largest etp that folds, listed in `assumptions`),
     `capacity_factor` the expert capacity factor (default: dropless). `layers_16bit`: layers a low-precision recipe
-    keeps in 16 bits at the end of the stack (default: the model's published recipe, models.core.precision, else 0)."""
+    keeps in 16 bits at the end of the stack (default: the model's published recipe, models.core.precision, else 0).
+    `keep`: a dict that receives the configuration frame and the model that answered (`configs`, `model`: what a
+    timeline of the step is drawn from, pipeline.trace)."""
     gpus, global_batch, seq_len, tp, pp, cp, ep = o.gpus, o.global_batch, o.seq_len, o.tp, o.pp, o.cp, o.ep
     sharding, recompute, dtype, tp_mode, assumptions = o.sharding, o.recompute, o.dtype, o.tp_mode, o.assumptions
     # the defaults this function applies (and lists in `assumptions`)
@@ -387,6 +390,8 @@ def predict_config(cfg: Settings, o: PredictOptions, arch: dict, hw_row: dict, g
     err = res["error"][0]
     if err is not None and not err.startswith("memory"):
         raise InputError(f"invalid configuration: {err}")
+    if keep is not None:
+        keep.update(configs=configs, model=m)
     inputs = pl.DataFrame([{k: row[k] for k in ("run_id", "model", "gpu", "n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp",
                                                  "micro_batch", "global_batch_seqs", "seq_len", "sharding",
                                                  "recompute", "sequence_parallel", "dtype", "gpus_per_node",
@@ -587,10 +592,11 @@ def check_hybrid(arch_row: Mapping) -> None:
 
 
 def prediction(cfg: Settings, o: Optional[PredictOptions] = None, /, *, arch: Optional[Mapping] = None,
-               hardware: Optional[Mapping] = None, **fields: Any) -> pl.DataFrame:
+               hardware: Optional[Mapping] = None, keep: Optional[dict] = None, **fields: Any) -> pl.DataFrame:
     """`stepcast predict` for one configuration: the resolved inputs and the prediction, columns in the order
     the command prints them (`PREDICT_COLUMNS`, then the inputs). `arch` / `hardware`: the architecture or
-    accelerator as a row (or Hugging Face config) instead of --model / --gpu (`o.runs` is `run_predictions`'s)."""
+    accelerator as a row (or Hugging Face config) instead of --model / --gpu (`o.runs` is `run_predictions`'s).
+    `o.trace`: also write the timeline of the step there (`step_trace`); `keep` receives the configuration and model."""
     o = PredictOptions.given(o, **fields)
     missing = [flag for flag, v in (("--model", o.model or o.arch_file or arch),
                                     ("--gpu", o.gpu or o.hardware_file or hardware), ("--gpus", o.gpus),
@@ -607,9 +613,39 @@ def prediction(cfg: Settings, o: Optional[PredictOptions] = None, /, *, arch: Op
         raise InputError(f"{arch_row['id']}: cp={o.cp}: Mamba-1 mixers (mamba_dt_rank) have no "
                          "context-parallel model (no context-parallel selective scan is published; Megatron-"
                          "Core's MambaContextParallel is for Mamba-2); use cp=1")
-    result = predict_config(cfg, o, arch_row, hw_row, None if o.hardware_file or hardware else o.gpu)
+    keep = {} if keep is None else keep
+    result = predict_config(cfg, o, arch_row, hw_row, None if o.hardware_file or hardware else o.gpu, keep)
     extra = [c for c in result.columns if c not in PREDICT_COLUMNS]
-    return result.select(PREDICT_COLUMNS + extra)
+    result = result.select(PREDICT_COLUMNS + extra)
+    if o.trace is not None:  # --trace FILE: the timeline of one step, drawn from this prediction
+        write_step_trace(o.trace, step_trace_of(keep, result))
+    return result
+
+
+def step_trace_of(keep: Mapping, result: pl.DataFrame) -> dict:
+    """The Chrome trace of the step `result` predicts (`keep`: the configuration and model, `predict_config`)."""
+    try:
+        return trace.trace_document(keep["configs"], keep["model"], result)
+    except trace.TraceRefused as err:
+        raise InputError(str(err), exit_code=1) from err
+
+
+def write_step_trace(path: Path, doc: Mapping) -> None:
+    """`doc` written to `path`, an InputError naming the file when it cannot be written."""
+    try:
+        trace.write_trace(path, doc)
+    except OSError as err:
+        raise InputError(f"--trace {path}: cannot write the trace ({err.strerror or err})", exit_code=1) from err
+
+
+def step_trace(cfg: Settings, o: Optional[PredictOptions] = None, /, *, arch: Optional[Mapping] = None,
+               hardware: Optional[Mapping] = None, **fields: Any) -> dict:
+    """The timeline of one optimizer step of the configuration `stepcast predict` would predict with these options,
+    as a Chrome trace document (`traceEvents`, pipeline.trace; `o.trace` is not written)."""
+    o = PredictOptions.given(o, **fields)
+    keep: dict = {}
+    result = prediction(cfg, dataclasses.replace(o, trace=None), arch=arch, hardware=hardware, keep=keep)
+    return step_trace_of(keep, result)
 
 
 def run_predictions(cfg: Settings, runs, *, assumptions: str = "realistic",

@@ -177,6 +177,10 @@ PREDICT = (
     Option("runs", Path, metavar="FILE", help="Predict every run of a measurement-schema file instead (CSV, TSV, "
            "Parquet, JSON, JSON Lines or a Markdown table)."),
     ASSUMPTIONS, ANALYTICAL_ONLY, *ADAPT,
+    Option("trace", Path, metavar="FILE", help="Also write the timeline of one optimizer step to FILE: a Chrome trace "
+           "(JSON) of every pipeline stage's forward and backward passes, the bubble, the exposed and overlapped "
+           "TP/CP/EP/PP/DP traffic and the optimizer, ending at step_time_s; open it in ui.perfetto.dev or "
+           "chrome://tracing (docs/timeline.md)."),
     FORMAT.but(help="Output: table, csv or json."), OUT.but(metavar="FILE"),
 )
 

@@ -7,6 +7,7 @@ What it serves, and nothing else:
 | `/` | the explorer page (pipeline/explorer/index.html with the model and accelerator tables inlined) |
 | `/vega-bundle.js` | the offline Vega / Vega-Lite / vega-embed bundle of the report site (reports.site.BUNDLE) |
 | `/api/predict`, `/api/search`, `/api/curve`, `/api/frontier` | the JSON `stepcast predict / search / curve / frontier --format json` prints |
+| `/api/trace` | the timeline of one step of predict's configuration, the trace `stepcast predict --trace FILE` writes |
 
 The API takes the commands' options as query parameters (`--global-batch` is `global_batch`, flags are
 `analytical_only=true`): the parameters of an endpoint are the options of its command (pipeline/options.py) but
@@ -234,8 +235,16 @@ def frontier_json(cfg: Settings, q: dict) -> dict:
     return api.frontier_document(result, sweep, o.table)
 
 
+def trace_json(cfg: Settings, q: dict) -> dict:
+    """The timeline of one step of the configuration /api/predict predicts (`stepcast predict --trace FILE`'s
+    document: `traceEvents`, pipeline.trace)."""
+    o, arch = _request(PredictOptions, q)
+    return api.step_trace(cfg, o, arch=arch)
+
+
 ENDPOINTS: dict[str, tuple[dict, Callable]] = {
     "/api/predict": (PREDICT_PARAMS, predict_json),
+    "/api/trace": (PREDICT_PARAMS, trace_json),
     "/api/search": (SEARCH_PARAMS, search_json),
     "/api/curve": (CURVE_PARAMS, curve_json),
     "/api/frontier": (FRONTIER_PARAMS, frontier_json),

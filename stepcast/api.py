@@ -129,7 +129,8 @@ def predict(*, model, gpu, gpus, arch, arch_file, hardware_file, runs, store, **
     `--capacity-factor`. `runs` is `predict_frame(runs)` (`--runs FILE`: the other options but `assumptions`,
     `analytical_only`, `calibrate_on` and `source` do not apply). `calibrate_on` (a run file's path, or a frame in
     the measurement schema) adapts the served fit to your cluster's runs, `source` to a stored source's
-    (`stepcast list sources`); `stack` names the training stack (`stepcast list stacks`).
+    (`stepcast list sources`); `stack` names the training stack (`stepcast list stacks`). `trace` (a path) also
+    writes the timeline of one optimizer step there, a Chrome / Perfetto trace (docs/timeline.md).
 
     >>> import stepcast
     >>> df = stepcast.predict(model="llama3-70b", gpu="h100", gpus=[512, 1024], global_batch=1024,
@@ -137,6 +138,8 @@ def predict(*, model, gpu, gpus, arch, arch_file, hardware_file, runs, store, **
     >>> df.select("n_gpus", "dp", "feasible").rows()
     [(512, 16, True), (1024, 32, True)]
     """
+    if runs is not None and options["trace"] is not None:
+        raise InputError("trace draws one configuration's step; not with runs")
     if runs is not None:
         return predict_frame(runs, assumptions=options["assumptions"], analytical_only=options["analytical_only"],
                              calibrate_on=options["calibrate_on"], source=options["source"], store=store)
@@ -144,6 +147,9 @@ def predict(*, model, gpu, gpus, arch, arch_file, hardware_file, runs, store, **
                                                                                    _many(gpus))]
     for values in every:
         _check(PredictOptions, values)
+    if len(every) > 1 and options["trace"] is not None:
+        raise InputError(f"trace draws one configuration's step; {len(every)} configurations given (one model, gpu "
+                         "and gpus each)")
     cfg = _settings(store)
     arch_path, arch_row = _architecture(arch, arch_file)
     hw_path, hw_row = _source(hardware_file)

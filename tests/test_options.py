@@ -37,7 +37,7 @@ PRINTOUT_ONLY = {"format", "out"}
 NO_OP = {"intervals"}
 #: options naming a file on the machine that runs the command: the explorer reads no file a request names (the
 #: `arch_json` parameter carries a config.json's text instead of --arch-file)
-FILE_OPTIONS = {"arch_file", "hardware_file", "runs", "price_file", "calibrate_on"}  # the explorer reads no file
+FILE_OPTIONS = {"arch_file", "hardware_file", "runs", "price_file", "calibrate_on", "trace"}  # the explorer reads no file
 
 runner = CliRunner()
 

@@ -310,15 +310,17 @@ def _rows(a: Mapping[str, np.ndarray], idx: np.ndarray, n: int) -> dict:
     return {k: (v[idx] if np.ndim(v) and len(v) == n else v) for k, v in a.items()}
 
 
-def _physics_groups(a: Mapping[str, np.ndarray], n: int, groups: list[tuple[np.ndarray | None, PhysParams]]) -> dict:
-    """Physics outputs for rows split into groups, each predicted with its own PhysParams."""
+def _physics_groups(a: Mapping[str, np.ndarray], n: int, groups: list[tuple[np.ndarray | None, PhysParams]],
+                    detail: bool = False) -> dict:
+    """Physics outputs for rows split into groups, each predicted with its own PhysParams (``detail``: with the
+    timeline's parts, models.physics.step_time.TIMELINE_COLUMNS)."""
     if len(groups) == 1 and groups[0][0] is None:
-        return physics_arrays(a, groups[0][1])
+        return physics_arrays(a, groups[0][1], detail=detail)
     out: dict[str, np.ndarray] = {}
     for idx, params in groups:
         if idx is None or not len(idx):
             continue
-        part = physics_arrays(_rows(a, idx, n), params)
+        part = physics_arrays(_rows(a, idx, n), params, detail=detail)
         if not out:
             out = {k: np.empty(n, dtype=v.dtype) for k, v in part.items()}
         for k, v in part.items():
@@ -359,12 +361,14 @@ def _era_codes(a, n) -> np.ndarray:
     return np.zeros(n, dtype=np.int64) if x is None else np.nan_to_num(_b(x, n)).astype(np.int64)
 
 
-def predict_arrays(a: Mapping[str, np.ndarray], model: Model = None) -> dict[str, np.ndarray]:
+def predict_arrays(a: Mapping[str, np.ndarray], model: Model = None, *, detail: bool = False) -> dict[str, np.ndarray]:
     """Step time, throughput, MFU, HFU, interval and breakdown for every configuration in `a`.
 
     `a`: the arrays of `models.physics.step_time.predict_arrays` (+ optional `era_code`, 0 = default software era,
     1 = megatron_2022; `generation_code` from `models.physics.hardware.resolve_hardware`). Returns the physics
-    outputs (OUTPUT_COLUMNS, calibrated where a calibration applies) plus EXTRA_COLUMNS."""
+    outputs (OUTPUT_COLUMNS, calibrated where a calibration applies) plus EXTRA_COLUMNS; with ``detail`` also the
+    physics' timeline parts (models.physics.step_time.TIMELINE_COLUMNS), uncorrected: the correction is the ratio
+    of `step_time_s` to their `tl_step_s`."""
     model = as_predictor(model)
     n = len(np.asarray(a["n_layers"])) if np.ndim(a["n_layers"]) else 1
     era = _era_codes(a, n)
@@ -379,19 +383,20 @@ def predict_arrays(a: Mapping[str, np.ndarray], model: Model = None) -> dict[str
         return preset_params(PRESETS[e] if 0 <= e < len(PRESETS) else "default", base, overrides)
 
     if isinstance(model, PhysParams):
-        out = _physics_groups(a, n, by_era(lambda e: preset(e, model)))
+        out = _physics_groups(a, n, by_era(lambda e: preset(e, model)), detail)
         return _finish(out, n, None, np.zeros(n), np.zeros(n), np.full(n, DOMAIN_ANALYTICAL))
     cal = model.calibration
     if model.adaptation is not None and model.assumptions == "realistic" and cal is not None:
         # the calibrated prediction, then the source's throughput factor and the interval its runs earn
-        return apply_adaptation(predict_arrays(a, Predictor(cal, model.assumptions)), model.adaptation)
+        return apply_adaptation(predict_arrays(a, Predictor(cal, model.assumptions), detail=detail),
+                                model.adaptation)
     if model.assumptions == "ideal":  # the physical bound: ideal conditions on the fitted (else prior) parameters
         base = cal.params if cal is not None else DEFAULT
         over = cal.preset_overrides if cal is not None else None
-        out = _physics_groups(a, n, by_era(lambda e: ideal_params(preset(e, base, over))))
+        out = _physics_groups(a, n, by_era(lambda e: ideal_params(preset(e, base, over))), detail)
         return _finish(out, n, None, np.zeros(n), np.zeros(n), np.full(n, DOMAIN_ANALYTICAL))
     if cal is None:
-        out = _physics_groups(a, n, by_era(lambda e: preset(e, DEFAULT)))
+        out = _physics_groups(a, n, by_era(lambda e: preset(e, DEFAULT)), detail)
         return _finish(out, n, None, np.zeros(n), np.zeros(n), np.full(n, DOMAIN_ANALYTICAL))
     gen = a.get("generation_code")
     gen = np.full(n, -1, dtype=np.int64) if gen is None else np.nan_to_num(_b(gen, n), nan=-1).astype(np.int64)
@@ -443,7 +448,7 @@ def predict_arrays(a: Mapping[str, np.ndarray], model: Model = None) -> dict[str
             native_unfitted = native & ~np.isin(labels.astype(str), sorted(own))
     if len(groups) == 1:
         groups = [(None, groups[0][1])]
-    out = _physics_groups(a, n, groups)
+    out = _physics_groups(a, n, groups, detail)
     shift = np.zeros(n)
     if inside.any() and cal.model_kind != "physics":
         X = residual_features(a, out)

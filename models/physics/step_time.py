@@ -159,6 +159,18 @@ OUTPUT_COLUMNS = (
     "mem_overhead_gb",
 )
 
+#: the parts of one micro-batch and of the step a timeline of the step is drawn from
+#: (``predict_arrays(..., detail=True)``; models.physics.timeline): seconds per micro-batch (``_mb_s``) or per step
+#: (``_s``) on the stage that paces the pipeline, before the residual correction; the traffic of each stream in total
+#: and what of it stays exposed after the overlap budget; ``tl_step_s`` the physics step they add up to
+TIMELINE_COLUMNS = (
+    "tl_fwd_mb_s", "tl_bwd_mb_s",
+    "tl_tp_total_mb_s", "tl_tp_exposed_mb_s", "tl_cp_total_mb_s", "tl_cp_exposed_mb_s",
+    "tl_ep_total_mb_s", "tl_ep_exposed_mb_s", "tl_pp_total_mb_s", "tl_pp_exposed_mb_s",
+    "tl_gather_total_mb_s", "tl_gather_exposed_mb_s", "tl_dp_total_s", "tl_dp_exposed_s",
+    "tl_optimizer_s", "tl_host_wait_s", "tl_straggler_s", "tl_step_s",
+)
+
 CHUNK = 8192  # rows per vectorized block: keeps the temporaries in L2 (measured fastest)
 
 
@@ -248,7 +260,8 @@ def _flag(err: np.ndarray, bad: np.ndarray, bit: int) -> None:
         err[bad] |= bit
 
 
-def predict_arrays(a: Mapping[str, np.ndarray], params: PhysParams = DEFAULT) -> dict[str, np.ndarray]:
+def predict_arrays(a: Mapping[str, np.ndarray], params: PhysParams = DEFAULT, *,
+                   detail: bool = False) -> dict[str, np.ndarray]:
     """Predict step time and its breakdown for every configuration in ``a``.
 
     ``a``: arrays of the architecture, layout and resolved-hardware columns (docs/model.md,
@@ -260,6 +273,7 @@ def predict_arrays(a: Mapping[str, np.ndarray], params: PhysParams = DEFAULT) ->
     memory-infeasible rows keep their time prediction but ``feasible`` is False and ERR_MEMORY is set.
     Optional MoE columns (models.arch.moe.COLUMNS): ``etp`` (NaN: tp, or the largest etp that folds),
     ``moe_capacity_factor`` (NaN: dropless), ``moe_pad_to_capacity``; ``params.moe_imbalance`` must be >= 1.
+    ``detail``: also the parts a timeline of the step is drawn from (``TIMELINE_COLUMNS``).
     """
     if not (np.isfinite(params.moe_imbalance) and params.moe_imbalance >= 1.0):
         raise ValueError(f"moe_imbalance must be >= 1 (the most loaded EP rank's tokens / the mean), got "
@@ -268,16 +282,17 @@ def predict_arrays(a: Mapping[str, np.ndarray], params: PhysParams = DEFAULT) ->
     # rows with invalid inputs (a layout that does not tile the accelerators, a zero count) are computed with the
     # rest and then set to NaN with their error bits: their arithmetic warns nothing to the user
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        return _predict_chunks(a, n, params)
+        return _predict_chunks(a, n, params, detail)
 
 
-def _predict_chunks(a: Mapping[str, np.ndarray], n: int, params: PhysParams) -> dict[str, np.ndarray]:
+def _predict_chunks(a: Mapping[str, np.ndarray], n: int, params: PhysParams,
+                    detail: bool = False) -> dict[str, np.ndarray]:
     if n <= CHUNK:
-        return _predict_chunk(a, n, params)
+        return _predict_chunk(a, n, params, detail)
     out: dict[str, np.ndarray] = {}
     for i in range(0, n, CHUNK):
         j = min(i + CHUNK, n)
-        part = _predict_chunk({k: (v[i:j] if np.ndim(v) else v) for k, v in a.items()}, j - i, params)
+        part = _predict_chunk({k: (v[i:j] if np.ndim(v) else v) for k, v in a.items()}, j - i, params, detail)
         if not out:
             # the float outputs share one block: one large allocation is faulted in far fewer pages
             # than two dozen separate ones (about 2 % of the time at a million rows)
@@ -536,8 +551,9 @@ def _validity_static(x: Inputs) -> np.ndarray:
     return err
 
 
-def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[str, np.ndarray]:
-    """One block: decode, validity, then one function per part (models.physics.parts), assembled into OUTPUT_COLUMNS."""
+def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams, detail: bool = False) -> dict[str, np.ndarray]:
+    """One block: decode, validity, then one function per part (models.physics.parts), assembled into OUTPUT_COLUMNS
+    (and with ``detail`` the TIMELINE_COLUMNS)."""
     x = _decode(a, n, P)
     err = _validity(x, a)
     invalid = err != 0
@@ -546,8 +562,8 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
     cm = parts.layers_kept_in_16bit(x, r, parts.compute(x, r, P), P)
     cm = parts.last_stage_balance(x, parts.save_list_recompute(x, r, parts.module_recompute(x, r, cm)))
     cp_mb, hidden_cp = parts.cp_comm(x, r, cm)
-    ov = parts.overlap(cm, cp_mb, hidden_cp, parts.tp_comm(x, r, cm), parts.ep_comm(x, r, cm), parts.pp_comm(x, r), P,
-                       x.a2a, x.tp_ov)
+    tp_total, ep_total, pp_total = parts.tp_comm(x, r, cm), parts.ep_comm(x, r, cm), parts.pp_comm(x, r)
+    ov = parts.overlap(cm, cp_mb, hidden_cp, tp_total, ep_total, pp_total, P, x.a2a, x.tp_ov)
     mem = _memory_memo(a, n, P, lambda mp: memory_per_gpu(x, sh, mp, _memory_options(a, n, x.p)))
     dp_exposed, gather_exposed_mb = parts.dp_comm(x, r, mem, cm, ov, P, _stage_gathered(a, n, x.p))
     optimizer_s = parts.optimizer(x, mem, P)
@@ -565,7 +581,7 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
         nanif = lambda y: y  # noqa: E731
     step, m, N, tokens = st.step, x.m, x.N, x.B * x.s
     denom = step * N * x.peak_tf * 1e12
-    return {
+    out = {
         "feasible": ~invalid & mem_ok,
         "error_code": err,
         "step_time_s": nanif(step),
@@ -595,6 +611,17 @@ def _predict_chunk(a: Mapping[str, np.ndarray], n: int, P: PhysParams) -> dict[s
         "mem_activations_gb": nanif(mem["mem_activations_bytes"] / GB),
         "mem_overhead_gb": nanif(mem["mem_overhead_bytes"] / GB),
     }
+    if detail:  # the same parts, before they are summed (models.physics.timeline draws them)
+        # the DP traffic with no overlap at all: the same function with the overlap shares at zero
+        no_overlap = replace(P, dp_overlap=0.0, fsdp_gather_overlap=0.0)
+        dp_total, gather_total_mb = parts.dp_comm(x, r, mem, cm, ov, no_overlap, _stage_gathered(a, n, x.p))
+        out.update({k: nanif(v) for k, v in zip(TIMELINE_COLUMNS, (
+            cm.compute_mb - cm.bwd_mb, cm.bwd_mb,
+            tp_total, ov.tp_mb, cp_mb + hidden_cp, ov.cp_mb, ep_total, ov.ep_mb, pp_total, ov.pp_mb,
+            gather_total_mb, gather_exposed_mb, dp_total, dp_exposed, optimizer_s, st.host_wait,
+            # the wait for the slowest accelerator, where the step model has that part (Step.straggler)
+            np.broadcast_to(getattr(st, "straggler", 0.0), (n,)), step))})
+    return out
 
 
 # ---------------------------------------------------------------------------------------

@@ -39,6 +39,8 @@ def predict(o: PredictOptions, fmt: str, out: Optional[Path]) -> None:
 
     `stepcast predict --runs rest.csv --calibrate-on my3runs.csv` (your cluster learned from three of its runs)
 
+    `stepcast predict --model llama3-70b --gpu h100 --gpus 512 --global-batch 1024 --seq-len 8192 --tp 8 --pp 4 --vpp 5 --trace step.json` (the step's timeline, for ui.perfetto.dev)
+
     With `--runs`, every distinct run_id gets one row, with the measured throughput and the error beside the
     prediction when the file carries a measurement; unstated fields are inferred by documented rules (listed
     in `assumptions`); a run the memory model calls too big is still predicted (`memory_fits` false, with
@@ -50,6 +52,8 @@ def predict(o: PredictOptions, fmt: str, out: Optional[Path]) -> None:
         fail(f"--format must be table, csv or json, got '{fmt}'")
     cfg = settings()
     if o.runs is not None:
+        if o.trace is not None:
+            fail("--trace draws one configuration's step; not with --runs")
         try:
             result = api.run_predictions(cfg, o.runs, assumptions=o.assumptions, analytical_only=o.analytical_only,
                                          calibrate_on=o.calibrate_on, source=o.source)
