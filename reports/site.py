@@ -478,8 +478,8 @@ def _hardware_page(site: _Site, gpu: str) -> Page:
            f"analytical only). Diamonds: the inflection point, the smallest N whose marginal efficiency "
            f"falls below {DEFAULT_THRESHOLD:g}: from there each added accelerator delivers less than "
            f"{DEFAULT_THRESHOLD:.0%} of what an accelerator of the smallest cluster delivers. A curve is the "
-           f"prediction for its reference run's configuration only (its model, 16-bit precision, sequence length "
-           f"and batch); measured runs on this accelerator are compared with the prediction of their own "
+           f"prediction for its reference run's configuration only (its model, sequence length and batch, in the "
+           f"precision the accelerator trains in by default: bf16, or fp16/fp32 where it has no BF16 rate); measured runs on this accelerator are compared with the prediction of their own "
            f"configuration in <a href=\"#measured\">Measured runs against their own prediction</a>. "
            f"<b>{html.escape(site.cal_note)}</b>.", "note")
     for ref in REFERENCE_RUNS:
