@@ -398,7 +398,7 @@ def knee_dots(knees: pl.DataFrame, title: str) -> dict:
     dots = base.mark_point(size=70, strokeWidth=2).encode(
         x=x, fill=alt.condition(alt.datum.knee_found, alt.Fill("arch_id:N", legend=None), alt.value("white")),
         shape=alt.Shape("status:N", title="filled: knee found", scale=alt.Scale(range=["circle", "square"]),
-                        legend=alt.Legend(orient="top", symbolStrokeColor="#555")),
+                        legend=alt.Legend(orient="top")),
         tooltip=tip)
     return layer(rule, dots, title={"text": title, "anchor": "start"}, width=560, height={"step": 12})
 
