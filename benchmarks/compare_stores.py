@@ -49,8 +49,11 @@ def _page(text: str, version: str | None) -> str:
     text = re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)?", "<TIMESTAMP>", text)
     m = re.search(r"var DATA = (.*?);\nfunction withData", text, re.S)
     if m:
-        data = {k: sorted(v, key=lambda r: json.dumps(r, sort_keys=True)) if isinstance(v, list) else v
+        # each dataset stored by column (reports.site) or, in an older site, as rows: compared as sorted rows
+        rows = {k: [dict(zip(v, r)) for r in zip(*v.values())] if isinstance(v, dict) else v
                 for k, v in json.loads(m.group(1)).items()}
+        data = {k: sorted(v, key=lambda r: json.dumps(r, sort_keys=True)) if isinstance(v, list) else v
+                for k, v in rows.items()}
         text = text[:m.start(1)] + json.dumps(data, sort_keys=True) + text[m.end(1):]
     return text
 

@@ -119,10 +119,6 @@ def forget_data() -> None:
     _BY_CONTENT.clear()
 POLICY_DASH = alt.Scale(domain=["strong", "weak", "critical"], range=[[1, 0], [6, 3], [2, 2]])
 PALETTE = "tableau20"  # Vega's 20 distinguishable categorical colours
-#: one legend entry per accelerator, however many a vendor has (Vega-Lite shows 30 and folds the rest into
-#: "…n entries", whose accelerators then cannot be picked from the legend); two columns, so that NVIDIA's ~35 entries
-#: stay within a panel's height (every row of the vendor grid is as tall as its tallest legend)
-ACCEL_LEGEND = alt.Legend(columns=2, symbolLimit=0)
 # on a log axis, label only the ticks whose leading digit is 1, 2 or 5 (Vega labels every tick of a decade)
 _MANTISSA = "round(100 * datum.value / pow(10, floor(log(datum.value) / LN10 + 1e-9))) / 100"
 _LEAD_125 = f"indexof([1, 2, 5], {_MANTISSA}) >= 0"
@@ -166,12 +162,11 @@ CURVE_TOOLTIP = [
 PANEL_METRICS = ("tokens_per_s", "tokens_per_s_per_gpu", "mfu", "marginal_efficiency")
 
 
-def curve_panel(curves: pl.DataFrame, knees: pl.DataFrame, measured: pl.DataFrame | None, y: str, title: str,
-                y_title: str, *, log_y: bool = True, fmt: str = "count", band: bool = True,
-                threshold: float | None = None, label_measured: bool = False) -> dict:
-    """One metric vs N for the curves of one reference model: a line per policy, the interval as a band,
-    the knee as a diamond, measured runs of the same model on this hardware as black marks (shape: source;
-    ``label_measured`` writes each run's number, its row in the page's table of measured runs, beside it)."""
+def curve_panel(curves: pl.DataFrame, knees: pl.DataFrame, y: str, title: str, y_title: str, *, log_y: bool = True,
+                fmt: str = "count", band: bool = True, threshold: float | None = None) -> dict:
+    """One metric vs N for the curves of one reference model: a line per policy, the interval as a band, the knee as
+    a diamond. Measured runs are not drawn here: each is another configuration than the curve's
+    (``measured_vs_own_prediction`` compares them with their own predictions)."""
     frame = curves.filter(pl.col("feasible"))
     # one dataset for every panel of a page: the columns of all panels, not just this one's
     cols = list(dict.fromkeys(list(CURVE_COLUMNS) + [f"{m}{sfx}" for m in PANEL_METRICS for sfx in ("", "_lo", "_hi")]))
@@ -197,42 +192,56 @@ def curve_panel(curves: pl.DataFrame, knees: pl.DataFrame, measured: pl.DataFram
     if threshold is not None:
         layers.append(guide(alt.Chart(data(pl.DataFrame({"t": [threshold]}))).mark_rule(color="gray", strokeDash=[4, 4])
                             .encode(y="t:Q"), "threshold"))
-    if measured is not None and measured.height and y in measured.columns:
-        m = alt.Chart(data(measured, ["run_id", "number", "source", "n_gpus", "global_batch_seqs", "layout",
-                                      *PANEL_METRICS])).encode(
-            x=alt.X("n_gpus:Q"), y=alt.Y(f"{y}:Q"),
-            tooltip=[alt.Tooltip("number:Q", title="#"), alt.Tooltip("source:N"), alt.Tooltip("run_id:N"),
-                     alt.Tooltip("n_gpus:Q", title="N", format=","),
-                     alt.Tooltip("global_batch_seqs:Q", title="batch (seqs)", format=","),
-                     alt.Tooltip("layout:N", title="measured layout"),
-                     alt.Tooltip(f"{y}:Q", title=f"measured {y_title}", format=",.3~f")])
-        layers.append(m.mark_point(size=70, filled=True, color="black", opacity=0.8).encode(
-            shape=alt.Shape("source:N", title="measured run (source)", legend=alt.Legend(labelLimit=200))))
-        if label_measured:
-            layers.append(m.mark_text(align="left", dx=6, dy=-5, fontSize=9, color="#333").encode(text="number:Q"))
     return layer(*layers, title=title, width=WIDTH, height=HEIGHT)
 
 
-def measured_series_chart(series: pl.DataFrame, y: str, y_title: str, title: str, fmt: str) -> dict:
-    """Measured scaling series (filled) beside the prediction at each measured layout (open), one colour per
-    series, lines joining each series' points. ``series`` must have rows (the page says why when it has none)."""
-    long = pl.concat([
-        series.select("series", "run_id", "model_name", "n_gpus", "layout", pl.col(f"measured_{y}").alias("value"),
-                      pl.lit("measured").alias("kind")),
-        series.select("series", "run_id", "model_name", "n_gpus", "layout", pl.col(f"predicted_{y}").alias("value"),
-                      pl.lit("predicted at that layout").alias("kind")),
-    ]).filter(pl.col("value").is_not_null() & (pl.col("value") > 0))
-    base = alt.Chart(data(long)).encode(
-        x=_n_axis(), y=alt.Y("value:Q", title=y_title, scale=alt.Scale(type="log"), axis=_y_axis(fmt)),
-        color=alt.Color("series:N", title="measured series", scale=alt.Scale(scheme=PALETTE)),
-        tooltip=[alt.Tooltip("series:N"), alt.Tooltip("run_id:N"), alt.Tooltip("model_name:N", title="model"),
-                 alt.Tooltip("n_gpus:Q", title="N", format=","), alt.Tooltip("layout:N"), alt.Tooltip("kind:N"),
-                 alt.Tooltip("value:Q", title=y_title, format=",.3~f")])
-    pts = base.mark_point(size=50).encode(shape=alt.Shape("kind:N", title=""),
-                                          fill=alt.condition(alt.datum.kind == "measured", "series:N",
-                                                             alt.value("transparent")))
-    line = base.transform_filter(alt.datum.kind == "measured").mark_line(opacity=0.4)
-    return layer(line, pts, title=title, width=WIDTH + 120, height=HEIGHT)
+MEASURED_COLUMNS = ("run_id", "series", "model_name", "precision", "seq_len", "n_gpus", "global_batch_seqs", "layout",
+                    "measured_tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu", "predicted_lo", "predicted_hi",
+                    "measured_over_predicted")
+
+
+def measured_vs_own_prediction(runs: pl.DataFrame, estimate: str) -> dict:
+    """Measured runs against stepcast's prediction of each very run: predicted vs measured tokens/s per GPU
+    (log-log, the y = x line dashed, the 90 % interval as a vertical rule when there is one), and measured ÷
+    predicted vs N (shape: precision; the rule at 1 dashed). Colour: source. ``runs``: rows of
+    ``reports.site.measured_runs`` with a positive prediction."""
+    d = data(runs, MEASURED_COLUMNS)
+    color = alt.Color("series:N", title="source", scale=alt.Scale(scheme=PALETTE),
+                      legend=alt.Legend(columns=1, labelLimit=190, symbolLimit=0))
+    tip = [alt.Tooltip("series:N", title="source"), alt.Tooltip("run_id:N"), alt.Tooltip("model_name:N", title="model"),
+           alt.Tooltip("precision:N"), alt.Tooltip("seq_len:Q", title="sequence", format=","),
+           alt.Tooltip("n_gpus:Q", title="N", format=","),
+           alt.Tooltip("global_batch_seqs:Q", title="batch (seqs)", format=","), alt.Tooltip("layout:N"),
+           alt.Tooltip("measured_tokens_per_s_per_gpu:Q", title="measured tokens/s/GPU", format=",.0f"),
+           alt.Tooltip("predicted_tokens_per_s_per_gpu:Q", title=f"predicted ({estimate})", format=",.0f"),
+           alt.Tooltip("predicted_lo:Q", title="90% interval, low", format=",.0f"),
+           alt.Tooltip("predicted_hi:Q", title="90% interval, high", format=",.0f"),
+           alt.Tooltip("measured_over_predicted:Q", title="measured ÷ predicted", format=".2f")]
+    lo = float(min(runs["predicted_tokens_per_s_per_gpu"].min(), runs["measured_tokens_per_s_per_gpu"].min()))
+    hi = float(max(runs["predicted_tokens_per_s_per_gpu"].max(), runs["measured_tokens_per_s_per_gpu"].max()))
+    log = alt.Scale(type="log")
+    x = alt.X("measured_tokens_per_s_per_gpu:Q", title="measured tokens/s per GPU (log)", scale=log,
+              axis=_y_axis("count"))
+    diag = guide(alt.Chart(data(pl.DataFrame({"x": [lo, hi]}))).mark_line(color="gray", strokeDash=[4, 4])
+                 .encode(x=alt.X("x:Q", scale=log), y=alt.Y("x:Q", scale=log)), "diagonal")
+    layers = [diag]
+    if runs["predicted_lo"].is_not_null().any():
+        layers.append(alt.Chart(d).transform_filter("isValid(datum.predicted_lo) && datum.predicted_lo > 0")
+                      .mark_rule(opacity=0.35).encode(x=x, y=alt.Y("predicted_lo:Q", scale=log), y2="predicted_hi:Q",
+                                                      color=color, tooltip=tip))
+    layers.append(alt.Chart(d).mark_point(size=40, filled=True, opacity=0.75).encode(
+        x=x, y=alt.Y("predicted_tokens_per_s_per_gpu:Q", title=f"predicted tokens/s per GPU, {estimate} (log)",
+                     scale=log, axis=_y_axis("count")), color=color, tooltip=tip))
+    left = layer(*layers, title="predicted against measured, each run's own configuration", width=WIDTH - 40,
+                 height=WIDTH - 40)
+    one = guide(alt.Chart(data(pl.DataFrame({"one": [1.0]}))).mark_rule(color="gray", strokeDash=[4, 4])
+                .encode(y="one:Q"), "one")
+    ratio = alt.Chart(d).mark_point(size=40, filled=True, opacity=0.75).encode(
+        x=_n_axis(), y=alt.Y("measured_over_predicted:Q", title="measured ÷ predicted tokens/s per GPU (log)",
+                             scale=alt.Scale(type="log"), axis=alt.Axis(format=".2~f")),
+        color=color, shape=alt.Shape("precision:N", title="precision"), tooltip=tip)
+    right = layer(one, ratio, title="measured ÷ predicted against N", width=WIDTH - 40, height=WIDTH - 40)
+    return hconcat(left, right)
 
 
 CALIBRATION_COLUMNS = ("run_id", "source", "gpu", "n_gpus", "estimate", "measured_tokens_per_s_per_gpu",
@@ -267,15 +276,18 @@ def measured_vs_predicted(df: pl.DataFrame, pred_col: str, title: str, estimate:
 def residual_strip(df: pl.DataFrame, group: str, err_col: str, title: str) -> dict:
     """Relative error (predicted/measured − 1) per group: a tick per run and the group median."""
     d = data(df, CALIBRATION_COLUMNS)
+    # the groups by their median error, largest first: one order for both layers
+    order = df.filter(pl.col(err_col).is_finite()).group_by(group).agg(pl.col(err_col).median().alias("m")) \
+        .sort("m", group, descending=[True, False])[group].to_list()
     ticks = alt.Chart(d).transform_filter(f"isFinite(datum.{err_col})").mark_tick(opacity=0.5).encode(
-        y=alt.Y(f"{group}:N", title=None, sort="-x", axis=alt.Axis(labelLimit=260)),
+        y=alt.Y(f"{group}:N", title=None, sort=order, axis=alt.Axis(labelLimit=260)),
         x=alt.X(f"{err_col}:Q", title="relative error of tokens/s/GPU (predicted/measured − 1)",
                 axis=alt.Axis(format=".0%"), scale=alt.Scale(domain=[-1, 2], clamp=True)),
         color=alt.Color("estimate:N", title="estimate"),
         tooltip=[alt.Tooltip("run_id:N"), alt.Tooltip(f"{group}:N"), alt.Tooltip("estimate:N"),
                  alt.Tooltip(f"{err_col}:Q", title="relative error", format="+.1%")])
     med = alt.Chart(d).transform_filter(f"isFinite(datum.{err_col})").mark_point(shape="diamond", size=80, filled=True, color="black").encode(
-        y=alt.Y(f"{group}:N", sort="-x"), x=alt.X(f"median({err_col}):Q"), shape=alt.Shape("estimate:N", title=""),
+        y=alt.Y(f"{group}:N", sort=order), x=alt.X(f"median({err_col}):Q"), shape=alt.Shape("estimate:N", title=""),
         tooltip=[alt.Tooltip(f"{group}:N"), alt.Tooltip("estimate:N"),
                  alt.Tooltip(f"median({err_col}):Q", title="median error", format="+.1%"),
                  alt.Tooltip("count():Q", title="runs")])
@@ -371,35 +383,47 @@ def knee_dots(knees: pl.DataFrame, title: str) -> dict:
     """Knee N per accelerator and reference model on a log axis: a dot (filled: knee found; open: none up to the
     largest N swept, drawn there) and a rule over its interval."""
     d = data(knees, ["accelerator", "arch_id", "knee_n", "knee_found", "inflection_n_lo", "inflection_n_hi", "status"])
-    x = alt.X("knee_n:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(labelExpr=COUNT_AXIS),
+    # a row per accelerator makes the chart taller than a screen: the axis and the legends go on top
+    x = alt.X("knee_n:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(labelExpr=COUNT_AXIS, orient="top"),
               title="inflection point N (log scale)")
     y = alt.Y("accelerator:N", title=None, sort=alt.EncodingSortField("knee_n", op="min", order="descending"))
     tip = [alt.Tooltip("accelerator:N"), alt.Tooltip("arch_id:N", title="model"), alt.Tooltip("status:N"),
            alt.Tooltip("inflection_n_lo:Q", title="knee N (low)", format=","),
            alt.Tooltip("inflection_n_hi:Q", title="knee N (high)", format=",")]
-    base = alt.Chart(d).encode(y=y, color=alt.Color("arch_id:N", title="reference model"),
+    base = alt.Chart(d).encode(y=y, color=alt.Color("arch_id:N", title="reference model",
+                                                    legend=alt.Legend(orient="top")),
                                yOffset=alt.YOffset("arch_id:N"))
     rule = base.transform_filter(alt.datum.knee_found).mark_rule(strokeWidth=2, opacity=0.6).encode(
         x=alt.X("inflection_n_lo:Q", scale=alt.Scale(type="log", base=2)), x2="inflection_n_hi:Q", tooltip=tip)
     dots = base.mark_point(size=70, strokeWidth=2).encode(
         x=x, fill=alt.condition(alt.datum.knee_found, alt.Fill("arch_id:N", legend=None), alt.value("white")),
-        shape=alt.Shape("status:N", title="filled: knee found", scale=alt.Scale(range=["circle", "square"])),
+        shape=alt.Shape("status:N", title="filled: knee found", scale=alt.Scale(range=["circle", "square"]),
+                        legend=alt.Legend(orient="top")),
         tooltip=tip)
-    return layer(rule, dots, title=title, width=560, height={"step": 22})
+    return layer(rule, dots, title={"text": title, "anchor": "start"}, width=560, height={"step": 12})
 
 
 def _vendor_facets(chart: alt.LayerChart, title: str) -> dict:
-    return chart.facet(facet=alt.Facet("vendor:N", title=None), columns=2, title=title).resolve_scale(
-        color="independent").to_dict(validate=False)
+    """One panel per vendor, two to a row, each with its own x axis (a shared one would hang below an empty cell
+    when the vendors are odd in number) and its own colour legend; each row as tall as its own tallest legend."""
+    return chart.facet(facet=alt.Facet("vendor:N", title=None), columns=2, title=title, align="each").resolve_scale(
+        color="independent").resolve_axis(x="independent").to_dict(validate=False)
+
+
+#: a vendor panel's size and its legend: two columns of short labels, so that two panels with their legends fit
+#: the page's width and NVIDIA's ~40 entries a panel's height
+PANEL_WIDTH, PANEL_HEIGHT = 330, 220
+PANEL_LEGEND = alt.Legend(columns=2, symbolLimit=0, labelLimit=95, columnPadding=6)
 
 
 def frontier_chart(fr: pl.DataFrame, title: str) -> dict:
     """Utilization vs training compute per accelerator, one panel per vendor; the frontier point of each as a large
     dot, levels where the latency wall binds (the minimum step time, not data movement or memory, sets the
-    cluster size) as crosses. Click a legend entry to highlight one accelerator."""
+    cluster size) as crosses when there are any. Click a legend entry to highlight one accelerator."""
     cols = ["gpu", "vendor", "training_flop", "params_h", "tokens_h", "n_gpus", "layout", "utilization",
             "time_to_train_days", "cost", "is_frontier", "binding"]
-    d = data(fr.filter(pl.col("feasible")), [c for c in cols if c in fr.columns])
+    feasible = fr.filter(pl.col("feasible"))
+    d = data(feasible, [c for c in cols if c in fr.columns])
     tip = [alt.Tooltip("gpu:N", title="accelerator"), alt.Tooltip("training_flop:Q", title="training FLOP", format=".2~e"),
            alt.Tooltip("params_h:N", title="parameters"), alt.Tooltip("tokens_h:N", title="tokens"),
            alt.Tooltip("n_gpus:Q", title="N", format=","), alt.Tooltip("layout:N"),
@@ -411,30 +435,39 @@ def frontier_chart(fr: pl.DataFrame, title: str) -> dict:
         x=alt.X("training_flop:Q", title="training compute, 6·params·tokens (FLOP, log)", scale=alt.Scale(type="log"),
                 axis=alt.Axis(format=".0e")),
         y=alt.Y("utilization:Q", title="utilization (MFU) of the best layout", axis=alt.Axis(format=".0%")),
-        color=alt.Color("gpu:N", title="accelerator", scale=alt.Scale(scheme=PALETTE), legend=ACCEL_LEGEND),
+        color=alt.Color("gpu:N", title="accelerator", scale=alt.Scale(scheme=PALETTE), legend=PANEL_LEGEND),
         opacity=alt.condition(sel, alt.value(0.9), alt.value(0.1)), tooltip=tip)
     line = base.mark_line().add_params(sel)
     top = base.transform_filter(alt.datum.is_frontier).mark_point(size=120, filled=True, stroke="black")
     layers = [line, top]
-    if "binding" in fr.columns:
+    if "binding" in fr.columns and (feasible["binding"] == "latency").any():  # an empty layer warns in the browser
         layers.append(base.transform_filter(alt.datum.binding == "latency").mark_point(shape="cross", size=60,
                                                                                         filled=True))
-    return _vendor_facets(alt.layer(*layers, data=d).properties(width=380, height=260), title)
+    return _vendor_facets(alt.layer(*layers, data=d).properties(width=PANEL_WIDTH, height=PANEL_HEIGHT), title)
+
+
+CHOICE_COLUMNS = ("target_id", "gpu", "vendor", "n_gpus", "layout", "days", "days_lo", "days_hi", "cost_usd", "cost",
+                  "price", "mfu", "tokens_per_s_per_gpu", "step_time_s", "cost_pareto")
 
 
 def choice_chart(df: pl.DataFrame, title: str) -> dict:
-    """Time to train vs cost for one target run, one point per (accelerator, N), one panel per vendor;
-    Pareto-efficient ones (over all vendors) ringed."""
-    d = data(df.filter(pl.col("feasible") & pl.col("cost_usd").is_not_null()),
-             list(CURVE_COLUMNS) + ["vendor", "layout", "cost", "price"])
+    """Days to train vs cost for one target run, one point per (accelerator, N), one panel per vendor;
+    Pareto-efficient ones (over all vendors, ``cost_pareto``) ringed. ``df``: rows of the `hardware_choice` table
+    with ``gpu``, ``vendor`` and the display columns."""
+    d = data(df, list(CHOICE_COLUMNS))
     base = alt.Chart().encode(
-        x=alt.X("time_to_train_days:Q", title="time to train (days, log)", scale=alt.Scale(type="log"),
+        x=alt.X("days:Q", title="days to train (log)", scale=alt.Scale(type="log"),
                 axis=alt.Axis(labelExpr=log_labels("format(datum.value, ',~r')"))),
         y=alt.Y("cost_usd:Q", title="cost at on-demand cloud prices (log)", scale=alt.Scale(type="log"),
                 axis=alt.Axis(labelExpr=USD_AXIS)),
-        color=alt.Color("gpu:N", title="accelerator", scale=alt.Scale(scheme=PALETTE), legend=ACCEL_LEGEND),
-        tooltip=[alt.Tooltip("gpu:N", title="accelerator"), *CURVE_TOOLTIP,
-                 alt.Tooltip("price:N", title="price per GPU-hour")])
+        color=alt.Color("gpu:N", title="accelerator", scale=alt.Scale(scheme=PALETTE), legend=PANEL_LEGEND),
+        tooltip=[alt.Tooltip("gpu:N", title="accelerator"), alt.Tooltip("n_gpus:Q", title="N", format=","),
+                 alt.Tooltip("layout:N"), alt.Tooltip("days:Q", title="days", format=",.1f"),
+                 alt.Tooltip("days_lo:Q", title="days (low)", format=",.1f"),
+                 alt.Tooltip("days_hi:Q", title="days (high)", format=",.1f"), alt.Tooltip("cost:N", title="cost"),
+                 alt.Tooltip("price:N", title="price per GPU-hour"), alt.Tooltip("mfu:Q", title="MFU", format=".1%"),
+                 alt.Tooltip("tokens_per_s_per_gpu:Q", title="tokens/s/GPU", format=",.0f"),
+                 alt.Tooltip("step_time_s:Q", title="step time (s)", format=".3f")])
     pts = base.mark_circle(size=45, opacity=0.75)
     front = base.transform_filter(alt.datum.cost_pareto).mark_point(size=140, color="black")
-    return _vendor_facets(alt.layer(pts, front, data=d).properties(width=380, height=260), title)
+    return _vendor_facets(alt.layer(pts, front, data=d).properties(width=PANEL_WIDTH, height=PANEL_HEIGHT), title)

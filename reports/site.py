@@ -6,7 +6,7 @@ database) and writes plain HTML files that open offline from disk: the Vega/Vega
 (`vega-bundle.js`, loaded with a relative `<script src>`), each page carries its own data inline, and nothing is
 fetched from a network. A chart that would have nothing to draw is replaced by a sentence saying why. The site is
 written to a temporary folder beside the target and swapped in at the end, so a failed build leaves the previous
-site untouched. Key charts are also exported as PNG (`img/`).
+site untouched. The folder holds the pages and the bundle they load, nothing else.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 import os
 import re
 import shutil
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import altair as alt
@@ -149,9 +149,10 @@ class Page:
         self.parts.append(f'<div class="chart" id="{div}" data-chart="{html.escape(name)}"></div>')
         return spec
 
-    def table(self, df: pl.DataFrame, formats: dict | None = None, links: dict[str, str] | None = None,
+    def table(self, df: pl.DataFrame, formats: dict | None = None, links: dict | None = None,
               text: tuple[str, ...] = ()) -> None:
-        """``formats``: column → format string or function of the value; ``text`` columns align left."""
+        """``formats``: column → format string or function of the value; ``links``: column → a link pattern, or
+        (pattern, the values that have a page); ``text`` columns align left."""
         formats = formats or {}
         head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
         rows = []
@@ -161,8 +162,10 @@ class Page:
                 v, f = r[c], formats.get(c)
                 txt = "—" if v is None else (f(v) if callable(f) else f.format(v) if f else str(v))
                 txt = html.escape(txt)
-                if links and c in links and v is not None:
-                    txt = f'<a href="{html.escape(links[c].format(v))}">{txt}</a>'
+                link = links.get(c) if links else None
+                target, allowed = link if isinstance(link, tuple) else (link, None)
+                if target and v is not None and (allowed is None or v in allowed):
+                    txt = f'<a href="{html.escape(target.format(v))}">{txt}</a>'
                 cells.append(f'<td class="text">{txt}</td>' if c in text else f"<td>{txt}</td>")
             rows.append("<tr>" + "".join(cells) + "</tr>")
         self.parts.append(f"<table><tr>{head}</tr>{''.join(rows)}</table>")
@@ -182,9 +185,11 @@ class Page:
             embeds.append(f"vegaEmbed('#{div}', withData({json.dumps(spec, separators=(',', ':'))}, "
                           f"{json.dumps(names)}), {{actions: false, renderer: 'svg'}})"
                           f".catch(function(e) {{ console.error(e); }});")
-        # inside a function: the bundle's minified globals (D, ...) must not be shadowed or overwritten
-        script = ("(function () {\nvar DATA = " + json.dumps(datasets, separators=(",", ":")) + ";\n"
-                  "function withData(s, names) { s.datasets = {}; names.forEach(function (n) { s.datasets[n] = DATA[n]; });"
+        # inside a function: the bundle's minified globals (D, ...) must not be shadowed or overwritten. Each dataset
+        # is stored by column (its column names once, not once per row) and turned back into rows in the browser
+        script = ("(function () {\n" + ROWS_JS + "var DATA = " + json.dumps(
+            {n: _columns(rows) for n, rows in datasets.items()}, separators=(",", ":")) + ";\n"
+                  "function withData(s, names) { s.datasets = {}; names.forEach(function (n) { s.datasets[n] = rows(DATA[n]); });"
                   " return s; }\n" + "\n".join(embeds) + "\n})();")
         return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"UTF-8\">"
                 f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>"
@@ -192,6 +197,18 @@ class Page:
                 f"<script type=\"text/javascript\" src=\"{up}{BUNDLE}\"></script></head>\n"
                 f"<body>{nav}<h1>{html.escape(self.title)}</h1>\n" + "\n".join(self.parts)
                 + f"\n<script type=\"text/javascript\">\n{script}\n</script>\n</body></html>\n")
+
+#: a dataset stored by column (`_columns`) back into the rows Vega takes
+ROWS_JS = ("function rows(c) { var keys = Object.keys(c), n = keys.length ? c[keys[0]].length : 0, out = [];"
+           " for (var i = 0; i < n; i++) { var r = {}; keys.forEach(function (k) { r[k] = c[k][i]; }); out.push(r); }"
+           " return out; }\n")
+
+
+def _columns(rows: list[dict]) -> dict[str, list]:
+    """Rows (as Vega-Lite takes them) by column: {name: [value per row]}, null where a row lacks the field."""
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    return {k: [r.get(k) for r in rows] for k in keys}
+
 
 def _bundle() -> str:
     import vl_convert as vlc
@@ -202,43 +219,53 @@ def _bundle() -> str:
 
 # ------------------------------------------------------------------ data shaping (pure)
 
-def measured_series(pred: pl.DataFrame, runs: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Measured scaling series: runs of one (source, accelerator) at ≥ 3 cluster sizes, with the measured and
-    predicted tokens/s/GPU and MFU at each run's own layout (measured MFU = predicted MFU × measured/predicted
-    throughput: one FLOP convention for both). vTrain's single-node file is left out (1,440 layouts on ≤ 8
-    GPUs: a layout study, not a scaling series)."""
+def measured_runs(pred: pl.DataFrame, cal: pl.DataFrame | None, runs: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Every measured run beside stepcast's prediction of that very run (its model, precision, sequence length,
+    batch, cluster size and layout): the served fit's (`calibrated_predictions`, what `stepcast predict --runs`
+    answers, with its 90 % interval) when the store has it, else the analytical model's (`analytical_predictions`).
+    ``estimate`` says which; ``measured_over_predicted`` is the ratio of tokens/s per GPU. Runs the served fit gives
+    no prediction for keep a null prediction (the page counts them)."""
     if pred.height == 0:
         return pl.DataFrame()
-    d = pred.filter(pl.col("measured_tokens_per_s_per_gpu").is_not_null() & pl.col("n_gpus").is_not_null()
-                    & pl.col("tokens_per_s_per_gpu").is_not_null() & ~pl.col("source").str.contains("single-node"))
+    d = pred.filter(pl.col("measured_tokens_per_s_per_gpu").is_not_null())
     if runs is not None and "arch_id" in runs.columns and "arch_id" not in d.columns:
         d = d.join(runs.select("run_id", "arch_id"), on="run_id", how="left")
-    sizes = d.group_by("source", "gpu").agg(pl.col("n_gpus").n_unique().alias("sizes"))
-    d = d.join(sizes.filter(pl.col("sizes") >= SERIES_MIN_SIZES), on=["source", "gpu"], how="inner")
+    if cal is not None and cal.height and "tokens_per_s_per_gpu" in cal.columns:
+        c = cal.unique("run_id", keep="first").select(
+            "run_id", pl.col("tokens_per_s_per_gpu").alias("predicted_tokens_per_s_per_gpu"),
+            *[pl.col(f"tokens_per_s_per_gpu_{b}").alias(f"predicted_{b}") if f"tokens_per_s_per_gpu_{b}" in cal.columns
+              else pl.lit(None, dtype=pl.Float64).alias(f"predicted_{b}") for b in ("lo", "hi")])
+        d = d.join(c, on="run_id", how="left").with_columns(pl.lit("served fit").alias("estimate"))
+    else:
+        d = d.with_columns(pl.col("tokens_per_s_per_gpu").alias("predicted_tokens_per_s_per_gpu"),
+                           pl.lit(None, dtype=pl.Float64).alias("predicted_lo"),
+                           pl.lit(None, dtype=pl.Float64).alias("predicted_hi"),
+                           pl.lit("analytical model").alias("estimate"))
     return with_layout(d).with_columns(
         pl.col("source").str.replace(r" \(.*", "").alias("series"),
-        pl.col("tokens_per_s_per_gpu").alias("predicted_tokens_per_s_per_gpu"),
-        (pl.col("mfu") * pl.col("measured_tokens_per_s_per_gpu") / pl.col("tokens_per_s_per_gpu")).alias("measured_mfu"),
-        pl.col("mfu").alias("predicted_mfu"),
-    )
+        pl.col("dtype").fill_null("?").alias("precision") if "dtype" in d.columns else pl.lit("?").alias("precision"),
+        (pl.col("measured_tokens_per_s_per_gpu") / pl.col("predicted_tokens_per_s_per_gpu")).alias("measured_over_predicted"),
+        ((pl.col("measured_tokens_per_s_per_gpu") >= pl.col("predicted_lo"))
+         & (pl.col("measured_tokens_per_s_per_gpu") <= pl.col("predicted_hi"))).alias("inside"),
+    ).sort("gpu", "source", "n_gpus", "run_id")
 
 
-def measured_against_curve(meas: pl.DataFrame, curve: pl.DataFrame) -> pl.DataFrame:
-    """Each measured run beside the curve's best layout at its N (strong scaling at the reference batch): layouts,
-    throughputs and whether the layouts differ (then the gap is partly the layout, not the model)."""
-    best = with_layout(curve.filter(pl.col("feasible") & (pl.col("policy") == "strong"))).select(
-        pl.col("n_gpus").cast(pl.Int64), pl.col("layout").alias("curve_layout"),
-        pl.col("global_batch_seqs").alias("curve_batch"),
-        pl.col("tokens_per_s_per_gpu").alias("curve_tokens_per_s_per_gpu"))
-    d = meas.with_columns(pl.col("n_gpus").cast(pl.Int64)).join(best, on="n_gpus", how="left")
-    return d.with_columns(
-        (pl.col("curve_layout").is_not_null() & (pl.col("layout") != pl.col("curve_layout"))).alias("layout_differs"),
-        (pl.col("tokens_per_s_per_gpu") / pl.col("curve_tokens_per_s_per_gpu")).alias("measured_over_curve"))
+def measured_summary(m: pl.DataFrame) -> pl.DataFrame:
+    """Per (source, precision) of predicted runs: runs, their sequence lengths and cluster sizes, median and range of
+    measured ÷ predicted, share inside the 90 % interval."""
+    return m.filter(pl.col("measured_over_predicted").is_not_null()).group_by("source", "precision").agg(
+        pl.len().alias("runs"), pl.col("seq_len").min().alias("seq_min"), pl.col("seq_len").max().alias("seq_max"),
+        pl.col("n_gpus").min().alias("N_min"), pl.col("n_gpus").max().alias("N_max"),
+        pl.col("measured_over_predicted").median().alias("median"),
+        pl.col("measured_over_predicted").min().alias("lowest"), pl.col("measured_over_predicted").max().alias("highest"),
+        pl.col("inside").mean().alias("inside")).sort("source", "precision")
 
 
-def cost_pareto(df: pl.DataFrame) -> pl.DataFrame:
-    """Flag the (time, cost) points no other point beats on both (per target run)."""
-    d = df.filter(pl.col("feasible") & pl.col("cost_usd").is_not_null()).sort(["time_to_train_days", "cost_usd"])
+def cost_pareto(df: pl.DataFrame, time_col: str = "time_to_train_days") -> pl.DataFrame:
+    """Flag the (time, cost) points no other point beats on both (per target run); rows without a cost, a time
+    or (when the frame says) feasibility are dropped."""
+    ok = pl.col("cost_usd").is_not_null() & pl.col(time_col).is_not_null()
+    d = df.filter((pl.col("feasible") & ok) if "feasible" in df.columns else ok).sort([time_col, "cost_usd"])
     best, flags = float("inf"), []
     for c in d["cost_usd"].to_list():
         flags.append(c < best)
@@ -306,8 +333,7 @@ def kshot_rows(metrics: pl.DataFrame | None, fits: pl.DataFrame | None) -> pl.Da
 
 # ------------------------------------------------------------------ the site
 
-def build_site(folder: str | Path, tables: dict[str, pl.DataFrame | None], *, png: bool = True,
-               executor=None) -> list[Path]:
+def build_site(folder: str | Path, tables: dict[str, pl.DataFrame | None], *, executor=None) -> list[Path]:
     """Write the site (see ``_build``). Altair's per-object JSON-schema validation is switched off while
     building (it costs ~0.4 s per chart); the specs are plain Vega-Lite that vega-embed checks when rendering,
     and the browser tests fail on any rendering error. ``executor``: a process pool (``concurrent.futures``)
@@ -317,7 +343,7 @@ def build_site(folder: str | Path, tables: dict[str, pl.DataFrame | None], *, pn
 
     try:
         with schemapi.debug_mode(False):
-            return _build(folder, tables, png=png, executor=executor)
+            return _build(folder, tables, executor=executor)
     except BaseException:
         target = Path(folder).resolve()
         shutil.rmtree(target.with_name(f".{target.name}.{os.getpid()}.tmp"), ignore_errors=True)
@@ -335,6 +361,7 @@ class _Site:
         self.vendors = dict(zip(hw["id"].to_list(), hw["vendor"].to_list())) if "vendor" in hw.columns else {}
         vendor = pl.DataFrame({"gpu": list(self.vendors), "vendor": list(self.vendors.values())},
                               schema={"gpu": pl.Utf8, "vendor": pl.Utf8})
+        self.vendor = vendor
         self.curves = with_display(tables["scaling_curves"]).join(vendor, on="gpu", how="left").with_columns(
             pl.col("vendor").fill_null("other"))
         self.knees = tables["inflection_points"]
@@ -344,7 +371,9 @@ class _Site:
         self.cal = tables.get("calibrated_predictions")
         self.fits = tables.get("fits")
         self.fit_metrics = tables.get("fit_metrics")
-        self.series = measured_series(self.pred, tables.get("runs"))
+        self.choice = tables.get("hardware_choice")
+        self.targets = tables.get("target_runs")
+        self.measured = measured_runs(self.pred, self.cal, tables.get("runs"))
         c = self.curves
         calibrated = bool(c["calibrated"].any()) if "calibrated" in c.columns and c.height else False
         self.cal_note = (c.filter(pl.col("calibrated"))["calibration_note"][0] if calibrated
@@ -359,10 +388,10 @@ class _Site:
 REMOTE_SHARE = 0.6
 
 
-def _hardware_pages(site: _Site, gpus: list[str], validate: bool | None = False) -> list[tuple[str, str, dict]]:
-    """(accelerator, HTML, the PNG exports the page registered) of the hardware pages of ``gpus``, each drawn with
-    an empty dataset registry as in one process; in a worker process (``validate`` False: Altair's validation
-    off, as ``build_site`` has it; None: leave the setting as it is)."""
+def _hardware_pages(site: _Site, gpus: list[str], validate: bool | None = False) -> list[tuple[str, str]]:
+    """(accelerator, HTML) of the hardware pages of ``gpus``, each drawn with an empty dataset registry as in one
+    process; in a worker process (``validate`` False: Altair's validation off, as ``build_site`` has it; None:
+    leave the setting as it is)."""
     from contextlib import nullcontext
 
     from altair.utils import schemapi
@@ -371,69 +400,54 @@ def _hardware_pages(site: _Site, gpus: list[str], validate: bool | None = False)
     out = []
     with schemapi.debug_mode(False) if validate is False else nullcontext():
         for gpu in gpus:
-            page_pngs: dict = {}
-            text = _hardware_page(site, gpu, page_pngs).render()
+            text = _hardware_page(site, gpu).render()
             charts.forget_data()  # each page carries only its own data
-            out.append((gpu, text, page_pngs))
+            out.append((gpu, text))
     return out
 
 
-def _build(folder: str | Path, tables: dict[str, pl.DataFrame | None], *, png: bool = True,
-           executor=None) -> list[Path]:
+def _build(folder: str | Path, tables: dict[str, pl.DataFrame | None], *, executor=None) -> list[Path]:
     """Write the site into ``folder`` (replaced atomically). ``tables``: scaling_curves, inflection_points,
-    frontier, analytical_predictions, runs, hardware (required); calibrated_predictions, fits, fit_metrics
-    (optional). Returns the files written (final paths)."""
+    frontier, analytical_predictions, runs, hardware (required); calibrated_predictions, fits, fit_metrics,
+    hardware_choice, target_runs (optional). Returns the files written (final paths): the pages and the JavaScript
+    bundle they load, nothing else."""
     folder = Path(folder).resolve()
     tmp = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     (tmp / "hardware").mkdir(parents=True)
-    (tmp / "img").mkdir()
     alt.data_transformers.disable_max_rows()
     site = _Site(tables)
     # the first hardware pages (the bulk of the work) go to `executor`'s process when there is one; this process
-    # draws the rest meanwhile. vl-convert's calls (the bundle, the PNGs) run in Rust without Python's lock: in
-    # threads they overlap the pages' Python work instead of following it
+    # draws the rest meanwhile. vl-convert's bundle is made in Rust without Python's lock: in a thread it overlaps
+    # the pages' Python work instead of following it
     far = site.gpus[:int(len(site.gpus) * REMOTE_SHARE)] if executor is not None else []
     remote = executor.submit(_hardware_pages, site, far) if far else None
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPoolExecutor(max_workers=1) as pool:
         bundle = pool.submit(_bundle)
-        pages: dict[str, tuple[str, dict]] = {}  # path -> (HTML, the PNG exports the page registered)
-        renders: dict[str, Future] = {}
+        pages: dict[str, str] = {}  # path -> HTML
 
-        def keep(rel: str, text: str, page_pngs: dict) -> None:
-            pages[rel] = (text, page_pngs)
-            for name, spec in page_pngs.items() if png else ():  # this page's PNG exports, from here on
-                renders[name] = pool.submit(_png, json.dumps(spec))
-
-        def save(page: Page, rel: str, page_pngs: dict) -> None:
-            keep(rel, page.render(), page_pngs)
+        def save(page: Page, rel: str) -> None:
+            pages[rel] = page.render()
             charts.forget_data()  # each page carries only its own data
 
-        for gpu, text, page_pngs in _hardware_pages(site, site.gpus[len(far):], validate=None):
-            keep(f"hardware/{gpu}.html", text, page_pngs)
-        late: list[tuple[str, dict]] = [("frontier.html", {}), ("hardware-choice.html", {})]
-        save(_frontier_page(site, late[0][1]), *late[0])
-        save(_choice_page(site, late[1][1]), *late[1])
+        for gpu, text in _hardware_pages(site, site.gpus[len(far):], validate=None):
+            pages[f"hardware/{gpu}.html"] = text
+        save(_frontier_page(site), "frontier.html")
+        save(_choice_page(site), "hardware-choice.html")
         shown, page = _calibration_page(site)
-        save(page, "calibration.html", {})
-        save(_index_page(site, shown), "index.html", {})
-        for gpu, text, page_pngs in remote.result() if remote is not None else ():
-            keep(f"hardware/{gpu}.html", text, page_pngs)
-        # written in the order one process draws them: the bundle, the hardware pages, the rest, the PNGs
+        save(page, "calibration.html")
+        save(_index_page(site, shown), "index.html")
+        for gpu, text in remote.result() if remote is not None else ():
+            pages[f"hardware/{gpu}.html"] = text
+        # written in the order one process draws them: the bundle, the hardware pages, the rest
         (tmp / BUNDLE).write_text(bundle.result(), encoding="utf-8")
         written: list[Path] = [folder / BUNDLE]
-        pngs: dict[str, dict] = {}
-        order = [f"hardware/{gpu}.html" for gpu in site.gpus] + [rel for rel, _ in late] + ["calibration.html",
-                                                                                           "index.html"]
+        order = [f"hardware/{gpu}.html" for gpu in site.gpus] + ["frontier.html", "hardware-choice.html",
+                                                                 "calibration.html", "index.html"]
         for rel in order:
-            text, page_pngs = pages[rel]
-            (tmp / rel).write_text(text, encoding="utf-8")
+            (tmp / rel).write_text(pages[rel], encoding="utf-8")
             written.append(folder / rel)
-            for name, spec in page_pngs.items():
-                pngs.setdefault(name, spec)
-        if png:
-            _pngs(pngs, renders, tmp / "img", folder / "img", written)
     # swap in
     old = folder.with_name(f".{folder.name}.{os.getpid()}.old")
     if folder.exists():
@@ -456,7 +470,7 @@ def _knee_table(k: pl.DataFrame) -> pl.DataFrame:
         pl.col("usl_kappa").alias("USL κ"), pl.col("usl_peak_n").alias("USL peak N"), "explanation")
 
 
-def _hardware_page(site: _Site, gpu: str, pngs: dict) -> Page:
+def _hardware_page(site: _Site, gpu: str) -> Page:
     name = site.name(gpu)
     page = Page(f"Scaling curves — {name} ({gpu})", depth=1)
     c = site.curves.filter(pl.col("gpu") == gpu)
@@ -466,9 +480,11 @@ def _hardware_page(site: _Site, gpu: str, pngs: dict) -> Page:
            f"critical batch for the run's compute). Bands: calibrated interval (absent when the curve is "
            f"analytical only). Diamonds: the inflection point, the smallest N whose marginal efficiency "
            f"falls below {DEFAULT_THRESHOLD:g}: from there each added accelerator delivers less than "
-           f"{DEFAULT_THRESHOLD:.0%} of what the best accelerator of a smaller cluster delivers. Black marks: "
-           f"measured runs of the same model on this accelerator (shape: source; the number is the run's row in "
-           f"the table below the charts, which gives its layout). "
+           f"{DEFAULT_THRESHOLD:.0%} of what the best accelerator of a smaller cluster delivers. A curve is the "
+           f"prediction for its reference run's configuration only (its model, sequence length and batch, in the "
+           f"precision the accelerator trains in by default: bf16, or fp16/fp32 where it has no BF16 rate); "
+           f"measured runs on this accelerator are compared with the prediction of their own "
+           f"configuration in <a href=\"#measured\">Measured runs against their own prediction</a>. "
            f"<b>{html.escape(site.cal_note)}</b>.", "note")
     for ref in REFERENCE_RUNS:
         rc = c.filter(pl.col("arch_id") == ref["arch_id"])
@@ -483,44 +499,19 @@ def _hardware_page(site: _Site, gpu: str, pngs: dict) -> Page:
                        f"{count(largest['n_gpus'][0])} accelerators ({humane_reason(largest['reason'][0])}).")
             continue
         rk = k.filter(pl.col("arch_id") == ref["arch_id"])
-        meas = None
-        if site.series.height and "arch_id" in site.series.columns:
-            meas = site.series.filter((pl.col("gpu") == gpu) & (pl.col("arch_id") == ref["arch_id"])).select(
-                "run_id", "source", "n_gpus", "global_batch_seqs", "layout",
-                pl.col("measured_tokens_per_s_per_gpu").alias("tokens_per_s_per_gpu"), pl.col("measured_mfu").alias("mfu"))
-            meas = meas.sort("n_gpus", "source", "run_id").with_columns(
-                (pl.col("tokens_per_s_per_gpu") * pl.col("n_gpus")).alias("tokens_per_s"),
-                pl.int_range(1, pl.len() + 1).alias("number"))
-        tot = charts.curve_panel(rc, rk, meas, "tokens_per_s", "whole-cluster throughput", "tokens/s (log)")
-        per = charts.curve_panel(rc, rk, meas, "tokens_per_s_per_gpu", "throughput per accelerator",
-                                 "tokens/s per GPU (log)", label_measured=True)
-        mfu = charts.curve_panel(rc, rk, meas, "mfu", "model FLOPs utilization", "MFU", log_y=False, fmt=".0%")
-        me = charts.curve_panel(rc, rk, None, "marginal_efficiency", "marginal efficiency",
-                                "marginal efficiency (1 = linear)", log_y=False, fmt=".1f", threshold=DEFAULT_THRESHOLD)
-        spec = page.chart(charts.vconcat(charts.hconcat(tot, per), charts.hconcat(mfu, me)), f"{gpu}-{ref['arch_id']}")
-        if gpu == "h100-sxm5-80gb" and ref["arch_id"] == "gpt3-175b":
-            pngs["scaling-h100-gpt3-175b"] = spec
-        if meas is not None and meas.height:
-            _measured_caveat(page, measured_against_curve(meas, rc))
+        tot = charts.curve_panel(rc, rk, "tokens_per_s", "whole-cluster throughput", "tokens/s (log)")
+        per = charts.curve_panel(rc, rk, "tokens_per_s_per_gpu", "throughput per accelerator", "tokens/s per GPU (log)")
+        mfu = charts.curve_panel(rc, rk, "mfu", "model FLOPs utilization", "MFU", log_y=False, fmt=".0%")
+        me = charts.curve_panel(rc, rk, "marginal_efficiency", "marginal efficiency", "marginal efficiency (1 = linear)",
+                                log_y=False, fmt=".1f", threshold=DEFAULT_THRESHOLD)
+        page.chart(charts.vconcat(charts.hconcat(tot, per), charts.hconcat(mfu, me)), f"{gpu}-{ref['arch_id']}")
         knees = rk.filter(pl.col("knee_found") | pl.col("usl_sigma").is_not_null())
         if knees.height:
             page.table(_knee_table(knees), KNEE_FORMATS, text=("explanation",))
         else:
             page.p("No knee and no USL fit: " + "; ".join(sorted(set(rk["explanation"].drop_nulls().to_list())))
                    + ".")
-    page.h("Measured scaling series on this accelerator")
-    s = site.series.filter(pl.col("gpu") == gpu) if site.series.height else site.series
-    if s.height:
-        page.p("Each series: one source's runs at three or more cluster sizes (models and batches may change along "
-               "a weak-scaling series). Filled: measured; open: stepcast's prediction at exactly that run's layout "
-               "(analytical model, `analytical_predictions`).", "note")
-        page.chart(charts.hconcat(
-            charts.measured_series_chart(s, "tokens_per_s_per_gpu", "tokens/s per GPU (log)", "throughput per GPU",
-                                         "count"),
-            charts.measured_series_chart(s, "mfu", "MFU (log)", "model FLOPs utilization", ".0%")), f"{gpu}-measured")
-    else:
-        page.empty(f"No measured scaling series on {name}: no source in the corpus measured it at "
-                   f"{SERIES_MIN_SIZES} or more cluster sizes.")
+    _measured_section(page, site, gpu)
     page.h("Best layout at each N")
     best = c.filter(pl.col("feasible"))
     if best.height:
@@ -537,25 +528,55 @@ def _hardware_page(site: _Site, gpu: str, pngs: dict) -> Page:
     return page
 
 
-def _measured_caveat(page: Page, m: pl.DataFrame) -> None:
-    """The measured runs drawn on a page, each beside the curve's layout at its N; a caveat when they differ."""
-    differs = m.filter(pl.col("layout_differs"))
-    if differs.height:
-        page.p(f"Caveat: {differs.height} of the {m.height} measured runs drawn above used another layout (or batch) "
-               f"than the curve's best one at the same N, so their distance from the curve mixes the model's error "
-               f"with the layout's effect (a layout the search ranks lower can still measure faster: the model has "
-               f"its error). Compare a run with the prediction at its own layout in “Measured scaling series” below "
-               f"or on the calibration page.", "caveat")
-    page.table(m.sort("number").select(
-        pl.col("number").alias("#"), "source", "run_id", pl.col("n_gpus").alias("N"), pl.col("global_batch_seqs").alias("batch (seqs)"),
-        pl.col("layout").alias("measured layout"), pl.col("curve_layout").alias("curve layout at N"),
-        pl.col("curve_batch").alias("curve batch"), pl.col("tokens_per_s_per_gpu").alias("measured tokens/s/GPU"),
-        pl.col("measured_over_curve").alias("measured ÷ curve")),
-        {"N": count, "batch (seqs)": count, "curve batch": count, "measured tokens/s/GPU": count,
-         "measured ÷ curve": "{:.2f}×"}, text=("measured layout", "curve layout at N"))
+def _measured_section(page: Page, site: _Site, gpu: str) -> None:
+    """Every measured run on ``gpu`` against stepcast's prediction of that very run (not against a curve of
+    another configuration): a chart of both and a table per source, precision and sequence length."""
+    page.raw('<h2 id="measured">Measured runs against their own prediction</h2>')
+    m = site.measured.filter(pl.col("gpu") == gpu) if site.measured.height else site.measured
+    if m.height == 0:
+        page.empty(f"No measured run on {site.name(gpu)} in the corpus: nothing to compare.")
+        return
+    shown = m.filter(pl.col("measured_over_predicted").is_not_null() & (pl.col("predicted_tokens_per_s_per_gpu") > 0)
+                     & (pl.col("n_gpus") > 0))
+    estimate = m["estimate"][0]
+    what = ("the served fit (`calibrated_predictions`: what <code>stepcast predict --runs</code> answers for the run, "
+            "with its 90 % interval as a vertical line)" if estimate == "served fit"
+            else "the analytical model (`analytical_predictions`; the store has no calibrated fit yet)")
+    page.p(f"Each point is one measured run, compared with the prediction of {what} for that run's own "
+           f"configuration: its model, precision, sequence length, batch, cluster size N and layout. Left: predicted "
+           f"against measured tokens/s per GPU (on the dashed line the prediction is exact). Right: measured ÷ "
+           f"predicted against N (shape: precision). The table sums the runs up per source and precision.", "note")
+    missing = m.height - shown.height
+    if missing:
+        why = m.join(shown.select("run_id"), on="run_id", how="anti").with_columns(
+            pl.col("error").fill_null("no prediction recorded").str.split(";").list.first().str.split(":").list.first()
+            .str.strip_chars().alias("why") if "error" in m.columns else pl.lit("no prediction recorded").alias("why")
+        ).group_by("why").len().sort("len", "why", descending=[True, False])
+        page.p(f"{missing} of the {m.height} measured runs on {html.escape(site.name(gpu))} have no prediction from "
+               f"the {estimate}, so they are not drawn: " + "; ".join(
+                   f"{r['len']} — {html.escape(r['why'])}" for r in why.iter_rows(named=True)) + ".")
+    if shown.height == 0:
+        page.empty("No measured run here has a prediction to compare with.")
+        return
+    page.chart(charts.measured_vs_own_prediction(shown, estimate), f"{gpu}-measured")
+    page.table(measured_summary(shown).select(
+        "source", "precision", "runs", _span("seq_min", "seq_max").alias("sequence"), _span("N_min", "N_max").alias("N"),
+        pl.col("median").alias("measured ÷ predicted, median"), pl.col("lowest").alias("lowest"),
+        pl.col("highest").alias("highest"), pl.col("inside").alias("inside the 90% interval")),
+        {"runs": count,
+         "measured ÷ predicted, median": "{:.2f}×", "lowest": "{:.2f}×", "highest": "{:.2f}×",
+         "inside the 90% interval": pct}, text=("source", "precision"))
 
 
-def _frontier_page(site: _Site, pngs: dict) -> Page:
+def _span(lo: str, hi: str) -> pl.Expr:
+    """'2,048' or '2,048–8,192'."""
+    def fmt(c: str) -> pl.Expr:
+        return pl.col(c).map_elements(count, return_dtype=pl.Utf8)
+
+    return pl.when(pl.col(lo) == pl.col(hi)).then(fmt(lo)).otherwise(pl.concat_str([fmt(lo), fmt(hi)], separator="–"))
+
+
+def _frontier_page(site: _Site) -> Page:
     fr = site.frontier
     page = Page("Compute frontier per accelerator")
     months = fr["months"].drop_nulls()[0] if "months" in fr.columns and fr["months"].drop_nulls().len() else None
@@ -569,22 +590,19 @@ def _frontier_page(site: _Site, pngs: dict) -> Page:
            f"levels; Epoch AI's \"not fall below\"). One panel per vendor; click a legend entry to highlight one "
            f"accelerator. <b>{html.escape(site.cal_note)}</b>.", "note")
     sets = [(None, "")] if "assumptions" not in fr.columns else [
-        ("ideal", "ideal conditions (Epoch AI: perfect overlap, datasheet rates, no host overhead or GEMM-size ramp; "
-                  "latency stays)"),
-        ("realistic", "realistic (the calibrated model)")]
-    page.p("Two charts: the same sweep under ideal conditions and under the calibrated model. Crosses mark levels "
-           "where the latency wall binds: the minimum time per step (kernel and collective latencies) times the steps "
-           "the critical batch allows leaves no room for a larger cluster.", "note")
+        ("ideal", "ideal: perfect overlap, datasheet rates, no host overhead or GEMM-size ramp (Epoch AI)"),
+        ("realistic", "realistic: the calibrated model")]
+    latency = "binding" in fr.columns and (fr["feasible"] & (fr["binding"] == "latency")).any()
+    page.p("Two charts: the same sweep under ideal conditions and under the calibrated model."
+           + (" Crosses mark levels where the latency wall binds: the minimum time per step (kernel and collective "
+              "latencies) times the steps the critical batch allows leaves no room for a larger cluster."
+              if latency else ""), "note")
     for name, label in sets:
         sub = fr if name is None else fr.filter(pl.col("assumptions") == name)
         key = "frontier" if name in (None, "realistic") else f"frontier-{name}"
         if sub.filter(pl.col("feasible")).height:
-            chart = charts.frontier_chart(
-                sub, f"utilization vs training compute ({months or '?'}-month limit){', ' + label if label else ''}")
-            if name == "realistic" or name is None:
-                pngs["frontier"] = page.chart(chart, key)
-            else:
-                page.chart(chart, key)
+            page.chart(charts.frontier_chart(
+                sub, f"{label or 'utilization vs training compute'} ({months or '?'}-month limit)"), key)
         else:
             page.empty(f"No accelerator has a feasible configuration at any compute level{' under ' + name if name else ''}: "
                        "nothing to draw.")
@@ -597,7 +615,8 @@ def _frontier_page(site: _Site, pngs: dict) -> Page:
             pl.col("utilization").alias("utilization"), pl.col("best_utilization").alias("best utilization"),
             pl.col("time_to_train_days").alias("days"), pl.col("cost_usd").alias("cost")),
             {"training FLOP": flop, "parameters": si, "tokens": si, "N": count, "utilization": pct,
-             "best utilization": pct, "days": days, "cost": usd}, {"accelerator": "hardware/{}.html"}, text=("assumptions", "layout"))
+             "best utilization": pct, "days": days, "cost": usd}, _page_links(site, "accelerator"),
+            text=("assumptions", "layout"))
     none = fr.filter(~pl.col("gpu").is_in(top["gpu"].to_list())).group_by("gpu").agg(pl.col("reason").drop_nulls()
                                                                                     .first())
     if none.height:
@@ -607,29 +626,53 @@ def _frontier_page(site: _Site, pngs: dict) -> Page:
     return page
 
 
-def _choice_page(site: _Site, pngs: dict) -> Page:
-    page = Page("Hardware choice: time vs cost for the reference runs")
-    page.p("Each point: one accelerator at one cluster size N with its best layout (strong scaling at the run's "
-           "batch), cost = N × time × on-demand price per accelerator-hour (`hardware.cloud_usd_per_hour`, the "
-           "SkyPilot-catalog median; accelerators without a price are left out). One panel per vendor. Black rings: "
-           f"Pareto-efficient choices over all vendors (nothing is both faster and cheaper). "
-           f"<b>{html.escape(site.cal_note)}</b>.", "note")
-    curves = site.curves
-    for ref in REFERENCE_RUNS:
-        d = cost_pareto(curves.filter((pl.col("arch_id") == ref["arch_id"]) & (pl.col("policy") == "strong")))
-        page.h(f"{ref['arch_id']}, {si(ref['tokens'])} tokens")
-        if d.height == 0:
-            page.empty(f"No priced accelerator runs {ref['arch_id']}: nothing to draw.")
+def _choice_page(site: _Site) -> Page:
+    page = Page("Hardware choice: time vs cost for the target runs")
+    choice = site.choice
+    if choice is None or choice.height == 0:
+        page.empty("No hardware choice yet: the store has no `hardware_choice` rows (the build writes them for every "
+                   "target run of measurements/target_runs.csv, e.g. `stepcast build`).")
+        return page
+    page.p("For each target run (measurements/target_runs.csv: a named model, its token budget, sequence length and "
+           "batch, with its source), each point is one accelerator at one cluster size N with its best layout, from "
+           "the table `hardware_choice` (the numbers <code>stepcast plan</code> gives): days to train, interruptions "
+           "included, and cost = N × days × the median on-demand cloud price per accelerator-hour "
+           "(`hardware.cloud_usd_per_hour`; accelerators without a price are left out). One panel per vendor. Black "
+           "rings: Pareto-efficient choices over all vendors (nothing is both faster and cheaper), listed in the "
+           f"table. <b>{html.escape(site.cal_note)}</b>.", "note")
+    d = with_display(choice.rename({"hardware": "gpu"})).join(site.vendor, on="gpu", how="left").with_columns(
+        pl.col("vendor").fill_null("other"))
+    ids = choice["target_id"].unique(maintain_order=True).to_list()
+    targets = site.targets
+    listed = targets.rows(named=True) if targets is not None and targets.height else [{"id": t} for t in ids]
+    for t in listed:
+        rows = d.filter(pl.col("target_id") == t["id"])
+        head = (f"{t['id']}: {t['model']}, {si(float(t['tokens']))} tokens, sequence {int(t['seq_len']):,}"
+                if "model" in t else t["id"])
+        page.h(head)
+        if "source" in t:
+            page.p(f"<small>{html.escape(str(t['source']))}.</small>")
+        front = cost_pareto(rows, "days")
+        if front.height == 0:
+            page.empty(f"No priced accelerator trains {t['id']}: no layout of any accelerator with a price fits in "
+                       f"memory up to the largest cluster the table considers, so there is nothing to draw.")
             continue
-        pngs.setdefault("hardware-choice", page.chart(charts.choice_chart(d, f"{ref['arch_id']}: time vs cost"),
-                                                      f"choice-{ref['arch_id']}"))
-        page.table(d.filter(pl.col("cost_pareto")).select(
-            pl.col("gpu").alias("accelerator"), pl.col("n_gpus").alias("N"), "layout",
-            pl.col("time_to_train_days").alias("days"), pl.col("cost_usd").alias("cost"), pl.col("mfu").alias("MFU")),
-            {"N": count, "days": days, "cost": usd, "MFU": pct}, {"accelerator": "hardware/{}.html"}, text=("layout",))
-    unpriced = sorted(set(site.gpus) - set(curves.filter(pl.col("usd_per_gpu_hour").is_not_null())["gpu"].to_list()))
+        page.chart(charts.choice_chart(front, f"{t['id']}: days to train vs cost"), f"choice-{t['id']}")
+        page.table(front.filter(pl.col("cost_pareto")).select(
+            pl.col("gpu").alias("accelerator"), pl.col("n_gpus").alias("N"), "layout", "days",
+            pl.col("days_lo").alias("days (low)"), pl.col("days_hi").alias("days (high)"),
+            pl.col("cost_usd").alias("cost"), pl.col("mfu").alias("MFU")),
+            {"N": count, "days": days, "days (low)": days, "days (high)": days, "cost": usd, "MFU": pct},
+            _page_links(site, "accelerator"), text=("layout",))
+    missing = [i for i in ids if i not in {t["id"] for t in listed}]
+    if missing:
+        page.p("In `hardware_choice` but no longer in measurements/target_runs.csv (left out): "
+               + ", ".join(html.escape(i) for i in missing) + ".")
+    priced = set(site.curves.filter(pl.col("usd_per_gpu_hour").is_not_null())["gpu"].to_list()) \
+        if "usd_per_gpu_hour" in site.curves.columns else set(choice["hardware"].to_list())
+    unpriced = sorted(g for g in site.gpus if g not in priced)
     if unpriced:
-        page.p("No price, so no cost: " + ", ".join(site.name(g) for g in unpriced) + ".")
+        page.p("Not in the hardware choice (no price, so no cost): " + ", ".join(site.name(g) for g in unpriced) + ".")
     return page
 
 
@@ -841,28 +884,28 @@ def _index_page(site: _Site, shown: str) -> Page:
     if infeasible.height:
         page.p("Not drawn (no feasible layout at any N): " + ", ".join(
             f"{r['accelerator']} × {r['arch_id']}" for r in infeasible.iter_rows(named=True)) + ".")
+    page.raw(f"<details><summary>The knees as a table ({strong.height} rows: knee N with its interval, the USL fit "
+             f"and why)</summary>")
     page.table(_knee_table(strong.rename({"arch_id": "model"}).select(
         "accelerator", "gpu", "model", "policy", "n_min_feasible", "inflection_n", "inflection_n_lo", "inflection_n_hi",
         "usl_sigma", "usl_kappa", "usl_peak_n", "explanation")).drop("policy"), KNEE_FORMATS, text=("explanation",))
+    page.raw("</details>")
     page.h("Frontier")
-    top = site.frontier.filter(pl.col("is_frontier")) if "is_frontier" in site.frontier.columns else site.frontier.clear()
-    page.table(top.sort("training_flop", descending=True).select(
-        pl.col("gpu").alias("accelerator"), pl.col("training_flop").alias("training FLOP"), pl.col("n_gpus").alias("N"),
-        "utilization"), {"training FLOP": flop, "N": count, "utilization": pct}, {"accelerator": "hardware/{}.html"})
+    fr = site.frontier
+    top = fr.filter(pl.col("is_frontier")) if "is_frontier" in fr.columns else fr.clear()
+    lead = ["assumptions"] if "assumptions" in top.columns else []
+    page.p("The largest training compute each accelerator trains at good utilization within the time limit, under "
+           + ("both assumption sets: <i>realistic</i> (the calibrated model) and <i>ideal</i> (perfect overlap, "
+              "datasheet rates). " if lead else "the model. ")
+           + 'The <a href="frontier.html">frontier page</a> draws the whole sweep.')
+    page.table(top.sort(*lead, "training_flop", descending=True).select(
+        *lead, pl.col("gpu").alias("accelerator"), pl.col("training_flop").alias("training FLOP"),
+        pl.col("n_gpus").alias("N"), "utilization"), {"training FLOP": flop, "N": count, "utilization": pct},
+        _page_links(site, "accelerator"), text=tuple(lead))
     return page
 
 
-def _png(spec_json: str) -> bytes:
-    """One PNG export with vl-convert (offline: it bundles Vega and its fonts)."""
-    import vl_convert as vlc
-
-    return vlc.vegalite_to_png(spec_json, scale=1.5)
-
-
-def _pngs(specs: dict[str, dict], renders: dict[str, Future], tmp_dir: Path, final_dir: Path,
-          written: list[Path]) -> None:
-    """PNG exports of key charts (``renders``: the ones already started, by name), in ``specs``' order."""
-    for name, spec in specs.items():
-        data = renders[name].result() if name in renders else _png(json.dumps(spec))
-        (tmp_dir / f"{name}.png").write_bytes(data)
-        written.append(final_dir / f"{name}.png")
+def _page_links(site: _Site, column: str) -> dict[str, str]:
+    """``Page.table``'s ``links`` for a column of accelerator ids: to their hardware pages (an id without a page
+    stays plain text)."""
+    return {column: ("hardware/{}.html", set(site.gpus))}

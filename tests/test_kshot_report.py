@@ -71,7 +71,9 @@ def _table(text: str) -> list[list[str]]:
 
 
 def _datasets(text: str) -> dict:
-    return json.loads(re.search(r"var DATA = (.*?);\nfunction withData", text, re.S).group(1))
+    """The page's datasets as rows (the page stores each by column)."""
+    data = json.loads(re.search(r"var DATA = (.*?);\nfunction withData", text, re.S).group(1))
+    return {name: [dict(zip(cols, values)) for values in zip(*cols.values())] for name, cols in data.items()}
 
 
 def test_section_shows_the_promoted_fits_protocol():
