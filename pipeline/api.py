@@ -32,12 +32,14 @@ from models.fitting.predictor import Predictor, predict, with_adaptation
 from models.memory.model import MAXTEXT_REMAT
 from models.memory.stacks import STACK_COLUMNS
 from models.physics.hardware import compiler_overlaps_tp, resolve_hardware
-from models.physics.step_time import arch_config
+from models.physics.step_time import (ERR_BATCH, ERR_CP_SEQ, ERR_EP, ERR_GPU_PRODUCT, ERR_HEADS_TP, ERR_PP_LAYERS,
+                                      ERR_VPP, ERROR_MESSAGES, arch_config)
 from models.planning import plan as P
 from models.planning.search import search as run_search
 from pipeline import catalog, trace
 from pipeline.catalog import UnknownName, instance_network
-from pipeline.options import CurveOptions, FrontierOptions, Options, PlanOptions, PredictOptions, SearchOptions
+from pipeline.options import (CurveOptions, FrontierOptions, InputError, Options, PlanOptions, PredictOptions,
+                              SearchOptions)
 from pipeline.output import json_rows
 from pipeline.predict_runs import predict_file, predict_frame
 from pipeline.readers import FileRejected
@@ -48,15 +50,6 @@ RECOMPUTES = ("none", "selective", "full")
 DTYPES = ("bf16", "fp16", "fp8", "fp8-cs", "mxfp8", "nvfp4", "fp32", "tf32")
 TP_MODES = ("1d", "2d")  # models.core.params.TP_MODE_CODES
 ASSUMPTION_SETS = ("realistic", "ideal")
-
-
-class InputError(ValueError):
-    """Bad input to a command: the message says which flag/field and what was expected. `exit_code` is the
-    status the CLI exits with (2 for a usage error, 1 where the command has always said 1)."""
-
-    def __init__(self, message: str, exit_code: int = 2):
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 class NoResult(InputError):
@@ -305,7 +298,7 @@ def predict_config(cfg: Settings, o: PredictOptions, arch: dict, hw_row: dict, g
         defaults.append(net[1])  # a cloud instance type's own scale-out network (`resolve_gpu`)
     if dp is None:
         if gpus % (tp * pp * cp):
-            raise InputError(f"--gpus {gpus} is not divisible by tp*pp*cp = {tp * pp * cp}")
+            raise InputError(f"--gpus {gpus} is not divisible by tp {tp} x pp {pp} x cp {cp} = {tp * pp * cp}")
         dp = gpus // (tp * pp * cp)
         defaults.append(f"dp=N/(tp*pp*cp)={dp}")
     if micro_batch is None:
@@ -389,7 +382,7 @@ def predict_config(cfg: Settings, o: PredictOptions, arch: dict, hw_row: dict, g
     res = predict(configs, m)
     err = res["error"][0]
     if err is not None and not err.startswith("memory"):
-        raise InputError(f"invalid configuration: {err}")
+        raise InputError(f"invalid configuration: {with_numbers(err, int(res['error_code'][0]), arch, row)}")
     if keep is not None:
         keep.update(configs=configs, model=m)
     inputs = pl.DataFrame([{k: row[k] for k in ("run_id", "model", "gpu", "n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp",
@@ -403,6 +396,69 @@ def predict_config(cfg: Settings, o: PredictOptions, arch: dict, hw_row: dict, g
     res = _with_approximation_note(res, arch)
     res = _with_network_note(res, o.oversubscription, o.pod_size)
     return inputs.hstack(res.with_columns(pl.lit(float(hw["inter_node_bw_gbps"])).alias("inter_node_bw_gbps")))
+
+
+def layout_problems(arch: Mapping, *, gpus: int, global_batch: int, seq_len: int, tp=None, pp=None, cp=None, dp=None,
+                    micro_batch=None, ep=None, etp=None, vpp=None) -> dict[int, str]:
+    """The layout rules of the step-time model (models.physics.step_time `ERROR_MESSAGES`) that the given values
+    break, each said with the numbers that break it ("n_heads 64 is not divisible by tp 6"), by error bit. A
+    dimension left None (search: not fixed) is not judged."""
+    out: dict[int, str] = {}
+    heads = int(arch.get("n_heads") or 0)
+    kv = int(arch.get("n_kv_heads") or heads)
+    layers = int(arch.get("n_layers") or 0)
+    known = [x for x in (tp, pp, cp, dp) if x is not None]
+    if known and gpus % math.prod(known):
+        names = " x ".join(f"{n} {v}" for n, v in (("tp", tp), ("pp", pp), ("cp", cp), ("dp", dp)) if v is not None)
+        out[ERR_GPU_PRODUCT] = (f"tp {tp} x pp {pp} x cp {cp} x dp {dp} = {tp * pp * cp * dp} is not --gpus {gpus}"
+                                if len(known) == 4 else f"--gpus {gpus} is not divisible by {names}"
+                                + (f" = {math.prod(known)}" if len(known) > 1 else ""))
+    elif len(known) == 4 and tp * pp * cp * dp != gpus:
+        out[ERR_GPU_PRODUCT] = f"tp {tp} x pp {pp} x cp {cp} x dp {dp} = {tp * pp * cp * dp} is not --gpus {gpus}"
+    if dp is not None and micro_batch is not None and global_batch % (dp * micro_batch):
+        out[ERR_BATCH] = (f"global batch {global_batch} is not a multiple of dp {dp} x micro-batch {micro_batch} = "
+                          f"{dp * micro_batch}")
+    elif (dp or micro_batch) and global_batch % (dp or micro_batch):
+        which = "dp" if dp else "micro-batch"
+        out[ERR_BATCH] = f"global batch {global_batch} is not a multiple of {which} {dp or micro_batch}"
+    if tp is not None and heads and heads % tp:
+        out[ERR_HEADS_TP] = f"n_heads {heads} is not divisible by tp {tp}"
+    elif tp is not None and kv and kv % tp and tp % kv:
+        out[ERR_HEADS_TP] = f"n_kv_heads {kv} and tp {tp}: neither divides the other"
+    if pp is not None and layers and pp > layers:
+        out[ERR_PP_LAYERS] = f"pp {pp} is more than the model's {layers} layers"
+    if cp is not None and seq_len % cp:
+        out[ERR_CP_SEQ] = f"seq_len {seq_len} is not divisible by cp {cp}"
+    experts = int(arch.get("n_experts") or 0)
+    if ep is not None and ep > 1 and experts and experts % ep:
+        out[ERR_EP] = f"ep {ep} does not divide the model's {experts} experts"
+    elif ep is not None and ep > 1 and not experts:
+        out[ERR_EP] = f"ep {ep} > 1 needs an MoE model ({arch.get('id')} has no experts)"
+    elif None not in (ep, etp, tp, cp, dp) and experts and (tp * cp * dp) % (etp * ep):
+        out[ERR_EP] = (f"etp {etp} x ep {ep} = {etp * ep} does not divide tp {tp} x cp {cp} x dp {dp} = "
+                       f"{tp * cp * dp}")
+    if vpp is not None and vpp > 1 and None not in (pp, dp, micro_batch):
+        steps = global_batch // (dp * micro_batch) if dp * micro_batch else 0
+        if pp <= 1:
+            out[ERR_VPP] = f"vpp {vpp} needs pp > 1 (pp {pp})"
+        elif steps % pp:
+            out[ERR_VPP] = (f"vpp {vpp}: {steps} micro-batches (global batch {global_batch} / (dp {dp} x micro-batch "
+                            f"{micro_batch})) are not a multiple of pp {pp}")
+        elif layers and layers // pp < vpp:
+            out[ERR_VPP] = f"vpp {vpp}: {layers // pp} layers per stage ({layers} / pp {pp}) are fewer than vpp"
+    return out
+
+
+def with_numbers(err: str, code: int, arch: Mapping, row: Mapping) -> str:
+    """The step-time model's `error` of one configuration with each rule it breaks said with its numbers
+    (`layout_problems`); a rule without a numbered form keeps the model's wording."""
+    numbered = layout_problems(arch, gpus=row["n_gpus"], global_batch=row["global_batch_seqs"],
+                               seq_len=row["seq_len"], tp=row["tp"], pp=row["pp"], cp=row["cp"], dp=row["dp"],
+                               micro_batch=row["micro_batch"], ep=row["ep"], etp=row.get("etp"), vpp=row["vpp"])
+    for bit, text in numbered.items():
+        if code & bit and ERROR_MESSAGES[bit] in err:
+            err = err.replace(ERROR_MESSAGES[bit], text)
+    return err
 
 
 #: the plausible values of each setting a question may leave open (the interval's settings part: `settings_spread`)
@@ -730,9 +786,12 @@ def layout_search(cfg: Settings, o: Optional[SearchOptions] = None, /, *, arch: 
                                             assumptions=o.assumptions, hw_overrides=overrides,
                                             calibrate_on=o.calibrate_on, source=o.source, stack=o.stack)
     if result.height == 0:
+        broken = layout_problems(arch_row, gpus=o.gpus, global_batch=o.global_batch, seq_len=o.seq_len, tp=o.tp,
+                                 pp=o.pp, cp=o.cp, dp=o.dp, micro_batch=o.micro_batch, ep=o.ep, etp=o.etp, vpp=o.vpp)
+        why = f": {'; '.join(broken.values())}" if broken else ""
         raise NoResult(f"no feasible layout among {n_evaluated:,} evaluated for {arch_row['id']} on {o.gpus} x {gpu} "
-                       f"(batch {o.global_batch} x {o.seq_len}{', fixed ' + str(fixed) if fixed else ''}). Try more "
-                       f"GPUs, a smaller micro-batch, recompute, or sharding.")
+                       f"(batch {o.global_batch} x {o.seq_len}{', fixed ' + str(fixed) if fixed else ''}){why}. Try "
+                       f"more GPUs, a smaller micro-batch, recompute, or sharding.")
     result = _with_network_note(result.with_row_index("rank", offset=1), o.oversubscription, o.pod_size)
     result = with_adaptation(result, model)
     extra = [c for c in result.columns if c not in SEARCH_COLUMNS]

@@ -28,7 +28,6 @@ from __future__ import annotations
 import csv
 import difflib
 import io
-import json
 import re
 import sys
 from functools import lru_cache
@@ -42,6 +41,7 @@ from models.arch.archfile import (
     architecture_from_mapping,
     hardware_from_mapping,
 )
+from models.core.limits import JSONRefused, strict_json
 from models.core.tables import LINE_COLUMN
 from pipeline.readers import FileRejected, _decode
 from pipeline.settings import Settings
@@ -797,10 +797,10 @@ def read_table_file(path: Path) -> list[dict]:
         raise UnknownName(f"{path}: file not found")
     text = path.read_text(encoding="utf-8-sig")
     if path.suffix.lower() == ".json" or text.lstrip().startswith(("{", "[")):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise UnknownName(f"{path}: not valid JSON ({err})") from None
+        try:  # NaN, Infinity and integers of thousands of digits refused, naming the key
+            data = strict_json(text)
+        except JSONRefused as err:
+            raise UnknownName(f"{path}: {err}") from None
         rows = data if isinstance(data, list) else [data]
         if not all(isinstance(r, dict) for r in rows):
             raise UnknownName(f"{path}: expected a JSON object or a list of objects")

@@ -18,6 +18,13 @@ stand in for `model` as the `arch_json` parameter: the text of the file, which `
 (`{"error": ...}`, an `api.InputError`); valid input without an answer (`api.NoResult`: a search with no
 feasible layout, a frontier with no trainable level) is 422 with the CLI's message.
 
+A request must name this server in its Host header: localhost, 127.0.0.1, [::1] or the address it was bound to,
+with its port (served on every interface, 0.0.0.0 or ::, any IP address); any other name is 403, so that a web
+page whose name an attacker points at this machine (DNS rebinding) cannot read the API from a visitor's browser.
+Numbers arrive checked: a query parameter out of its option's bounds (pipeline.options.check_bounds), NaN,
+Infinity or an integer of thousands of digits in `arch_json` or `calibrate_json` (models.core.limits.strict_json)
+is 400 naming it.
+
 Bounds: GET only, no request body, a query string of at most MAX_QUERY_BYTES, at most MAX_GPUS accelerators
 (and MAX_TOP layouts), at most WORKERS computations running and MAX_IN_FLIGHT admitted (more: 503), each
 answered within the timeout (else 504; the abandoned computation still counts as in flight until it ends).
@@ -45,6 +52,8 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from models.arch.archfile import ArchFileError, architecture_from_mapping
+from models.core.limits import JSONRefused, strict_json
 from models.physics.hardware import resolve_hardware
 from models.planning.curves import default_dtype
 from pipeline import api, catalog
@@ -166,19 +175,26 @@ def _json_parameter(q: dict, name: str, fits: Callable[[Any], bool], expected: s
     text = q.pop(name, None)
     if text is None:
         return None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError(f"{name}: not valid JSON ({err})") from None
+    try:  # NaN, Infinity, integers beyond 2^53 refused naming their key
+        obj = strict_json(text)
+    except JSONRefused as err:
+        raise InputError(f"{name}: {err}") from None
     if not fits(obj):
         raise InputError(f"{name}: expected {expected}")
     return obj
 
 
 def _arch(q: dict) -> Optional[dict]:
-    """The mapping of `arch_json` (a pasted config.json or schema row, as --arch-file reads it), else None."""
-    return _json_parameter(q, "arch_json", lambda o: isinstance(o, dict), "a JSON object (a Hugging Face config.json "
-                           "or a row of the architectures schema)")
+    """The mapping of `arch_json` (a pasted config.json or schema row, as --arch-file reads it), else None; a field
+    the architecture reader refuses (a value past its bound, a missing key) is an InputError naming `arch_json`."""
+    obj = _json_parameter(q, "arch_json", lambda o: isinstance(o, dict), "a JSON object (a Hugging Face config.json "
+                          "or a row of the architectures schema)")
+    if obj is not None:
+        try:
+            architecture_from_mapping(obj, "arch_json")
+        except ArchFileError as err:
+            raise InputError(str(err)) from None
+    return obj
 
 
 def _request(options: type[Options], q: dict) -> tuple[Options, Optional[dict]]:
@@ -339,8 +355,10 @@ class Explorer:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
-def create_app(cfg: Settings, *, timeout_s: float = REQUEST_TIMEOUT_S, bundle: Optional[bytes] = None):
-    """The Starlette app: the page, the bundle and the four API endpoints (module docstring)."""
+def create_app(cfg: Settings, *, timeout_s: float = REQUEST_TIMEOUT_S, bundle: Optional[bytes] = None,
+               host: str = "127.0.0.1"):
+    """The Starlette app: the page, the bundle and the four API endpoints (module docstring); `host` is the
+    address the server is bound to (the Host headers it answers: `Bounded`)."""
     ex = Explorer(cfg, timeout_s=timeout_s, bundle=bundle)
 
     def respond(body: bytes, media: str, status: int = 200, extra: Optional[dict] = None) -> Response:
@@ -387,28 +405,76 @@ def create_app(cfg: Settings, *, timeout_s: float = REQUEST_TIMEOUT_S, bundle: O
 
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.explorer = ex
-    return Bounded(app)
+    return Bounded(app, host)
+
+
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def _host_name(value: str) -> tuple[str, Optional[str]]:
+    """(name, port or None) of a Host header: `[::1]:8765` is ('::1', '8765'), `localhost` ('localhost', None)."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        name, _, rest = value[1:].partition("]")
+        return name, rest[1:] if rest.startswith(":") else None
+    name, sep, port = value.rpartition(":")
+    return (name, port) if sep and ":" not in name else (value, None)
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        return False
 
 
 class Bounded:
-    """ASGI guard in front of the app: GET/HEAD only, no body, a bounded query string and path."""
+    """ASGI guard in front of the app: this server's name in the Host header, GET/HEAD only, no body, a bounded
+    query string and path."""
 
-    def __init__(self, app):
+    def __init__(self, app, host: str = "127.0.0.1"):
         self.app = app
+        self.bound = host.strip().strip("[]").lower()
+        self.names = {*LOOPBACK, self.bound}
+
+    def host_problem(self, headers: dict, scope) -> Optional[tuple[int, str]]:
+        """(status, message) when the Host header does not name this server at its port, else None."""
+        raw = headers.get(b"host")
+        if raw is None:
+            return 400, "no Host header: name this server (e.g. 127.0.0.1 and its port)"
+        text = raw.decode("latin-1")
+        name, port = _host_name(text)
+        server_port = (scope.get("server") or (None, None))[1]
+        name_ok = name.rstrip(".") in self.names or (self.bound in WILDCARDS and _is_ip(name))
+        port_ok = server_port is None or port == str(server_port) or (port is None and server_port == 80)
+        if name_ok and port_ok:
+            return None
+        shown = text if len(text) <= 100 else text[:100] + "..."
+        expected = ", ".join(sorted(self.names - set(WILDCARDS))) + (
+            " or any IP address" if self.bound in WILDCARDS else "")
+        return 403, (f"Host '{shown}' is not this server: the explorer answers only {expected} (port {server_port}); "
+                     "a page under another name cannot read it")
+
+    @staticmethod
+    def request_problem(headers: dict, scope) -> Optional[tuple[int, str]]:
+        """(status, message) of a request the explorer does not take (a method but GET, a body, a long query
+        string or path), else None."""
+        length = headers.get(b"content-length", b"0")
+        if scope["method"] not in ("GET", "HEAD"):
+            return 405, "only GET: the explorer reads, it never writes"
+        if len(scope.get("query_string") or b"") > MAX_QUERY_BYTES:
+            return 414, f"query string over {MAX_QUERY_BYTES:,} bytes"
+        if length.strip() not in (b"", b"0") or b"transfer-encoding" in headers:
+            return 413, "no request body accepted"
+        if len(scope.get("raw_path") or b"") > 256:
+            return 414, "path too long"
+        return None
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
-            problem = None
             headers = dict(scope.get("headers") or [])
-            length = headers.get(b"content-length", b"0")
-            if scope["method"] not in ("GET", "HEAD"):
-                problem = (405, "only GET: the explorer reads, it never writes")
-            elif len(scope.get("query_string") or b"") > MAX_QUERY_BYTES:
-                problem = (414, f"query string over {MAX_QUERY_BYTES:,} bytes")
-            elif length.strip() not in (b"", b"0") or b"transfer-encoding" in headers:
-                problem = (413, "no request body accepted")
-            elif len(scope.get("raw_path") or b"") > 256:
-                problem = (414, "path too long")
+            problem = self.host_problem(headers, scope) or self.request_problem(headers, scope)
             if problem:
                 body = json.dumps({"error": problem[1]}).encode()
                 await send({"type": "http.response.start", "status": problem[0],
@@ -436,7 +502,7 @@ def run(cfg: Settings, *, host: str = "127.0.0.1", port: int = 8765) -> None:
               "(read-only, no authentication, no encryption). Use the default 127.0.0.1 to keep it to yourself.",
               file=sys.stderr)
     print("stepcast serve: loading the fit, the tables and the Vega bundle ...", file=sys.stderr)
-    app = create_app(cfg)
+    app = create_app(cfg, host=host)
     fit = app.app.state.explorer.fit
     print(f"fit: {getattr(fit, 'version', None) or 'none (analytical priors)'} (read from {cfg.snapshot} "
           f"or {cfg.store}, once)", file=sys.stderr)

@@ -24,7 +24,8 @@ import polars as pl
 
 from pipeline import api
 from pipeline.api import InputError
-from pipeline.options import CurveOptions, FrontierOptions, Options, PlanOptions, PredictOptions, SearchOptions
+from pipeline.options import (CurveOptions, FrontierOptions, Options, PlanOptions, PredictOptions, SearchOptions,
+                              check_bounds)
 from pipeline.settings import Settings
 
 PathLike = Union[str, Path]
@@ -61,12 +62,9 @@ def _keywords(options: type[Options], types: Optional[Mapping[str, Any]] = None,
 
 
 def _check(options: type[Options], values: Mapping[str, Any]) -> None:
-    """The lower bounds the command's options declare (`min=` in the CLI), with typer's wording; then the options
-    the command requires."""
-    for o in options.fields():
-        v = values.get(o.name)
-        if o.min is not None and v is not None and not v >= o.min:
-            raise InputError(f"Invalid value for '{o.long_flag}': Input should be greater than or equal to {o.min:g}")
+    """The bounds of the command's options (pipeline.options.check_bounds, as the CLI and the explorer check
+    them); then the options the command requires."""
+    check_bounds(options, values)
     missing = [o.long_flag for o in options.fields() if o.required and values.get(o.name) is None]
     if missing:
         raise InputError(f"missing {', '.join(missing)}")

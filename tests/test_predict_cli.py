@@ -264,7 +264,7 @@ def test_oversubscription_slows_a_multi_node_layout_and_says_so():
 @pytest.mark.parametrize("extra,message", [
     (["--oversubscription", "0.5"], "--oversubscription must be a ratio >= 1 (1 = non-blocking, 3 = 3:1 "
                                     "oversubscribed), got 0.5"),
-    (["--oversubscription", "nan"], "--oversubscription must be a ratio >= 1"),
+    (["--oversubscription", "nan"], "--oversubscription NaN is not a finite number"),
     (["--pod-size", "4"], "--pod-size must be at least the scale-up domain (8 accelerators of h100-sxm5-80gb), "
                           "got 4"),
     (["--pod-size", "0"], "--pod-size must be a positive whole number of accelerators, got 0"),

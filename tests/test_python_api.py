@@ -253,7 +253,7 @@ def test_no_answer_raises_no_result_with_the_cli_message():
 
 
 def test_a_bound_the_cli_declares_is_checked():
-    with pytest.raises(stepcast.InputError, match="'--gpus': Input should be greater than or equal to 1"):
+    with pytest.raises(stepcast.InputError, match="--gpus 0 is below its minimum 1"):
         stepcast.predict(model="llama3-8b", gpu="h100", gpus=0, global_batch=64, seq_len=8192)
 
 

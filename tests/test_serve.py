@@ -66,7 +66,8 @@ def raw(base: str, method: str, path: str, body: bytes | None = None, headers: d
     """A request sent as written (no client-side normalisation of '..'): (status, body bytes)."""
     host, port = base.removeprefix("http://").split(":")
     con = http.client.HTTPConnection(host, int(port), timeout=30)
-    con.putrequest(method, path, skip_accept_encoding=True)
+    con.putrequest(method, path, skip_accept_encoding=True,
+                   skip_host=any(k.lower() == "host" for k in (headers or {})))
     for k, v in (headers or {}).items():
         con.putheader(k, v)
     if body is not None:
@@ -280,6 +281,50 @@ def test_a_request_that_takes_too_long_is_504_and_a_full_server_503(server):
     assert status == 503 and doc["error"].startswith("busy")
 
 
+def test_a_foreign_host_header_is_refused(server):
+    """DNS rebinding: a page under another name (evil.example resolving to 127.0.0.1) reaches the server with its own
+    name in the Host header; only this server's names, at its port, are answered."""
+    base, _ = server
+    port = base.rsplit(":", 1)[1]
+    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1:1", f"localhost.evil.example:{port}"):
+        status, body = raw(base, "GET", "/api/curve?model=llama3-8b&gpu=h100&max_gpus=8", headers={"Host": host})
+        assert status == 403, (host, status)
+        doc = json.loads(body)
+        assert list(doc) == ["error"] and "\n" not in doc["error"] and f"Host '{host}' is not this server" in doc["error"]
+    status, body = raw(base, "GET", "/", headers={"Host": "evil.example"})
+    assert status == 403 and b"<html" not in body.lower()
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LOCALHOST:{port}"):
+        status, _ = raw(base, "GET", "/api/frontier?gpu=h100&months=1", headers={"Host": host})
+        assert status == 200, host
+
+
+def test_nan_infinity_and_huge_numbers_are_400_never_500(server, built_store):
+    """Numbers no field can hold, in a pasted config.json or a query parameter, are refused naming them; the CLI
+    refuses the same query with the same message."""
+    base, _ = server
+    config = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256}
+    text = json.dumps(config)
+    q = {"gpu": "h100-sxm5-80gb", "gpus": "8", "global_batch": "64", "seq_len": "8192"}
+    for bad, needle in ((text.replace("4096", "NaN"), "'hidden_size' = NaN"),
+                        (text.replace("4096", "Infinity"), "'hidden_size' = Infinity"),
+                        (text.replace("4096", "9" * 4000), "'hidden_size' = a 4000-digit integer"),
+                        (text.replace("4096", "1e400"), "'hidden_size' = Infinity"),
+                        (text.replace("4096", "99999999"), "'d_model' = 99999999 is above the largest 16777216")):
+        status, doc = get(base, "/api/predict", {**q, "arch_json": bad})
+        assert status == 400 and doc["error"].startswith("arch_json: ") and needle in doc["error"], doc
+    status, doc = get(base, "/api/predict", {**GPT3, "calibrate_json": '[{"run_id": "a", "value": NaN}]'})
+    assert status == 400 and "'value' = NaN" in doc["error"], doc
+    for params, needle in (({"gpu": "h100-sxm5-80gb", "months": "1e308"},
+                            "--months 1e308 is above the largest 1200 this tool plans for"),
+                           ({"gpu": "h100-sxm5-80gb", "months": "nan"}, "--months NaN is not a finite number"),
+                           ({"gpu": "h100-sxm5-80gb", "memory_gb": "inf"}, "--memory-gb Infinity is not a finite number")):
+        status, doc = get(base, "/api/frontier", params)
+        assert status == 400 and doc["error"] == needle, doc
+        code, _, err = cli(built_store, "frontier", *flags(params))
+        assert code == 2 and err.strip() == f"error: {needle}"
+
+
 @pytest.mark.parametrize("path", ["/../pyproject.toml", "/static/..%2f..%2fpyproject.toml", "/%2e%2e/pyproject.toml",
                                   "/vega-bundle.js/../../pyproject.toml", "/..%5c..%5cpyproject.toml",
                                   "/explorer/index.html", "/pipeline/serve.py", "/api/../pyproject.toml"])
@@ -308,7 +353,7 @@ def test_serve_binds_loopback_unless_asked_and_warns(monkeypatch, built_store):
     from pipeline.cli import app
 
     seen = {}
-    monkeypatch.setattr(serve_mod, "create_app", lambda cfg: type("A", (), {"app": type("S", (), {
+    monkeypatch.setattr(serve_mod, "create_app", lambda cfg, **kw: type("A", (), {"app": type("S", (), {
         "state": type("T", (), {"explorer": type("E", (), {"fit": None})})})}))
     monkeypatch.setattr("uvicorn.run", lambda app, host, port, **kw: seen.update(host=host, port=port))
     r = CliRunner().invoke(app, ["--store", str(built_store), "serve"])

@@ -40,11 +40,19 @@ ffn_dim = expert_ffn_dim; squared-ReLU and GELU (non-gated, 2 matrices) MLPs are
 (3 matrices) are `swiglu`; MLA attention and MTP modules are modelled from their fields (models/arch/mla.py).
 
 `hardware_from_mapping(obj, source)` accepts a row of the hardware_specs.csv schema.
+
+Every number is checked before it is used: NaN, an infinity or an integer of thousands of digits anywhere in the
+mapping is refused naming the key, and each field of the result is at most its bound (models.core.limits
+`ARCH_MAX`, `HARDWARE_MAX`: "'d_model' = 99999999 is above the largest 16777216 this tool plans for").
 """
 
 from __future__ import annotations
 
+import math
+from numbers import Integral, Real
 from typing import Any, Mapping
+
+from models.core.limits import ARCH_MAX, HARDWARE_MAX, JSON_MAX_INT, bound_problem, shown
 
 #: architectures the step-time model only approximates (measurements/architectures.csv, each row's notes say
 #: how): their runs are predicted, with a note in `assumptions`, but not fitted (models.fitting.calibration.fit_data), so
@@ -112,25 +120,61 @@ def _blank(v: Any) -> bool:
     return v is None or (isinstance(v, str) and v.strip() == "")
 
 
+def _number(v: Any, source: str, key: str, bounds: Mapping[str, float], whole: bool) -> float | None:
+    """The number of a cell (a JSON value or a CSV string), checked: finite, whole where `whole`, >= 0 and at
+    most `bounds[key]`; ArchFileError naming the key and the value otherwise."""
+    if _blank(v):
+        return None
+    digits = v.strip().lstrip("+-") if isinstance(v, str) else ""
+    if digits.isdigit() and len(digits) > 16:  # beyond every bound: its size, not its digits (thousands of them)
+        v = (-1 if v.strip().startswith("-") else 1) * 10 ** (len(digits) - 1)
+    try:
+        f = v if isinstance(v, Integral) and not isinstance(v, bool) else float(v)
+    except (TypeError, ValueError, OverflowError):
+        raise ArchFileError(f"{source}: '{key}' = {shown(v)} is not a number") from None
+    problem = bound_problem(f"'{key}' =", f, 0, bounds.get(key), whole=whole)
+    if problem:
+        raise ArchFileError(f"{source}: {problem}")
+    return f
+
+
 def _int(v: Any, source: str, key: str) -> int | None:
-    if _blank(v):
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise ArchFileError(f"{source}: '{key}' = {v!r} is not a number") from None
-    if f != int(f):
-        raise ArchFileError(f"{source}: '{key}' = {v!r} is not a whole number")
-    return int(f)
+    f = _number(v, source, key, ARCH_MAX, whole=True)
+    return None if f is None else int(f)
 
 
-def _float(v: Any, source: str, key: str) -> float | None:
-    if _blank(v):
-        return None
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        raise ArchFileError(f"{source}: '{key}' = {v!r} is not a number") from None
+def _float(v: Any, source: str, key: str, bounds: Mapping[str, float] = ARCH_MAX) -> float | None:
+    f = _number(v, source, key, bounds, whole=False)
+    return None if f is None else float(f)
+
+
+def _finite_numbers(obj: Any, source: str, key: str = "") -> None:
+    """ArchFileError naming the first key of `obj` (a parsed file, nested) whose number no field can hold: NaN, an
+    infinity, an integer beyond 2^53 (a Python mapping can carry them even where a JSON reader would refuse)."""
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            _finite_numbers(v, source, str(k))
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _finite_numbers(v, source, key)
+    elif isinstance(obj, Integral) and not isinstance(obj, bool) and abs(int(obj)) > JSON_MAX_INT:
+        raise ArchFileError(f"{source}: '{key}' = {shown(obj)} is above the largest {JSON_MAX_INT} (2^53) a field "
+                            "holds")
+    elif isinstance(obj, Real) and not isinstance(obj, Integral) and not math.isfinite(float(obj)):
+        raise ArchFileError(f"{source}: '{key}' = {shown(obj)} is not a finite number")
+
+
+def _bounded(d: dict, source: str) -> dict:
+    """`d` (an architecture dict) when every numeric field is within its bound (ARCH_MAX) and not negative, else
+    ArchFileError naming the field, its value and the bound."""
+    for key, hi in ARCH_MAX.items():
+        v = d.get(key)
+        if v is None or isinstance(v, bool):
+            continue
+        problem = bound_problem(f"'{key}' =", v, 0, hi)
+        if problem:
+            raise ArchFileError(f"{source}: {problem}")
+    return d
 
 
 def _bool(v: Any, source: str, key: str) -> bool | None:
@@ -171,7 +215,8 @@ def _finish(d: dict) -> dict:
 # ---------------------------------------------------------------- our schema
 
 def from_schema_row(row: Mapping, source: str) -> dict:
-    """A row of the measurements/architectures.csv schema -> architecture dict (types checked)."""
+    """A row of the measurements/architectures.csv schema -> architecture dict (types and bounds checked)."""
+    _finite_numbers(row, source)
     missing = [c for c in SCHEMA_REQUIRED if _blank(row.get(c))]
     if missing:
         raise ArchFileError(f"{source}: architecture row lacks {', '.join(repr(c) for c in missing)} "
@@ -546,7 +591,15 @@ def from_hf_config(cfg: Mapping, source: str) -> dict:
         raise ArchFileError(f"{source}: Hugging Face model_type {mt!r} is not supported; supported: "
                             f"{', '.join(HF_MODEL_TYPES)} (or give a row of the measurements/architectures.csv "
                             f"schema)")
-    d = _READERS[mt](cfg, source, f"Hugging Face config (model_type '{mt}')")
+    what = f"Hugging Face config (model_type '{mt}')"
+    _finite_numbers(cfg, source)
+    try:
+        d = _READERS[mt](cfg, source, what)
+    except (TypeError, ValueError, OverflowError) as err:  # a field the reader reads as a whole number is not one
+        if isinstance(err, ArchFileError):
+            raise
+        raise ArchFileError(f"{source}: {what}: a field that must be a whole number is not ({err})") from None
+    _bounded(d, source)
     if d.get("expert_ffn_dim") is None and d["n_experts"]:
         d["expert_ffn_dim"] = d["ffn_dim"]
     # the model's name: `_name_or_path`, else the file's stem (unless it is the generic "config"), else its class
@@ -581,9 +634,10 @@ def hardware_from_mapping(row: Mapping, source: str) -> dict:
     if missing:
         raise ArchFileError(f"{source}: hardware row lacks {', '.join(repr(c) for c in missing)} "
                             f"(the columns of measurements/hardware_specs.csv)")
+    _finite_numbers(row, source)
     out = {k: (None if _blank(v) else v) for k, v in row.items()}
     for c in HARDWARE_NUMERIC:
-        out[c] = _float(row.get(c), source, c)
+        out[c] = _float(row.get(c), source, c, HARDWARE_MAX)
     if all(out[c] is None for c in HARDWARE_NUMERIC if c.startswith("peak_")):
         raise ArchFileError(f"{source}: hardware row has no peak (give at least 'peak_bf16_tflops')")
     out["id"] = str(row["id"]).strip()

@@ -14,7 +14,7 @@ from typing import Callable, NoReturn, Optional
 import typer
 from rich.console import Console
 
-from pipeline.options import Option, Options
+from pipeline.options import InputError, Option, Options
 from pipeline.settings import Settings
 
 console = Console(soft_wrap=True)
@@ -79,8 +79,8 @@ def typer_option(o: Option):
 
 def command(options: type[Options]) -> Callable:
     """Decorator: `fn(o, **printout)` as a typer command whose flags are `options.OPTIONS`, in order. typer reads
-    the flags from the signature made here; a call builds the options object `o` of the flags and passes the
-    CLI-only ones (`--format`, `--out`, ...) by name."""
+    the flags from the signature made here; a call builds the options object `o` of the flags (a value out of its
+    bounds: `error: ...`, exit 2) and passes the CLI-only ones (`--format`, `--out`, ...) by name."""
     printout = [o.name for o in options.OPTIONS if o.cli_only]
     signature = inspect.Signature([
         inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=typer_option(o), annotation=o.annotation)
@@ -89,7 +89,11 @@ def command(options: type[Options]) -> Callable:
     def decorate(fn: Callable) -> Callable:
         def run(**flags):
             extra = {name: flags.pop(name) for name in printout}
-            return fn(options(**flags), **extra)
+            try:  # the options object checks every bound (pipeline.options.check_bounds)
+                o = options(**flags)
+            except InputError as err:
+                fail(str(err), err.exit_code)
+            return fn(o, **extra)
 
         functools.update_wrapper(run, fn, assigned=("__module__", "__name__", "__qualname__", "__doc__"), updated=())
         run.__signature__ = signature
