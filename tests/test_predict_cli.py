@@ -23,7 +23,7 @@ def no_store(tmp_path, monkeypatch):
 REQUIRED = ["run_id", "feasible", "error", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu",
             "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu", "hfu", "memory_gb_per_gpu", "compute_s",
             "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s", "optimizer_s",
-            "fit_version", "assumptions", "calibration_domain"]
+            "straggler_s", "fit_version", "assumptions", "calibration_domain"]
 RUNS_REQUIRED = ["run_id", "feasible", "error", "step_time_s", "step_time_lo_s", "step_time_hi_s",
                  "tokens_per_s_per_gpu", "mfu", "hfu", "memory_gb_per_gpu", "memory_gb", "memory_fits", "fit_version",
                  "assumptions", "calibration_domain", "measured_tokens_per_s_per_gpu", "error_pct"]

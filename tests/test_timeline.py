@@ -257,7 +257,7 @@ def test_the_explorer_api_answers_the_cli_trace(server, built_store, tmp_path): 
                                     store=built_store)
     assert doc["traceEvents"] == cli_doc["traceEvents"]
     status, err = get(base, "/api/trace", {**q, "tp": "7"})  # the CLI's message, as /api/predict answers it
-    assert status == 400 and err["error"] == "--gpus 512 is not divisible by tp*pp*cp = 28"
+    assert status == 400 and err["error"] == "--gpus 512 is not divisible by tp 7 x pp 4 x cp 1 = 28"
 
 
 def test_the_explorer_draws_the_timeline_of_the_best_layout(server, browser):  # noqa: F811
