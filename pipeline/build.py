@@ -26,7 +26,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from pipeline import parallel, store
+from pipeline import automation, parallel, store
 from pipeline.definitions import make_definitions
 from pipeline.parallel import workers
 from pipeline.settings import PROJECT_ROOT, Settings
@@ -237,6 +237,9 @@ def _run_build(cfg: Settings, console: Console, quiet: bool) -> bool:
 
 
     instance = project_instance()
+    # a run left STARTED by a build or run worker that was killed would block the daemon's run queue for good
+    for line in automation.fail_dead_runs(instance, by=f"stepcast build (pid {os.getpid()})"):
+        console.print(line, highlight=False)
     config = run_config(workers(), instance)
     # the server imports the steps' modules while this process builds the job (both take seconds)
     start_step_server(config["execution"]["config"]["multiprocess"]["start_method"]["forkserver"]["preload_modules"])
@@ -255,7 +258,8 @@ def _run_build(cfg: Settings, console: Console, quiet: bool) -> bool:
             watcher.start()
         try:
             result = dg.execute_job(recon, instance=instance, run_config=config,
-                                    tags={BUILD_TAG: token}, raise_on_error=False)
+                                    tags={BUILD_TAG: token, automation.PID_TAG: str(os.getpid())},
+                                    raise_on_error=False)
         finally:
             watcher.stop.set()
             if watcher.is_alive():
