@@ -33,6 +33,11 @@ allows one run in progress at a time (others wait in the queue); the job runs it
 graph as the `build` job with the multiprocess executor: its steps run under the lock the build holds and take
 turns on the DuckDB file (`StoreResource.get_connection` waits while another step has it open). Blocking asset
 checks stop everything downstream of a failed check, including the snapshot: readers keep the last good one.
+
+A run whose process died (SIGKILL, out of memory, a crash) records no end: it would stay STARTED and, with one
+run at a time, hold the queue for good. The `dead_runs` sensor (the daemon's first tick, then every
+`STEPCAST_SENSOR_INTERVAL_S`) and every `stepcast build` mark such runs FAILURE with the reason
+(`fail_dead_runs`); Dagster's run monitoring (dagster.yaml) fails the runs that never got a process.
 """
 
 from __future__ import annotations
