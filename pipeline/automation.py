@@ -33,6 +33,11 @@ allows one run in progress at a time (others wait in the queue); the job runs it
 graph as the `build` job with the multiprocess executor: its steps run under the lock the build holds and take
 turns on the DuckDB file (`StoreResource.get_connection` waits while another step has it open). Blocking asset
 checks stop everything downstream of a failed check, including the snapshot: readers keep the last good one.
+
+A run whose process died (SIGKILL, out of memory, a crash) records no end: it would stay STARTED and, with one
+run at a time, hold the queue for good. The `dead_runs` sensor (the daemon's first tick, then every
+`STEPCAST_SENSOR_INTERVAL_S`) and every `stepcast build` mark such runs FAILURE with the reason
+(`fail_dead_runs`); Dagster's run monitoring (dagster.yaml) fails the runs that never got a process.
 """
 
 from __future__ import annotations
@@ -296,6 +301,91 @@ def _holding_lock(resource: "StoreResource", context):
         yield resource
 
 
+# ---------------------------------------------------------------- runs whose process died
+
+#: the statuses of a run that has a process working on it (and so counts against the one-run-at-a-time limit)
+ACTIVE = (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
+
+
+#: a run tag naming the process that executes the run, set by `stepcast build` when it creates its run
+PID_TAG = "stepcast/pid"
+
+
+def run_process(instance: dg.DagsterInstance, run) -> tuple[int, float] | None:
+    """(pid, a time it was running) of the process executing `run`: the first run-level engine event naming a
+    pid (a daemon-launched run worker's "Started process for run", the executor's "parent process" of
+    `stepcast build`, "Executing steps in process" of the in-process executor), else the run's `PID_TAG`
+    (`stepcast build` names itself when it creates the run, before any event). None: no process yet."""
+    page = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT, limit=100)
+    for rec in page.records:
+        ev = rec.event_log_entry.dagster_event
+        meta = getattr(getattr(ev, "event_specific_data", None), "metadata", None) or {}
+        if ev is None or ev.step_key or "pid" not in meta:
+            continue
+        try:
+            return int(meta["pid"].value), rec.event_log_entry.timestamp
+        except (TypeError, ValueError):
+            continue
+    tagged = run.tags.get(PID_TAG, "")
+    if tagged.isdigit():
+        record = instance.get_run_record_by_id(run.run_id)
+        return int(tagged), record.create_timestamp.timestamp() if record is not None else time.time()
+    return None
+
+
+def _process_started_at(pid: int) -> float | None:
+    """When process `pid` started (epoch seconds, /proc), None where /proc cannot say."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+    except (OSError, StopIteration, ValueError):
+        return None
+    started = boot + int(stat[stat.rindex(")") + 2:].split()[19]) / os.sysconf("SC_CLK_TCK")
+    # a clock /proc reports differently from time.time() (some sandboxes) would make a live process look new
+    return started if pid == os.getpid() or (_process_started_at(os.getpid()) or 0.0) <= time.time() else None
+
+
+def process_gone(pid: int, seen_at: float) -> bool:
+    """Whether the process `pid`, seen running at `seen_at`, has ended: no such process, a zombie, or a process
+    that started after `seen_at` (the pid was reused)."""
+    if not store._pid_alive(pid):
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text()
+        if state[state.rindex(")") + 2] == "Z":
+            return True
+    except OSError:
+        pass
+    started = _process_started_at(pid)
+    return started is not None and started > seen_at + 2.0  # clock ticks round: a margin
+
+
+def fail_dead_runs(instance: dg.DagsterInstance, by: str) -> list[str]:
+    """Mark failed every run of `instance` still recorded as in progress whose process is gone (killed by
+    SIGKILL, out of memory, a crash, a reboot: nothing recorded its end, so the run would stay STARTED and,
+    with one run at a time, block the run queue for good). Returns one line per run marked failed; the run's
+    failure message says why and by whom (`by`). Dagster's own run monitoring (dagster.yaml) covers runs that
+    never got a process (STARTING past its start timeout); the local run launcher cannot tell it a run's
+    process died, this does."""
+    lines = []
+    for record in instance.get_run_records(dg.RunsFilter(statuses=list(ACTIVE))):
+        run = record.dagster_run
+        found = run_process(instance, run)
+        if found is None or not process_gone(*found):
+            continue
+        pid = found[0]
+        message = (f"the process running this run (pid {pid}) is gone, killed or crashed while the run was "
+                   f"{run.status.value}; marked failed by {by} so that the runs queued behind it can start")
+        fresh = instance.get_run_by_id(run.run_id)
+        if fresh is None or fresh.is_finished:
+            continue
+        instance.report_run_failed(fresh, message)
+        lines.append(f"Dagster run {run.run_id} (job {run.job_name}) was left {run.status.value} by pid {pid}, "
+                     f"which is gone (killed or crashed): marked FAILURE")
+    return lines
+
+
 # ---------------------------------------------------------------- job, schedule, sensor
 
 refit_job = dg.define_asset_job(
@@ -448,6 +538,23 @@ def quarantine_failed(incoming: Path, name: str, reason: str) -> Path | None:
     return _quarantine(path, Path(incoming), f"{path}: {reason}\nquarantined at {stamp} after {max_attempts()} "
                                              f"failed runs\nFix the cause and drop the file into the incoming "
                                              f"folder again.\n")
+
+
+def make_dead_runs_sensor() -> dg.SensorDefinition:
+    """The sensor that marks failed the runs whose process died (`fail_dead_runs`): at daemon start (its first
+    tick) and every `STEPCAST_SENSOR_INTERVAL_S` seconds after."""
+
+    @dg.sensor(name="dead_runs", minimum_interval_seconds=int(_env_float("STEPCAST_SENSOR_INTERVAL_S", 30)),
+               default_status=dg.DefaultSensorStatus.RUNNING,
+               description="Marks FAILURE every run left in progress by a process that is gone (a build or run "
+                           "worker killed or crashed), so that the re-fits queued behind it start.")
+    def dead_runs(context: dg.SensorEvaluationContext):
+        lines = fail_dead_runs(context.instance, by="the dead_runs sensor")
+        for line in lines:
+            context.log.warning(line)
+        return dg.SkipReason("; ".join(lines) if lines else "no run left in progress by a dead process")
+
+    return dead_runs
 
 
 def make_incoming_sensor(incoming: str | Path | None = None) -> dg.SensorDefinition:

@@ -11,6 +11,7 @@ layout inside that home, which is the same layout.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -25,7 +26,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from pipeline import parallel, store
+from pipeline import automation, parallel, store
 from pipeline.definitions import make_definitions
 from pipeline.parallel import workers
 from pipeline.settings import PROJECT_ROOT, Settings
@@ -199,16 +200,34 @@ class _StepWatcher(threading.Thread):
             self.progress.update(self.task, description=f"building [bold]{', '.join(self.running)}[/bold]")
 
 
-def run_build(cfg: Settings, console: Console, quiet: bool = False) -> bool:
+def run_build(cfg: Settings, console: Console, quiet: bool = False, wait_s: float | None = None) -> bool:
     """The build job, its steps in processes, while this process holds the store's one-writer lock (as
-    `stepcast ingest` does) for them."""
+    `stepcast ingest` does) for them. A store held by another writer, or open in another program, is waited
+    for up to `wait_s` (default `store.lock_wait_s()`), saying so on stderr; then one line says which process
+    holds it and what to do, and the build returns False."""
+    wait_s = store.lock_wait_s() if wait_s is None else wait_s
+
+    def say(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
     cfg.store.parent.mkdir(parents=True, exist_ok=True)
+    # the step processes (forked from a server this process starts) wait the same bound for a program that
+    # opens the store in the middle of the build
+    saved = os.environ.get("STEPCAST_LOCK_WAIT_S")
+    os.environ["STEPCAST_LOCK_WAIT_S"] = f"{wait_s:g}"
     try:
-        with store.writer_lock(cfg.store):
+        with store.writer_lock(cfg.store, timeout_s=wait_s, on_wait=say):
+            if cfg.store.exists():  # a program outside stepcast with the file open (no writer lock of its own)
+                store.connect_waiting(cfg.store, foreign_wait_s=wait_s, on_wait=say).close()
             return _run_build(cfg, console, quiet)
     except store.StoreBusy as err:
-        console.print(f"[red]error:[/red] {err}")
+        print(f"error: {err}", file=sys.stderr, flush=True)
         return False
+    finally:
+        if saved is None:
+            os.environ.pop("STEPCAST_LOCK_WAIT_S", None)
+        else:
+            os.environ["STEPCAST_LOCK_WAIT_S"] = saved
 
 
 def _run_build(cfg: Settings, console: Console, quiet: bool) -> bool:
@@ -218,6 +237,9 @@ def _run_build(cfg: Settings, console: Console, quiet: bool) -> bool:
 
 
     instance = project_instance()
+    # a run left STARTED by a build or run worker that was killed would block the daemon's run queue for good
+    for line in automation.fail_dead_runs(instance, by=f"stepcast build (pid {os.getpid()})"):
+        console.print(line, highlight=False)
     config = run_config(workers(), instance)
     # the server imports the steps' modules while this process builds the job (both take seconds)
     start_step_server(config["execution"]["config"]["multiprocess"]["start_method"]["forkserver"]["preload_modules"])
@@ -236,7 +258,8 @@ def _run_build(cfg: Settings, console: Console, quiet: bool) -> bool:
             watcher.start()
         try:
             result = dg.execute_job(recon, instance=instance, run_config=config,
-                                    tags={BUILD_TAG: token}, raise_on_error=False)
+                                    tags={BUILD_TAG: token, automation.PID_TAG: str(os.getpid())},
+                                    raise_on_error=False)
         finally:
             watcher.stop.set()
             if watcher.is_alive():

@@ -41,7 +41,7 @@ def make_definitions(settings: Settings | None = None, holder_pid: int = 0) -> d
         asset_checks=ALL_CHECKS,
         jobs=[build_job, automation.refit_job],
         schedules=[automation.nightly_refit],
-        sensors=[automation.make_incoming_sensor(settings.incoming)],
+        sensors=[automation.make_incoming_sensor(settings.incoming), automation.make_dead_runs_sensor()],
         resources={
             "duckdb": automation.StoreResource(database=str(settings.store), holder_pid=holder_pid),
             "measurements": MeasurementsResource(root=str(settings.measurements), incoming=str(settings.incoming)),

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import shutil
 import threading
 import time
@@ -107,23 +108,100 @@ def _file_lock_conflict(err: BaseException) -> bool:
     return isinstance(err, duckdb.IOException) and "Could not set lock on file" in str(err)
 
 
-def connect_waiting(path: str | Path, timeout_s: float | None = None, config: dict | None = None
-                    ) -> duckdb.DuckDBPyConnection:
+_DUCKDB_HOLDER = re.compile(r"Conflicting lock is held in (?P<exe>.*?) \(PID (?P<pid>\d+)\)")
+
+
+def file_holder(err: BaseException) -> int | None:
+    """The pid DuckDB's "Could not set lock on file" error names as holding the file (None when it names none)."""
+    found = _DUCKDB_HOLDER.search(str(err))
+    return int(found["pid"]) if found and int(found["pid"]) > 0 else None
+
+
+def describe_process(pid: int) -> str:
+    """'pid N (its command line)', the command line as /proc has it (its executable alone, or nothing, where /proc
+    cannot say)."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        cmd = " ".join(a.decode("utf-8", "replace") for a in args if a)
+    except OSError:
+        cmd = ""
+    cmd = " ".join(cmd.split())
+    return f"pid {pid} ({cmd[:160] + ('...' if len(cmd) > 160 else '')})" if cmd else f"pid {pid}"
+
+
+def _parent_pid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    """Whether `pid` is `ancestor` or one of its descendants (/proc; False where /proc cannot say)."""
+    for _ in range(64):
+        if pid == ancestor:
+            return True
+        parent = _parent_pid(pid)
+        if parent is None or parent <= 1:
+            return False
+        pid = parent
+    return False
+
+
+def _writer_owns(store: Path, holder: int | None) -> bool:
+    """Whether the process `holder` that has the DuckDB file open belongs to the writer holding the store's writer
+    lock (the lock's holder or a process it started: the step processes of `stepcast build`)."""
+    owner = _holder_pid(Path(str(store) + ".lock"))
+    return holder is not None and owner is not None and _descends_from(holder, owner)
+
+
+def foreign_holder_message(store: str | Path, holder: int | None, waited_s: float) -> str:
+    """One line: which process has the store open outside stepcast's writer lock, and what to do."""
+    who = describe_process(holder) if holder is not None else "a process DuckDB does not name"
+    stop = f"close the store there or end that process (`kill {holder}`)" if holder is not None else \
+        "close the program that has it open"
+    return (f"another process has {store} open: {who}, not a stepcast writer; {stop}, then run the command "
+            f"again (waited {waited_s:g} s, env STEPCAST_LOCK_WAIT_S)")
+
+
+def connect_waiting(path: str | Path, timeout_s: float | None = None, config: dict | None = None,
+                    foreign_wait_s: float | None = None, on_wait=None) -> duckdb.DuckDBPyConnection:
     """A read-write connection to the store, waiting while another process has the file open (DuckDB lets one
-    process at a time open a database file read-write: "Could not set lock on file"). The steps of a
-    multiprocess run share the one-writer lock their run holds (`writer_lock(holder_pid=...)`) and take turns
-    on the file this way, each holding it only while it reads its inputs or writes its rows. Gives up after
-    `timeout_s` (default `store_wait_s()`) with DuckDB's error, which names the process holding the file."""
+    process at a time open a database file read-write: "Could not set lock on file", naming the holder's pid).
+
+    - A process of the writer that holds the store's writer lock (the lock's holder or a process it started: the
+      steps of a multiprocess run take turns on the file this way, each holding it only while it reads its
+      inputs or writes its rows) is waited for up to `timeout_s` (default `store_wait_s()`).
+    - Any other process (a DuckDB shell, a notebook, a script: it never takes stepcast's writer lock) is waited
+      for up to `foreign_wait_s` (default `lock_wait_s()`); then StoreBusy says in one line which process it is
+      and what to do. `on_wait(message)` is called once when such a wait starts."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + (store_wait_s() if timeout_s is None else timeout_s)
-    delay = 0.05
+    start = time.monotonic()
+    own_bound = store_wait_s() if timeout_s is None else timeout_s
+    foreign_bound = lock_wait_s() if foreign_wait_s is None else foreign_wait_s
+    delay, told = 0.05, False
     while True:
         try:
             return duckdb.connect(str(path), config=config or {})
         except duckdb.IOException as err:
-            if not _file_lock_conflict(err) or time.monotonic() >= deadline:
+            if not _file_lock_conflict(err):
                 raise
+            holder = file_holder(err)
+            waited = time.monotonic() - start
+            if _writer_owns(path, holder):
+                if waited >= own_bound:
+                    raise StoreBusy(f"{path} stayed open in {describe_process(holder)} of the writer holding its "
+                                    f"lock for {own_bound:g} s (env STEPCAST_STORE_WAIT_S); try again when that "
+                                    f"writer has finished") from None
+            elif waited >= foreign_bound:
+                raise StoreBusy(foreign_holder_message(path, holder, foreign_bound)) from None
+            elif on_wait is not None and not told:
+                told = True
+                who = describe_process(holder) if holder is not None else "another process"
+                on_wait(f"{path} is open in {who}; waiting up to {foreign_bound:g} s for it to close "
+                        f"(env STEPCAST_LOCK_WAIT_S)")
         time.sleep(delay)
         delay = min(delay * 1.5, 0.5)
 
@@ -1013,7 +1091,7 @@ def _describe_self() -> str:
 
 @contextmanager
 def writer_lock(store: str | Path, timeout_s: float | None = None, command: str | None = None,
-                holder_pid: int | None = None):
+                holder_pid: int | None = None, on_wait=None):
     """Hold the one-writer lock of a store (`<store>.lock`, an flock released by the OS when the holder
     dies, so a killed writer never leaves a stale lock). Every writer takes it: `stepcast build`, `ingest`,
     `fit`, the snapshot publish and every Dagster run (pipeline.resources.StoreResource). The holder writes
@@ -1021,7 +1099,8 @@ def writer_lock(store: str | Path, timeout_s: float | None = None, command: str 
     `lock_wait_s()`) raises StoreBusy("another process is writing <store> (pid, command, since)").
     Re-entrant within a process. `holder_pid`: the process that started this one holds the lock for it (the
     step processes of `stepcast build`, whose parent holds it for the whole run): when the lock is held and
-    its file names that pid, the block runs under that hold instead of waiting for it."""
+    its file names that pid, the block runs under that hold instead of waiting for it. `on_wait(message)` is
+    called once when the lock is found held and the wait starts."""
     import fcntl
 
     lock_path = Path(str(store) + ".lock")
@@ -1051,6 +1130,10 @@ def writer_lock(store: str | Path, timeout_s: float | None = None, command: str 
                 if holder_pid and _holder_pid(lock_path) == holder_pid:  # held for this process by its parent
                     inherited = True
                     break
+                if on_wait is not None and timeout_s > 0:
+                    on_wait(f"another process is writing {store} ({lock_holder(lock_path)}); waiting up to "
+                            f"{timeout_s:g} s for it to finish (env STEPCAST_LOCK_WAIT_S)")
+                    on_wait = None
                 if time.monotonic() >= deadline:
                     raise StoreBusy(f"another process is writing {store} ({lock_holder(lock_path)}); waited "
                                     f"{timeout_s:g} s (env STEPCAST_LOCK_WAIT_S), try again when it has "

@@ -85,6 +85,43 @@ def test_dagster_yaml_allows_one_run_at_a_time(tmp_path):
         instance.dispose()
 
 
+def test_dead_runs_sensor_fails_the_run_of_a_dead_process_so_the_queue_moves(tmp_path):
+    """A run left STARTED by a process that is gone blocks the one-run-at-a-time queue: the dead_runs sensor
+    (every tick of the daemon, its first one at start) marks it FAILURE with the reason; a run whose process
+    is alive stays as it is."""
+    import uuid
+
+    from pipeline.build import ensure_dagster_home
+
+    instance = dg.DagsterInstance.from_config(str(ensure_dagster_home(tmp_path / "dh")))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        runs = {}
+        for name, pid in (("gone", int(gone.stdout)), ("alive", alive.pid)):
+            runs[name] = dg.DagsterRun(job_name="build", run_id=str(uuid.uuid4()), status=dg.DagsterRunStatus.STARTED,
+                                       tags={automation.PID_TAG: str(pid)})
+            instance.add_run(runs[name])
+        sensor = automation.make_dead_runs_sensor()
+        assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+        result = sensor(dg.build_sensor_context(instance=instance))
+        dead_id = runs["gone"].run_id
+        assert f"Dagster run {dead_id} (job build) was left STARTED by pid {gone.stdout.strip()}, which is gone " \
+               f"(killed or crashed): marked FAILURE" in result.skip_message
+        assert instance.get_run_by_id(dead_id).status == dg.DagsterRunStatus.FAILURE
+        assert "killed or crashed while the run was STARTED; marked failed by the dead_runs sensor so that the " \
+               "runs queued behind it can start" in _run_failure_message(instance, dead_id)
+        # what the run queue counts against max_concurrent_runs now: the live run only
+        active = instance.get_run_records(dg.RunsFilter(statuses=list(automation.ACTIVE)))
+        assert [r.dagster_run.run_id for r in active] == [runs["alive"].run_id]
+        again = sensor(dg.build_sensor_context(instance=instance))
+        assert again.skip_message == "no run left in progress by a dead process"
+    finally:
+        alive.kill()
+        alive.wait()
+        instance.dispose()
+
+
 # ---------------------------------------------------------------- sensor cursor
 
 def _tick(sensor, instance, cursor):
@@ -492,6 +529,37 @@ def test_daemon_refuses_a_contradicting_drop_visibly_and_ingest_waits_then_stops
 
 # ---------------------------------------------------------------- failure safety
 
+def test_daemon_fails_a_killed_build_and_runs_the_refit_queued_behind_it(daemon, built_store):
+    """A drop while `stepcast build` runs: its re-fit waits in the queue (one run at a time). The build is killed
+    by SIGKILL: nothing records the end of its run, which stays STARTED and would hold the queue for good. The
+    dead_runs sensor marks it FAILURE, saying why, and the queued re-fit runs to completion."""
+    n_runs = len(daemon.runs())
+
+    def building() -> list[dg.DagsterRun]:
+        return [r.dagster_run for r in daemon.instance.get_run_records(
+            dg.RunsFilter(job_name="build", statuses=[dg.DagsterRunStatus.STARTED]))]
+
+    proc = subprocess.Popen([str(BIN / "stepcast"), "build", "--quiet"], cwd=ROOT, env=daemon.env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not building():
+        assert proc.poll() is None and time.monotonic() < deadline, "the build's run never STARTED"
+        time.sleep(0.2)
+    build_run = building()[0]
+    drop(daemon.incoming, "k1.csv", lambda p: copied_runs(built_store, p, "k1-", 1.0, offset=12))
+    daemon.wait(lambda rs: len(rs) > n_runs and rs[-1].status == dg.DagsterRunStatus.QUEUED,
+                what="the re-fit to queue behind the build")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    runs = daemon.wait(lambda rs: len(rs) > n_runs and rs[-1].is_finished, what="the queued re-fit")
+    assert runs[-1].status == dg.DagsterRunStatus.SUCCESS, daemon.tail()
+    assert "k1.csv" in {p.name for p in automation.processed_dir(daemon.incoming).iterdir()}
+    assert daemon.instance.get_run_by_id(build_run.run_id).status == dg.DagsterRunStatus.FAILURE
+    reason = _run_failure_message(daemon.instance, build_run.run_id)
+    assert f"the process running this run (pid {proc.pid}) is gone, killed or crashed while the run was STARTED; " \
+           f"marked failed by the dead_runs sensor" in reason, reason
+
+
 def test_publish_failure_or_leftovers_never_touch_the_snapshot(store_copy, tmp_path, monkeypatch):
     snapshot = tmp_path / "snap" / "s.duckdb"
     store.publish_snapshot(store_copy, snapshot)
@@ -575,7 +643,15 @@ def test_sigkill_inside_the_publish_window_leaves_the_old_or_the_new_snapshot(tm
     assert not all(outcomes), "no kill landed before the rename: the points missed the publish window"
 
 
+def _run_failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
+    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_FAILURE).records
+    return " | ".join(r.event_log_entry.dagster_event.message or "" for r in records)
+
+
 def test_sigkill_during_build_keeps_snapshot_and_next_build_recovers(built_store, tmp_path):
+    """Builds killed by SIGKILL (once during start-up, once after its Dagster run STARTED): the snapshot stays
+    whole, the killed run is left STARTED (nothing recorded its end), and the next build marks it FAILURE,
+    saying why, and runs to completion."""
     target = tmp_path / "k" / "stepcast.duckdb"
     target.parent.mkdir()
     shutil.copyfile(built_store, target)
@@ -584,19 +660,36 @@ def test_sigkill_during_build_keeps_snapshot_and_next_build_recovers(built_store
     before = table_counts(snapshot)
     env = dict(os.environ, STEPCAST_STORE=str(target), STEPCAST_INCOMING=str(tmp_path / "incoming"))
     env.pop("STEPCAST_SNAPSHOT", None)
-    env["DAGSTER_HOME"] = str(tmp_path / "dagster_home")  # never the project's own .dagster/
+    home = tmp_path / "dagster_home"
+    env["DAGSTER_HOME"] = str(home)  # never the project's own .dagster/
     cmd = [str(BIN / "stepcast"), "build", "--quiet"]
     rng = random.Random(7)
-    # kill points: during start-up/ingest, and during the later assets; the publish step itself is covered by
-    # test_sigkill_inside_the_publish_window_leaves_the_old_or_the_new_snapshot
-    for low, high in ((1.0, 4.0), (5.0, 12.0)):
-        delay = rng.uniform(low, high)
+    from pipeline.build import ensure_dagster_home
+
+    instance = dg.DagsterInstance.from_config(str(ensure_dagster_home(home)))
+    # kill points: during start-up/ingest, and a few seconds after the build's run STARTED (in the later
+    # assets); the publish step itself is covered by test_sigkill_inside_the_publish_window_leaves_...
+    for started in (False, True):
+        earlier = {r.dagster_run.run_id for r in instance.get_run_records()}
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
+        if started:
+            deadline = time.monotonic() + 300
+            while not {r.dagster_run.run_id for r in instance.get_run_records(
+                    dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))} - earlier:
+                assert proc.poll() is None and time.monotonic() < deadline, "the build's run never STARTED"
+                time.sleep(0.2)
+            delay = rng.uniform(0.0, 8.0)
+        else:
+            delay = rng.uniform(1.0, 4.0)
         time.sleep(delay)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         assert table_counts(snapshot) == before, f"snapshot changed after a kill at {delay:.1f} s"
+    # what blocked the run queue: nothing records the end of a killed run, it stays STARTED
+    killed = {r.dagster_run.run_id: int(r.dagster_run.tags[automation.PID_TAG])
+              for r in instance.get_run_records(dg.RunsFilter(statuses=list(automation.ACTIVE)))}
+    assert proc.pid in killed.values()
 
     # the next build recovers without manual steps, while a reader holds the old snapshot open
     reader = duckdb.connect(str(snapshot), read_only=True)
@@ -616,6 +709,18 @@ def test_sigkill_during_build_keeps_snapshot_and_next_build_recovers(built_store
         stop.set()
         thread.join()
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # the killed runs: marked FAILURE by the next build, which says so; no run is left in progress
+    for run_id, pid in killed.items():
+        assert f"Dagster run {run_id} (job build) was left STARTED by pid {pid}, which is gone (killed or " \
+               f"crashed): marked FAILURE" in done.stdout, done.stdout[-3000:]
+        assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.FAILURE
+        reason = _run_failure_message(instance, run_id)
+        assert f"the process running this run (pid {pid}) is gone, killed or crashed while the run was STARTED; " \
+               f"marked failed by stepcast build (pid " in reason, reason
+    assert not instance.get_run_records(dg.RunsFilter(statuses=list(automation.ACTIVE)))
+    last = instance.get_run_records(dg.RunsFilter(job_name="build"), limit=1)[0].dagster_run
+    assert last.status == dg.DagsterRunStatus.SUCCESS
+    instance.dispose()
     assert seen and set(seen) == {before["runs"]}  # the reader saw one consistent store throughout
     assert reader.execute("select count(*) from run_metrics").fetchone()[0] == before["run_metrics"]
     reader.close()

@@ -106,3 +106,64 @@ def test_the_lock_is_reentrant_within_a_process(tmp_path):
                                 "except store.StoreBusy as e:\n    print(e)", str(path)],
                                cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert "another process is writing" in probe.stdout and f"pid {os.getpid()}" in probe.stdout
+
+
+# ---------------------------------------------------------------- a program outside stepcast with the store open
+
+FOREIGN = """
+import sys, time, duckdb
+con = duckdb.connect(sys.argv[1])  # read-write: DuckDB's own file lock, no stepcast writer lock
+con.execute("create table if not exists notes (a integer)")
+print("open", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+BIN = Path(sys.executable).parent
+
+
+def test_a_program_holding_the_store_open_is_named_in_one_line(tmp_path):
+    """A DuckDB connection held open by another program (a shell, a notebook): `ingest` stops with one line that
+    names its pid and command and says what to do, no traceback; `build` says it waits and for how long, then
+    stops with the same line."""
+    path = tmp_path / "s.duckdb"
+    proc = subprocess.Popen([sys.executable, "-c", FOREIGN, str(path), "300"], cwd=ROOT, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "open"
+        env = dict(os.environ, STEPCAST_STORE=str(path), STEPCAST_LOCK_WAIT_S="0.5",
+                   DAGSTER_HOME=str(tmp_path / "dagster_home"), STEPCAST_INCOMING=str(tmp_path / "incoming"))
+        for var in ("STEPCAST_SNAPSHOT", "STEPCAST_REPORTS"):
+            env.pop(var, None)
+        rows = write_rows(tmp_path / "r.csv", [dict(BASE)])
+        holder = f"another process has {path} open: pid {proc.pid} ({sys.executable} -c import sys, time, duckdb"
+        what_to_do = f"not a stepcast writer; close the store there or end that process (`kill {proc.pid}`), " \
+                     f"then run the command again"
+
+        ingest = subprocess.run([str(BIN / "stepcast"), "ingest", str(rows)], cwd=ROOT, env=env,
+                                capture_output=True, text=True, timeout=300)
+        assert ingest.returncode == 1, ingest.stdout + ingest.stderr
+        assert ingest.stdout == ""
+        lines = ingest.stderr.splitlines()
+        assert len(lines) == 1, ingest.stderr
+        assert lines[0].startswith(f"error: {holder}") and what_to_do in lines[0], lines[0]
+        assert lines[0].endswith("(waited 0.5 s, env STEPCAST_LOCK_WAIT_S)"), lines[0]
+
+        start = time.monotonic()
+        build = subprocess.run([str(BIN / "stepcast"), "build", "--quiet", "--wait", "1.5"], cwd=ROOT, env=env,
+                               capture_output=True, text=True, timeout=300)
+        assert time.monotonic() - start >= 1.5
+        assert build.returncode == 1, build.stdout + build.stderr
+        assert "Traceback" not in build.stdout + build.stderr
+        lines = build.stderr.splitlines()
+        assert len(lines) == 2, build.stderr
+        assert lines[0].startswith(f"{path} is open in pid {proc.pid} (") and \
+            lines[0].endswith("; waiting up to 1.5 s for it to close (env STEPCAST_LOCK_WAIT_S)"), lines[0]
+        assert lines[1].startswith(f"error: {holder}") and what_to_do in lines[1], lines[1]
+        assert lines[1].endswith("(waited 1.5 s, env STEPCAST_LOCK_WAIT_S)"), lines[1]
+    finally:
+        release(proc)
+
+
+def test_build_states_its_default_wait():
+    """`stepcast build --help` states the default wait, and it is the one the writers use."""
+    help_text = " ".join(runner.invoke(app, ["build", "--help"]).output.replace("│", " ").split())
+    assert f"default: {store.LOCK_WAIT_S:g} s, env STEPCAST_LOCK_WAIT_S" in help_text, help_text

@@ -17,13 +17,17 @@ def build(
     reports_dir: Optional[Path] = typer.Option(None, "--reports-dir", metavar="DIR",
                                                help="Where the report site goes (default: <store folder>/site)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the summary."),
+    wait_s: Optional[float] = typer.Option(
+        None, "--wait", min=0, metavar="SECONDS",
+        help="How long to wait for a store held by another writer or open in another program, saying so, before "
+             "stopping with one line naming the holder (default: 30 s, env STEPCAST_LOCK_WAIT_S)."),
 ) -> None:
     """Run the main job on the embedded store: ingest, predict, checks, publish the read-only snapshot.
 
     Example: `stepcast build` then `duckdb out/snapshot/stepcast.duckdb -c "select count(*) from runs"`.
     """
     cfg = settings(reports_dir)
-    ok = builder().run_build(cfg, console=console, quiet=quiet)
+    ok = builder().run_build(cfg, console=console, quiet=quiet, wait_s=wait_s)
     raise typer.Exit(0 if ok else 1)
 
 
@@ -51,12 +55,18 @@ def ingest(
     cfg = settings()
     failed = False
     changed = False
+    # the waits are said on a terminal only: a script sees the one line that ends them, or nothing
+    say = (lambda message: print(message, file=sys.stderr, flush=True)) if err_console.is_terminal else None
+    lock = store.writer_lock(cfg.store, on_wait=say)
     try:
-        lock = store.writer_lock(cfg.store)
         lock.__enter__()
     except store.StoreBusy as err:
         fail(str(err), 1)
-    con = store.connect(cfg.store)
+    try:
+        con = store.connect_waiting(cfg.store, on_wait=say)  # a program outside stepcast may have it open
+    except store.StoreBusy as err:
+        lock.__exit__(None, None, None)
+        fail(str(err), 1)
     try:
         store.ensure_schema(con)
         if not store.table_exists(con, "hardware"):
@@ -96,7 +106,10 @@ def ingest(
         con.close()
         lock.__exit__(None, None, None)
     if changed and publish:
-        store.publish_snapshot(cfg.store, cfg.snapshot)
+        try:
+            store.publish_snapshot(cfg.store, cfg.snapshot)
+        except store.StoreBusy as err:
+            fail(f"ingested, but the snapshot was not published: {err}", 1)
         console.print(f"snapshot published: {cfg.snapshot}")
     raise typer.Exit(1 if failed else 0)
 

@@ -70,7 +70,7 @@ def fit(
         fail(f"store not found: {cfg.store} (run `stepcast build` first)", 1)
     try:
         with store.writer_lock(cfg.store):
-            con = store.connect(cfg.store)
+            con = store.connect_waiting(cfg.store)  # a program outside stepcast may have it open
             try:
                 if not store.table_exists(con, "runs"):
                     fail(f"{cfg.store}: no runs table (run `stepcast build` first)", 1)
