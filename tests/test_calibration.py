@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
+from models.fitting.predictor import BREAKDOWN
 from models.fitting import calibration as cal
 from models.corpus.evaluate import predict_runs, prepare_configs
 from pipeline import fits
@@ -179,8 +180,7 @@ def test_predict_uses_promoted_fit_and_analytical_only(built_store, inputs, monk
     assert row["assumptions"].startswith("realistic") and row["calibration_domain"] == "inside"
     assert row["step_time_lo_s"] < row["step_time_s"] < row["step_time_hi_s"]
     assert row["tokens_per_s_per_gpu_lo"] < row["tokens_per_s_per_gpu"] < row["tokens_per_s_per_gpu_hi"]
-    parts = sum(row[c] for c in ("compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s",
-                                 "cp_comm_s", "ep_comm_s", "optimizer_s"))
+    parts = sum(row[c] for c in BREAKDOWN)
     assert parts == pytest.approx(row["step_time_s"], rel=1e-9)
     assert row["hfu"] >= row["mfu"]
     r2 = runner.invoke(app, args + ["--analytical-only"])

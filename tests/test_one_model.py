@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from models.physics.hardware import resolve_hardware
-from models.fitting.predictor import Calibration, Predictor, predict, predict_arrays
+from models.fitting.predictor import BREAKDOWN, Calibration, Predictor, predict, predict_arrays
 from models.planning.search import search
 from pipeline import catalog, fits
 from pipeline.cli import app
@@ -95,8 +95,7 @@ def test_predict_and_search_agree_on_a_few_hundred_configurations(fit):
         assert r["fit_version"] == p["fit_version"] == fit.version
         assert r["calibration_domain"] == p["calibration_domain"]
         assert p["hfu"] >= p["mfu"] - 1e-12
-        parts = sum(p[k] for k in ("compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s",
-                                   "cp_comm_s", "ep_comm_s", "optimizer_s"))
+        parts = sum(p[k] for k in BREAKDOWN)
         assert parts == pytest.approx(p["step_time_s"], rel=1e-9)
         steps_pred.append(p["tokens_per_s_per_gpu"])
         steps_search.append(r["tokens_per_s_per_gpu"])

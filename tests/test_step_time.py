@@ -327,7 +327,8 @@ def test_outputs_positive_and_finite_for_valid_inputs(hw, x):
     for c in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "memory_gb_per_gpu", "compute_s", "params",
               "model_flops_per_token"):
         assert np.isfinite(r[c][0]) and r[c][0] > 0, c
-    for c in ("tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s", "optimizer_s"):
+    for c in ("tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s", "optimizer_s",
+              "straggler_s"):
         assert np.isfinite(r[c][0]) and r[c][0] >= 0, c
     assert r["mfu"][0] <= r["hfu"][0] < 1.0
 
