@@ -46,7 +46,7 @@ class InputError(ValueError):
 
 ASSUMPTIONS_HELP = ("realistic (the calibrated model: fitted parameters, residual correction, 90% interval) or "
                     "ideal (Epoch AI's ideal conditions: no host overhead or GEMM-size ramp, perfect overlap, no "
-                    "memory allowance; latency stays).")
+                    "memory allowance, no stragglers; latency stays).")
 ANALYTICAL_HELP = "The analytical model with the prior parameters: no fit, no correction, no interval."
 TP_MODE_HELP = ("Tensor-parallel form: 1d (Megatron: weights split along one dimension) or 2d (d_model and d_ff "
                 "split over an r x c grid of the tp ranks, r the largest divisor of tp <= sqrt(tp); models.physics.tp2d).")

@@ -247,7 +247,7 @@ class PhysParams:
     # (models.physics.parts.straggler). published: PRISM (Golden et al. 2025, arXiv 2510.15596) measured 9% GPU
     # time variability at 64k GPUs of a frontier training job (up to 14% on GEMM microbenchmarks); read as the
     # expected range of 65,536 normal draws (8.2 standard deviations), cv = 0.09 / 8.2 = 0.011. Not fitted: the
-    # corpus's series are few and noisy at the ends that would identify it (docs/model.md "Stragglers").
+    # corpus's series are few and noisy at the ends that would identify it (docs/scaling.md).
     straggler_cv: float = 0.011
 
     # --- memory ----------------------------------------------------------------------
