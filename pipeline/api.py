@@ -32,8 +32,8 @@ from models.fitting.predictor import Predictor, predict, with_adaptation
 from models.memory.model import MAXTEXT_REMAT
 from models.memory.stacks import STACK_COLUMNS
 from models.physics.hardware import compiler_overlaps_tp, resolve_hardware
-from models.physics.step_time import (ERR_BATCH, ERR_CP_SEQ, ERR_EP, ERR_GPU_PRODUCT, ERR_HEADS_TP, ERR_PP_LAYERS,
-                                      ERR_VPP, ERROR_MESSAGES, arch_config)
+from models.physics.step_time import (BREAKDOWN, ERR_BATCH, ERR_CP_SEQ, ERR_EP, ERR_GPU_PRODUCT, ERR_HEADS_TP,
+                                      ERR_PP_LAYERS, ERR_VPP, ERROR_MESSAGES, arch_config)
 from models.planning import plan as P
 from models.planning.search import search as run_search
 from pipeline import catalog, trace
@@ -564,22 +564,18 @@ def title_of(command: str, result: pl.DataFrame) -> str:
 
 PREDICT_COLUMNS = ["run_id", "feasible", "error", "step_time_s", "step_time_lo_s", "step_time_hi_s",
                    "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu", "hfu",
-                   "memory_gb_per_gpu", "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s",
-                   "cp_comm_s", "ep_comm_s", "optimizer_s", "straggler_s", "fit_version", "assumptions",
-                   "calibration_domain"]
+                   "memory_gb_per_gpu", *BREAKDOWN, "fit_version", "assumptions", "calibration_domain"]
 SEARCH_COLUMNS = ["rank", "tp", "tp_mode", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "sharding", "recompute",
                   "sequence_parallel", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu",
                   "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu", "memory_gb_per_gpu", "fit_version",
-                  "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s",
-                  "ep_comm_s", "optimizer_s", "straggler_s"]
+                  *BREAKDOWN]
 CURVE_COLUMNS = ["n_gpus", "global_batch_seqs", "tp", "tp_mode", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding",
                  "recompute", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s", "tokens_per_s_lo",
                  "tokens_per_s_hi", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu",
                  "time_to_train_days", "cost_usd", "parallel_efficiency", "marginal_efficiency",
                  "marginal_efficiency_lo", "marginal_efficiency_hi", "pareto_optimal", "efficient", "layout_note",
                  "feasible", "reason", "calibrated", "fit_version", "assumptions"]
-BREAKDOWN_KEYS = ["step_time_s", "compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s",
-                  "cp_comm_s", "ep_comm_s", "optimizer_s", "straggler_s"]
+BREAKDOWN_KEYS = ["step_time_s", *BREAKDOWN]
 LEVEL_COLUMNS = ["assumptions", "training_flop", "params", "n_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch",
                  "sharding", "recompute", "global_batch_seqs", "utilization", "time_to_train_days",
                  "latency_wall_days", "feasible", "binding", "limited_by", "reason", "cost_usd"]

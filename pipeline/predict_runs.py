@@ -15,6 +15,7 @@ from models.memory.model import CAPACITY_BYTES_PER_GB
 from models.memory.stacks import names_a_stack
 from models.memory.presets import remat_words
 from models.physics.hardware import HOST_COLUMN, resolve_hardware
+from models.physics.step_time import BREAKDOWN as STEP_PARTS
 from models.physics.step_time import predict as physics
 from pipeline import catalog
 from pipeline.measurements import (
@@ -38,8 +39,7 @@ from pipeline.measurements import (
 )
 from pipeline.readers import FileRejected, read_measurement_file
 
-BREAKDOWN = ["compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
-             "optimizer_s", "straggler_s"]
+BREAKDOWN = list(STEP_PARTS)
 RUN_COLUMNS = ["run_id", "gpu", "model_name", "n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch",
                "global_batch_seqs", "seq_len", "sharding", "recompute", "sequence_parallel", "dtype", "software_preset"]
 OUT_COLUMNS = ["feasible", "error", "step_time_s", "step_time_lo_s", "step_time_hi_s", "analytical_step_time_s",

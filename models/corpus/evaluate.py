@@ -10,12 +10,11 @@ from models.corpus.recipes import Recipes
 from models.corpus.runs_adapter import configs_from_runs, resolve_unstated
 from models.corpus.targets import derive_flop_targets, measured_throughput
 from models.physics.hardware import resolve_hardware
-from models.physics.step_time import predict
+from models.physics.step_time import BREAKDOWN, predict
 
 PREDICTION_COLUMNS = (
-    "feasible", "error", "step_time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "memory_gb_per_gpu", "compute_s",
-    "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s", "optimizer_s",
-    "straggler_s", "params", "model_flops_per_token", "hardware_flops_per_token", "peak_tflops",
+    "feasible", "error", "step_time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "memory_gb_per_gpu", *BREAKDOWN,
+    "params", "model_flops_per_token", "hardware_flops_per_token", "peak_tflops",
 )
 KEEP_COLUMNS = ("run_id", "source", "gpu", "model_name", "framework", "dtype", "n_gpus", "tp", "pp", "dp", "cp", "ep",
                 "vpp", "micro_batch", "global_batch_seqs", "seq_len", "sharding", "recompute", "sequence_parallel",

@@ -37,6 +37,7 @@ from typing import Mapping
 import numpy as np
 
 from models.fitting.bounds import bound_interval
+from models.physics.step_time import BREAKDOWN
 
 KS = (0, 1, 3, 5)
 DRAWS = 20
@@ -128,9 +129,7 @@ def adapt(errors, rule: AdaptationRule, name: str, fit_version: str | None = Non
 
 
 #: the outputs the throughput factor divides (times) and multiplies (rates)
-TIME_COLUMNS = ("step_time_s", "step_time_lo_s", "step_time_hi_s", "compute_s", "tp_comm_s", "pp_bubble_s",
-                "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s", "optimizer_s",
-                "straggler_s")
+TIME_COLUMNS = ("step_time_s", "step_time_lo_s", "step_time_hi_s", *BREAKDOWN)
 RATE_COLUMNS = ("tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi", "mfu", "hfu")
 
 

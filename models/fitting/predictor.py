@@ -36,14 +36,14 @@ from models.core.software import PRESETS, preset_params
 from models.fitting.adapt import Adaptation, AdaptationRule, apply_adaptation
 from models.fitting.bounds import bound_interval
 from models.fitting.assumptions import params_for
+from models.physics.step_time import BREAKDOWN as step_time_breakdown
 from models.physics.step_time import OUTPUT_COLUMNS, encode_configs, with_error_strings
 from models.physics.step_time import predict_arrays as physics_arrays
 
 ASSUMPTIONS = ("realistic", "ideal")
 #: software preset -> era code, in models.core.software.PRESETS order (a test checks they agree)
 ERA_CODES = {"default": 0, "megatron_2022": 1, "pytorch_native": 2}
-BREAKDOWN = ("compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
-             "optimizer_s", "straggler_s")
+BREAKDOWN = step_time_breakdown
 EXTRA_COLUMNS = ("analytical_step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu_lo",
                  "tokens_per_s_per_gpu_hi", "domain_code")
 # domain_code values: a configuration inside the fit's domain, outside it (generation, precision or era unseen), on

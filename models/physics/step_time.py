@@ -128,6 +128,11 @@ ERROR_MESSAGES = {
 }
 INVALID_MASK = ((ERR_DTYPE_PEAK << 1) - 1) & ~ERR_MEMORY  # every bit except memory
 
+#: the parts of a step, in the order every answer shows them; they sum to step_time_s (the host's wait is in
+#: compute_s)
+BREAKDOWN = ("compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
+             "optimizer_s", "straggler_s")
+
 OUTPUT_COLUMNS = (
     "feasible",
     "error_code",

@@ -74,6 +74,7 @@ from models.fitting.calibration import apply_calibration
 from models.fitting.predictor import Predictor, predict_arrays
 from models.memory.model import capacity_bytes
 from models.physics import tp2d
+from models.physics.step_time import BREAKDOWN
 from models.physics.step_time import (
     ERR_MEMORY,
     INVALID_MASK,
@@ -130,8 +131,6 @@ REFERENCE_RUNS: tuple[dict[str, Any], ...] = (
 DEFAULT_PER_GPU_BATCH_SEQS = 1.0
 DEFAULT_N_MAX = 16_384  # Llama 3 405B trained on 16K H100 (Dubey et al. 2024 §3.3)
 
-BREAKDOWN = ("compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
-             "optimizer_s", "straggler_s")
 
 # What a calibration hook returns (the contract with models/calibration.apply_calibration).
 CALIBRATED_COLUMNS = ("step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu",

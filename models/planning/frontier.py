@@ -91,7 +91,7 @@ from models.fitting.predictor import (
 from models.memory.model import capacity_bytes
 from models.physics import tp2d
 from models.physics.hardware import peak_tflops_for
-from models.physics.step_time import ERR_MEMORY
+from models.physics.step_time import BREAKDOWN, ERR_MEMORY
 from models.planning.curves import BATCH_RULES, FIXED_BATCH_TOKENS, batch_tokens
 from models.planning.search import broadcast_arch_hw
 
@@ -124,8 +124,6 @@ STAGE1 = ((1, "max", "zero1", "none"), (1, "max", "zero3", "full"))
 
 LAYOUT_KEYS = ("n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "sharding", "recompute",
                "global_batch_seqs", "tp_mode")
-BREAKDOWN = ("compute_s", "tp_comm_s", "pp_bubble_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s",
-             "optimizer_s", "straggler_s")
 COMM = ("tp_comm_s", "pp_comm_s", "dp_comm_exposed_s", "cp_comm_s", "ep_comm_s")
 
 
