@@ -20,11 +20,6 @@ HF = Path(__file__).parent / "data" / "hf"
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def no_store(tmp_path, monkeypatch):
-    monkeypatch.setenv("STEPCAST_STORE", str(tmp_path / "none" / "stepcast.duckdb"))
-
-
 def read(file: str) -> dict:
     return catalog.resolve_architecture(None, HF / file)
 
